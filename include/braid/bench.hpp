@@ -1,0 +1,129 @@
+// braid/bench.hpp — the benchmark harness every braid benchmark uses.
+//
+// Discipline: inputs are random (never zeros), outputs are verified before anything is timed, each
+// iteration is timed with its own pair of CUDA events after a warm-up, buffers rotate when one set
+// would fit in L2, and the reported time is the median over iterations of the slowest rank.
+// Results are printed as an nccl-tests style table and written as JSON lines (schema: docs/results.md).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace braid {
+class Team;
+}
+
+namespace braid::bench {
+
+// "64K" -> 65536, "1G" -> 2^30, "512" -> 512 (K/M/G are powers of 1024). Throws UsageError.
+size_t parse_size(const std::string& s);
+// 65536 -> "64K", 1536 -> "1.5K".
+std::string format_size(size_t bytes);
+
+enum class DType { kBF16, kFP16, kFP32 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+DType parse_dtype(const std::string& s);
+ncclDataType_t nccl_dtype(DType t);
+
+struct Stats {
+  double median_us = 0, p10_us = 0, p90_us = 0, mean_us = 0, min_us = 0;
+  int iters = 0;
+};
+// Order statistics of a sample (nearest-rank percentiles).
+Stats summarize(std::vector<double> us);
+
+// nccl-tests bus-bandwidth factor: allreduce 2(n-1)/n; reducescatter, allgather, alltoall (n-1)/n.
+double busbw_factor(const std::string& op, int world);
+
+struct TimingOptions {
+  int warmup = 10;
+  int iters = 50;
+};
+// Enqueues fn(i) on `stream` `warmup` times, then `iters` times, each iteration between two CUDA
+// events. Returns per-iteration microseconds; when `team` is given, each entry is the maximum over its
+// ranks (an iteration is as slow as its slowest rank). Synchronises with the team's bounded wait.
+std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
+                                    const std::function<void(int)>& fn);
+
+// Number of buffer sets to rotate so that `bytes_per_set` * sets spans at least twice the L2 cache.
+int rotation_sets(size_t bytes_per_set, size_t max_total_bytes = size_t(8) << 30);
+
+// Device-side deterministic random data. value(i, rank, seed) is a half-integer in [-15.5, 15.5]: sums
+// of up to 8 ranks are exact in bf16/fp16/fp32, so collectives are verified bit for bit.
+void fill_pattern(void* dst, DType t, size_t count, uint64_t seed, int rank, size_t offset, cudaStream_t s);
+// Counts elements of `out` that differ from the expected result of op on rank `rank` of `world`, where
+// every rank's input was fill_pattern(count_in, seed, its rank, 0). `count_out` elements are checked.
+// op: allreduce | reducescatter | allgather | alltoall.
+size_t count_wrong(const std::string& op, const void* out, DType t, size_t count_out, uint64_t seed, int rank,
+                   int world, cudaStream_t s);
+
+// Run context written into every JSON row.
+struct Context {
+  std::string card;     // e.g. "NVIDIA H100 80GB HBM3"
+  std::string date;     // ISO 8601 UTC
+  std::string commit;   // BRAID_COMMIT at build time
+  std::string command;  // the command line
+  int world = 1;
+};
+Context make_context(int argc, char** argv, int world);
+// Short folder name for results, e.g. "h100x2".
+std::string card_tag(const std::string& card, int world);
+
+// An ordered JSON object (one result row). Values are formatted at insertion.
+class Json {
+ public:
+  Json& add(const std::string& k, const std::string& v);
+  Json& add(const std::string& k, const char* v) { return add(k, std::string(v)); }
+  Json& add(const std::string& k, double v);
+  Json& add(const std::string& k, int64_t v);
+  Json& add(const std::string& k, int v) { return add(k, static_cast<int64_t>(v)); }
+  Json& add(const std::string& k, size_t v) { return add(k, static_cast<int64_t>(v)); }
+  Json& add(const std::string& k, bool v);
+  Json& add_raw(const std::string& k, const std::string& json);
+  Json& add_context(const Context& c);
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> kv_;
+};
+std::string json_escape(const std::string& s);
+// Appends one line to `path` ("" writes nothing, "-" writes to stdout).
+void append_jsonl(const std::string& path, const std::string& line);
+
+}  // namespace braid::bench
+
+namespace braid::bench {
+
+// `braid bench nccl`: nccl-tests style sweep of one NCCL collective.
+struct NcclBenchArgs {
+  std::string op = "allreduce";  // allreduce | reducescatter | allgather | alltoall
+  size_t min_bytes = 64 << 10, max_bytes = size_t(1) << 30;
+  double factor = 2;
+  DType dtype = DType::kBF16;
+  TimingOptions timing;
+  bool graph = false;            // time replays of a CUDA graph of the op instead of direct launches
+  std::string json;              // JSON-lines output path ("" none, "-" stdout)
+  Context ctx;
+};
+// Prints the table on rank 0; returns the number of wrong elements summed over sizes and ranks.
+size_t run_nccl_bench(Team& team, const NcclBenchArgs& a);
+
+// `braid bench p2p`: rank 0 -> rank 1 bandwidth by copy engine, SM push (remote stores) and SM pull
+// (remote loads) for several block counts. Verified by comparing the copied bytes.
+struct P2pBenchArgs {
+  size_t bytes = size_t(256) << 20;
+  std::vector<int> blocks = {8, 16, 32, 66, 132};
+  TimingOptions timing{5, 20};
+  std::string json;
+  Context ctx;
+};
+size_t run_p2p_bench(Team& team, const P2pBenchArgs& a);
+
+}  // namespace braid::bench

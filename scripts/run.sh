@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# scripts/run.sh BUILD — the main job (`make run`).
+# On a node with >= 2 GPUs: NCCL baselines for four collectives and the peer bandwidth table, one
+# process per GPU, JSON lines under $BRAID_RESULTS (default BUILD/results/<card>x<n>/).
+# Without GPUs: `braid info` and the list of what would run on a GPU node.
+set -euo pipefail
+build=${1:-build}
+braid="$build/braid"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ngpu=$("$braid" info --count)
+mpi() { mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
+  -x NVSHMEM_DISABLE_NVLS "$braid" "$@"; }
+jobs=(
+  "bench nccl --op allreduce -b 64K -e 1G -f 2"
+  "bench nccl --op reducescatter -b 64K -e 1G -f 2"
+  "bench nccl --op allgather -b 64K -e 1G -f 2"
+  "bench nccl --op alltoall -b 64K -e 1G -f 2"
+  "bench p2p --bytes 256M"
+)
+"$braid" info
+if [ "$ngpu" -lt 2 ]; then
+  echo
+  echo "No multi-GPU node here ($ngpu GPU(s)). On a node with N >= 2 GPUs, make run executes:"
+  for j in "${jobs[@]}"; do echo "  mpirun -np N braid $j --json <results>/<job>.jsonl"; done
+  exit 0
+fi
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200|B200|A100' | tr A-Z a-z || echo gpu)
+out=${BRAID_RESULTS:-$build/results/${card}x${ngpu}}
+mkdir -p "$out"
+for j in "${jobs[@]}"; do
+  name=$(echo "$j" | awk '{print $2"-"$4}' | sed 's/-$//')
+  [ "$name" = "p2p-256M" ] && name=p2p
+  echo
+  # shellcheck disable=SC2086
+  mpi $j --json "$out/$name.jsonl"
+done
+echo
+echo "JSON results in $out"

@@ -1,0 +1,377 @@
+// Benchmark harness: sizes, statistics, event timing, random data and verification kernels, JSON.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid::bench {
+
+size_t parse_size(const std::string& s) {
+  if (s.empty()) throw UsageError("empty size", __FILE__, __LINE__);
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    throw UsageError("bad size '" + s + "'", __FILE__, __LINE__);
+  }
+  std::string suf = s.substr(pos);
+  double mult = 1;
+  if (suf == "" || suf == "B") mult = 1;
+  else if (suf == "K" || suf == "k" || suf == "KiB" || suf == "KB") mult = 1024.0;
+  else if (suf == "M" || suf == "m" || suf == "MiB" || suf == "MB") mult = 1024.0 * 1024;
+  else if (suf == "G" || suf == "g" || suf == "GiB" || suf == "GB") mult = 1024.0 * 1024 * 1024;
+  else throw UsageError("bad size suffix in '" + s + "'", __FILE__, __LINE__);
+  if (v < 0) throw UsageError("negative size '" + s + "'", __FILE__, __LINE__);
+  return static_cast<size_t>(std::llround(v * mult));
+}
+
+std::string format_size(size_t b) {
+  const char* units[] = {"", "K", "M", "G", "T"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (v == std::floor(v)) std::snprintf(buf, sizeof buf, "%.0f%s", v, units[u]);
+  else std::snprintf(buf, sizeof buf, "%.3g%s", v, units[u]);
+  return buf;
+}
+
+size_t dtype_size(DType t) { return t == DType::kFP32 ? 4 : 2; }
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bf16";
+    case DType::kFP16: return "fp16";
+    case DType::kFP32: return "fp32";
+  }
+  return "?";
+}
+DType parse_dtype(const std::string& s) {
+  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
+  if (s == "fp16" || s == "half" || s == "float16") return DType::kFP16;
+  if (s == "fp32" || s == "float" || s == "float32") return DType::kFP32;
+  throw UsageError("unsupported dtype '" + s + "' (bf16, fp16, fp32)", __FILE__, __LINE__);
+}
+ncclDataType_t nccl_dtype(DType t) {
+  switch (t) {
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kFP16: return ncclFloat16;
+    case DType::kFP32: return ncclFloat32;
+  }
+  return ncclFloat32;
+}
+
+Stats summarize(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const auto at = [&](double q) {
+    const size_t idx = static_cast<size_t>(std::ceil(q * v.size())) - (q > 0 ? 1 : 0);
+    return v[std::min(idx, v.size() - 1)];
+  };
+  s.iters = static_cast<int>(v.size());
+  s.median_us = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  s.p10_us = at(0.10);
+  s.p90_us = at(0.90);
+  s.min_us = v.front();
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean_us = sum / v.size();
+  return s;
+}
+
+double busbw_factor(const std::string& op, int n) {
+  if (n <= 1) return op == "allreduce" ? 0.0 : 0.0;
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "reducescatter" || op == "allgather" || op == "alltoall") return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
+
+std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
+                                    const std::function<void(int)>& fn) {
+  for (int i = 0; i < opt.warmup; ++i) fn(i);
+  std::vector<cudaEvent_t> ev(2 * opt.iters);
+  for (auto& e : ev) BRAID_CUDA_CHECK(cudaEventCreate(&e));
+  if (team) {
+    if (team) team->synchronize(stream, "benchmark warm-up");
+    team->barrier();  // ranks start the timed loop together
+  }
+  for (int i = 0; i < opt.iters; ++i) {
+    BRAID_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
+    fn(opt.warmup + i);
+    BRAID_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
+  }
+  if (team) team->synchronize(stream, "benchmark timed loop");
+  else BRAID_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us(opt.iters);
+  for (int i = 0; i < opt.iters; ++i) {
+    float ms = 0;
+    BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    us[i] = ms * 1000.0;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  if (team) us = team->allreduce_max(us);
+  return us;
+}
+
+int rotation_sets(size_t bytes_per_set, size_t max_total_bytes) {
+  int dev = 0;
+  int l2 = 50 << 20;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+  cudaGetLastError();
+  if (bytes_per_set == 0) return 1;
+  size_t sets = (2 * static_cast<size_t>(l2) + bytes_per_set - 1) / bytes_per_set;
+  sets = std::max<size_t>(1, std::min<size_t>(sets, 256));
+  while (sets > 1 && sets * bytes_per_set > max_total_bytes) --sets;
+  return static_cast<int>(sets);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Random data and verification
+
+namespace {
+
+__host__ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+// Half-integer in [-15.5, 15.5]: never zero.
+__host__ __device__ __forceinline__ float pattern_value(uint64_t i, int rank, uint64_t seed) {
+  const uint64_t h = mix64(i * 0x9E3779B97F4A7C15ULL ^ mix64(seed + 0x1234567ULL * (rank + 1)));
+  return static_cast<float>(static_cast<int>(h % 32) - 16) + 0.5f;
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <class T>
+__device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__global__ void fill_kernel(T* dst, size_t n, uint64_t seed, int rank, size_t offset) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = from_float<T>(pattern_value(offset + i, rank, seed));
+}
+
+enum class VerifyOp { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
+
+template <class T>
+__global__ void verify_kernel(const T* out, size_t n, VerifyOp op, uint64_t seed, int rank, int world,
+                              unsigned long long* wrong) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    float expect = 0;
+    switch (op) {
+      case VerifyOp::kAllReduce:
+        for (int r = 0; r < world; ++r) expect += pattern_value(i, r, seed);
+        break;
+      case VerifyOp::kReduceScatter:  // my output chunk is rank's slice of everyone's input
+        for (int r = 0; r < world; ++r) expect += pattern_value(rank * n + i, r, seed);
+        break;
+      case VerifyOp::kAllGather: {  // out[r*chunk + j] = input j of rank r
+        const size_t chunk = n / world;
+        expect = pattern_value(i % chunk, static_cast<int>(i / chunk), seed);
+        break;
+      }
+      case VerifyOp::kAllToAll: {  // out[r*chunk + j] = rank r's input at [rank*chunk + j]
+        const size_t chunk = n / world;
+        expect = pattern_value(rank * chunk + i % chunk, static_cast<int>(i / chunk), seed);
+        break;
+      }
+    }
+    const float got = to_float(out[i]);
+    if (!(got == to_float(from_float<T>(expect)))) ++local;
+  }
+  if (local) atomicAdd(wrong, local);
+}
+
+int grid_for(size_t n) { return static_cast<int>(std::min<size_t>((n + 255) / 256, 1024)); }
+
+}  // namespace
+
+void fill_pattern(void* dst, DType t, size_t count, uint64_t seed, int rank, size_t offset, cudaStream_t s) {
+  if (count == 0) return;
+  switch (t) {
+    case DType::kBF16:
+      fill_kernel<<<grid_for(count), 256, 0, s>>>(static_cast<__nv_bfloat16*>(dst), count, seed, rank, offset);
+      break;
+    case DType::kFP16:
+      fill_kernel<<<grid_for(count), 256, 0, s>>>(static_cast<__half*>(dst), count, seed, rank, offset);
+      break;
+    case DType::kFP32:
+      fill_kernel<<<grid_for(count), 256, 0, s>>>(static_cast<float*>(dst), count, seed, rank, offset);
+      break;
+  }
+  BRAID_CHECK_LAUNCH();
+}
+
+size_t count_wrong(const std::string& op, const void* out, DType t, size_t n, uint64_t seed, int rank, int world,
+                   cudaStream_t s) {
+  VerifyOp v;
+  if (op == "allreduce") v = VerifyOp::kAllReduce;
+  else if (op == "reducescatter") v = VerifyOp::kReduceScatter;
+  else if (op == "allgather") v = VerifyOp::kAllGather;
+  else if (op == "alltoall") v = VerifyOp::kAllToAll;
+  else throw UsageError("count_wrong: unknown op " + op, __FILE__, __LINE__);
+  unsigned long long* d = nullptr;
+  BRAID_CUDA_CHECK(cudaMallocAsync(&d, sizeof(*d), s));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(*d), s));
+  if (n) {
+    switch (t) {
+      case DType::kBF16:
+        verify_kernel<<<grid_for(n), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(out), n, v, seed, rank, world, d);
+        break;
+      case DType::kFP16:
+        verify_kernel<<<grid_for(n), 256, 0, s>>>(static_cast<const __half*>(out), n, v, seed, rank, world, d);
+        break;
+      case DType::kFP32:
+        verify_kernel<<<grid_for(n), 256, 0, s>>>(static_cast<const float*>(out), n, v, seed, rank, world, d);
+        break;
+    }
+    BRAID_CHECK_LAUNCH();
+  }
+  unsigned long long h = 0;
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, s));
+  BRAID_CUDA_CHECK(cudaFreeAsync(d, s));
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(s));
+  return static_cast<size_t>(h);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Context and JSON
+
+Context make_context(int argc, char** argv, int world) {
+  Context c;
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess) c.card = p.name;
+  else c.card = "no-gpu";
+  cudaGetLastError();
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  c.date = buf;
+  c.commit = BRAID_COMMIT;
+  std::string cmd;
+  for (int i = 0; i < argc; ++i) {
+    if (i) cmd += ' ';
+    std::string a = argv[i];
+    if (i == 0) {
+      const auto slash = a.rfind('/');
+      if (slash != std::string::npos) a = a.substr(slash + 1);
+    }
+    cmd += a;
+  }
+  if (world > 1) cmd = "mpirun -np " + std::to_string(world) + " " + cmd;
+  c.command = cmd;
+  c.world = world;
+  return c;
+}
+
+std::string card_tag(const std::string& card, int world) {
+  std::string tag;
+  for (const char* k : {"H100", "H200", "B200", "A100", "L40"})
+    if (card.find(k) != std::string::npos) tag = k;
+  if (tag.empty()) tag = "gpu";
+  for (auto& ch : tag) ch = static_cast<char>(std::tolower(ch));
+  return tag + "x" + std::to_string(world);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += c;
+        }
+    }
+  }
+  return o + "\"";
+}
+
+Json& Json::add(const std::string& k, const std::string& v) {
+  kv_.emplace_back(k, json_escape(v));
+  return *this;
+}
+Json& Json::add(const std::string& k, double v) {
+  if (!std::isfinite(v)) {
+    kv_.emplace_back(k, "null");
+  } else {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    kv_.emplace_back(k, b);
+  }
+  return *this;
+}
+Json& Json::add(const std::string& k, int64_t v) {
+  kv_.emplace_back(k, std::to_string(v));
+  return *this;
+}
+Json& Json::add(const std::string& k, bool v) {
+  kv_.emplace_back(k, v ? "true" : "false");
+  return *this;
+}
+Json& Json::add_raw(const std::string& k, const std::string& j) {
+  kv_.emplace_back(k, j);
+  return *this;
+}
+Json& Json::add_context(const Context& c) {
+  return add("card", c.card).add("date", c.date).add("commit", c.commit).add("command", c.command);
+}
+std::string Json::str() const {
+  std::string o = "{";
+  for (size_t i = 0; i < kv_.size(); ++i) {
+    if (i) o += ", ";
+    o += json_escape(kv_[i].first) + ": " + kv_[i].second;
+  }
+  return o + "}";
+}
+
+void append_jsonl(const std::string& path, const std::string& line) {
+  if (path.empty()) return;
+  if (path == "-") {
+    std::cout << line << "\n";
+    return;
+  }
+  std::ofstream f(path, std::ios::app);
+  if (!f) throw UsageError("cannot open " + path + " for writing", __FILE__, __LINE__);
+  f << line << "\n";
+}
+
+}  // namespace braid::bench

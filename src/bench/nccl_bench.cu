@@ -1,0 +1,239 @@
+// `braid bench nccl` and `braid bench p2p`.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "braid/bench.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid::bench {
+namespace {
+
+// Element counts for a sweep point of `bytes` (nccl-tests convention: `bytes` is the size of the
+// larger of the per-rank send and receive buffers).
+struct Counts {
+  size_t in, out;  // elements per rank
+};
+Counts counts_for(const std::string& op, size_t bytes, size_t esize, int world) {
+  size_t n = bytes / esize;
+  n -= n % world;  // divisible by world for the sharded ops
+  if (op == "allreduce") return {n, n};
+  if (op == "reducescatter") return {n, n / world};
+  if (op == "allgather") return {n / world, n};
+  if (op == "alltoall") return {n, n};
+  throw UsageError("unknown NCCL op '" + op + "'", __FILE__, __LINE__);
+}
+
+void enqueue(const std::string& op, const void* in, void* out, const Counts& c, DType t, Team& team,
+             cudaStream_t s) {
+  const auto dt = nccl_dtype(t);
+  ncclComm_t comm = team.nccl();
+  if (op == "allreduce") {
+    BRAID_NCCL_CHECK(ncclAllReduce(in, out, c.in, dt, ncclSum, comm, s));
+  } else if (op == "reducescatter") {
+    BRAID_NCCL_CHECK(ncclReduceScatter(in, out, c.out, dt, ncclSum, comm, s));
+  } else if (op == "allgather") {
+    BRAID_NCCL_CHECK(ncclAllGather(in, out, c.in, dt, comm, s));
+  } else {  // alltoall as grouped send/recv (NCCL 2.28 has no ncclAlltoAll)
+    const size_t chunk = c.in / team.size();
+    const size_t es = dtype_size(t);
+    BRAID_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < team.size(); ++r) {
+      BRAID_NCCL_CHECK(ncclSend(static_cast<const char*>(in) + r * chunk * es, chunk, dt, r, comm, s));
+      BRAID_NCCL_CHECK(ncclRecv(static_cast<char*>(out) + r * chunk * es, chunk, dt, r, comm, s));
+    }
+    BRAID_NCCL_CHECK(ncclGroupEnd());
+  }
+}
+
+}  // namespace
+
+size_t run_nccl_bench(Team& team, const NcclBenchArgs& a) {
+  const size_t es = dtype_size(a.dtype);
+  const int world = team.size();
+  cudaStream_t s = team.stream();
+  const Counts cmax = counts_for(a.op, a.max_bytes, es, world);
+  // One input pool and one output pool, each at least 128 MiB; small sizes rotate through slices of
+  // them so that every timed launch reads and writes memory that is not in L2.
+  const size_t pool_in = std::max<size_t>(cmax.in * es, size_t(128) << 20);
+  const size_t pool_out = std::max<size_t>(cmax.out * es, size_t(128) << 20);
+  char* in_pool = nullptr;
+  char* out_pool = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&in_pool, pool_in));
+  BRAID_CUDA_CHECK(cudaMalloc(&out_pool, pool_out));
+  if (team.rank() == 0) {
+    std::printf("# braid bench nccl: op %s, dtype %s, %d ranks, %d warm-up + %d timed iterations%s, median of the "
+                "slowest rank\n",
+                a.op.c_str(), dtype_name(a.dtype), world, a.timing.warmup, a.timing.iters, a.graph ? " (CUDA graph)" : "");
+    std::printf("# %12s %12s %6s %6s %10s %10s %10s %9s %9s %7s\n", "size(B)", "count", "type", "redop", "time(us)",
+                "p10(us)", "p90(us)", "algbw", "busbw", "#wrong");
+  }
+  size_t total_wrong = 0;
+  double busbw_sum = 0;
+  int rows = 0;
+  for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
+       bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
+    const Counts c = counts_for(a.op, bytes, es, world);
+    if (c.in == 0 || c.out == 0) continue;
+    const size_t in_bytes = c.in * es, out_bytes = c.out * es;
+    // Slices are 256-byte aligned; as many as rotation needs and the pools hold.
+    const size_t in_stride = (in_bytes + 255) / 256 * 256, out_stride = (out_bytes + 255) / 256 * 256;
+    const int sets = static_cast<int>(std::min<size_t>({static_cast<size_t>(rotation_sets(in_bytes + out_bytes)),
+                                                        pool_in / in_stride, pool_out / out_stride}));
+    std::vector<void*> ins(sets), outs(sets);
+    for (int i = 0; i < sets; ++i) {
+      ins[i] = in_pool + i * in_stride;
+      outs[i] = out_pool + i * out_stride;
+    }
+    const uint64_t seed = 0xB5A1D000ULL + bytes;
+    // Random inputs in every set; verify set 0's output before timing.
+    for (int i = 0; i < sets; ++i) fill_pattern(ins[i], a.dtype, c.in, seed, team.rank(), 0, s);
+    BRAID_CUDA_CHECK(cudaMemsetAsync(outs[0], 0xFF, c.out * es, s));  // poison: NaN in every dtype
+    enqueue(a.op, ins[0], outs[0], c, a.dtype, team, s);
+    team.synchronize(s, "nccl bench verification run");
+    size_t wrong = count_wrong(a.op, outs[0], a.dtype, c.out, seed, team.rank(), world, s);
+    unsigned long long w = wrong;
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, team.mpi()));
+    wrong = static_cast<size_t>(w);
+    total_wrong += wrong;
+
+    std::vector<double> us;
+    if (a.graph) {
+      // One graph holding `sets` launches (one per buffer set); time replays, divide by `sets`.
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      BRAID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < sets; ++i) enqueue(a.op, ins[i], outs[i], c, a.dtype, team, s);
+      BRAID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+      BRAID_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+      TimingOptions t = a.timing;
+      us = time_iterations(&team, s, t, [&](int) { BRAID_CUDA_CHECK(cudaGraphLaunch(ge, s)); });
+      for (auto& x : us) x /= sets;
+      BRAID_CUDA_CHECK(cudaGraphExecDestroy(ge));
+      BRAID_CUDA_CHECK(cudaGraphDestroy(g));
+    } else {
+      us = time_iterations(&team, s, a.timing, [&](int i) {
+        const int k = i % sets;
+        enqueue(a.op, ins[k], outs[k], c, a.dtype, team, s);
+      });
+    }
+    const Stats st = summarize(us);
+    const size_t size_bytes = std::max(c.in, c.out) * es;
+    const double algbw = size_bytes / (st.median_us * 1e-6) / 1e9;
+    const double busbw = algbw * busbw_factor(a.op, world);
+    busbw_sum += busbw;
+    ++rows;
+    if (team.rank() == 0) {
+      std::printf("  %12zu %12zu %6s %6s %10.2f %10.2f %10.2f %9.2f %9.2f %7zu\n", size_bytes, std::max(c.in, c.out),
+                  dtype_name(a.dtype), a.op == "allgather" || a.op == "alltoall" ? "none" : "sum", st.median_us,
+                  st.p10_us, st.p90_us, algbw, busbw, wrong);
+      Json j;
+      j.add("op", a.op).add("algo", std::string("nccl")).add("dtype", dtype_name(a.dtype)).add("world", world)
+          .add("bytes", size_bytes).add("count", std::max(c.in, c.out)).add("time_us", st.median_us)
+          .add("p10_us", st.p10_us).add("p90_us", st.p90_us).add("iters", st.iters).add("algbw", algbw)
+          .add("busbw", busbw).add("baseline_algo", std::string("nccl")).add("baseline_time_us", st.median_us)
+          .add("speedup", 1.0).add("correct", wrong == 0).add("wrong", wrong).add("graph", a.graph)
+          .add("buffer_sets", sets).add_context(a.ctx);
+      append_jsonl(a.json, j.str());
+    }
+    if (bytes >= a.max_bytes) break;
+  }
+  if (team.rank() == 0) {
+    std::printf("# Out of bounds values : %zu %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %.2f GB/s\n", rows ? busbw_sum / rows : 0.0);
+  }
+  cudaFree(in_pool);
+  cudaFree(out_pool);
+  return total_wrong;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Peer bandwidth
+
+namespace {
+// 16-byte vector copy with a grid-stride loop; `src` or `dst` is a peer's memory.
+__global__ void copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst, size_t n16) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n16; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+__global__ void compare_kernel(const uint32_t* a, const uint32_t* b, size_t n, unsigned long long* wrong) {
+  unsigned long long w = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    w += a[i] != b[i];
+  if (w) atomicAdd(wrong, w);
+}
+}  // namespace
+
+size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
+  if (team.size() < 2) throw UnavailableError("p2p bench needs 2 ranks", __FILE__, __LINE__);
+  if (!team.peer_ok()) throw UnavailableError("p2p bench needs peer memory: " + team.peer_status(), __FILE__, __LINE__);
+  SymmetricBuffer buf(team, a.bytes);
+  void* src = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&src, a.bytes));
+  cudaStream_t s = team.stream();
+  fill_pattern(buf.local(), DType::kFP32, a.bytes / 4, 7, team.rank(), 0, s);
+  fill_pattern(src, DType::kFP32, a.bytes / 4, 11, team.rank(), 0, s);
+  team.synchronize(s, "p2p setup");
+  team.barrier();
+  const size_t n16 = a.bytes / 16;
+  size_t total_wrong = 0;
+  if (team.rank() == 0) {
+    std::printf("# braid bench p2p: rank 0 <-> rank 1, %s per transfer, median of %d\n", format_size(a.bytes).c_str(),
+                a.timing.iters);
+    std::printf("# %-18s %7s %10s %10s %7s\n", "method", "blocks", "time(us)", "GB/s", "#wrong");
+  }
+  struct Case {
+    std::string method;
+    int blocks;
+  };
+  std::vector<Case> cases{{"copy-engine", 0}};
+  for (int b : a.blocks) cases.push_back({"sm-push", b});
+  for (int b : a.blocks) cases.push_back({"sm-pull", b});
+  for (const auto& cs : cases) {
+    // Only rank 0 moves data; rank 1's buffer is the remote end. Both ranks follow the same sequence.
+    std::vector<double> us;
+    unsigned long long wrong = 0;
+    if (team.rank() == 0) {
+      void* remote = buf.peer(1);
+      auto op = [&](int) {
+        if (cs.method == "copy-engine") {
+          BRAID_CUDA_CHECK(cudaMemcpyAsync(remote, src, a.bytes, cudaMemcpyDefault, s));
+        } else if (cs.method == "sm-push") {
+          copy_kernel<<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(src), static_cast<int4*>(remote), n16);
+          BRAID_CHECK_LAUNCH();
+        } else {
+          copy_kernel<<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(remote), static_cast<int4*>(buf.local()), n16);
+          BRAID_CHECK_LAUNCH();
+        }
+      };
+      us = time_iterations(nullptr, s, a.timing, op);
+      // Verify: the destination equals the source.
+      unsigned long long* d = nullptr;
+      BRAID_CUDA_CHECK(cudaMalloc(&d, sizeof(*d)));
+      BRAID_CUDA_CHECK(cudaMemset(d, 0, sizeof(*d)));
+      const uint32_t* x = static_cast<const uint32_t*>(cs.method == "sm-pull" ? remote : src);
+      const uint32_t* y = static_cast<const uint32_t*>(cs.method == "sm-pull" ? buf.local() : remote);
+      compare_kernel<<<264, 512, 0, s>>>(x, y, a.bytes / 4, d);
+      BRAID_CHECK_LAUNCH();
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(&wrong, d, sizeof(wrong), cudaMemcpyDeviceToHost, s));
+      BRAID_CUDA_CHECK(cudaStreamSynchronize(s));
+      cudaFree(d);
+      const Stats st = summarize(us);
+      const double gbs = a.bytes / (st.median_us * 1e-6) / 1e9;
+      std::printf("  %-18s %7d %10.2f %10.2f %7llu\n", cs.method.c_str(), cs.blocks, st.median_us, gbs, wrong);
+      Json j;
+      j.add("op", std::string("p2p-copy")).add("algo", cs.method).add("dtype", std::string("bytes")).add("world", 2)
+          .add("bytes", a.bytes).add("blocks", cs.blocks).add("time_us", st.median_us).add("p10_us", st.p10_us)
+          .add("p90_us", st.p90_us).add("iters", st.iters).add("algbw", gbs).add("busbw", gbs)
+          .add("baseline_algo", std::string("copy-engine")).add("correct", wrong == 0).add("wrong", (size_t)wrong)
+          .add_context(a.ctx);
+      append_jsonl(a.json, j.str());
+      total_wrong += wrong;
+    }
+    team.barrier();
+  }
+  cudaFree(src);
+  return total_wrong;
+}
+
+}  // namespace braid::bench

@@ -1,0 +1,139 @@
+// braid — command-line entry point. Every subcommand's errors arrive here as braid::Error.
+//
+//   braid info [--no-probe] [--count]
+//   braid bench nccl --op allreduce|reducescatter|allgather|alltoall -b 64K -e 1G -f 2 [--dtype bf16]
+//                    [--iters 50] [--warmup 10] [--graph] [--json FILE]
+//   braid bench p2p [--bytes 256M] [--json FILE]
+// Multi-GPU commands run one process per GPU: mpirun -np <GPUs> braid bench ...
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/info.hpp"
+#include "braid/runtime.hpp"
+
+namespace {
+
+using braid::UsageError;
+
+const char* kUsage =
+    "usage: braid <command> [options]\n"
+    "  info [--no-probe] [--count]       GPUs, links, probed peer access, versions\n"
+    "  bench nccl --op OP -b MIN -e MAX -f FACTOR [--dtype bf16|fp16|fp32] [--iters N] [--warmup N]\n"
+    "             [--graph] [--json FILE]  NCCL baseline sweep (OP: allreduce reducescatter allgather alltoall)\n"
+    "  bench p2p [--bytes 256M] [--json FILE]\n"
+    "                                    rank0<->rank1 bandwidth: copy engine, SM push, SM pull\n"
+    "Multi-GPU commands: mpirun -np <GPUs> braid bench ...\n";
+
+// --key value / --flag options after the subcommand words.
+struct Options {
+  std::vector<std::string> words;
+  std::map<std::string, std::string> kv;
+  bool has(const std::string& k) const { return kv.count(k) > 0; }
+  std::string get(const std::string& k, const std::string& d) const {
+    auto it = kv.find(k);
+    return it == kv.end() ? d : it->second;
+  }
+};
+
+Options parse(int argc, char** argv, const std::vector<std::string>& flags) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("-", 0) == 0) {
+      std::string k = a;
+      bool is_flag = false;
+      for (const auto& f : flags) is_flag |= (f == k);
+      if (is_flag) {
+        o.kv[k] = "1";
+      } else {
+        if (i + 1 >= argc) throw UsageError("option " + k + " needs a value", __FILE__, __LINE__);
+        o.kv[k] = argv[++i];
+      }
+    } else {
+      o.words.push_back(a);
+    }
+  }
+  return o;
+}
+
+int cmd_info(const Options& o) {
+  if (o.has("--count")) {
+    std::cout << braid::visible_gpu_count() << "\n";
+    return 0;
+  }
+  int argc = 0;
+  char** argv = nullptr;
+  braid::Runtime rt(&argc, &argv, /*need_gpu=*/false);
+  braid::print_info(std::cout, !o.has("--no-probe"));
+  return 0;
+}
+
+braid::bench::TimingOptions timing(const Options& o, int warmup, int iters) {
+  braid::bench::TimingOptions t;
+  t.warmup = std::stoi(o.get("--warmup", std::to_string(warmup)));
+  t.iters = std::stoi(o.get("--iters", std::to_string(iters)));
+  if (t.iters < 1 || t.warmup < 0) throw UsageError("--iters must be >= 1 and --warmup >= 0", __FILE__, __LINE__);
+  return t;
+}
+
+int cmd_bench(int argc, char** argv, const Options& o) {
+  if (o.words.size() < 2) throw UsageError(std::string("bench needs a target\n") + kUsage, __FILE__, __LINE__);
+  const std::string what = o.words[1];
+  braid::Runtime rt(&argc, &argv);
+  braid::Team team(rt);
+  const auto ctx = braid::bench::make_context(argc, argv, team.size());
+  if (what == "nccl") {
+    braid::bench::NcclBenchArgs a;
+    a.op = o.get("--op", "allreduce");
+    a.min_bytes = braid::bench::parse_size(o.get("-b", "64K"));
+    a.max_bytes = braid::bench::parse_size(o.get("-e", "1G"));
+    a.factor = std::stod(o.get("-f", "2"));
+    if (a.factor <= 1.0) throw UsageError("-f must be > 1", __FILE__, __LINE__);
+    a.dtype = braid::bench::parse_dtype(o.get("--dtype", "bf16"));
+    a.timing = timing(o, 10, 50);
+    a.graph = o.has("--graph");
+    a.json = o.get("--json", "");
+    a.ctx = ctx;
+    return braid::bench::run_nccl_bench(team, a) == 0 ? 0 : 3;
+  }
+  if (what == "p2p") {
+    braid::bench::P2pBenchArgs a;
+    a.bytes = braid::bench::parse_size(o.get("--bytes", "256M"));
+    a.timing = timing(o, 5, 20);
+    a.json = o.get("--json", "");
+    a.ctx = ctx;
+    return braid::bench::run_p2p_bench(team, a) == 0 ? 0 : 3;
+  }
+  throw UsageError("unknown bench target '" + what + "'\n" + kUsage, __FILE__, __LINE__);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv, {"--graph", "--count", "--no-probe", "--help", "-h"});
+    if (o.words.empty() || o.has("--help") || o.has("-h") || o.words[0] == "help") {
+      std::cout << kUsage;
+      return o.words.empty() && !o.has("--help") && !o.has("-h") ? 1 : 0;
+    }
+    const std::string cmd = o.words[0];
+    if (cmd == "info") return cmd_info(o);
+    if (cmd == "bench") return cmd_bench(argc, argv, o);
+    throw UsageError("unknown command '" + cmd + "'\n" + kUsage, __FILE__, __LINE__);
+  } catch (const braid::UnavailableError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const braid::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[braid error] rank %d: %s\n", braid::current_rank(), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,70 @@
+// CPU: sizes, statistics, bus-bandwidth factors and JSON rows of the benchmark harness.
+#include <gtest/gtest.h>
+
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+
+using namespace braid::bench;
+
+TEST(Harness, ParseAndFormatSizes) {
+  EXPECT_EQ(parse_size("64K"), 65536u);
+  EXPECT_EQ(parse_size("1G"), size_t(1) << 30);
+  EXPECT_EQ(parse_size("256M"), size_t(256) << 20);
+  EXPECT_EQ(parse_size("512"), 512u);
+  EXPECT_EQ(parse_size("1.5K"), 1536u);
+  EXPECT_THROW(parse_size("12Q"), braid::UsageError);
+  EXPECT_THROW(parse_size(""), braid::UsageError);
+  EXPECT_EQ(format_size(65536), "64K");
+  EXPECT_EQ(format_size(size_t(1) << 30), "1G");
+  EXPECT_EQ(format_size(1536), "1.5K");
+}
+
+TEST(Harness, SummaryIsOrderStatistics) {
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);
+  const Stats s = summarize(v);
+  EXPECT_EQ(s.iters, 100);
+  EXPECT_DOUBLE_EQ(s.median_us, 50.5);
+  EXPECT_DOUBLE_EQ(s.p10_us, 10);
+  EXPECT_DOUBLE_EQ(s.p90_us, 90);
+  EXPECT_DOUBLE_EQ(s.min_us, 1);
+  EXPECT_DOUBLE_EQ(summarize({3, 1, 2}).median_us, 2);
+}
+
+TEST(Harness, BusBandwidthFactorsFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(busbw_factor("allreduce", 2), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor("allreduce", 8), 1.75);
+  EXPECT_DOUBLE_EQ(busbw_factor("reducescatter", 8), 0.875);
+  EXPECT_DOUBLE_EQ(busbw_factor("allgather", 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor("alltoall", 4), 0.75);
+}
+
+TEST(Harness, DtypesParseAndSize) {
+  EXPECT_EQ(parse_dtype("bf16"), DType::kBF16);
+  EXPECT_EQ(dtype_size(DType::kFP32), 4u);
+  EXPECT_THROW(parse_dtype("int3"), braid::UsageError);
+}
+
+TEST(Harness, JsonRowsCarryTheSchemaFields) {
+  Context c;
+  c.card = "NVIDIA H100 80GB HBM3";
+  c.date = "2026-11-25T00:00:00Z";
+  c.commit = "abc";
+  c.command = "braid bench nccl --op \"allreduce\"";
+  Json j;
+  j.add("op", "allreduce").add("world", 2).add("time_us", 12.5).add("correct", true).add_context(c);
+  const std::string s = j.str();
+  EXPECT_EQ(s.front(), '{');
+  EXPECT_NE(s.find("\"op\": \"allreduce\""), std::string::npos) << s;
+  EXPECT_NE(s.find("\"world\": 2"), std::string::npos) << s;
+  EXPECT_NE(s.find("\"time_us\": 12.5"), std::string::npos) << s;
+  EXPECT_NE(s.find("\"correct\": true"), std::string::npos) << s;
+  EXPECT_NE(s.find("--op \\\"allreduce\\\""), std::string::npos) << s;
+  EXPECT_EQ(card_tag(c.card, 2), "h100x2");
+}
+
+TEST(Harness, RotationSpansTwiceTheL2) {
+  const int sets = rotation_sets(size_t(1) << 20);
+  EXPECT_GE(static_cast<size_t>(sets) << 20, size_t(2) * (40u << 20));  // any L2 of >= 40 MiB
+  EXPECT_EQ(rotation_sets(size_t(1) << 30), 1);
+}

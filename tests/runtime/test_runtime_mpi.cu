@@ -1,0 +1,236 @@
+// Multi-rank (one process per GPU, under mpirun): symmetric memory in both directions, a flag/barrier
+// stress with stale-value checks, bounded waits, and a rank that leaves early.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "braid/runtime.hpp"
+#include "braid/signal_device.cuh"
+
+namespace {
+
+uint32_t pattern(int writer, int owner, size_t i) {
+  return static_cast<uint32_t>(0x01000193u * (writer + 1) ^ (0x9E3779B1u * (owner + 3)) ^ (i * 2654435761u));
+}
+
+// Each rank pushes into region [rank] of every peer's buffer (remote stores).
+__global__ void push_kernel(uint32_t* const* peers, int world, int rank, size_t words) {
+  for (int r = 0; r < world; ++r)
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x)
+      peers[r][rank * words + i] = static_cast<uint32_t>(0x01000193u * (rank + 1) ^ (0x9E3779B1u * (r + 3)) ^
+                                                         (i * 2654435761u));
+}
+// Each rank pulls region [r] of peer r's buffer into its own scratch (remote loads).
+__global__ void pull_kernel(uint32_t* const* peers, int world, int rank, size_t words, uint32_t* out) {
+  for (int r = 0; r < world; ++r)
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x)
+      out[r * words + i] = peers[r][r * words + i];  // what peer r received from itself
+}
+
+TEST(Runtime, WorldTeamHasPeerMemory) {
+  braid::Team team(MPI_COMM_WORLD);
+  EXPECT_TRUE(team.peer_ok()) << team.peer_status();
+  EXPECT_EQ(team.size(), [] { int n; MPI_Comm_size(MPI_COMM_WORLD, &n); return n; }());
+}
+
+TEST(Runtime, SymmetricMemoryRoundTripBothDirections) {
+  braid::Team team(MPI_COMM_WORLD);
+  ASSERT_TRUE(team.peer_ok()) << team.peer_status();
+  const int world = team.size(), rank = team.rank();
+  const size_t words = 1 << 20;  // 4 MiB per writer
+  braid::SymmetricBuffer buf(team, words * sizeof(uint32_t) * world);
+  std::vector<uint32_t*> hp(world);
+  for (int r = 0; r < world; ++r) hp[r] = buf.peer_as<uint32_t>(r);
+  uint32_t** dp = nullptr;
+  ASSERT_EQ(cudaMalloc(&dp, world * sizeof(uint32_t*)), cudaSuccess);
+  cudaMemcpy(dp, hp.data(), world * sizeof(uint32_t*), cudaMemcpyHostToDevice);
+  cudaMemset(buf.local(), 0, buf.bytes());
+  cudaDeviceSynchronize();
+  team.barrier();
+  // Push: every rank writes its region of every peer.
+  push_kernel<<<64, 256, 0, team.stream()>>>(dp, world, rank, words);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  team.synchronize("push");
+  team.barrier();
+  std::vector<uint32_t> h(words * world);
+  cudaMemcpy(h.data(), buf.local(), buf.bytes(), cudaMemcpyDeviceToHost);
+  size_t bad = 0;
+  for (int w = 0; w < world; ++w)
+    for (size_t i = 0; i < words; ++i) bad += h[w * words + i] != pattern(w, rank, i);
+  EXPECT_EQ(bad, 0u) << "push: words written by peers did not arrive";
+  // Pull: read back from every peer what that peer wrote into itself.
+  uint32_t* scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&scratch, buf.bytes()), cudaSuccess);
+  pull_kernel<<<64, 256, 0, team.stream()>>>(dp, world, rank, words, scratch);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  team.synchronize("pull");
+  cudaMemcpy(h.data(), scratch, buf.bytes(), cudaMemcpyDeviceToHost);
+  bad = 0;
+  for (int r = 0; r < world; ++r)
+    for (size_t i = 0; i < words; ++i) bad += h[r * words + i] != pattern(r, r, i);
+  EXPECT_EQ(bad, 0u) << "pull: remote loads returned wrong data";
+  team.barrier();
+  cudaFree(scratch);
+  cudaFree(dp);
+}
+
+// Each round: write the round number into every peer's data slot [rank] with a plain remote store,
+// barrier, read every slot [peer] of our own array expecting this round (a stale value is counted),
+// barrier again so nobody overwrites before everyone has read.
+__global__ void stress_kernel(braid::SignalView v, int slot, uint32_t* const* data, int rounds,
+                              unsigned long long* stale, int* completed) {
+  for (int round = 1; round <= rounds; ++round) {
+    if (threadIdx.x < static_cast<unsigned>(v.world)) data[threadIdx.x][v.rank] = static_cast<uint32_t>(round);
+    if (!braid::dev::barrier_block(v, slot, static_cast<uint32_t>(braid::OpId::kBarrier))) return;
+    if (threadIdx.x < static_cast<unsigned>(v.world)) {
+      const uint32_t got = *reinterpret_cast<volatile uint32_t*>(&data[v.rank][threadIdx.x]);
+      if (got != static_cast<uint32_t>(round)) atomicAdd(stale, 1ull);
+    }
+    if (!braid::dev::barrier_block(v, slot, static_cast<uint32_t>(braid::OpId::kBarrier))) return;
+  }
+  if (threadIdx.x == 0) *completed = rounds;
+}
+
+TEST(Runtime, FlagBarrierStress100kRounds) {
+  braid::Team team(MPI_COMM_WORLD);
+  ASSERT_TRUE(team.peer_ok()) << team.peer_status();
+  const int world = team.size();
+  const int slot = team.reserve_slots(1);
+  braid::SymmetricBuffer data(team, braid::kMaxPeers * sizeof(uint32_t));
+  cudaMemset(data.local(), 0, data.bytes());
+  std::vector<uint32_t*> hp(world);
+  for (int r = 0; r < world; ++r) hp[r] = data.peer_as<uint32_t>(r);
+  uint32_t** dp = nullptr;
+  unsigned long long* stale = nullptr;
+  int* completed = nullptr;
+  cudaMalloc(&dp, world * sizeof(uint32_t*));
+  cudaMemcpy(dp, hp.data(), world * sizeof(uint32_t*), cudaMemcpyHostToDevice);
+  cudaMalloc(&stale, sizeof(*stale));
+  cudaMalloc(&completed, sizeof(int));
+  cudaMemset(stale, 0, sizeof(*stale));
+  cudaMemset(completed, 0, sizeof(int));
+  cudaDeviceSynchronize();
+  team.barrier();
+  const int rounds = 100000;
+  const auto t0 = std::chrono::steady_clock::now();
+  stress_kernel<<<1, 32, 0, team.stream()>>>(team.signals(), slot, dp, rounds, stale, completed);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  team.synchronize("barrier stress");
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  unsigned long long h_stale = 0;
+  int h_done = 0;
+  cudaMemcpy(&h_stale, stale, sizeof(h_stale), cudaMemcpyDeviceToHost);
+  cudaMemcpy(&h_done, completed, sizeof(int), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(h_done, rounds);
+  EXPECT_EQ(h_stale, 0ull);
+  if (team.rank() == 0)
+    std::printf("[ info ] %d rounds (%d barriers) in %.3f s: %.2f us per barrier\n", rounds, 2 * rounds, sec,
+                sec * 1e6 / (2 * rounds));
+  team.barrier();
+  cudaFree(dp);
+  cudaFree(stale);
+  cudaFree(completed);
+}
+
+__global__ void wait_kernel(braid::SignalView v, int slot, int peer, uint32_t epoch) {
+  braid::dev::wait_geq(v, braid::dev::flag_at(v.local_flags, slot, peer), epoch,
+                       static_cast<uint32_t>(braid::OpId::kFlagWait), slot, peer);
+}
+
+TEST(Runtime, NeverSignalledWaitFailsWithTypedTimeout) {
+  braid::TeamOptions opt;
+  opt.timeout_s = 0.5;
+  braid::Team team(MPI_COMM_WORLD, opt);
+  ASSERT_TRUE(team.peer_ok());
+  const int slot = team.reserve_slots(1);
+  const int peer = (team.rank() + 1) % team.size();
+  wait_kernel<<<1, 1, 0, team.stream()>>>(team.signals(), slot, peer, 1u);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  try {
+    team.synchronize("never-signalled wait");
+    ADD_FAILURE() << "expected TimeoutError";
+  } catch (const braid::TimeoutError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("rank " + std::to_string(team.rank())), std::string::npos) << m;
+    EXPECT_NE(m.find("from peer " + std::to_string(peer)), std::string::npos) << m;
+    EXPECT_NE(m.find("flag-wait"), std::string::npos) << m;
+  }
+  team.barrier();
+}
+
+__global__ void one_barrier_kernel(braid::SignalView v, int slot) {
+  braid::dev::barrier_block(v, slot, static_cast<uint32_t>(braid::OpId::kBarrier));
+}
+
+// The last rank leaves before the device barrier; the others fail with a timeout naming it.
+TEST(Runtime, RankLeavingBeforeDeviceBarrierIsReportedNotHung) {
+  braid::TeamOptions opt;
+  opt.timeout_s = 1.0;
+  braid::Team team(MPI_COMM_WORLD, opt);
+  ASSERT_TRUE(team.peer_ok());
+  const int slot = team.reserve_slots(1);
+  const int leaver = team.size() - 1;
+  if (team.rank() != leaver) {
+    one_barrier_kernel<<<1, 32, 0, team.stream()>>>(team.signals(), slot);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    try {
+      team.synchronize("device barrier with a departed peer");
+      ADD_FAILURE() << "expected TimeoutError";
+    } catch (const braid::TimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("barrier"), std::string::npos) << m;
+      EXPECT_NE(m.find("from peer " + std::to_string(leaver)), std::string::npos) << m;
+    }
+  }
+  team.barrier();
+}
+
+// The last rank never joins a NCCL all-reduce; the others' bounded synchronize aborts the
+// communicator and throws instead of hanging.
+TEST(Runtime, RankLeavingBeforeNcclCallIsReportedNotHung) {
+  braid::TeamOptions opt;
+  opt.timeout_s = 3.0;
+  opt.probe_peers = false;
+  braid::Team team(MPI_COMM_WORLD, opt);
+  const int leaver = team.size() - 1;
+  float* buf = nullptr;
+  ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
+  cudaMemset(buf, 0, 1 << 20);
+  cudaDeviceSynchronize();
+  if (team.rank() != leaver) {
+    ASSERT_EQ(ncclAllReduce(buf, buf, (1 << 20) / 4, ncclFloat32, ncclSum, team.nccl(), team.stream()), ncclSuccess);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_THROW(team.synchronize("all-reduce with a departed peer"), braid::TimeoutError);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 30.0);
+    EXPECT_TRUE(team.broken());
+  } else {
+    team.abort();  // this rank "left": it drops its communicator without a collective step
+  }
+  cudaStreamSynchronize(team.stream());
+  cudaFree(buf);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Runtime, SplitCreatesSubTeamsEagerly) {
+  braid::Team team(MPI_COMM_WORLD);
+  auto sub = team.split(team.rank() % 2, team.rank());
+  ASSERT_TRUE(sub);
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  EXPECT_EQ(sub->size(), (n + 1 - team.rank() % 2) / 2);
+  // A NCCL all-reduce on the sub-team works.
+  float* d = nullptr;
+  cudaMalloc(&d, sizeof(float));
+  float one = 1.f;
+  cudaMemcpy(d, &one, sizeof(float), cudaMemcpyHostToDevice);
+  ASSERT_EQ(ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, sub->nccl(), sub->stream()), ncclSuccess);
+  sub->synchronize("sub-team all-reduce");
+  float h = 0;
+  cudaMemcpy(&h, d, sizeof(float), cudaMemcpyDeviceToHost);
+  EXPECT_EQ(h, static_cast<float>(sub->size()));
+  cudaFree(d);
+}
+
+}  // namespace
