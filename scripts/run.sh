@@ -23,6 +23,9 @@ if [ "$ngpu" -lt 2 ]; then
   echo
   echo "No multi-GPU node here ($ngpu GPU(s)). On a node with N >= 2 GPUs, make run executes:"
   for j in "${jobs[@]}"; do echo "  mpirun -np N braid $j --json <results>/<job>.jsonl"; done
+  echo
+  echo "What needs no GPU: Chimera's communication plan for a Llama-3-70B layer (TP=SP=8, PP=2):"
+  "$braid" plan --model llama3-70b --parallel tp=8,sp=8,pp=2 --seq 8192
   exit 0
 fi
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200|B200|A100' | tr A-Z a-z || echo gpu)

@@ -14,6 +14,7 @@
 
 #include "braid/bench.hpp"
 #include "braid/errors.hpp"
+#include "braid/fusion.hpp"
 #include "braid/info.hpp"
 #include "braid/runtime.hpp"
 
@@ -27,6 +28,8 @@ const char* kUsage =
     "  bench nccl --op OP -b MIN -e MAX -f FACTOR [--dtype bf16|fp16|fp32] [--iters N] [--warmup N]\n"
     "             [--graph] [--json FILE]  NCCL baseline sweep (OP: allreduce reducescatter allgather alltoall)\n"
     "  bench p2p [--bytes 256M] [--json FILE]\n"
+    "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T]\n"
+    "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
     "                                    rank0<->rank1 bandwidth: copy engine, SM push, SM pull\n"
     "Multi-GPU commands: mpirun -np <GPUs> braid bench ...\n";
 
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = o.words[0];
     if (cmd == "info") return cmd_info(o);
+    if (cmd == "plan") return braid::fusion::plan_main(argc - 1, argv + 1, std::cout);
     if (cmd == "bench") return cmd_bench(argc, argv, o);
     throw UsageError("unknown command '" + cmd + "'\n" + kUsage, __FILE__, __LINE__);
   } catch (const braid::UnavailableError& e) {
