@@ -127,3 +127,23 @@ struct P2pBenchArgs {
 size_t run_p2p_bench(Team& team, const P2pBenchArgs& a);
 
 }  // namespace braid::bench
+
+namespace braid::bench {
+
+// `braid bench allreduce`: braid's all-reduce algorithms against NCCL in the same run.
+struct AllReduceBenchArgs {
+  std::vector<std::string> algos = {"nccl", "oneshot", "twoshot", "int8", "int6", "int4"};
+  size_t min_bytes = 64 << 10, max_bytes = size_t(1) << 30;
+  double factor = 2;
+  DType dtype = DType::kBF16;
+  std::string dist = "normal";  // quantized modes' inputs: normal | student-t | outlier
+  int group = 128;
+  TimingOptions timing;
+  std::string json;
+  std::string write_table;      // write the fastest exact algorithm per size as a tuning table
+  Context ctx;
+};
+// Returns the number of rows that failed verification.
+int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a);
+
+}  // namespace braid::bench

@@ -199,4 +199,11 @@ constexpr uint64_t payload_bytes(uint64_t n, int bits) { return bits == 8 ? n : 
 constexpr uint64_t num_groups(uint64_t n, int group) { return (n + group - 1) / group; }
 constexpr uint64_t meta_bytes(uint64_t n, int group) { return num_groups(n, group) * 4; }
 
+// Elements per chunk of the two-step all-reduce of n values over `world` ranks: ceil(n / world)
+// rounded up to a multiple of the group, so groups never straddle chunks (chunk r starts at r*stride).
+constexpr uint64_t chunk_stride(uint64_t n, int world, int group) {
+  const uint64_t c = (n + static_cast<uint64_t>(world) - 1) / static_cast<uint64_t>(world);
+  return (c + static_cast<uint64_t>(group) - 1) / static_cast<uint64_t>(group) * static_cast<uint64_t>(group);
+}
+
 }  // namespace braid::quant

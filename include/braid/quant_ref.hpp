@@ -53,10 +53,7 @@ constexpr bool valid_group(int g) { return g == 32 || g == 64 || g == 128 || g =
 
 // ---- chunking ---------------------------------------------------------------------------------------
 // Stride of the W chunks: ceil(n / W) rounded up to a multiple of g.
-constexpr uint64_t chunk_stride(uint64_t n, int world, int group) {
-  const uint64_t c = (n + static_cast<uint64_t>(world) - 1) / static_cast<uint64_t>(world);
-  return (c + static_cast<uint64_t>(group) - 1) / static_cast<uint64_t>(group) * static_cast<uint64_t>(group);
-}
+// chunk_stride(n, world, group) lives in quant.hpp (shared with the device code).
 struct ChunkRange {
   uint64_t begin;
   uint64_t end;  // exclusive; begin == end for an empty chunk

@@ -6,6 +6,7 @@
 //   braid bench p2p [--bytes 256M] [--json FILE]
 // Multi-GPU commands run one process per GPU: mpirun -np <GPUs> braid bench ...
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -27,6 +28,10 @@ const char* kUsage =
     "  info [--no-probe] [--count]       GPUs, links, probed peer access, versions\n"
     "  bench nccl --op OP -b MIN -e MAX -f FACTOR [--dtype bf16|fp16|fp32] [--iters N] [--warmup N]\n"
     "             [--graph] [--json FILE]  NCCL baseline sweep (OP: allreduce reducescatter allgather alltoall)\n"
+    "  bench allreduce [--algo nccl,oneshot,twoshot,int8,int6,int4,int8-nccl,...] -b MIN -e MAX -f F\n"
+    "                  [--dtype bf16|fp16] [--dist normal|student-t|outlier] [--group 128] [--json FILE]\n"
+    "                  [--write-table tuning/allreduce.tsv]\n"
+    "                                    braid all-reduce vs NCCL, verified (quantized: vs CPU reference)\n"
     "  bench p2p [--bytes 256M] [--json FILE]\n"
     "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
@@ -104,6 +109,30 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     a.json = o.get("--json", "");
     a.ctx = ctx;
     return braid::bench::run_nccl_bench(team, a) == 0 ? 0 : 3;
+  }
+  if (what == "allreduce") {
+    braid::bench::AllReduceBenchArgs a;
+    if (o.has("--algo")) {
+      a.algos.clear();
+      std::string list = o.get("--algo", "");
+      for (size_t p = 0; p <= list.size();) {
+        const size_t q = std::min(list.find(',', p), list.size());
+        if (q > p) a.algos.push_back(list.substr(p, q - p));
+        p = q + 1;
+      }
+    }
+    a.min_bytes = braid::bench::parse_size(o.get("-b", "64K"));
+    a.max_bytes = braid::bench::parse_size(o.get("-e", "1G"));
+    a.factor = std::stod(o.get("-f", "2"));
+    if (a.factor <= 1.0) throw UsageError("-f must be > 1", __FILE__, __LINE__);
+    a.dtype = braid::bench::parse_dtype(o.get("--dtype", "bf16"));
+    a.dist = o.get("--dist", "normal");
+    a.group = std::stoi(o.get("--group", "128"));
+    a.timing = timing(o, 10, 50);
+    a.json = o.get("--json", "");
+    a.write_table = o.get("--write-table", "");
+    a.ctx = ctx;
+    return braid::bench::run_allreduce_bench(team, a) == 0 ? 0 : 3;
   }
   if (what == "p2p") {
     braid::bench::P2pBenchArgs a;

@@ -1,4 +1,5 @@
 // Runtime, Team, SymmetricBuffer: MPI bootstrap, NCCL communicators, CUDA IPC peer memory, signals.
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -47,6 +48,10 @@ Runtime::Runtime(int* argc, char*** argv, bool need_gpu) {
   BRAID_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   BRAID_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   set_current_rank(rank_);
+  // Connect NCCL's transports at communicator creation, not lazily inside the first collective: a
+  // lazy connect blocks the host inside the NCCL call when a peer is missing, before any bounded
+  // wait of ours can run. The user's own setting wins.
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   MPI_Comm local;
   BRAID_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   BRAID_MPI_CHECK(MPI_Comm_rank(local, &local_rank_));

@@ -198,6 +198,9 @@ TEST(Runtime, RankLeavingBeforeNcclCallIsReportedNotHung) {
   ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
   cudaMemset(buf, 0, 1 << 20);
   cudaDeviceSynchronize();
+  // Everyone takes part once (connections are up, as in any running job); then one rank leaves.
+  ASSERT_EQ(ncclAllReduce(buf, buf, (1 << 20) / 4, ncclFloat32, ncclSum, team.nccl(), team.stream()), ncclSuccess);
+  team.synchronize("all-reduce with every rank");
   if (team.rank() != leaver) {
     ASSERT_EQ(ncclAllReduce(buf, buf, (1 << 20) / 4, ncclFloat32, ncclSum, team.nccl(), team.stream()), ncclSuccess);
     const auto t0 = std::chrono::steady_clock::now();

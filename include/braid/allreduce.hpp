@@ -1,0 +1,103 @@
+// braid/allreduce.hpp — all-reduce over symmetric peer memory: bf16/fp16 one-shot and two-shot, and
+// Flash Communication's quantized two-step all-reduce (INT8, INT6 = INT4 then INT8, INT4), plus the
+// same quantized algorithm over NCCL as transport (works across nodes and without peer access).
+//
+//   braid::AllReducer ar(team);                           // collective: allocates the workspaces
+//   ar.run(in, out, count, DType::kBF16, stream);         // exact (sum, fp32 accumulation)
+//   ar.run(in, out, count, DType::kBF16, stream, {.precision = Precision::kInt8});   // lossy: asked for
+//
+// Every algorithm is deterministic: a fixed reduction order (rank 0, 1, ..., W-1) in fp32, and every
+// rank (the owner of a chunk too) reads the same bytes, so all ranks end with bit-identical outputs.
+// Calls are CUDA-graph capturable (no host synchronisation, static workspaces). Consecutive calls on
+// one AllReducer must be issued in the same order on every rank (as for NCCL).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/bench.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid {
+
+using bench::DType;
+
+enum class Precision { kExact, kInt8, kInt6, kInt4 };
+enum class ArAlgo {
+  kAuto,
+  kNccl,      // ncclAllReduce
+  kOneShot,   // push the whole buffer to every peer, each rank reduces everything
+  kTwoShot,   // reduce-scatter by remote stores, then all-gather by remote stores
+  kQuantP2P,  // Flash Communication two-step, fused, over peer memory
+  kQuantNccl  // Flash Communication two-step, NCCL all-to-all + all-gather as transport
+};
+const char* algo_name(ArAlgo a);
+const char* precision_name(Precision p);
+// "nccl", "oneshot", "twoshot", "int8", "int6", "int4", "int8-nccl", ... -> (algo, precision).
+bool parse_algo(const std::string& s, ArAlgo* algo, Precision* precision);
+
+struct AllReduceOptions {
+  Precision precision = Precision::kExact;  // lossy modes are only ever used when asked for here
+  ArAlgo algo = ArAlgo::kAuto;              // kAuto: from the tuning table (tuning/allreduce.tsv)
+  int group = 128;                          // quantization group size: 32, 64, 128 or 256
+  bool debug_check_counts = false;          // host check that every rank passed the same count
+};
+
+struct AllReducerConfig {
+  size_t oneshot_max_bytes = size_t(16) << 20;   // largest message the one-shot workspace holds
+  size_t piece_elems = size_t(32) << 20;         // elements per launch for two-shot / quantized
+  int oneshot_blocks = 64;
+  int twoshot_blocks = 128;
+  int quant_blocks = 132;
+  int threads = 512;
+};
+
+class AllReducer {
+ public:
+  explicit AllReducer(Team& team, AllReducerConfig cfg = {});
+  ~AllReducer();
+  AllReducer(const AllReducer&) = delete;
+  AllReducer& operator=(const AllReducer&) = delete;
+
+  // out may equal in. Pointers 16-byte aligned; dtype bf16 or fp16 (fp32 only through NCCL).
+  void run(const void* in, void* out, size_t count, DType dtype, cudaStream_t stream,
+           const AllReduceOptions& opt = {});
+  // The algorithm run() would use.
+  ArAlgo choose(size_t count, DType dtype, const AllReduceOptions& opt) const;
+  Team& team() const { return team_; }
+
+ private:
+  void run_oneshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
+  void run_twoshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
+  void run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
+                     int group);
+  void run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
+                      int group);
+
+  Team& team_;
+  AllReducerConfig cfg_;
+  struct Tuning {
+    int world;
+    std::string dtype, precision;
+    size_t max_bytes;
+    ArAlgo algo;
+  };
+  std::vector<Tuning> table_;
+  // Symmetric workspaces (null without peer access) and local buffers for the NCCL transport.
+  std::unique_ptr<SymmetricBuffer> ws_oneshot_, ws_twoshot_, ws_quant_;
+  size_t oneshot_slot_ = 0, twoshot_slot_ = 0, quant_slot_ = 0;
+  int slot_oneshot_ = 0, slot_twoshot_ = 0, slot_quant_ = 0;
+  void* nccl_send_ = nullptr;
+  void* nccl_recv_ = nullptr;
+  void* nccl_ag_ = nullptr;
+  size_t nccl_slot_ = 0;
+};
+
+// The built-in tuning table (tuning/allreduce.tsv, embedded at build time): "world dtype precision
+// max_bytes algo" per line.
+const char* builtin_allreduce_table();
+
+}  // namespace braid

@@ -1,0 +1,295 @@
+// `braid bench allreduce`: every algorithm verified, then timed, beside NCCL in the same process.
+//
+// Verification: exact algorithms (nccl, oneshot, twoshot) run on half-integer data whose sums are
+// exact, and must match the expected sum bit for bit on every rank. Quantized algorithms run on data
+// from the chosen distribution; up to kRefElems elements per rank their output must equal the CPU
+// reference (braid/quant_ref.hpp) bit for bit (up to the sign of zero) on every rank; above it, the
+// input is the kRefElems block tiled, outputs must be identical on all ranks and their normalized RMS
+// error against an fp32 NCCL reference must stay within 1.2x of the error at the bit-checked size.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "braid/allreduce.hpp"
+#include "braid/bench.hpp"
+#include "braid/dist.hpp"
+#include "braid/quant_ref.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid::bench {
+namespace {
+
+constexpr size_t kRefElems = size_t(4) << 20;
+
+__global__ void to_f32_kernel(const uint16_t* in, float* out, size_t n, int dt) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = dt == 0 ? quant::bf16_bits_to_float(in[i]) : quant::half_bits_to_float(in[i]);
+}
+// sums[0] += (out - ref)^2, sums[1] += ref^2, sums[2] = max |out - ref| (as ordered bits), sums[3]: NaNs,
+// sums[4]: 64-bit hash of the output bits (order-independent sum of mixed values).
+__global__ void error_kernel(const uint16_t* out, const float* ref, size_t n, int dt, double* sums,
+                             unsigned long long* extra) {
+  double se = 0, sr = 0;
+  float mx = 0;
+  unsigned long long nan = 0, hash = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float o = dt == 0 ? quant::bf16_bits_to_float(out[i]) : quant::half_bits_to_float(out[i]);
+    if (!(o == o)) ++nan;
+    const double d = static_cast<double>(o) - ref[i];
+    se += d * d;
+    sr += static_cast<double>(ref[i]) * ref[i];
+    mx = fmaxf(mx, fabsf(static_cast<float>(d)));
+    unsigned long long h = (static_cast<unsigned long long>(out[i]) + 0x9E3779B97F4A7C15ULL) * (i * 2 + 1);
+    h ^= h >> 29;
+    hash += h;
+  }
+  atomicAdd(&sums[0], se);
+  atomicAdd(&sums[1], sr);
+  atomicMax(reinterpret_cast<unsigned int*>(&extra[0]), __float_as_uint(mx));  // non-negative floats order as uints
+  atomicAdd(&extra[1], nan);
+  atomicAdd(&extra[2], hash);
+}
+
+struct ErrorStats {
+  double nrms = 0, max_abs = 0;
+  unsigned long long nans = 0, hash = 0;
+};
+
+ErrorStats device_error(const void* out, const float* ref, size_t n, DType t, cudaStream_t s) {
+  double* d = nullptr;
+  unsigned long long* e = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&d, 2 * sizeof(double)));
+  BRAID_CUDA_CHECK(cudaMalloc(&e, 3 * sizeof(unsigned long long)));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(d, 0, 2 * sizeof(double), s));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(e, 0, 3 * sizeof(unsigned long long), s));
+  error_kernel<<<528, 256, 0, s>>>(static_cast<const uint16_t*>(out), ref, n, t == DType::kBF16 ? 0 : 1, d, e);
+  BRAID_CHECK_LAUNCH();
+  double hd[2];
+  unsigned long long he[3];
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(hd, d, sizeof hd, cudaMemcpyDeviceToHost, s));
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(he, e, sizeof he, cudaMemcpyDeviceToHost, s));
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaFree(d);
+  cudaFree(e);
+  ErrorStats r;
+  r.nrms = hd[1] > 0 ? std::sqrt(hd[0] / hd[1]) : 0;
+  unsigned int mxb = static_cast<unsigned int>(he[0]);
+  float mx;
+  std::memcpy(&mx, &mxb, 4);
+  r.max_abs = mx;
+  r.nans = he[1];
+  r.hash = he[2];
+  return r;
+}
+
+quant::Dtype qdtype(DType t) { return t == DType::kBF16 ? quant::Dtype::bf16 : quant::Dtype::fp16; }
+
+}  // namespace
+
+int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
+  if (a.dtype == DType::kFP32) throw UsageError("bench allreduce: bf16 or fp16", __FILE__, __LINE__);
+  const auto dist = braid::dist::parse_distribution(a.dist);
+  if (!dist) throw UsageError("unknown distribution '" + a.dist + "'", __FILE__, __LINE__);
+  const int W = team.size(), rank = team.rank();
+  const size_t es = dtype_size(a.dtype);
+  cudaStream_t s = team.stream();
+  AllReducer ar(team);
+
+  std::vector<std::string> algos = a.algos;
+  if (std::find(algos.begin(), algos.end(), "nccl") == algos.end()) algos.insert(algos.begin(), "nccl");
+  for (const auto& name : algos) {
+    ArAlgo al;
+    Precision p;
+    if (!parse_algo(name, &al, &p)) throw UsageError("unknown all-reduce algorithm '" + name + "'", __FILE__, __LINE__);
+  }
+
+  // Pools: inputs and outputs, >= 128 MiB each, sliced into rotation sets.
+  const size_t max_count = a.max_bytes / es;
+  const size_t pool = std::max<size_t>(max_count * es, size_t(128) << 20);
+  char *in_pool = nullptr, *out_pool = nullptr;
+  float* ref = nullptr;  // fp32 reference sum (quantized modes above kRefElems)
+  float* ref_in = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&in_pool, pool));
+  BRAID_CUDA_CHECK(cudaMalloc(&out_pool, pool));
+  BRAID_CUDA_CHECK(cudaMalloc(&ref, max_count * sizeof(float)));
+  BRAID_CUDA_CHECK(cudaMalloc(&ref_in, max_count * sizeof(float)));
+
+  // Quantized inputs: a block of up to kRefElems values per rank from the distribution (the same
+  // generator on every rank, so each rank can also compute the CPU reference for all ranks).
+  const size_t block = std::min(kRefElems, max_count);
+  std::vector<std::vector<uint16_t>> qin(W);
+  for (int r = 0; r < W; ++r) {
+    const auto f = braid::dist::generate(*dist, block, 0xF1A5C0DEULL, r);
+    qin[r] = quant::to_bits(f, qdtype(a.dtype));
+  }
+  std::map<std::string, double> nrms_at_ref;  // per quantized algorithm: nRMS at the last bit-checked size
+
+  if (rank == 0) {
+    std::printf("# braid bench allreduce: %s, %d ranks, quantized inputs '%s', group %d, %d+%d iterations, median "
+                "of the slowest rank; busbw on the original %s bytes\n",
+                dtype_name(a.dtype), W, a.dist.c_str(), a.group, a.timing.warmup, a.timing.iters, dtype_name(a.dtype));
+    std::printf("# %10s %-11s %10s %9s %9s %8s %8s %10s %9s  %s\n", "size(B)", "algo", "time(us)", "p10", "p90",
+                "busbw", "speedup", "nrms", "max_err", "verdict");
+  }
+  int failures = 0;
+  std::vector<std::pair<size_t, std::string>> fastest_exact;
+  for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
+       bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
+    const size_t n = bytes / es;
+    if (n == 0) continue;
+    const size_t stride = (n * es + 255) / 256 * 256;
+    const int sets = static_cast<int>(std::min<size_t>(rotation_sets(2 * stride), pool / stride));
+    double nccl_us = 0;
+    double best_exact = 1e30;
+    std::string best_exact_name;
+    bool have_qin = false, have_ref = false;
+    for (const auto& name : algos) {
+      ArAlgo al;
+      Precision prec;
+      parse_algo(name, &al, &prec);
+      AllReduceOptions opt;
+      opt.algo = al;
+      opt.precision = prec;
+      opt.group = a.group;
+      const bool quant_mode = prec != Precision::kExact;
+      char* in0 = in_pool;
+      char* out0 = out_pool;
+      // ---- inputs
+      if (!quant_mode) {
+        for (int i = 0; i < sets; ++i) fill_pattern(in_pool + i * stride, a.dtype, n, 0xA11ULL + n, rank, 0, s);
+        have_qin = false;
+      } else if (!have_qin) {
+        const size_t first = std::min(n, block);
+        BRAID_CUDA_CHECK(cudaMemcpyAsync(in0, qin[rank].data(), first * es, cudaMemcpyHostToDevice, s));
+        for (size_t done = first; done < n;) {  // tile the block
+          const size_t c = std::min(done, n - done);
+          BRAID_CUDA_CHECK(cudaMemcpyAsync(in0 + done * es, in0, c * es, cudaMemcpyDeviceToDevice, s));
+          done += c;
+        }
+        for (int i = 1; i < sets; ++i)
+          BRAID_CUDA_CHECK(cudaMemcpyAsync(in_pool + i * stride, in0, n * es, cudaMemcpyDeviceToDevice, s));
+        have_qin = true;
+      }
+      // ---- verify
+      BRAID_CUDA_CHECK(cudaMemsetAsync(out0, 0xFF, n * es, s));
+      ar.run(in0, out0, n, a.dtype, s, opt);
+      team.synchronize(s, "all-reduce verification run");
+      bool ok = true;
+      double nrms = 0, max_err = 0;
+      std::string why;
+      if (!quant_mode) {
+        const size_t wrong = count_wrong("allreduce", out0, a.dtype, n, 0xA11ULL + n, rank, W, s);
+        ok = wrong == 0;
+        if (!ok) why = std::to_string(wrong) + " wrong";
+      } else {
+        if (n <= block) {
+          std::vector<std::vector<uint16_t>> ins(W);
+          for (int r = 0; r < W; ++r) ins[r].assign(qin[r].begin(), qin[r].begin() + n);
+          const auto expect = quant::reference_allreduce(
+              prec == Precision::kInt8 ? quant::Mode::int8 : prec == Precision::kInt6 ? quant::Mode::int6 : quant::Mode::int4,
+              a.group, qdtype(a.dtype), ins);
+          std::vector<uint16_t> got(n);
+          BRAID_CUDA_CHECK(cudaMemcpy(got.data(), out0, n * es, cudaMemcpyDeviceToHost));
+          size_t diff = 0;
+          for (size_t i = 0; i < n; ++i)
+            if (got[i] != expect[i] && ((got[i] | expect[i]) & 0x7fffu) != 0) ++diff;  // +0 == -0
+          if (diff) {
+            ok = false;
+            why = std::to_string(diff) + " differ from CPU reference";
+          }
+        }
+        // Error against an fp32 NCCL sum of the same inputs; identical on all ranks.
+        if (!have_ref) {
+          to_f32_kernel<<<528, 256, 0, s>>>(reinterpret_cast<const uint16_t*>(in0), ref_in, n,
+                                            a.dtype == DType::kBF16 ? 0 : 1);
+          BRAID_CHECK_LAUNCH();
+          BRAID_NCCL_CHECK(ncclAllReduce(ref_in, ref, n, ncclFloat32, ncclSum, team.nccl(), s));
+          team.synchronize(s, "fp32 reference");
+          have_ref = true;
+        }
+        const ErrorStats e = device_error(out0, ref, n, a.dtype, s);
+        nrms = e.nrms;
+        max_err = e.max_abs;
+        const double hmin = team.allreduce_min(static_cast<double>(e.hash));
+        const double hmax = team.allreduce_max(static_cast<double>(e.hash));
+        if (hmin != hmax) {
+          ok = false;
+          why += " ranks differ";
+        }
+        if (e.nans) {
+          ok = false;
+          why += " NaN";
+        }
+        if (n <= block) {
+          nrms_at_ref[name] = nrms;
+        } else if (nrms_at_ref.count(name) && nrms > 1.2 * nrms_at_ref[name] + 1e-12) {
+          ok = false;
+          why += " error above the bit-checked size's";
+        }
+      }
+      int all_ok = ok ? 1 : 0;
+      BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, team.mpi()));
+      ok = all_ok != 0;
+      // ---- time
+      const auto us = time_iterations(&team, s, a.timing, [&](int i) {
+        const int k = i % sets;
+        ar.run(in_pool + k * stride, out_pool + k * stride, n, a.dtype, s, opt);
+      });
+      const Stats st = summarize(us);
+      if (name == "nccl") nccl_us = st.median_us;
+      if (!quant_mode && ok && st.median_us < best_exact) {
+        best_exact = st.median_us;
+        best_exact_name = name;
+      }
+      const double algbw = n * es / (st.median_us * 1e-6) / 1e9;
+      const double busbw = algbw * busbw_factor("allreduce", W);
+      const double speedup = nccl_us > 0 ? nccl_us / st.median_us : 1.0;
+      if (!ok) ++failures;
+      if (rank == 0) {
+        std::printf("  %10zu %-11s %10.2f %9.2f %9.2f %8.1f %7.2fx %10.3g %9.3g  %s%s\n", n * es, name.c_str(),
+                    st.median_us, st.p10_us, st.p90_us, busbw, speedup, nrms, max_err, ok ? "OK" : "FAILED",
+                    why.c_str());
+        Json j;
+        j.add("op", "allreduce").add("algo", name).add("dtype", dtype_name(a.dtype)).add("world", W)
+            .add("bytes", n * es).add("count", n).add("time_us", st.median_us).add("p10_us", st.p10_us)
+            .add("p90_us", st.p90_us).add("iters", st.iters).add("algbw", algbw).add("busbw", busbw)
+            .add("baseline_algo", "nccl").add("baseline_time_us", nccl_us).add("speedup", speedup)
+            .add("correct", ok).add("precision", precision_name(prec)).add("group", a.group)
+            .add("dist", quant_mode ? a.dist : std::string("half-integers")).add("nrms", nrms).add("max_err", max_err)
+            .add("buffer_sets", sets).add_context(a.ctx);
+        append_jsonl(a.json, j.str());
+      }
+    }
+    fastest_exact.emplace_back(n * es, best_exact_name);
+    if (bytes >= a.max_bytes) break;
+  }
+  if (rank == 0 && !a.write_table.empty()) {
+    std::FILE* f = std::fopen(a.write_table.c_str(), "w");
+    if (!f) throw UsageError("cannot write " + a.write_table, __FILE__, __LINE__);
+    std::fprintf(f, "# braid all-reduce tuning table, measured by: %s\n# card %s, %s, commit %s\n", a.ctx.command.c_str(),
+                 a.ctx.card.c_str(), a.ctx.date.c_str(), a.ctx.commit.c_str());
+    std::fprintf(f, "# Columns: world dtype precision max_bytes algo (first match wins; '*' matches anything)\n");
+    for (size_t i = 0; i < fastest_exact.size(); ++i) {
+      // A row covers sizes up to the midpoint (geometric) towards the next measured size.
+      if (i + 1 < fastest_exact.size() && fastest_exact[i + 1].second == fastest_exact[i].second) continue;
+      const size_t upto = i + 1 < fastest_exact.size()
+                              ? static_cast<size_t>(std::sqrt(double(fastest_exact[i].first) * fastest_exact[i + 1].first))
+                              : SIZE_MAX;
+      std::fprintf(f, "%d\t%s\texact\t%zu\t%s\n", W, dtype_name(a.dtype), upto, fastest_exact[i].second.c_str());
+    }
+    std::fprintf(f, "*\t*\texact\t%zu\tnccl\n*\t*\tint8\t%zu\tquant\n*\t*\tint6\t%zu\tquant\n*\t*\tint4\t%zu\tquant\n",
+                 SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX);
+    std::fclose(f);
+    std::printf("# wrote %s\n", a.write_table.c_str());
+  }
+  cudaFree(in_pool);
+  cudaFree(out_pool);
+  cudaFree(ref);
+  cudaFree(ref_in);
+  if (rank == 0) std::printf("# %d row(s) failed verification\n", failures);
+  return failures;
+}
+
+}  // namespace braid::bench

@@ -1,0 +1,304 @@
+// AllReducer: workspaces, algorithm choice, launchers (see braid/allreduce.hpp).
+#include <algorithm>
+#include <sstream>
+
+#include "allreduce_kernels.cuh"
+#include "braid/allreduce.hpp"
+#include "braid/quant.hpp"
+
+namespace braid {
+
+namespace {
+constexpr const char* kBuiltinTable =
+#include "braid_ar_table.inc"
+    ;
+
+uint64_t round_up(uint64_t x, uint64_t m) { return (x + m - 1) / m * m; }
+
+// Runtime -> template dispatch in one place: dtype, (bits1, bits2), group size.
+#define BRAID_DISPATCH_DT(dt, DT, ...)                \
+  do {                                                \
+    if ((dt) == DType::kBF16) {                       \
+      constexpr int DT = 0;                           \
+      __VA_ARGS__;                                    \
+    } else {                                          \
+      constexpr int DT = 1;                           \
+      __VA_ARGS__;                                    \
+    }                                                 \
+  } while (0)
+#define BRAID_DISPATCH_BITS(b1, b2, B1, B2, ...)                                  \
+  do {                                                                            \
+    if ((b1) == 8 && (b2) == 8) {                                                 \
+      constexpr int B1 = 8, B2 = 8; (void)B1; (void)B2;                           \
+      __VA_ARGS__;                                                                \
+    } else if ((b1) == 4 && (b2) == 8) {                                          \
+      constexpr int B1 = 4, B2 = 8; (void)B1; (void)B2;                           \
+      __VA_ARGS__;                                                                \
+    } else if ((b1) == 4 && (b2) == 4) {                                          \
+      constexpr int B1 = 4, B2 = 4; (void)B1; (void)B2;                           \
+      __VA_ARGS__;                                                                \
+    } else {                                                                      \
+      throw UsageError("unsupported bit widths", __FILE__, __LINE__);             \
+    }                                                                             \
+  } while (0)
+#define BRAID_DISPATCH_GROUP(g, G, ...)                                                    \
+  do {                                                                                     \
+    switch (g) {                                                                           \
+      case 32: { constexpr int G = 32; __VA_ARGS__; } break;                               \
+      case 64: { constexpr int G = 64; __VA_ARGS__; } break;                               \
+      case 128: { constexpr int G = 128; __VA_ARGS__; } break;                             \
+      case 256: { constexpr int G = 256; __VA_ARGS__; } break;                             \
+      default: throw UsageError("group size must be 32, 64, 128 or 256", __FILE__, __LINE__); \
+    }                                                                                      \
+  } while (0)
+
+void bits_of(Precision p, int* b1, int* b2) {
+  switch (p) {
+    case Precision::kInt8: *b1 = 8; *b2 = 8; return;
+    case Precision::kInt6: *b1 = 4; *b2 = 8; return;
+    case Precision::kInt4: *b1 = 4; *b2 = 4; return;
+    default: throw UsageError("not a quantized precision", __FILE__, __LINE__);
+  }
+}
+}  // namespace
+
+const char* builtin_allreduce_table() { return kBuiltinTable; }
+
+const char* algo_name(ArAlgo a) {
+  switch (a) {
+    case ArAlgo::kAuto: return "auto";
+    case ArAlgo::kNccl: return "nccl";
+    case ArAlgo::kOneShot: return "oneshot";
+    case ArAlgo::kTwoShot: return "twoshot";
+    case ArAlgo::kQuantP2P: return "quant";
+    case ArAlgo::kQuantNccl: return "quant-nccl";
+  }
+  return "?";
+}
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kExact: return "exact";
+    case Precision::kInt8: return "int8";
+    case Precision::kInt6: return "int6";
+    case Precision::kInt4: return "int4";
+  }
+  return "?";
+}
+bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
+  *prec = Precision::kExact;
+  if (s == "nccl") { *algo = ArAlgo::kNccl; return true; }
+  if (s == "oneshot") { *algo = ArAlgo::kOneShot; return true; }
+  if (s == "twoshot") { *algo = ArAlgo::kTwoShot; return true; }
+  if (s == "auto") { *algo = ArAlgo::kAuto; return true; }
+  const bool nccl = s.size() > 5 && s.substr(s.size() - 5) == "-nccl";
+  const std::string base = nccl ? s.substr(0, s.size() - 5) : s;
+  if (base == "int8") *prec = Precision::kInt8;
+  else if (base == "int6") *prec = Precision::kInt6;
+  else if (base == "int4") *prec = Precision::kInt4;
+  else return false;
+  *algo = nccl ? ArAlgo::kQuantNccl : ArAlgo::kQuantP2P;
+  return true;
+}
+
+AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg) {
+  BRAID_REQUIRE(cfg_.threads == 512, "AllReducer: kernels are built for 512 threads per block");
+  const int W = team.size();
+  // Tuning table.
+  std::istringstream in(kBuiltinTable);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::string w, dt, prec, maxb, algo;
+    if (!(ls >> w >> dt >> prec >> maxb >> algo)) continue;
+    Tuning t{w == "*" ? 0 : std::stoi(w), dt, prec, std::stoull(maxb), ArAlgo::kNccl};
+    if (algo == "nccl") t.algo = ArAlgo::kNccl;
+    else if (algo == "oneshot") t.algo = ArAlgo::kOneShot;
+    else if (algo == "twoshot") t.algo = ArAlgo::kTwoShot;
+    else if (algo == "quant") t.algo = ArAlgo::kQuantP2P;
+    else if (algo == "quant-nccl") t.algo = ArAlgo::kQuantNccl;
+    else throw UsageError("tuning table: unknown algorithm '" + algo + "'", __FILE__, __LINE__);
+    table_.push_back(t);
+  }
+  // Quantized slot: stride of the largest piece at the largest group, INT8 payload, metadata for the
+  // smallest group (32).
+  const uint64_t qstride = round_up((cfg_.piece_elems + W - 1) / W, 256);
+  const uint64_t qmeta = round_up(qstride, 16);
+  quant_slot_ = round_up(qmeta + qstride / 32 * 4, 256);
+  nccl_slot_ = quant_slot_;
+  BRAID_CUDA_CHECK(cudaMalloc(&nccl_send_, nccl_slot_ * W));
+  BRAID_CUDA_CHECK(cudaMalloc(&nccl_recv_, nccl_slot_ * W));
+  BRAID_CUDA_CHECK(cudaMalloc(&nccl_ag_, nccl_slot_ * (W + 1)));
+  if (team.peer_ok()) {
+    oneshot_slot_ = round_up(cfg_.oneshot_max_bytes, 256);
+    ws_oneshot_ = std::make_unique<SymmetricBuffer>(team, 2 * W * oneshot_slot_);
+    twoshot_slot_ = round_up(round_up((cfg_.piece_elems + W - 1) / W, ar::kVec) * 2, 256);
+    ws_twoshot_ = std::make_unique<SymmetricBuffer>(team, 2 * 2 * W * twoshot_slot_);
+    ws_quant_ = std::make_unique<SymmetricBuffer>(team, 2 * 2 * W * quant_slot_);
+    slot_oneshot_ = team.reserve_slots(cfg_.oneshot_blocks);
+    slot_twoshot_ = team.reserve_slots(cfg_.twoshot_blocks);
+    slot_quant_ = team.reserve_slots(cfg_.quant_blocks);
+  }
+}
+
+AllReducer::~AllReducer() {
+  cudaFree(nccl_send_);
+  cudaFree(nccl_recv_);
+  cudaFree(nccl_ag_);
+}
+
+ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt) const {
+  ArAlgo a = opt.algo;
+  const size_t bytes = count * bench::dtype_size(dtype);
+  if (a == ArAlgo::kAuto) {
+    a = opt.precision == Precision::kExact ? ArAlgo::kNccl : ArAlgo::kQuantP2P;
+    for (const auto& t : table_) {
+      if ((t.world == 0 || t.world == team_.size()) && (t.dtype == "*" || t.dtype == bench::dtype_name(dtype)) &&
+          (t.precision == "*" || t.precision == precision_name(opt.precision)) && bytes <= t.max_bytes) {
+        a = t.algo;
+        break;
+      }
+    }
+  }
+  // Never change precision behind the caller's back; fall back on transport only.
+  const bool quant = opt.precision != Precision::kExact;
+  if (quant && a != ArAlgo::kQuantP2P && a != ArAlgo::kQuantNccl) a = ArAlgo::kQuantP2P;
+  if (!quant && (a == ArAlgo::kQuantP2P || a == ArAlgo::kQuantNccl))
+    throw UsageError("a quantized algorithm was requested with exact precision", __FILE__, __LINE__);
+  if (!team_.peer_ok()) {
+    if (a == ArAlgo::kQuantP2P) a = ArAlgo::kQuantNccl;
+    if (a == ArAlgo::kOneShot || a == ArAlgo::kTwoShot) a = ArAlgo::kNccl;
+  }
+  if (dtype == DType::kFP32 && a != ArAlgo::kNccl)
+    throw UsageError("fp32 all-reduce is NCCL only (braid's kernels take bf16/fp16)", __FILE__, __LINE__);
+  return a;
+}
+
+void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaStream_t s,
+                     const AllReduceOptions& opt) {
+  if (count == 0) return;
+  if (opt.debug_check_counts) {
+    unsigned long long c = count, mn = 0, mx = 0;
+    BRAID_MPI_CHECK(MPI_Allreduce(&c, &mn, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, team_.mpi()));
+    BRAID_MPI_CHECK(MPI_Allreduce(&c, &mx, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, team_.mpi()));
+    if (mn != mx)
+      throw UsageError("all-reduce: ranks passed different counts (" + std::to_string(mn) + " .. " +
+                           std::to_string(mx) + ")",
+                       __FILE__, __LINE__);
+  }
+  const ArAlgo a = choose(count, dtype, opt);
+  if (a != ArAlgo::kNccl) {
+    if ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) % 16 != 0)
+      throw UsageError("all-reduce: input and output must be 16-byte aligned", __FILE__, __LINE__);
+  }
+  switch (a) {
+    case ArAlgo::kNccl:
+      BRAID_NCCL_CHECK(ncclAllReduce(in, out, count, bench::nccl_dtype(dtype), ncclSum, team_.nccl(), s));
+      return;
+    case ArAlgo::kOneShot: run_oneshot(in, out, count, dtype, s); return;
+    case ArAlgo::kTwoShot: run_twoshot(in, out, count, dtype, s); return;
+    case ArAlgo::kQuantP2P:
+    case ArAlgo::kQuantNccl: {
+      int b1, b2;
+      bits_of(opt.precision, &b1, &b2);
+      if (a == ArAlgo::kQuantP2P) run_quant_p2p(in, out, count, dtype, s, b1, b2, opt.group);
+      else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group);
+      return;
+    }
+    case ArAlgo::kAuto: break;
+  }
+  throw UsageError("all-reduce: no algorithm", __FILE__, __LINE__);
+}
+
+void AllReducer::run_oneshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {
+  const int W = team_.size();
+  ar::ExactWorkspace ws{};
+  for (int r = 0; r < W; ++r) ws.base[r] = ws_oneshot_->peer_as<uint8_t>(r);
+  ws.slot_bytes = oneshot_slot_;
+  const size_t piece = oneshot_slot_ / 2;
+  for (size_t off = 0; off < count; off += piece) {
+    const size_t n = std::min(piece, count - off);
+    const auto* x = static_cast<const uint16_t*>(in) + off;
+    auto* y = static_cast<uint16_t*>(out) + off;
+    BRAID_DISPATCH_DT(dtype, DT,
+                      (ar::oneshot_kernel<DT><<<cfg_.oneshot_blocks, cfg_.threads, 0, s>>>(
+                          x, y, n, W, team_.rank(), ws, team_.signals(), slot_oneshot_)));
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {
+  const int W = team_.size();
+  ar::ExactWorkspace ws{};
+  for (int r = 0; r < W; ++r) ws.base[r] = ws_twoshot_->peer_as<uint8_t>(r);
+  ws.slot_bytes = twoshot_slot_;
+  for (size_t off = 0; off < count; off += cfg_.piece_elems) {
+    const size_t n = std::min(cfg_.piece_elems, count - off);
+    const uint64_t stride = round_up((n + W - 1) / W, ar::kVec);
+    const auto* x = static_cast<const uint16_t*>(in) + off;
+    auto* y = static_cast<uint16_t*>(out) + off;
+    BRAID_DISPATCH_DT(dtype, DT,
+                      (ar::twoshot_kernel<DT><<<cfg_.twoshot_blocks, cfg_.threads, 0, s>>>(
+                          x, y, n, stride, W, team_.rank(), ws, team_.signals(), slot_twoshot_)));
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,
+                               int group) {
+  const int W = team_.size();
+  ar::QuantWorkspace ws{};
+  for (int r = 0; r < W; ++r) ws.base[r] = ws_quant_->peer_as<uint8_t>(r);
+  ws.slot_bytes = quant_slot_;
+  const uint64_t meta = round_up(round_up((cfg_.piece_elems + W - 1) / W, 256), 16);
+  for (size_t off = 0; off < count; off += cfg_.piece_elems) {
+    const size_t n = std::min(cfg_.piece_elems, count - off);
+    ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta};
+    const auto* x = static_cast<const uint16_t*>(in) + off;
+    auto* y = static_cast<uint16_t*>(out) + off;
+    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+        ar::quant_allreduce_kernel<DT, B1, B2, G><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
+            x, y, q, ws, team_.signals(), slot_quant_)))));
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+void AllReducer::run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,
+                                int group) {
+  const int W = team_.size();
+  const int blocks = cfg_.quant_blocks;
+  for (size_t off = 0; off < count; off += cfg_.piece_elems) {
+    const size_t n = std::min(cfg_.piece_elems, count - off);
+    const uint64_t stride = quant::chunk_stride(n, W, group);
+    const uint64_t groups = stride / group;
+    // Compact layouts: payload then metadata, so NCCL moves only real bytes.
+    const uint64_t m1 = round_up(stride * b1 / 8, 16), bytes1 = round_up(m1 + groups * 4, 16);
+    const uint64_t m2 = round_up(stride * b2 / 8, 16), bytes2 = round_up(m2 + groups * 4, 16);
+    const auto* x = static_cast<const uint16_t*>(in) + off;
+    auto* y = static_cast<uint16_t*>(out) + off;
+    auto* send = static_cast<uint8_t*>(nccl_send_);
+    auto* recv = static_cast<uint8_t*>(nccl_recv_);
+    auto* ag_send = static_cast<uint8_t*>(nccl_ag_);
+    auto* ag_recv = ag_send + nccl_slot_;
+    ar::QuantGeom q1{n, stride, W, team_.rank(), 0, m1};
+    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+        ar::quant_stage1_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(x, q1, send, bytes1)))));
+    BRAID_CHECK_LAUNCH();
+    BRAID_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < W; ++r) {
+      BRAID_NCCL_CHECK(ncclSend(send + r * bytes1, bytes1, ncclUint8, r, team_.nccl(), s));
+      BRAID_NCCL_CHECK(ncclRecv(recv + r * bytes1, bytes1, ncclUint8, r, team_.nccl(), s));
+    }
+    BRAID_NCCL_CHECK(ncclGroupEnd());
+    ar::QuantGeom q2{n, stride, W, team_.rank(), m1, m2};
+    BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+        ar::quant_stage2_kernel<B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(q2, recv, bytes1, ag_send))));
+    BRAID_CHECK_LAUNCH();
+    BRAID_NCCL_CHECK(ncclAllGather(ag_send, ag_recv, bytes2, ncclUint8, team_.nccl(), s));
+    ar::QuantGeom q3{n, stride, W, team_.rank(), m2, 0};
+    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+        ar::quant_stage3_kernel<DT, B2, G><<<blocks, cfg_.threads, 0, s>>>(y, q3, ag_recv, bytes2)))));
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace braid

@@ -1,0 +1,434 @@
+// Kernels of braid's all-reduce (see braid/allreduce.hpp). Included by allreduce.cu only.
+//
+// Thread mapping of the quantized kernels: one thread holds 8 consecutive values (one 16-byte load of
+// bf16/fp16); a group of G values is G/8 consecutive lanes of a warp (G = 128: 16 lanes), which
+// reduce min/max by xor-shuffles. INT8 codes of a thread are 8 bytes, INT4 codes 4 bytes (element j
+// in nibble j, the even element low). Group metadata: one 32-bit word, fp16 scale low, fp16 zero high.
+//
+// Work split: the vector is cut into W chunks of `stride` elements (a multiple of G; chunk r is owned
+// by rank r). Block b of every rank handles groups [b*Gs/NB, (b+1)*Gs/NB) of every chunk (Gs = stride
+// / G, NB = gridDim.x), so block b of rank s only ever talks to block b of rank r, and per-block flags
+// (signal slot base + b) replace grid-wide barriers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "braid/quant.hpp"
+#include "braid/signal_device.cuh"
+
+namespace braid::ar {
+
+inline constexpr int kVec = 8;  // values per thread
+
+// Values of a thread's 8 that lie before the end (`left` elements remain from its first one).
+__device__ __forceinline__ int valid_count(uint64_t left) { return left < kVec ? static_cast<int>(left) : kVec; }
+
+template <int DT>  // 0: bf16, 1: fp16
+__device__ __forceinline__ float load_scalar(const uint16_t* p) {
+  return DT == 0 ? quant::bf16_bits_to_float(*p) : quant::half_bits_to_float(*p);
+}
+template <int DT>
+__device__ __forceinline__ uint16_t to_bits(float f) {
+  return DT == 0 ? quant::float_to_bf16_bits(f) : quant::float_to_half_bits(f);
+}
+
+// Loads `valid` (0..8) values starting at p; 16-byte load when all 8 are valid (p is 16-byte aligned
+// then, since chunk and group starts are multiples of 8 elements and the base is aligned).
+template <int DT>
+__device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[kVec]) {
+  if (valid == kVec) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = load_scalar<DT>(reinterpret_cast<const uint16_t*>(&w[j]));
+      v[2 * j + 1] = load_scalar<DT>(reinterpret_cast<const uint16_t*>(&w[j]) + 1);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = j < valid ? load_scalar<DT>(p + j) : 0.f;
+  }
+}
+template <int DT>
+__device__ __forceinline__ void store8(uint16_t* p, int valid, const float (&v)[kVec]) {
+  if (valid == kVec) {
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[j] = to_bits<DT>(v[2 * j]) | (static_cast<uint32_t>(to_bits<DT>(v[2 * j + 1])) << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      if (j < valid) p[j] = to_bits<DT>(v[j]);
+  }
+}
+
+// Group min/max over the valid values of the TPG lanes of this group.
+template <int TPG>
+__device__ __forceinline__ void group_minmax(const float (&v)[kVec], int valid, float& mn, float& mx) {
+  mn = __int_as_float(0x7f800000);   // +inf
+  mx = __int_as_float(0xff800000);   // -inf
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    if (j < valid) {
+      mn = fminf(mn, v[j]);
+      mx = fmaxf(mx, v[j]);
+    }
+#pragma unroll
+  for (int off = TPG / 2; off >= 1; off /= 2) {
+    mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  }
+}
+
+// Quantizes this thread's 8 values of a group and stores codes (+ metadata by lane 0 of the group).
+// `payload` points at the group's first code byte, `meta` at the group's metadata word.
+template <int BITS, int TPG>
+__device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid, int lane_in_group, uint8_t* payload,
+                                               uint32_t* meta) {
+  float mn, mx;
+  group_minmax<TPG>(v, valid, mn, mx);
+  if (valid <= 0) return;  // after the shuffles: every lane took part
+  const quant::GroupParams p = quant::make_params(mn, mx, BITS);
+  uint32_t q[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) q[j] = j < valid ? quant::quantize_one(v[j], p, BITS) : 0u;
+  if constexpr (BITS == 8) {
+    const uint32_t lo = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
+    const uint32_t hi = q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24;
+    *reinterpret_cast<uint2*>(payload + lane_in_group * 8) = make_uint2(lo, hi);
+  } else {
+    uint32_t w = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) w |= q[j] << (4 * j);
+    *reinterpret_cast<uint32_t*>(payload + lane_in_group * 4) = w;
+  }
+  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+}
+
+template <int BITS>
+__device__ __forceinline__ void load_dequant(const uint8_t* payload, const uint32_t* meta, int lane_in_group, int valid,
+                                             float (&v)[kVec]) {
+  const uint32_t m = *meta;
+  const quant::GroupParams p = quant::load_params(static_cast<uint16_t>(m & 0xffffu), static_cast<uint16_t>(m >> 16));
+  uint32_t q[kVec];
+  if constexpr (BITS == 8) {
+    const uint2 w = *reinterpret_cast<const uint2*>(payload + lane_in_group * 8);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      q[j] = (w.x >> (8 * j)) & 0xffu;
+      q[4 + j] = (w.y >> (8 * j)) & 0xffu;
+    }
+  } else {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(payload + lane_in_group * 4);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) q[j] = (w >> (4 * j)) & 0xfu;
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) v[j] = j < valid ? quant::dequantize_one(q[j], p) : 0.f;
+}
+
+// Where quantized data goes / comes from: slot base pointers per rank (or per chunk).
+struct SlotPtrs {
+  uint8_t* p[kMaxPeers];
+};
+
+// Geometry of one launch of the quantized algorithm.
+struct QuantGeom {
+  uint64_t n;          // elements in this launch
+  uint64_t stride;     // chunk stride (multiple of G)
+  int world, rank;
+  uint64_t meta_in;    // offset of the metadata in a slot that is read
+  uint64_t meta_out;   // offset of the metadata in a slot that is written
+};
+
+__device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uint64_t& g0, uint64_t& g1) {
+  g0 = groups_per_chunk * blockIdx.x / gridDim.x;
+  g1 = groups_per_chunk * (blockIdx.x + 1) / gridDim.x;
+}
+
+// Stage 1: quantize chunk r of `in` (BITS) into dst.p[r] (peer r's RS slot for this rank, or a local
+// send buffer), for every r. The loop trip count is uniform over the block, so every lane reaches the
+// shuffles.
+template <int DT, int BITS, int G>
+__device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGeom& q, const SlotPtrs& dst) {
+  constexpr int TPG = G / kVec;
+  uint64_t g0, g1;
+  block_group_range(q.stride / G, g0, g1);
+  const int lane_in_group = threadIdx.x % TPG;
+  const int groups_per_iter = blockDim.x / TPG;
+  for (int i = 0; i < q.world; ++i) {
+    const int r = (q.rank + i) % q.world;  // staggered: ranks start on different destinations
+    const uint64_t c0 = q.stride * r;
+    for (uint64_t base = g0; base < g1; base += groups_per_iter) {
+      const uint64_t gi = base + threadIdx.x / TPG;
+      const uint64_t e = c0 + gi * G + lane_in_group * kVec;
+      const int valid = gi < g1 && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
+      float v[kVec];
+      load8<DT>(in + (valid ? e : 0), valid, v);
+      quantize_store<BITS, TPG>(v, valid, lane_in_group, dst.p[r] + gi * G * BITS / 8,
+                                reinterpret_cast<uint32_t*>(dst.p[r] + q.meta_out) + gi);
+    }
+  }
+}
+
+// Stage 2: for this rank's chunk, dequantize the W contributions in src.p[s] (BITS1), sum them in fp32
+// in rank order, quantize the sum (BITS2) into dst.p[r] for every r (every rank's AG slot for this
+// chunk, or one local buffer when dst_count == 1).
+template <int BITS1, int BITS2, int G>
+__device__ __forceinline__ void stage_reduce(const QuantGeom& q, const SlotPtrs& src, const SlotPtrs& dst,
+                                             int dst_count) {
+  constexpr int TPG = G / kVec;
+  uint64_t g0, g1;
+  block_group_range(q.stride / G, g0, g1);
+  const int lane_in_group = threadIdx.x % TPG;
+  const int groups_per_iter = blockDim.x / TPG;
+  const uint64_t c0 = q.stride * q.rank;
+  for (uint64_t base = g0; base < g1; base += groups_per_iter) {
+    const uint64_t gi = base + threadIdx.x / TPG;
+    const uint64_t e = c0 + gi * G + lane_in_group * kVec;
+    const int valid = gi < g1 && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
+    float sum[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
+    if (valid > 0) {
+      for (int s = 0; s < q.world; ++s) {
+        float v[kVec];
+        load_dequant<BITS1>(src.p[s] + gi * G * BITS1 / 8, reinterpret_cast<const uint32_t*>(src.p[s] + q.meta_in) + gi,
+                            lane_in_group, valid, v);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
+      }
+    }
+    // Quantize once, store to every destination (same bytes everywhere).
+    float mn, mx;
+    group_minmax<TPG>(sum, valid, mn, mx);
+    if (valid <= 0) continue;
+    const quant::GroupParams p = quant::make_params(mn, mx, BITS2);
+    uint32_t qv[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) qv[j] = j < valid ? quant::quantize_one(sum[j], p, BITS2) : 0u;
+    const uint32_t m = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+    for (int i = 0; i < dst_count; ++i) {
+      const int r = (q.rank + i) % dst_count;
+      uint8_t* pay = dst.p[r] + gi * G * BITS2 / 8;
+      if constexpr (BITS2 == 8) {
+        const uint32_t lo = qv[0] | qv[1] << 8 | qv[2] << 16 | qv[3] << 24;
+        const uint32_t hi = qv[4] | qv[5] << 8 | qv[6] << 16 | qv[7] << 24;
+        *reinterpret_cast<uint2*>(pay + lane_in_group * 8) = make_uint2(lo, hi);
+      } else {
+        uint32_t w = 0;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) w |= qv[j] << (4 * j);
+        *reinterpret_cast<uint32_t*>(pay + lane_in_group * 4) = w;
+      }
+      if (lane_in_group == 0) reinterpret_cast<uint32_t*>(dst.p[r] + q.meta_out)[gi] = m;
+    }
+  }
+}
+
+// Stage 3: dequantize every chunk c from src.p[c] (BITS2) into `out`.
+template <int DT, int BITS2, int G>
+__device__ __forceinline__ void stage_dequantize(uint16_t* out, const QuantGeom& q, const SlotPtrs& src) {
+  constexpr int TPG = G / kVec;
+  uint64_t g0, g1;
+  block_group_range(q.stride / G, g0, g1);
+  const int lane_in_group = threadIdx.x % TPG;
+  const int groups_per_iter = blockDim.x / TPG;
+  for (int c = 0; c < q.world; ++c) {
+    const uint64_t c0 = q.stride * c;
+    for (uint64_t base = g0; base < g1; base += groups_per_iter) {
+      const uint64_t gi = base + threadIdx.x / TPG;
+      const uint64_t e = c0 + gi * G + lane_in_group * kVec;
+      const int valid = gi < g1 && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
+      if (valid <= 0) continue;
+      float v[kVec];
+      load_dequant<BITS2>(src.p[c] + gi * G * BITS2 / 8, reinterpret_cast<const uint32_t*>(src.p[c] + q.meta_in) + gi,
+                          lane_in_group, valid, v);
+      store8<DT>(out + e, valid, v);
+    }
+  }
+}
+
+// Workspace of the fused quantized kernel, per rank: [phase 0: RS slots x W | AG slots x W][phase 1: ...]
+struct QuantWorkspace {
+  uint8_t* base[kMaxPeers];  // every rank's workspace (base[rank] is local)
+  uint64_t slot_bytes;
+};
+
+// The fused Flash Communication all-reduce: quantize + push, flag, reduce + requantize + push, flag,
+// dequantize. Two signal epochs per launch on slot `slot0 + blockIdx.x`; the workspace phase alternates
+// between launches (parity of the launch), which makes reuse safe without a closing barrier: a rank
+// can only start launch k+2 after every peer finished launch k.
+template <int DT, int BITS1, int BITS2, int G>
+__global__ void __launch_bounds__(512) quant_allreduce_kernel(const uint16_t* in, uint16_t* out, QuantGeom q,
+                                                               QuantWorkspace ws, SignalView sig, int slot0) {
+  const int slot = slot0 + blockIdx.x;
+  __shared__ uint32_t s_phase;
+  if (threadIdx.x == 0) s_phase = (sig.epochs[slot] >> 1) & 1u;  // launches so far on this slot, mod 2
+  __syncthreads();
+  const uint64_t phase_off = static_cast<uint64_t>(s_phase) * 2 * q.world * ws.slot_bytes;
+  // RS slots: region [phase][0][from]; AG slots: region [phase][1][chunk].
+  SlotPtrs rs_dst, rs_src, ag_dst, ag_src;
+  for (int r = 0; r < q.world; ++r) {
+    rs_dst.p[r] = ws.base[r] + phase_off + static_cast<uint64_t>(q.rank) * ws.slot_bytes;  // peer r, from me
+    rs_src.p[r] = ws.base[q.rank] + phase_off + static_cast<uint64_t>(r) * ws.slot_bytes;  // mine, from r
+    ag_dst.p[r] = ws.base[r] + phase_off + static_cast<uint64_t>(q.world + q.rank) * ws.slot_bytes;
+    ag_src.p[r] = ws.base[q.rank] + phase_off + static_cast<uint64_t>(q.world + r) * ws.slot_bytes;
+  }
+  stage_quantize<DT, BITS1, G>(in, q, rs_dst);
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
+  stage_reduce<BITS1, BITS2, G>(q, rs_src, ag_dst, q.world);
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
+  stage_dequantize<DT, BITS2, G>(out, q, ag_src);
+}
+
+// The three stages as separate kernels, for NCCL as transport.
+template <int DT, int BITS, int G>
+__global__ void __launch_bounds__(512) quant_stage1_kernel(const uint16_t* in, QuantGeom q, uint8_t* send,
+                                                            uint64_t slot_bytes) {  // q.meta_out: send layout
+  SlotPtrs dst;
+  for (int r = 0; r < q.world; ++r) dst.p[r] = send + r * slot_bytes;
+  stage_quantize<DT, BITS, G>(in, q, dst);
+}
+template <int BITS1, int BITS2, int G>
+__global__ void __launch_bounds__(512) quant_stage2_kernel(QuantGeom q, const uint8_t* recv, uint64_t slot_bytes,
+                                                            uint8_t* ag_send) {  // meta_in: recv, meta_out: ag
+  SlotPtrs src, dst;
+  for (int r = 0; r < q.world; ++r) src.p[r] = const_cast<uint8_t*>(recv) + r * slot_bytes;
+  dst.p[0] = ag_send;
+  stage_reduce<BITS1, BITS2, G>(q, src, dst, 1);
+}
+template <int DT, int BITS2, int G>
+__global__ void __launch_bounds__(512) quant_stage3_kernel(uint16_t* out, QuantGeom q, const uint8_t* ag_recv,
+                                                            uint64_t slot_bytes) {
+  SlotPtrs src;
+  for (int r = 0; r < q.world; ++r) src.p[r] = const_cast<uint8_t*>(ag_recv) + r * slot_bytes;
+  stage_dequantize<DT, BITS2, G>(out, q, src);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Unquantized one-shot and two-shot (bf16/fp16, fp32 accumulation in rank order).
+
+struct ExactWorkspace {
+  uint8_t* base[kMaxPeers];
+  uint64_t slot_bytes;  // one rank's contribution
+};
+
+template <int DT>
+__device__ __forceinline__ void add8(float (&acc)[kVec], const uint16_t* p, int valid) {
+  float v[kVec];
+  load8<DT>(p, valid, v);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) acc[j] = __fadd_rn(acc[j], v[j]);
+}
+
+// Block b handles vectors [b*V/NB, (b+1)*V/NB) of the n elements (V = ceil(n/8)).
+__device__ __forceinline__ void block_vec_range(uint64_t vecs, uint64_t& v0, uint64_t& v1) {
+  v0 = vecs * blockIdx.x / gridDim.x;
+  v1 = vecs * (blockIdx.x + 1) / gridDim.x;
+}
+
+// One-shot: push my slice to every peer's slot [me], flag, sum all W slices (mine from `in`) locally.
+template <int DT>
+__global__ void __launch_bounds__(512) oneshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world, int rank,
+                                                       ExactWorkspace ws, SignalView sig, int slot0) {
+  const int slot = slot0 + blockIdx.x;
+  __shared__ uint32_t s_phase;
+  if (threadIdx.x == 0) s_phase = sig.epochs[slot] & 1u;
+  __syncthreads();
+  const uint64_t phase_off = static_cast<uint64_t>(s_phase) * world * ws.slot_bytes;
+  uint64_t v0, v1;
+  block_vec_range((n + kVec - 1) / kVec, v0, v1);
+  for (int i = 1; i < world; ++i) {
+    const int r = (rank + i) % world;
+    uint4* dst = reinterpret_cast<uint4*>(ws.base[r] + phase_off + static_cast<uint64_t>(rank) * ws.slot_bytes);
+    for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+      const uint64_t e = v * kVec;
+      if (e + kVec <= n) {
+        dst[v] = reinterpret_cast<const uint4*>(in)[v];
+      } else {
+        for (uint64_t k = e; k < n; ++k) reinterpret_cast<uint16_t*>(dst)[k] = in[k];
+      }
+    }
+  }
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceOneShot))) return;
+  for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+    const uint64_t e = v * kVec;
+    const int valid = static_cast<int>(valid_count(n - e));
+    float acc[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[j] = 0.f;
+    for (int s = 0; s < world; ++s) {
+      const uint16_t* src = s == rank ? in : reinterpret_cast<const uint16_t*>(ws.base[rank] + phase_off +
+                                                                             static_cast<uint64_t>(s) * ws.slot_bytes);
+      add8<DT>(acc, src + e, valid);
+    }
+    store8<DT>(out + e, valid, acc);
+  }
+}
+
+// Two-shot: push chunk r's slice to peer r's RS slot [me]; flag; reduce my chunk slice, write it to my
+// output and to every peer's AG slot [me]; flag; copy the other chunks' slices from my AG slots.
+template <int DT>
+__global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, uint64_t stride,
+                                                       int world, int rank, ExactWorkspace ws, SignalView sig, int slot0) {
+  const int slot = slot0 + blockIdx.x;
+  __shared__ uint32_t s_phase;
+  if (threadIdx.x == 0) s_phase = (sig.epochs[slot] >> 1) & 1u;
+  __syncthreads();
+  const uint64_t phase_off = static_cast<uint64_t>(s_phase) * 2 * world * ws.slot_bytes;
+  auto rs = [&](int owner, int from) {
+    return reinterpret_cast<uint16_t*>(ws.base[owner] + phase_off + static_cast<uint64_t>(from) * ws.slot_bytes);
+  };
+  auto ag = [&](int owner, int chunk) {
+    return reinterpret_cast<uint16_t*>(ws.base[owner] + phase_off + static_cast<uint64_t>(world + chunk) * ws.slot_bytes);
+  };
+  uint64_t v0, v1;
+  block_vec_range(stride / kVec, v0, v1);
+  for (int i = 1; i < world; ++i) {
+    const int r = (rank + i) % world;
+    const uint64_t c0 = stride * r;
+    uint16_t* dst = rs(r, rank);
+    for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+      const uint64_t e = c0 + v * kVec;
+      if (e >= n) break;
+      if (e + kVec <= n) reinterpret_cast<uint4*>(dst)[v] = *reinterpret_cast<const uint4*>(in + e);
+      else for (uint64_t k = e; k < n; ++k) dst[k - c0] = in[k];
+    }
+  }
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceTwoShot))) return;
+  {
+    const uint64_t c0 = stride * rank;
+    for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+      const uint64_t e = c0 + v * kVec;
+      if (e >= n) break;
+      const int valid = static_cast<int>(valid_count(n - e));
+      float acc[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[j] = 0.f;
+      for (int s = 0; s < world; ++s) add8<DT>(acc, s == rank ? in + e : rs(rank, s) + v * kVec, valid);
+      // store8 rounds once to the output dtype: the owner keeps exactly the bytes it sends.
+      for (int i = 0; i < world; ++i) {
+        const int r = (rank + i) % world;
+        if (r == rank) store8<DT>(out + e, valid, acc);
+        else store8<DT>(ag(r, rank) + v * kVec, valid, acc);
+      }
+    }
+  }
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceTwoShot))) return;
+  for (int c = 0; c < world; ++c) {
+    if (c == rank) continue;
+    const uint64_t c0 = stride * c;
+    const uint16_t* src = ag(rank, c);
+    for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
+      const uint64_t e = c0 + v * kVec;
+      if (e >= n) break;
+      if (e + kVec <= n) *reinterpret_cast<uint4*>(out + e) = reinterpret_cast<const uint4*>(src)[v];
+      else for (uint64_t k = e; k < n; ++k) out[k] = src[k - c0];
+    }
+  }
+}
+
+}  // namespace braid::ar

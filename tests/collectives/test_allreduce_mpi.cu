@@ -1,0 +1,220 @@
+// Multi-rank GPU tests of braid::AllReducer: quantized modes bit for bit against the CPU reference
+// (fused peer kernel and NCCL transport), exact one-shot/two-shot against the exact sum, in-place,
+// chunked messages, CUDA-graph capture, and the argument errors.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "braid/allreduce.hpp"
+#include "braid/dist.hpp"
+#include "braid/quant_ref.hpp"
+
+namespace {
+
+using braid::ArAlgo;
+using braid::DType;
+using braid::Precision;
+namespace q = braid::quant;
+
+// One team and one reducer for the whole binary, torn down before MPI_Finalize.
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    team_ = std::make_unique<braid::Team>(MPI_COMM_WORLD);
+    reducer_ = std::make_unique<braid::AllReducer>(*team_);
+  }
+  void TearDown() override {
+    reducer_.reset();
+    team_.reset();
+  }
+  static std::unique_ptr<braid::Team> team_;
+  static std::unique_ptr<braid::AllReducer> reducer_;
+};
+std::unique_ptr<braid::Team> Env::team_;
+std::unique_ptr<braid::AllReducer> Env::reducer_;
+::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+
+braid::Team& team() { return *Env::team_; }
+braid::AllReducer& reducer() { return *Env::reducer_; }
+
+q::Mode mode_of(Precision p) {
+  return p == Precision::kInt8 ? q::Mode::int8 : p == Precision::kInt6 ? q::Mode::int6 : q::Mode::int4;
+}
+
+// All ranks' inputs (every rank generates all of them: the generator is deterministic).
+std::vector<std::vector<uint16_t>> inputs(size_t n, q::Dtype dt, braid::dist::Distribution d, uint64_t seed) {
+  std::vector<std::vector<uint16_t>> in(team().size());
+  for (int r = 0; r < team().size(); ++r) in[r] = q::to_bits(braid::dist::generate(d, n, seed, r), dt);
+  return in;
+}
+
+// Differences, treating +0 and -0 as equal.
+size_t differences(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  size_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += a[i] != b[i] && ((a[i] | b[i]) & 0x7fffu) != 0;
+  return d;
+}
+
+std::vector<uint16_t> run_ar(braid::AllReducer& ar, const std::vector<uint16_t>& in, DType dt, ArAlgo algo,
+                             Precision p, int group, bool in_place) {
+  const size_t n = in.size();
+  uint16_t *x = nullptr, *y = nullptr;
+  EXPECT_EQ(cudaMalloc(&x, std::max<size_t>(n, 1) * 2), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&y, std::max<size_t>(n, 1) * 2), cudaSuccess);
+  cudaMemcpy(x, in.data(), n * 2, cudaMemcpyHostToDevice);
+  cudaMemset(y, 0xFF, n * 2);
+  braid::AllReduceOptions o;
+  o.algo = algo;
+  o.precision = p;
+  o.group = group;
+  ar.run(x, in_place ? x : y, n, dt, team().stream(), o);
+  team().synchronize("all-reduce under test");
+  std::vector<uint16_t> out(n);
+  cudaMemcpy(out.data(), in_place ? x : y, n * 2, cudaMemcpyDeviceToHost);
+  cudaFree(x);
+  cudaFree(y);
+  return out;
+}
+
+TEST(AllReduce, QuantizedEqualsCpuReferenceBitForBit) {
+  ASSERT_TRUE(team().peer_ok()) << team().peer_status();
+  const int W = team().size(), rank = team().rank();
+  int cases = 0;
+  for (Precision p : {Precision::kInt8, Precision::kInt6, Precision::kInt4})
+    for (DType dt : {DType::kBF16, DType::kFP16})
+      for (int g : {32, 128, 256})
+        for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(123457), size_t(1) << 20}) {
+          const q::Dtype qd = dt == DType::kBF16 ? q::Dtype::bf16 : q::Dtype::fp16;
+          const auto d = (n % 2) ? braid::dist::Distribution::outlier : braid::dist::Distribution::normal;
+          const auto in = inputs(n, qd, d, 1000 + n + g);
+          const auto expect = q::reference_allreduce(mode_of(p), g, qd, in);
+          for (ArAlgo algo : {ArAlgo::kQuantP2P, ArAlgo::kQuantNccl}) {
+            const bool in_place = (n + g) % 3 == 0;
+            const auto got = run_ar(reducer(), in[rank], dt, algo, p, g, in_place);
+            EXPECT_EQ(differences(got, expect), 0u)
+                << braid::algo_name(algo) << " " << braid::precision_name(p) << " " << braid::bench::dtype_name(dt)
+                << " g=" << g << " n=" << n << " W=" << W << (in_place ? " in-place" : "");
+            ++cases;
+          }
+        }
+  EXPECT_EQ(cases, 3 * 2 * 3 * 5 * 2);
+}
+
+TEST(AllReduce, QuantizedChunksLongMessages) {
+  // Small pieces force several launches per call; the result is the reference of each piece.
+  braid::AllReducerConfig cfg;
+  cfg.piece_elems = 1 << 16;
+  braid::AllReducer ar(team(), cfg);
+  const size_t n = 200003;
+  const auto in = inputs(n, q::Dtype::bf16, braid::dist::Distribution::student_t, 77);
+  std::vector<uint16_t> expect;
+  for (size_t off = 0; off < n; off += cfg.piece_elems) {
+    const size_t len = std::min<size_t>(cfg.piece_elems, n - off);
+    std::vector<std::vector<uint16_t>> piece(team().size());
+    for (int r = 0; r < team().size(); ++r) piece[r].assign(in[r].begin() + off, in[r].begin() + off + len);
+    const auto e = q::reference_allreduce(q::Mode::int6, 128, q::Dtype::bf16, piece);
+    expect.insert(expect.end(), e.begin(), e.end());
+  }
+  for (ArAlgo algo : {ArAlgo::kQuantP2P, ArAlgo::kQuantNccl}) {
+    const auto got = run_ar(ar, in[team().rank()], DType::kBF16, algo, Precision::kInt6, 128, false);
+    EXPECT_EQ(differences(got, expect), 0u) << braid::algo_name(algo);
+  }
+}
+
+TEST(AllReduce, ExactOneShotAndTwoShotEqualTheExactSum) {
+  ASSERT_TRUE(team().peer_ok());
+  auto& s = team();
+  // 9M elements exceed the one-shot workspace (8M per launch): exercised in pieces.
+  for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536), (size_t(1) << 20) + 3, size_t(9) << 20})
+    for (DType dt : {DType::kBF16, DType::kFP16})
+      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot})
+        for (bool in_place : {false, true}) {
+          void *x = nullptr, *y = nullptr;
+          ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
+          ASSERT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
+          braid::bench::fill_pattern(x, dt, n, 5 + n, s.rank(), 0, s.stream());
+          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+          braid::AllReduceOptions o;
+          o.algo = algo;
+          reducer().run(x, in_place ? x : y, n, dt, s.stream(), o);
+          s.synchronize("exact all-reduce");
+          const size_t wrong =
+              braid::bench::count_wrong("allreduce", in_place ? x : y, dt, n, 5 + n, s.rank(), s.size(), s.stream());
+          EXPECT_EQ(wrong, 0u) << braid::algo_name(algo) << " n=" << n << " " << braid::bench::dtype_name(dt)
+                               << (in_place ? " in-place" : "");
+          cudaFree(x);
+          cudaFree(y);
+        }
+}
+
+TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
+  ASSERT_TRUE(team().peer_ok());
+  auto& s = team();
+  const size_t n = 300000;
+  void *x = nullptr, *y1 = nullptr, *y2 = nullptr, *y3 = nullptr;
+  cudaMalloc(&x, n * 2);
+  cudaMalloc(&y1, n * 2);
+  cudaMalloc(&y2, n * 2);
+  cudaMalloc(&y3, n * 2);
+  braid::AllReduceOptions one, two, i8;
+  one.algo = ArAlgo::kOneShot;
+  two.algo = ArAlgo::kTwoShot;
+  i8.precision = Precision::kInt8;
+  i8.algo = ArAlgo::kQuantP2P;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  ASSERT_EQ(cudaStreamBeginCapture(s.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  reducer().run(x, y1, n, DType::kBF16, s.stream(), one);
+  reducer().run(x, y2, n, DType::kBF16, s.stream(), two);
+  reducer().run(x, y3, n, DType::kBF16, s.stream(), i8);
+  ASSERT_EQ(cudaStreamEndCapture(s.stream(), &g), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+  for (int rep = 0; rep < 5; ++rep) {
+    const uint64_t seed = 900 + rep;
+    braid::bench::fill_pattern(x, DType::kBF16, n, seed, s.rank(), 0, s.stream());
+    ASSERT_EQ(cudaGraphLaunch(ge, s.stream()), cudaSuccess);
+    s.synchronize("graph replay");
+    EXPECT_EQ(braid::bench::count_wrong("allreduce", y1, DType::kBF16, n, seed, s.rank(), s.size(), s.stream()), 0u);
+    EXPECT_EQ(braid::bench::count_wrong("allreduce", y2, DType::kBF16, n, seed, s.rank(), s.size(), s.stream()), 0u);
+    // INT8 of half-integers in [-15.5, 15.5]: within half a step of the range per quantization.
+    std::vector<uint16_t> got(n);
+    cudaMemcpy(got.data(), y3, n * 2, cudaMemcpyDeviceToHost);
+    std::vector<uint16_t> exact(n);
+    cudaMemcpy(exact.data(), y1, n * 2, cudaMemcpyDeviceToHost);
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::abs(double(q::bf16_bits_to_float(got[i])) - q::bf16_bits_to_float(exact[i])));
+    EXPECT_LT(worst, 0.5 * s.size() * 31.0 / 255 + 0.5 * 62.0 / 255 + 0.5) << "rep " << rep;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaFree(x);
+  cudaFree(y1);
+  cudaFree(y2);
+  cudaFree(y3);
+}
+
+TEST(AllReduce, RejectsBadArgumentsClearly) {
+  auto& s = team();
+  char* x = nullptr;
+  cudaMalloc(&x, 4096);
+  braid::AllReduceOptions o;
+  o.algo = ArAlgo::kOneShot;
+  EXPECT_THROW(reducer().run(x + 2, x + 2, 100, DType::kBF16, s.stream(), o), braid::UsageError);  // misaligned
+  EXPECT_THROW(reducer().run(x, x, 100, DType::kFP32, s.stream(), o), braid::UsageError);          // fp32 kernel
+  o.algo = ArAlgo::kQuantP2P;  // lossy algorithm without asking for a lossy precision
+  EXPECT_THROW(reducer().run(x, x, 100, DType::kBF16, s.stream(), o), braid::UsageError);
+  braid::AllReduceOptions g;
+  g.precision = Precision::kInt8;
+  g.group = 48;
+  EXPECT_THROW(reducer().run(x, x, 100, DType::kBF16, s.stream(), g), braid::UsageError);
+  braid::AllReduceOptions dbg;
+  dbg.debug_check_counts = true;
+  dbg.algo = ArAlgo::kOneShot;
+  EXPECT_THROW(reducer().run(x, x, 100 + s.rank(), DType::kBF16, s.stream(), dbg), braid::UsageError);
+  s.synchronize("after argument checks");
+  cudaFree(x);
+}
+
+}  // namespace
