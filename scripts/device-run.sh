@@ -39,7 +39,7 @@ if has peers; then
 fi
 if has transitions; then
   echo "== bench transitions" | tee -a "$log"
-  mpi bench transitions --json "$out/transitions.jsonl" 2>&1 | tee -a "$log"
+  mpi bench transitions --dtype bf16,fp32 --json "$out/transitions.jsonl" 2>&1 | tee -a "$log"
 fi
 if has nccl; then
   for op in allreduce reducescatter allgather alltoall; do

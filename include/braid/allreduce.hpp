@@ -49,9 +49,14 @@ struct AllReduceOptions {
 struct AllReducerConfig {
   size_t oneshot_max_bytes = size_t(16) << 20;   // largest message the one-shot workspace holds
   size_t piece_elems = size_t(32) << 20;         // elements per launch for two-shot / quantized
-  int oneshot_blocks = 64;
-  int twoshot_blocks = 128;
-  int quant_blocks = 132;
+  // Grid: at most this many blocks (each owns one signal slot); fewer for small messages, so that a
+  // block has at least the given amount of work (vectors of 8 values; quantization groups).
+  int oneshot_blocks = 264;
+  int twoshot_blocks = 528;
+  int quant_blocks = 528;
+  uint64_t oneshot_min_vecs = 512;
+  uint64_t twoshot_min_vecs = 512;
+  uint64_t quant_min_groups = 32;
   int threads = 512;
 };
 
@@ -90,6 +95,7 @@ class AllReducer {
   std::unique_ptr<SymmetricBuffer> ws_oneshot_, ws_twoshot_, ws_quant_;
   size_t oneshot_slot_ = 0, twoshot_slot_ = 0, quant_slot_ = 0;
   int slot_oneshot_ = 0, slot_twoshot_ = 0, slot_quant_ = 0;
+  uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 3
   void* nccl_send_ = nullptr;
   void* nccl_recv_ = nullptr;
   void* nccl_ag_ = nullptr;

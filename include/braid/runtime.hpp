@@ -55,7 +55,7 @@ class Runtime {
 
 struct TeamOptions {
   double timeout_s = 30.0;       // bound of device waits and of synchronize()
-  int signal_slots = 1024;       // flag slots available to kernels (one block per slot at a time)
+  int signal_slots = 2048;       // flag slots available to kernels (one block per slot at a time)
   bool probe_peers = true;       // run the peer-write probe (else peer_ok() is false)
 };
 

@@ -16,6 +16,7 @@
 #include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/fusion.hpp"
+#include "braid/fusion/gpu.hpp"
 #include "braid/info.hpp"
 #include "braid/runtime.hpp"
 
@@ -32,6 +33,8 @@ const char* kUsage =
     "                  [--dtype bf16|fp16] [--dist normal|student-t|outlier] [--group 128] [--json FILE]\n"
     "                  [--write-table tuning/allreduce.tsv]\n"
     "                                    braid all-reduce vs NCCL, verified (quantized: vs CPU reference)\n"
+    "  bench transitions [--transition tp+sp,tp+ep,sp+ep] [--model M] [--seq 1024,4096] [--dtype bf16,fp32]\n"
+    "                    [--json FILE]     Chimera: fused vs unfused parallelism transitions, verified\n"
     "  bench p2p [--bytes 256M] [--json FILE]\n"
     "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
@@ -134,6 +137,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     a.ctx = ctx;
     return braid::bench::run_allreduce_bench(team, a) == 0 ? 0 : 3;
   }
+  if (what == "transitions") return braid::fusion::bench_transitions(team, argc, argv, ctx);
   if (what == "p2p") {
     braid::bench::P2pBenchArgs a;
     a.bytes = braid::bench::parse_size(o.get("--bytes", "256M"));

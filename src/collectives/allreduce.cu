@@ -134,6 +134,25 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     twoshot_slot_ = round_up(round_up((cfg_.piece_elems + W - 1) / W, ar::kVec) * 2, 256);
     ws_twoshot_ = std::make_unique<SymmetricBuffer>(team, 2 * 2 * W * twoshot_slot_);
     ws_quant_ = std::make_unique<SymmetricBuffer>(team, 2 * 2 * W * quant_slot_);
+    // Every block of a launch must be resident at once (blocks wait on their peers' blocks), so the
+    // grid never exceeds what the GPU holds at a time.
+    int dev = 0, sms = 0, per_sm = 0;
+    BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::oneshot_kernel<0>, cfg_.threads, 0));
+    cfg_.oneshot_blocks = std::min(cfg_.oneshot_blocks, per_sm * sms);
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::twoshot_kernel<0>, cfg_.threads, 0));
+    cfg_.twoshot_blocks = std::min(cfg_.twoshot_blocks, per_sm * sms);
+    int q = per_sm;
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::quant_allreduce_kernel<0, 4, 4, 32>,
+                                                                 cfg_.threads, 0));
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&q, ar::quant_allreduce_kernel<1, 8, 8, 256>,
+                                                                 cfg_.threads, 0));
+    cfg_.quant_blocks = std::min(cfg_.quant_blocks, std::min(per_sm, q) * sms);
+    BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0,
+                  "AllReducer: kernels do not fit on this GPU");
+    BRAID_CUDA_CHECK(cudaMalloc(&seq_, 3 * 2 * sizeof(uint32_t)));
+    BRAID_CUDA_CHECK(cudaMemset(seq_, 0, 3 * 2 * sizeof(uint32_t)));
     slot_oneshot_ = team.reserve_slots(cfg_.oneshot_blocks);
     slot_twoshot_ = team.reserve_slots(cfg_.twoshot_blocks);
     slot_quant_ = team.reserve_slots(cfg_.quant_blocks);
@@ -144,7 +163,16 @@ AllReducer::~AllReducer() {
   cudaFree(nccl_send_);
   cudaFree(nccl_recv_);
   cudaFree(nccl_ag_);
+  if (seq_) cudaFree(seq_);
 }
+
+namespace {
+// Blocks for a launch: enough that each has at least `min_per_block` units of work, at most `max_blocks`.
+int grid_for(uint64_t units, uint64_t min_per_block, int max_blocks) {
+  const uint64_t b = (units + min_per_block - 1) / min_per_block;
+  return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(b, max_blocks)));
+}
+}  // namespace
 
 ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt) const {
   ArAlgo a = opt.algo;
@@ -219,9 +247,10 @@ void AllReducer::run_oneshot(const void* in, void* out, size_t count, DType dtyp
     const size_t n = std::min(piece, count - off);
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
+    const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.oneshot_min_vecs, cfg_.oneshot_blocks);
     BRAID_DISPATCH_DT(dtype, DT,
-                      (ar::oneshot_kernel<DT><<<cfg_.oneshot_blocks, cfg_.threads, 0, s>>>(
-                          x, y, n, W, team_.rank(), ws, team_.signals(), slot_oneshot_)));
+                      (ar::oneshot_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
+                          x, y, n, W, team_.rank(), ws, team_.signals(), slot_oneshot_, seq_)));
     BRAID_CHECK_LAUNCH();
   }
 }
@@ -236,9 +265,10 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
     const uint64_t stride = round_up((n + W - 1) / W, ar::kVec);
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
+    const int blocks = grid_for(stride / ar::kVec, cfg_.twoshot_min_vecs, cfg_.twoshot_blocks);
     BRAID_DISPATCH_DT(dtype, DT,
-                      (ar::twoshot_kernel<DT><<<cfg_.twoshot_blocks, cfg_.threads, 0, s>>>(
-                          x, y, n, stride, W, team_.rank(), ws, team_.signals(), slot_twoshot_)));
+                      (ar::twoshot_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
+                          x, y, n, stride, W, team_.rank(), ws, team_.signals(), slot_twoshot_, seq_ + 2)));
     BRAID_CHECK_LAUNCH();
   }
 }
@@ -253,11 +283,12 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
   for (size_t off = 0; off < count; off += cfg_.piece_elems) {
     const size_t n = std::min(cfg_.piece_elems, count - off);
     ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta};
+    const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
     BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
-        ar::quant_allreduce_kernel<DT, B1, B2, G><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-            x, y, q, ws, team_.signals(), slot_quant_)))));
+        ar::quant_allreduce_kernel<DT, B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(
+            x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4)))));
     BRAID_CHECK_LAUNCH();
   }
 }
@@ -265,10 +296,10 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
 void AllReducer::run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,
                                 int group) {
   const int W = team_.size();
-  const int blocks = cfg_.quant_blocks;
   for (size_t off = 0; off < count; off += cfg_.piece_elems) {
     const size_t n = std::min(cfg_.piece_elems, count - off);
     const uint64_t stride = quant::chunk_stride(n, W, group);
+    const int blocks = grid_for(stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
     const uint64_t groups = stride / group;
     // Compact layouts: payload then metadata, so NCCL moves only real bytes.
     const uint64_t m1 = round_up(stride * b1 / 8, 16), bytes1 = round_up(m1 + groups * 4, 16);

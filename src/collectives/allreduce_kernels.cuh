@@ -129,6 +129,28 @@ __device__ __forceinline__ void load_dequant(const uint8_t* payload, const uint3
   for (int j = 0; j < kVec; ++j) v[j] = j < valid ? quant::dequantize_one(q[j], p) : 0.f;
 }
 
+// Launch sequence of one algorithm, in device memory: seq[0] counts completed launches, seq[1] counts
+// the blocks of the current launch that finished. All blocks of a launch read the same seq[0] (it is
+// only advanced by the last block to finish), so they agree on the workspace phase whatever the grid
+// size; stream order makes the next launch see the new value. Graph-capturable: no host state.
+__device__ __forceinline__ uint32_t launch_phase(const uint32_t* seq) {
+  __shared__ uint32_t s_phase;
+  if (threadIdx.x == 0) s_phase = *reinterpret_cast<const volatile uint32_t*>(seq) & 1u;
+  __syncthreads();
+  return s_phase;
+}
+__device__ __forceinline__ void finish_launch(uint32_t* seq) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&seq[1], 1u) == gridDim.x - 1) {
+      seq[1] = 0;
+      seq[0] += 1;
+      __threadfence();
+    }
+  }
+}
+
 // Where quantized data goes / comes from: slot base pointers per rank (or per chunk).
 struct SlotPtrs {
   uint8_t* p[kMaxPeers];
@@ -259,16 +281,15 @@ struct QuantWorkspace {
 
 // The fused Flash Communication all-reduce: quantize + push, flag, reduce + requantize + push, flag,
 // dequantize. Two signal epochs per launch on slot `slot0 + blockIdx.x`; the workspace phase alternates
-// between launches (parity of the launch), which makes reuse safe without a closing barrier: a rank
-// can only start launch k+2 after every peer finished launch k.
+// between launches (parity of the launch sequence), which makes reuse safe without a closing barrier:
+// a rank can only start launch k+2 after every peer finished its part of launch k+1, which each began
+// only after finishing launch k.
 template <int DT, int BITS1, int BITS2, int G>
 __global__ void __launch_bounds__(512) quant_allreduce_kernel(const uint16_t* in, uint16_t* out, QuantGeom q,
-                                                               QuantWorkspace ws, SignalView sig, int slot0) {
+                                                               QuantWorkspace ws, SignalView sig, int slot0,
+                                                               uint32_t* seq) {
   const int slot = slot0 + blockIdx.x;
-  __shared__ uint32_t s_phase;
-  if (threadIdx.x == 0) s_phase = (sig.epochs[slot] >> 1) & 1u;  // launches so far on this slot, mod 2
-  __syncthreads();
-  const uint64_t phase_off = static_cast<uint64_t>(s_phase) * 2 * q.world * ws.slot_bytes;
+  const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
   // RS slots: region [phase][0][from]; AG slots: region [phase][1][chunk].
   SlotPtrs rs_dst, rs_src, ag_dst, ag_src;
   for (int r = 0; r < q.world; ++r) {
@@ -282,6 +303,7 @@ __global__ void __launch_bounds__(512) quant_allreduce_kernel(const uint16_t* in
   stage_reduce<BITS1, BITS2, G>(q, rs_src, ag_dst, q.world);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
   stage_dequantize<DT, BITS2, G>(out, q, ag_src);
+  finish_launch(seq);
 }
 
 // The three stages as separate kernels, for NCCL as transport.
@@ -333,12 +355,9 @@ __device__ __forceinline__ void block_vec_range(uint64_t vecs, uint64_t& v0, uin
 // One-shot: push my slice to every peer's slot [me], flag, sum all W slices (mine from `in`) locally.
 template <int DT>
 __global__ void __launch_bounds__(512) oneshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world, int rank,
-                                                       ExactWorkspace ws, SignalView sig, int slot0) {
+                                                       ExactWorkspace ws, SignalView sig, int slot0, uint32_t* seq) {
   const int slot = slot0 + blockIdx.x;
-  __shared__ uint32_t s_phase;
-  if (threadIdx.x == 0) s_phase = sig.epochs[slot] & 1u;
-  __syncthreads();
-  const uint64_t phase_off = static_cast<uint64_t>(s_phase) * world * ws.slot_bytes;
+  const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * world * ws.slot_bytes;
   uint64_t v0, v1;
   block_vec_range((n + kVec - 1) / kVec, v0, v1);
   for (int i = 1; i < world; ++i) {
@@ -367,18 +386,17 @@ __global__ void __launch_bounds__(512) oneshot_kernel(const uint16_t* in, uint16
     }
     store8<DT>(out + e, valid, acc);
   }
+  finish_launch(seq);
 }
 
 // Two-shot: push chunk r's slice to peer r's RS slot [me]; flag; reduce my chunk slice, write it to my
 // output and to every peer's AG slot [me]; flag; copy the other chunks' slices from my AG slots.
 template <int DT>
 __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, uint64_t stride,
-                                                       int world, int rank, ExactWorkspace ws, SignalView sig, int slot0) {
+                                                       int world, int rank, ExactWorkspace ws, SignalView sig, int slot0,
+                                                       uint32_t* seq) {
   const int slot = slot0 + blockIdx.x;
-  __shared__ uint32_t s_phase;
-  if (threadIdx.x == 0) s_phase = (sig.epochs[slot] >> 1) & 1u;
-  __syncthreads();
-  const uint64_t phase_off = static_cast<uint64_t>(s_phase) * 2 * world * ws.slot_bytes;
+  const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * world * ws.slot_bytes;
   auto rs = [&](int owner, int from) {
     return reinterpret_cast<uint16_t*>(ws.base[owner] + phase_off + static_cast<uint64_t>(from) * ws.slot_bytes);
   };
@@ -429,6 +447,7 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
       else for (uint64_t k = e; k < n; ++k) out[k] = src[k - c0];
     }
   }
+  finish_launch(seq);
 }
 
 }  // namespace braid::ar
