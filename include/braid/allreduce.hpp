@@ -30,13 +30,14 @@ enum class ArAlgo {
   kAuto,
   kNccl,      // ncclAllReduce
   kOneShot,   // push the whole buffer to every peer, each rank reduces everything
+  kOneShotLL, // the same with data and flag in one 16-byte store (NCCL's LL protocol): small messages
   kTwoShot,   // reduce-scatter by remote stores, then all-gather by remote stores
   kQuantP2P,  // Flash Communication two-step, fused, over peer memory
   kQuantNccl  // Flash Communication two-step, NCCL all-to-all + all-gather as transport
 };
 const char* algo_name(ArAlgo a);
 const char* precision_name(Precision p);
-// "nccl", "oneshot", "twoshot", "int8", "int6", "int4", "int8-nccl", ... -> (algo, precision).
+// "nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6", "int4", "int8-nccl", ... -> (algo, precision).
 bool parse_algo(const std::string& s, ArAlgo* algo, Precision* precision);
 
 struct AllReduceOptions {
@@ -48,6 +49,8 @@ struct AllReduceOptions {
 
 struct AllReducerConfig {
   size_t oneshot_max_bytes = size_t(16) << 20;   // largest message the one-shot workspace holds
+  size_t ll_max_bytes = size_t(1) << 20;          // largest message of one LL launch (2x on the link)
+  int ll_blocks = 132;
   size_t piece_elems = size_t(32) << 20;         // elements per launch for two-shot / quantized
   // Grid: at most this many blocks (each owns one signal slot); fewer for small messages, so that a
   // block has at least the given amount of work (vectors of 8 values; quantization groups).
@@ -76,6 +79,7 @@ class AllReducer {
 
  private:
   void run_oneshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
+  void run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_twoshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                      int group);
@@ -92,10 +96,11 @@ class AllReducer {
   };
   std::vector<Tuning> table_;
   // Symmetric workspaces (null without peer access) and local buffers for the NCCL transport.
-  std::unique_ptr<SymmetricBuffer> ws_oneshot_, ws_twoshot_, ws_quant_;
+  std::unique_ptr<SymmetricBuffer> ws_oneshot_, ws_twoshot_, ws_quant_, ws_ll_;
+  size_t ll_slot_ = 0;
   size_t oneshot_slot_ = 0, twoshot_slot_ = 0, quant_slot_ = 0;
   int slot_oneshot_ = 0, slot_twoshot_ = 0, slot_quant_ = 0;
-  uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 3
+  uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 4
   void* nccl_send_ = nullptr;
   void* nccl_recv_ = nullptr;
   void* nccl_ag_ = nullptr;

@@ -132,7 +132,8 @@ namespace braid::bench {
 
 // `braid bench allreduce`: braid's all-reduce algorithms against NCCL in the same run.
 struct AllReduceBenchArgs {
-  std::vector<std::string> algos = {"nccl", "oneshot", "twoshot", "int8", "int6", "int4"};
+  std::vector<std::string> algos = {"nccl", "oneshot-ll", "oneshot", "twoshot", "int8", "int6", "int4"};
+  bool graph = false;           // time replays of a CUDA graph of `sets` calls (no host launch cost)
   size_t min_bytes = 64 << 10, max_bytes = size_t(1) << 30;
   double factor = 2;
   DType dtype = DType::kBF16;

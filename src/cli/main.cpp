@@ -134,6 +134,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     a.timing = timing(o, 10, 50);
     a.json = o.get("--json", "");
     a.write_table = o.get("--write-table", "");
+    a.graph = o.has("--graph");
     a.ctx = ctx;
     return braid::bench::run_allreduce_bench(team, a) == 0 ? 0 : 3;
   }

@@ -69,6 +69,7 @@ const char* algo_name(ArAlgo a) {
     case ArAlgo::kAuto: return "auto";
     case ArAlgo::kNccl: return "nccl";
     case ArAlgo::kOneShot: return "oneshot";
+    case ArAlgo::kOneShotLL: return "oneshot-ll";
     case ArAlgo::kTwoShot: return "twoshot";
     case ArAlgo::kQuantP2P: return "quant";
     case ArAlgo::kQuantNccl: return "quant-nccl";
@@ -88,6 +89,7 @@ bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
   *prec = Precision::kExact;
   if (s == "nccl") { *algo = ArAlgo::kNccl; return true; }
   if (s == "oneshot") { *algo = ArAlgo::kOneShot; return true; }
+  if (s == "oneshot-ll") { *algo = ArAlgo::kOneShotLL; return true; }
   if (s == "twoshot") { *algo = ArAlgo::kTwoShot; return true; }
   if (s == "auto") { *algo = ArAlgo::kAuto; return true; }
   const bool nccl = s.size() > 5 && s.substr(s.size() - 5) == "-nccl";
@@ -113,6 +115,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     Tuning t{w == "*" ? 0 : std::stoi(w), dt, prec, std::stoull(maxb), ArAlgo::kNccl};
     if (algo == "nccl") t.algo = ArAlgo::kNccl;
     else if (algo == "oneshot") t.algo = ArAlgo::kOneShot;
+    else if (algo == "oneshot-ll") t.algo = ArAlgo::kOneShotLL;
     else if (algo == "twoshot") t.algo = ArAlgo::kTwoShot;
     else if (algo == "quant") t.algo = ArAlgo::kQuantP2P;
     else if (algo == "quant-nccl") t.algo = ArAlgo::kQuantNccl;
@@ -151,8 +154,15 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.quant_blocks = std::min(cfg_.quant_blocks, std::min(per_sm, q) * sms);
     BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0,
                   "AllReducer: kernels do not fit on this GPU");
-    BRAID_CUDA_CHECK(cudaMalloc(&seq_, 3 * 2 * sizeof(uint32_t)));
-    BRAID_CUDA_CHECK(cudaMemset(seq_, 0, 3 * 2 * sizeof(uint32_t)));
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::oneshot_ll_kernel<0>, cfg_.threads, 0));
+    cfg_.ll_blocks = std::min(cfg_.ll_blocks, per_sm * sms);
+    BRAID_CUDA_CHECK(cudaMalloc(&seq_, 4 * 2 * sizeof(uint32_t)));
+    BRAID_CUDA_CHECK(cudaMemset(seq_, 0, 4 * 2 * sizeof(uint32_t)));
+    ll_slot_ = round_up(2 * cfg_.ll_max_bytes, 256);
+    ws_ll_ = std::make_unique<SymmetricBuffer>(team, 2 * W * ll_slot_);
+    BRAID_CUDA_CHECK(cudaMemset(ws_ll_->local(), 0, ws_ll_->bytes()));  // epochs start at 1
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+    team.barrier();
     slot_oneshot_ = team.reserve_slots(cfg_.oneshot_blocks);
     slot_twoshot_ = team.reserve_slots(cfg_.twoshot_blocks);
     slot_quant_ = team.reserve_slots(cfg_.quant_blocks);
@@ -194,7 +204,7 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
     throw UsageError("a quantized algorithm was requested with exact precision", __FILE__, __LINE__);
   if (!team_.peer_ok()) {
     if (a == ArAlgo::kQuantP2P) a = ArAlgo::kQuantNccl;
-    if (a == ArAlgo::kOneShot || a == ArAlgo::kTwoShot) a = ArAlgo::kNccl;
+    if (a == ArAlgo::kOneShot || a == ArAlgo::kOneShotLL || a == ArAlgo::kTwoShot) a = ArAlgo::kNccl;
   }
   if (dtype == DType::kFP32 && a != ArAlgo::kNccl)
     throw UsageError("fp32 all-reduce is NCCL only (braid's kernels take bf16/fp16)", __FILE__, __LINE__);
@@ -223,6 +233,7 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
       BRAID_NCCL_CHECK(ncclAllReduce(in, out, count, bench::nccl_dtype(dtype), ncclSum, team_.nccl(), s));
       return;
     case ArAlgo::kOneShot: run_oneshot(in, out, count, dtype, s); return;
+    case ArAlgo::kOneShotLL: run_oneshot_ll(in, out, count, dtype, s); return;
     case ArAlgo::kTwoShot: run_twoshot(in, out, count, dtype, s); return;
     case ArAlgo::kQuantP2P:
     case ArAlgo::kQuantNccl: {
@@ -251,6 +262,23 @@ void AllReducer::run_oneshot(const void* in, void* out, size_t count, DType dtyp
     BRAID_DISPATCH_DT(dtype, DT,
                       (ar::oneshot_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
                           x, y, n, W, team_.rank(), ws, team_.signals(), slot_oneshot_, seq_)));
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+void AllReducer::run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {
+  const int W = team_.size();
+  ar::ExactWorkspace ws{};
+  for (int r = 0; r < W; ++r) ws.base[r] = ws_ll_->peer_as<uint8_t>(r);
+  ws.slot_bytes = ll_slot_;
+  const size_t piece = cfg_.ll_max_bytes / 2;  // elements per launch
+  for (size_t off = 0; off < count; off += piece) {
+    const size_t n = std::min(piece, count - off);
+    const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.threads, cfg_.ll_blocks);
+    BRAID_DISPATCH_DT(dtype, DT,
+                      (ar::oneshot_ll_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
+                          static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n, W, team_.rank(),
+                          ws, team_.signals(), seq_ + 6)));
     BRAID_CHECK_LAUNCH();
   }
 }

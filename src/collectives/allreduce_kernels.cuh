@@ -183,14 +183,22 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
   for (int i = 0; i < q.world; ++i) {
     const int r = (q.rank + i) % q.world;  // staggered: ranks start on different destinations
     const uint64_t c0 = q.stride * r;
-    for (uint64_t base = g0; base < g1; base += groups_per_iter) {
-      const uint64_t gi = base + threadIdx.x / TPG;
-      const uint64_t e = c0 + gi * G + lane_in_group * kVec;
-      const int valid = gi < g1 && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
-      float v[kVec];
-      load8<DT>(in + (valid ? e : 0), valid, v);
-      quantize_store<BITS, TPG>(v, valid, lane_in_group, dst.p[r] + gi * G * BITS / 8,
-                                reinterpret_cast<uint32_t*>(dst.p[r] + q.meta_out) + gi);
+    // Two groups per thread per iteration: both loads are in flight before either is used.
+    for (uint64_t base = g0; base < g1; base += 2 * groups_per_iter) {
+      uint64_t gi[2];
+      int valid[2];
+      float v[2][kVec];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        gi[u] = base + u * groups_per_iter + threadIdx.x / TPG;
+        const uint64_t e = c0 + gi[u] * G + lane_in_group * kVec;
+        valid[u] = gi[u] < g1 && e < q.n ? valid_count(q.n - e) : 0;
+        load8<DT>(in + (valid[u] ? e : 0), valid[u], v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+        quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, dst.p[r] + gi[u] * G * BITS / 8,
+                                  reinterpret_cast<uint32_t*>(dst.p[r] + q.meta_out) + gi[u]);
     }
   }
 }
@@ -260,15 +268,22 @@ __device__ __forceinline__ void stage_dequantize(uint16_t* out, const QuantGeom&
   const int groups_per_iter = blockDim.x / TPG;
   for (int c = 0; c < q.world; ++c) {
     const uint64_t c0 = q.stride * c;
-    for (uint64_t base = g0; base < g1; base += groups_per_iter) {
-      const uint64_t gi = base + threadIdx.x / TPG;
-      const uint64_t e = c0 + gi * G + lane_in_group * kVec;
-      const int valid = gi < g1 && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
-      if (valid <= 0) continue;
-      float v[kVec];
-      load_dequant<BITS2>(src.p[c] + gi * G * BITS2 / 8, reinterpret_cast<const uint32_t*>(src.p[c] + q.meta_in) + gi,
-                          lane_in_group, valid, v);
-      store8<DT>(out + e, valid, v);
+    for (uint64_t base = g0; base < g1; base += 2 * groups_per_iter) {
+      float v[2][kVec];
+      int valid[2];
+      uint64_t e[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const uint64_t gi = base + u * groups_per_iter + threadIdx.x / TPG;
+        e[u] = c0 + gi * G + lane_in_group * kVec;
+        valid[u] = gi < g1 && e[u] < q.n ? valid_count(q.n - e[u]) : 0;
+        if (valid[u] > 0)
+          load_dequant<BITS2>(src.p[c] + gi * G * BITS2 / 8,
+                              reinterpret_cast<const uint32_t*>(src.p[c] + q.meta_in) + gi, lane_in_group, valid[u], v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+        if (valid[u] > 0) store8<DT>(out + e[u], valid[u], v[u]);
     }
   }
 }
@@ -383,6 +398,81 @@ __global__ void __launch_bounds__(512) oneshot_kernel(const uint16_t* in, uint16
       const uint16_t* src = s == rank ? in : reinterpret_cast<const uint16_t*>(ws.base[rank] + phase_off +
                                                                              static_cast<uint64_t>(s) * ws.slot_bytes);
       add8<DT>(acc, src + e, valid);
+    }
+    store8<DT>(out + e, valid, acc);
+  }
+  finish_launch(seq);
+}
+
+// One-shot, LL protocol (as NCCL's LL): every 16-byte line carries 8 data bytes and two copies of the
+// launch's epoch, written by one 16-byte store, so a reader that sees both flags equal to the epoch
+// also sees the data: no fence and no separate flag round trip. Twice the bytes on the link, so it is
+// for small messages. Workspace per peer slot: 2 * message bytes (4 lines per 8 values).
+__device__ __forceinline__ void st_ll(uint4* p, uint32_t d0, uint32_t d1, uint32_t epoch) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(d0), "r"(epoch), "r"(d1), "r"(epoch)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_ll(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)
+               : "memory");
+  return v;
+}
+
+template <int DT>
+__global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world,
+                                                          int rank, ExactWorkspace ws, SignalView sig, uint32_t* seq) {
+  __shared__ uint32_t s_launch;
+  if (threadIdx.x == 0) s_launch = *reinterpret_cast<const volatile uint32_t*>(seq);
+  __syncthreads();
+  const uint32_t epoch = s_launch + 1;  // flags start at 0 in a fresh workspace
+  const uint64_t phase_off = static_cast<uint64_t>(s_launch & 1u) * world * ws.slot_bytes;
+  const uint64_t vecs = (n + kVec - 1) / kVec;
+  for (uint64_t v = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; v < vecs; v += uint64_t(gridDim.x) * blockDim.x) {
+    const uint64_t e = v * kVec;
+    const int valid = valid_count(n - e);
+    uint4 mine;
+    if (valid == kVec) {
+      mine = *reinterpret_cast<const uint4*>(in + e);
+    } else {
+      uint16_t t[kVec] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int j = 0; j < valid; ++j) t[j] = in[e + j];
+      mine = make_uint4(t[0] | uint32_t(t[1]) << 16, t[2] | uint32_t(t[3]) << 16, t[4] | uint32_t(t[5]) << 16,
+                        t[6] | uint32_t(t[7]) << 16);
+    }
+    for (int i = 1; i < world; ++i) {
+      const int r = (rank + i) % world;
+      uint4* dst = reinterpret_cast<uint4*>(ws.base[r] + phase_off + static_cast<uint64_t>(rank) * ws.slot_bytes) + 2 * v;
+      st_ll(dst, mine.x, mine.y, epoch);
+      st_ll(dst + 1, mine.z, mine.w, epoch);
+    }
+    float acc[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[j] = 0.f;
+    for (int s = 0; s < world; ++s) {
+      uint4 w = mine;
+      if (s != rank) {
+        const uint4* src =
+            reinterpret_cast<const uint4*>(ws.base[rank] + phase_off + static_cast<uint64_t>(s) * ws.slot_bytes) + 2 * v;
+        uint4 a = ld_ll(src), b = ld_ll(src + 1);
+        const uint64_t start = dev::globaltimer_ns();
+        for (uint32_t it = 1; a.y != epoch || a.w != epoch || b.y != epoch || b.w != epoch; ++it) {
+          if ((it & 255u) == 0u) {
+            if (dev::globaltimer_ns() - start > sig.timeout_ns) {
+              dev::record_timeout(sig, static_cast<uint32_t>(OpId::kAllReduceOneShot), 0, s, epoch, a.y);
+              return;
+            }
+            if (dev::error_raised(sig)) return;
+          }
+          a = ld_ll(src);
+          b = ld_ll(src + 1);
+        }
+        w = make_uint4(a.x, a.z, b.x, b.z);
+      }
+      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        acc[j] = __fadd_rn(acc[j], load_scalar<DT>(reinterpret_cast<const uint16_t*>(&words[j / 2]) + (j & 1)));
     }
     store8<DT>(out + e, valid, acc);
   }

@@ -128,7 +128,7 @@ TEST(AllReduce, ExactOneShotAndTwoShotEqualTheExactSum) {
   // 9M elements exceed the one-shot workspace (8M per launch): exercised in pieces.
   for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536), (size_t(1) << 20) + 3, size_t(9) << 20})
     for (DType dt : {DType::kBF16, DType::kFP16})
-      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot})
+      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kOneShotLL, ArAlgo::kTwoShot})
         for (bool in_place : {false, true}) {
           void *x = nullptr, *y = nullptr;
           ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
@@ -157,7 +157,8 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   cudaMalloc(&y1, n * 2);
   cudaMalloc(&y2, n * 2);
   cudaMalloc(&y3, n * 2);
-  braid::AllReduceOptions one, two, i8;
+  braid::AllReduceOptions one, two, i8, ll;
+  ll.algo = ArAlgo::kOneShotLL;
   one.algo = ArAlgo::kOneShot;
   two.algo = ArAlgo::kTwoShot;
   i8.precision = Precision::kInt8;
@@ -168,6 +169,7 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   reducer().run(x, y1, n, DType::kBF16, s.stream(), one);
   reducer().run(x, y2, n, DType::kBF16, s.stream(), two);
   reducer().run(x, y3, n, DType::kBF16, s.stream(), i8);
+  reducer().run(x, y1, n, DType::kBF16, s.stream(), ll);  // overwrites y1 with the same exact sum
   ASSERT_EQ(cudaStreamEndCapture(s.stream(), &g), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
   for (int rep = 0; rep < 5; ++rep) {
