@@ -39,13 +39,20 @@ if has peers; then
   timeout 300 python3 -m torch.distributed.run --nproc-per-node "$ngpu" bench/peers/allreduce_symm_mem.py \
     --json "$out/peers-allreduce.jsonl" 2>&1 | grep -vE "^(W|I)[0-9]{4}|warn" | tee -a "$log"
 fi
-if has transitions; then
-  echo "== bench transitions" | tee -a "$log"
-  mpi bench transitions --dtype bf16,fp32 --json "$out/transitions.jsonl" 2>&1 | tee -a "$log"
-fi
 if has nccl; then
   for op in allreduce reducescatter allgather alltoall; do
     mpi bench nccl --op $op -b 64K -e 1G -f 2 --json "$out/nccl-$op.jsonl" 2>&1 | tee -a "$log"
   done
 fi
+if has transitions; then
+  echo "== bench transitions" | tee -a "$log"
+  cal=""
+  if ls "$out"/nccl-*.jsonl >/dev/null 2>&1; then
+    python3 scripts/calibration_from_json.py "$out"/nccl-*.jsonl > build/calibration.txt && cal="--calibration build/calibration.txt"
+  fi
+  # shellcheck disable=SC2086
+  mpi bench transitions --dtype bf16,fp32 $cal --json "$out/transitions.jsonl" 2>&1 | tee -a "$log"
+fi
+# The device tool returns at most 8 files: bundle the JSON lines and tables.
+(cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv 2>/dev/null) 2>/dev/null)
 echo "== done" | tee -a "$log"
