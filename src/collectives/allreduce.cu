@@ -1,5 +1,6 @@
 // AllReducer: workspaces, algorithm choice, launchers (see braid/allreduce.hpp).
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "allreduce_kernels.cuh"
@@ -104,6 +105,10 @@ bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
 
 AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg) {
   BRAID_REQUIRE(cfg_.threads == 512, "AllReducer: kernels are built for 512 threads per block");
+  // Tuning knobs for experiments (documented in docs/flash-communication.md).
+  if (const char* e = std::getenv("BRAID_AR_QUANT_BLOCKS")) cfg_.quant_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
   const int W = team.size();
   // Tuning table.
   std::istringstream in(kBuiltinTable);

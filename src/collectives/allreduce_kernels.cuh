@@ -25,8 +25,18 @@ inline constexpr int kVec = 8;  // values per thread
 __device__ __forceinline__ int valid_count(uint64_t left) { return left < kVec ? static_cast<int>(left) : kVec; }
 
 template <int DT>  // 0: bf16, 1: fp16
+__device__ __forceinline__ float bits_to_float(uint16_t b) {
+  return DT == 0 ? quant::bf16_bits_to_float(b) : quant::half_bits_to_float(b);
+}
+template <int DT>
 __device__ __forceinline__ float load_scalar(const uint16_t* p) {
-  return DT == 0 ? quant::bf16_bits_to_float(*p) : quant::half_bits_to_float(*p);
+  return bits_to_float<DT>(*p);
+}
+// The two 16-bit values of a 32-bit word (low half first), without going through memory.
+template <int DT>
+__device__ __forceinline__ void unpack2(uint32_t w, float& lo, float& hi) {
+  lo = bits_to_float<DT>(static_cast<uint16_t>(w & 0xffffu));
+  hi = bits_to_float<DT>(static_cast<uint16_t>(w >> 16));
 }
 template <int DT>
 __device__ __forceinline__ uint16_t to_bits(float f) {
@@ -39,12 +49,10 @@ template <int DT>
 __device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[kVec]) {
   if (valid == kVec) {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j] = load_scalar<DT>(reinterpret_cast<const uint16_t*>(&w[j]));
-      v[2 * j + 1] = load_scalar<DT>(reinterpret_cast<const uint16_t*>(&w[j]) + 1);
-    }
+    unpack2<DT>(raw.x, v[0], v[1]);
+    unpack2<DT>(raw.y, v[2], v[3]);
+    unpack2<DT>(raw.z, v[4], v[5]);
+    unpack2<DT>(raw.w, v[6], v[7]);
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = j < valid ? load_scalar<DT>(p + j) : 0.f;
@@ -111,7 +119,10 @@ template <int BITS>
 __device__ __forceinline__ void load_dequant(const uint8_t* payload, const uint32_t* meta, int lane_in_group, int valid,
                                              float (&v)[kVec]) {
   const uint32_t m = *meta;
-  const quant::GroupParams p = quant::load_params(static_cast<uint16_t>(m & 0xffffu), static_cast<uint16_t>(m >> 16));
+  // Decoding needs only scale and zero (no reciprocal): x' = fma(q, scale, zero), as dequantize_one.
+  quant::GroupParams p;
+  p.scale = quant::half_bits_to_float(static_cast<uint16_t>(m & 0xffffu));
+  p.zero = quant::half_bits_to_float(static_cast<uint16_t>(m >> 16));
   uint32_t q[kVec];
   if constexpr (BITS == 8) {
     const uint2 w = *reinterpret_cast<const uint2*>(payload + lane_in_group * 8);
@@ -151,10 +162,8 @@ __device__ __forceinline__ void finish_launch(uint32_t* seq) {
   }
 }
 
-// Where quantized data goes / comes from: slot base pointers per rank (or per chunk).
-struct SlotPtrs {
-  uint8_t* p[kMaxPeers];
-};
+// Where quantized data goes / comes from: a callable slot(r) -> uint8_t* per rank (or per chunk),
+// computed from __grid_constant__ parameters, so no pointer array is copied to local memory.
 
 // Geometry of one launch of the quantized algorithm.
 struct QuantGeom {
@@ -173,8 +182,8 @@ __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uin
 // Stage 1: quantize chunk r of `in` (BITS) into dst.p[r] (peer r's RS slot for this rank, or a local
 // send buffer), for every r. The loop trip count is uniform over the block, so every lane reaches the
 // shuffles.
-template <int DT, int BITS, int G>
-__device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGeom& q, const SlotPtrs& dst) {
+template <int DT, int BITS, int G, class Slot>
+__device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGeom& q, Slot dst) {
   constexpr int TPG = G / kVec;
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
@@ -197,8 +206,8 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
       }
 #pragma unroll
       for (int u = 0; u < 2; ++u)
-        quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, dst.p[r] + gi[u] * G * BITS / 8,
-                                  reinterpret_cast<uint32_t*>(dst.p[r] + q.meta_out) + gi[u]);
+        quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, dst(r) + gi[u] * G * BITS / 8,
+                                  reinterpret_cast<uint32_t*>(dst(r) + q.meta_out) + gi[u]);
     }
   }
 }
@@ -206,9 +215,8 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
 // Stage 2: for this rank's chunk, dequantize the W contributions in src.p[s] (BITS1), sum them in fp32
 // in rank order, quantize the sum (BITS2) into dst.p[r] for every r (every rank's AG slot for this
 // chunk, or one local buffer when dst_count == 1).
-template <int BITS1, int BITS2, int G>
-__device__ __forceinline__ void stage_reduce(const QuantGeom& q, const SlotPtrs& src, const SlotPtrs& dst,
-                                             int dst_count) {
+template <int BITS1, int BITS2, int G, class Src, class Dst>
+__device__ __forceinline__ void stage_reduce(const QuantGeom& q, Src src, Dst dst, int dst_count) {
   constexpr int TPG = G / kVec;
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
@@ -225,7 +233,7 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, const SlotPtrs&
     if (valid > 0) {
       for (int s = 0; s < q.world; ++s) {
         float v[kVec];
-        load_dequant<BITS1>(src.p[s] + gi * G * BITS1 / 8, reinterpret_cast<const uint32_t*>(src.p[s] + q.meta_in) + gi,
+        load_dequant<BITS1>(src(s) + gi * G * BITS1 / 8, reinterpret_cast<const uint32_t*>(src(s) + q.meta_in) + gi,
                             lane_in_group, valid, v);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
@@ -242,7 +250,7 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, const SlotPtrs&
     const uint32_t m = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
     for (int i = 0; i < dst_count; ++i) {
       const int r = (q.rank + i) % dst_count;
-      uint8_t* pay = dst.p[r] + gi * G * BITS2 / 8;
+      uint8_t* pay = dst(r) + gi * G * BITS2 / 8;
       if constexpr (BITS2 == 8) {
         const uint32_t lo = qv[0] | qv[1] << 8 | qv[2] << 16 | qv[3] << 24;
         const uint32_t hi = qv[4] | qv[5] << 8 | qv[6] << 16 | qv[7] << 24;
@@ -253,14 +261,14 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, const SlotPtrs&
         for (int j = 0; j < kVec; ++j) w |= qv[j] << (4 * j);
         *reinterpret_cast<uint32_t*>(pay + lane_in_group * 4) = w;
       }
-      if (lane_in_group == 0) reinterpret_cast<uint32_t*>(dst.p[r] + q.meta_out)[gi] = m;
+      if (lane_in_group == 0) reinterpret_cast<uint32_t*>(dst(r) + q.meta_out)[gi] = m;
     }
   }
 }
 
 // Stage 3: dequantize every chunk c from src.p[c] (BITS2) into `out`.
-template <int DT, int BITS2, int G>
-__device__ __forceinline__ void stage_dequantize(uint16_t* out, const QuantGeom& q, const SlotPtrs& src) {
+template <int DT, int BITS2, int G, class Slot>
+__device__ __forceinline__ void stage_dequantize(uint16_t* out, const QuantGeom& q, Slot src) {
   constexpr int TPG = G / kVec;
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
@@ -278,8 +286,8 @@ __device__ __forceinline__ void stage_dequantize(uint16_t* out, const QuantGeom&
         e[u] = c0 + gi * G + lane_in_group * kVec;
         valid[u] = gi < g1 && e[u] < q.n ? valid_count(q.n - e[u]) : 0;
         if (valid[u] > 0)
-          load_dequant<BITS2>(src.p[c] + gi * G * BITS2 / 8,
-                              reinterpret_cast<const uint32_t*>(src.p[c] + q.meta_in) + gi, lane_in_group, valid[u], v[u]);
+          load_dequant<BITS2>(src(c) + gi * G * BITS2 / 8,
+                              reinterpret_cast<const uint32_t*>(src(c) + q.meta_in) + gi, lane_in_group, valid[u], v[u]);
       }
 #pragma unroll
       for (int u = 0; u < 2; ++u)
@@ -300,22 +308,23 @@ struct QuantWorkspace {
 // a rank can only start launch k+2 after every peer finished its part of launch k+1, which each began
 // only after finishing launch k.
 template <int DT, int BITS1, int BITS2, int G>
-__global__ void __launch_bounds__(512) quant_allreduce_kernel(const uint16_t* in, uint16_t* out, QuantGeom q,
-                                                               QuantWorkspace ws, SignalView sig, int slot0,
+__global__ void __launch_bounds__(512) quant_allreduce_kernel(const uint16_t* in, uint16_t* out,
+                                                               const __grid_constant__ QuantGeom q,
+                                                               const __grid_constant__ QuantWorkspace ws,
+                                                               const __grid_constant__ SignalView sig, int slot0,
                                                                uint32_t* seq) {
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
   // RS slots: region [phase][0][from]; AG slots: region [phase][1][chunk].
-  SlotPtrs rs_dst, rs_src, ag_dst, ag_src;
-  for (int r = 0; r < q.world; ++r) {
-    rs_dst.p[r] = ws.base[r] + phase_off + static_cast<uint64_t>(q.rank) * ws.slot_bytes;  // peer r, from me
-    rs_src.p[r] = ws.base[q.rank] + phase_off + static_cast<uint64_t>(r) * ws.slot_bytes;  // mine, from r
-    ag_dst.p[r] = ws.base[r] + phase_off + static_cast<uint64_t>(q.world + q.rank) * ws.slot_bytes;
-    ag_src.p[r] = ws.base[q.rank] + phase_off + static_cast<uint64_t>(q.world + r) * ws.slot_bytes;
-  }
+  const int rank = q.rank, world = q.world;
+  const uint64_t sb = ws.slot_bytes;
+  auto rs_dst = [&](int r) { return ws.base[r] + phase_off + static_cast<uint64_t>(rank) * sb; };  // peer r, from me
+  auto rs_src = [&](int r) { return ws.base[rank] + phase_off + static_cast<uint64_t>(r) * sb; };  // mine, from r
+  auto ag_dst = [&](int r) { return ws.base[r] + phase_off + static_cast<uint64_t>(world + rank) * sb; };
+  auto ag_src = [&](int r) { return ws.base[rank] + phase_off + static_cast<uint64_t>(world + r) * sb; };
   stage_quantize<DT, BITS1, G>(in, q, rs_dst);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
-  stage_reduce<BITS1, BITS2, G>(q, rs_src, ag_dst, q.world);
+  stage_reduce<BITS1, BITS2, G>(q, rs_src, ag_dst, world);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
   stage_dequantize<DT, BITS2, G>(out, q, ag_src);
   finish_launch(seq);
@@ -323,26 +332,20 @@ __global__ void __launch_bounds__(512) quant_allreduce_kernel(const uint16_t* in
 
 // The three stages as separate kernels, for NCCL as transport.
 template <int DT, int BITS, int G>
-__global__ void __launch_bounds__(512) quant_stage1_kernel(const uint16_t* in, QuantGeom q, uint8_t* send,
-                                                            uint64_t slot_bytes) {  // q.meta_out: send layout
-  SlotPtrs dst;
-  for (int r = 0; r < q.world; ++r) dst.p[r] = send + r * slot_bytes;
-  stage_quantize<DT, BITS, G>(in, q, dst);
+__global__ void __launch_bounds__(512) quant_stage1_kernel(const uint16_t* in, const __grid_constant__ QuantGeom q,
+                                                            uint8_t* send, uint64_t slot_bytes) {  // q.meta_out: send layout
+  stage_quantize<DT, BITS, G>(in, q, [&](int r) { return send + r * slot_bytes; });
 }
 template <int BITS1, int BITS2, int G>
-__global__ void __launch_bounds__(512) quant_stage2_kernel(QuantGeom q, const uint8_t* recv, uint64_t slot_bytes,
-                                                            uint8_t* ag_send) {  // meta_in: recv, meta_out: ag
-  SlotPtrs src, dst;
-  for (int r = 0; r < q.world; ++r) src.p[r] = const_cast<uint8_t*>(recv) + r * slot_bytes;
-  dst.p[0] = ag_send;
-  stage_reduce<BITS1, BITS2, G>(q, src, dst, 1);
+__global__ void __launch_bounds__(512) quant_stage2_kernel(const __grid_constant__ QuantGeom q, const uint8_t* recv,
+                                                            uint64_t slot_bytes, uint8_t* ag_send) {  // meta_in: recv, meta_out: ag
+  stage_reduce<BITS1, BITS2, G>(
+      q, [&](int r) { return const_cast<uint8_t*>(recv) + r * slot_bytes; }, [&](int) { return ag_send; }, 1);
 }
 template <int DT, int BITS2, int G>
-__global__ void __launch_bounds__(512) quant_stage3_kernel(uint16_t* out, QuantGeom q, const uint8_t* ag_recv,
-                                                            uint64_t slot_bytes) {
-  SlotPtrs src;
-  for (int r = 0; r < q.world; ++r) src.p[r] = const_cast<uint8_t*>(ag_recv) + r * slot_bytes;
-  stage_dequantize<DT, BITS2, G>(out, q, src);
+__global__ void __launch_bounds__(512) quant_stage3_kernel(uint16_t* out, const __grid_constant__ QuantGeom q,
+                                                            const uint8_t* ag_recv, uint64_t slot_bytes) {
+  stage_dequantize<DT, BITS2, G>(out, q, [&](int r) { return const_cast<uint8_t*>(ag_recv) + r * slot_bytes; });
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -370,7 +373,8 @@ __device__ __forceinline__ void block_vec_range(uint64_t vecs, uint64_t& v0, uin
 // One-shot: push my slice to every peer's slot [me], flag, sum all W slices (mine from `in`) locally.
 template <int DT>
 __global__ void __launch_bounds__(512) oneshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world, int rank,
-                                                       ExactWorkspace ws, SignalView sig, int slot0, uint32_t* seq) {
+                                                       const __grid_constant__ ExactWorkspace ws,
+                                                       const __grid_constant__ SignalView sig, int slot0, uint32_t* seq) {
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * world * ws.slot_bytes;
   uint64_t v0, v1;
@@ -421,7 +425,8 @@ __device__ __forceinline__ uint4 ld_ll(const uint4* p) {
 
 template <int DT>
 __global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world,
-                                                          int rank, ExactWorkspace ws, SignalView sig, uint32_t* seq) {
+                                                          int rank, const __grid_constant__ ExactWorkspace ws,
+                                                          const __grid_constant__ SignalView sig, uint32_t* seq) {
   __shared__ uint32_t s_launch;
   if (threadIdx.x == 0) s_launch = *reinterpret_cast<const volatile uint32_t*>(seq);
   __syncthreads();
@@ -469,10 +474,13 @@ __global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uin
         }
         w = make_uint4(a.x, a.z, b.x, b.z);
       }
-      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+      float x[kVec];
+      unpack2<DT>(w.x, x[0], x[1]);
+      unpack2<DT>(w.y, x[2], x[3]);
+      unpack2<DT>(w.z, x[4], x[5]);
+      unpack2<DT>(w.w, x[6], x[7]);
 #pragma unroll
-      for (int j = 0; j < kVec; ++j)
-        acc[j] = __fadd_rn(acc[j], load_scalar<DT>(reinterpret_cast<const uint16_t*>(&words[j / 2]) + (j & 1)));
+      for (int j = 0; j < kVec; ++j) acc[j] = __fadd_rn(acc[j], x[j]);
     }
     store8<DT>(out + e, valid, acc);
   }
@@ -483,8 +491,8 @@ __global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uin
 // output and to every peer's AG slot [me]; flag; copy the other chunks' slices from my AG slots.
 template <int DT>
 __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, uint64_t stride,
-                                                       int world, int rank, ExactWorkspace ws, SignalView sig, int slot0,
-                                                       uint32_t* seq) {
+                                                       int world, int rank, const __grid_constant__ ExactWorkspace ws,
+                                                       const __grid_constant__ SignalView sig, int slot0, uint32_t* seq) {
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * world * ws.slot_bytes;
   auto rs = [&](int owner, int from) {
