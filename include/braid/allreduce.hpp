@@ -63,6 +63,8 @@ struct AllReducerConfig {
   int threads = 512;
 };
 
+struct TuningRow;
+
 class AllReducer {
  public:
   explicit AllReducer(Team& team, AllReducerConfig cfg = {});
@@ -88,13 +90,7 @@ class AllReducer {
 
   Team& team_;
   AllReducerConfig cfg_;
-  struct Tuning {
-    int world;
-    std::string dtype, precision;
-    size_t max_bytes;
-    ArAlgo algo;
-  };
-  std::vector<Tuning> table_;
+  std::vector<struct TuningRow> table_;
   // Symmetric workspaces (null without peer access) and local buffers for the NCCL transport.
   std::unique_ptr<SymmetricBuffer> ws_oneshot_, ws_twoshot_, ws_quant_, ws_ll_;
   size_t ll_slot_ = 0;
@@ -110,5 +106,17 @@ class AllReducer {
 // The built-in tuning table (tuning/allreduce.tsv, embedded at build time): "world dtype precision
 // max_bytes algo" per line.
 const char* builtin_allreduce_table();
+
+// One row of a tuning table ('*' fields are stored as world 0 / "*").
+struct TuningRow {
+  int world;
+  std::string dtype, precision;
+  size_t max_bytes;
+  ArAlgo algo;
+};
+// Parses a tuning table; throws UsageError on an unknown algorithm.
+std::vector<TuningRow> parse_tuning_table(const std::string& text);
+// The first row matching (world, dtype, precision) with bytes <= max_bytes, or kAuto if none.
+ArAlgo pick_from_table(const std::vector<TuningRow>& table, int world, DType dtype, Precision precision, size_t bytes);
 
 }  // namespace braid

@@ -103,6 +103,33 @@ bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
   return true;
 }
 
+std::vector<TuningRow> parse_tuning_table(const std::string& text) {
+  std::vector<TuningRow> table;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::string w, dt, prec, maxb, algo;
+    if (!(ls >> w >> dt >> prec >> maxb >> algo)) continue;
+    TuningRow t{w == "*" ? 0 : std::stoi(w), dt, prec, std::stoull(maxb), ArAlgo::kNccl};
+    Precision p;
+    if (algo == "quant") t.algo = ArAlgo::kQuantP2P;
+    else if (algo == "quant-nccl") t.algo = ArAlgo::kQuantNccl;
+    else if (!parse_algo(algo, &t.algo, &p) || t.algo == ArAlgo::kAuto)
+      throw UsageError("tuning table: unknown algorithm '" + algo + "'", __FILE__, __LINE__);
+    table.push_back(t);
+  }
+  return table;
+}
+
+ArAlgo pick_from_table(const std::vector<TuningRow>& table, int world, DType dtype, Precision precision, size_t bytes) {
+  for (const auto& t : table)
+    if ((t.world == 0 || t.world == world) && (t.dtype == "*" || t.dtype == bench::dtype_name(dtype)) &&
+        (t.precision == "*" || t.precision == precision_name(precision)) && bytes <= t.max_bytes)
+      return t.algo;
+  return ArAlgo::kAuto;
+}
+
 AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg) {
   BRAID_REQUIRE(cfg_.threads == 512, "AllReducer: kernels are built for 512 threads per block");
   // Tuning knobs for experiments (documented in docs/flash-communication.md).
@@ -110,23 +137,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
   const int W = team.size();
-  // Tuning table.
-  std::istringstream in(kBuiltinTable);
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream ls(line);
-    std::string w, dt, prec, maxb, algo;
-    if (!(ls >> w >> dt >> prec >> maxb >> algo)) continue;
-    Tuning t{w == "*" ? 0 : std::stoi(w), dt, prec, std::stoull(maxb), ArAlgo::kNccl};
-    if (algo == "nccl") t.algo = ArAlgo::kNccl;
-    else if (algo == "oneshot") t.algo = ArAlgo::kOneShot;
-    else if (algo == "oneshot-ll") t.algo = ArAlgo::kOneShotLL;
-    else if (algo == "twoshot") t.algo = ArAlgo::kTwoShot;
-    else if (algo == "quant") t.algo = ArAlgo::kQuantP2P;
-    else if (algo == "quant-nccl") t.algo = ArAlgo::kQuantNccl;
-    else throw UsageError("tuning table: unknown algorithm '" + algo + "'", __FILE__, __LINE__);
-    table_.push_back(t);
-  }
+  table_ = parse_tuning_table(kBuiltinTable);
   // Quantized slot: stride of the largest piece at the largest group, INT8 payload, metadata for the
   // smallest group (32).
   const uint64_t qstride = round_up((cfg_.piece_elems + W - 1) / W, 256);
@@ -193,14 +204,8 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
   ArAlgo a = opt.algo;
   const size_t bytes = count * bench::dtype_size(dtype);
   if (a == ArAlgo::kAuto) {
-    a = opt.precision == Precision::kExact ? ArAlgo::kNccl : ArAlgo::kQuantP2P;
-    for (const auto& t : table_) {
-      if ((t.world == 0 || t.world == team_.size()) && (t.dtype == "*" || t.dtype == bench::dtype_name(dtype)) &&
-          (t.precision == "*" || t.precision == precision_name(opt.precision)) && bytes <= t.max_bytes) {
-        a = t.algo;
-        break;
-      }
-    }
+    a = pick_from_table(table_, team_.size(), dtype, opt.precision, bytes);
+    if (a == ArAlgo::kAuto) a = opt.precision == Precision::kExact ? ArAlgo::kNccl : ArAlgo::kQuantP2P;
   }
   // Never change precision behind the caller's back; fall back on transport only.
   const bool quant = opt.precision != Precision::kExact;

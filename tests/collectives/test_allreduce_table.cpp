@@ -1,0 +1,43 @@
+// CPU: the embedded all-reduce tuning table parses and picks what it says; lossy precisions are only
+// picked for lossy requests.
+#include <gtest/gtest.h>
+
+#include "braid/allreduce.hpp"
+
+using braid::ArAlgo;
+using braid::DType;
+using braid::Precision;
+
+TEST(AllReduceTable, BuiltinTableParsesAndPicks) {
+  const auto t = braid::parse_tuning_table(braid::builtin_allreduce_table());
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kOneShot);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, size_t(1) << 30), ArAlgo::kNccl);
+  EXPECT_EQ(braid::pick_from_table(t, 8, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kNccl);  // unmeasured
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantP2P);
+  for (size_t b = 1; b < (size_t(1) << 34); b *= 4) {
+    const ArAlgo a = braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, b);
+    EXPECT_NE(a, ArAlgo::kQuantP2P) << b;
+    EXPECT_NE(a, ArAlgo::kQuantNccl) << b;
+  }
+}
+
+TEST(AllReduceTable, RejectsUnknownAlgorithms) {
+  EXPECT_THROW(braid::parse_tuning_table("2\tbf16\texact\t100\tmagic\n"), braid::UsageError);
+  const auto t = braid::parse_tuning_table("# comment\n*\t*\texact\t1000\ttwoshot\n");
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kFP16, Precision::kExact, 999), ArAlgo::kTwoShot);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kFP16, Precision::kExact, 1001), ArAlgo::kAuto);
+}
+
+TEST(AllReduceTable, AlgorithmNamesRoundTrip) {
+  for (const char* n : {"nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6-nccl", "int4"}) {
+    ArAlgo a;
+    Precision p;
+    ASSERT_TRUE(braid::parse_algo(n, &a, &p)) << n;
+  }
+  ArAlgo a;
+  Precision p;
+  EXPECT_FALSE(braid::parse_algo("int3", &a, &p));
+}
