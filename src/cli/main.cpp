@@ -18,6 +18,7 @@
 #include "braid/fusion.hpp"
 #include "braid/fusion/gpu.hpp"
 #include "braid/info.hpp"
+#include "braid/schedule.hpp"
 #include "braid/runtime.hpp"
 
 namespace {
@@ -38,6 +39,10 @@ const char* kUsage =
     "  bench p2p [--bytes 256M] [--json FILE]\n"
     "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
+    "  plan-strands --model M --tp 2 [--ep 2] --seq S [--pairs FILE] [--out PLAN]\n"
+    "                                    DHelix: pairing search over a pair profile (synthetic without FILE)\n"
+    "  pipeline --stages 2,4,8 --microbatches M --schedule 1f1b|w|both\n"
+    "                                    DHelix: W-shaped vs 1F1B pipeline simulation (bubble, memory)\n"
     "                                    rank0<->rank1 bandwidth: copy engine, SM push, SM pull\n"
     "Multi-GPU commands: mpirun -np <GPUs> braid bench ...\n";
 
@@ -162,6 +167,8 @@ int main(int argc, char** argv) {
     const std::string cmd = o.words[0];
     if (cmd == "info") return cmd_info(o);
     if (cmd == "plan") return braid::fusion::plan_main(argc - 1, argv + 1, std::cout);
+    if (cmd == "plan-strands") return braid::schedule::plan_strands_main(argc - 1, argv + 1, std::cout);
+    if (cmd == "pipeline") return braid::schedule::simulate_pipeline_main(argc - 1, argv + 1, std::cout);
     if (cmd == "bench") return cmd_bench(argc, argv, o);
     throw UsageError("unknown command '" + cmd + "'\n" + kUsage, __FILE__, __LINE__);
   } catch (const braid::UnavailableError& e) {

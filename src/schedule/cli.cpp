@@ -1,0 +1,267 @@
+// `braid plan-strands` and `braid pipeline`: the DHelix planner and pipeline simulator on the CLI.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "braid/errors.hpp"
+#include "braid/schedule.hpp"
+
+namespace braid::schedule {
+
+namespace {
+
+// --key value options; every option takes a value except those in `flags`.
+std::map<std::string, std::string> parse_options(int argc, char** argv, const std::vector<std::string>& known,
+                                                 const std::vector<std::string>& flags) {
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::string what = "unknown option '";  // built by append: GCC 12 -Wrestrict false positive
+    what.append(a).append("'");
+    bool ok = false, flag = false;
+    for (const auto& k : known) ok |= k == a;
+    for (const auto& f : flags) flag |= f == a;
+    if (!ok && !flag) throw UsageError(what, __FILE__, __LINE__);
+    if (i + 1 >= argc && !flag) throw UsageError("option " + a + " needs a value", __FILE__, __LINE__);
+    kv.insert_or_assign(a, std::string(flag ? "1" : argv[++i]));
+  }
+  return kv;
+}
+
+long to_long(const std::string& key, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const long x = std::stol(v, &pos);
+    if (pos == v.size()) return x;
+  } catch (const std::logic_error&) {
+  }
+  throw UsageError(key + ": '" + v + "' is not an integer", __FILE__, __LINE__);
+}
+
+double to_double(const std::string& key, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const double x = std::stod(v, &pos);
+    if (pos == v.size() && std::isfinite(x)) return x;
+  } catch (const std::logic_error&) {
+  }
+  throw UsageError(key + ": '" + v + "' is not a number", __FILE__, __LINE__);
+}
+
+std::vector<long> to_list(const std::string& key, const std::string& v) {
+  std::vector<long> out;
+  std::stringstream ss(v);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(to_long(key, item));
+  if (out.empty()) throw UsageError(key + " needs a value", __FILE__, __LINE__);
+  return out;
+}
+
+LinkClass to_link(const std::string& key, const std::string& v) {
+  if (v == "local") return LinkClass::Local;
+  if (v == "cross") return LinkClass::Cross;
+  throw UsageError(key + " must be local or cross", __FILE__, __LINE__);
+}
+
+const char* kPlanUsage =
+    "usage: braid plan-strands --model llama3-70b|llama3-8b|mixtral-8x7b [--tp 2] [--ep 2] [--seq 8192]\n"
+    "                          [--batch 1] [--tp-link local|cross] [--ep-link local|cross]\n"
+    "                          [--pairs FILE] [--write-pairs FILE] [--out PLAN] [--oef]\n"
+    "                          [--max-seg 4] [--max-orders 1000000] [--max-shift -1]\n";
+
+const char* kPipeUsage =
+    "usage: braid pipeline --stages P[,P..] --microbatches M[,M..] [--schedule 1f1b|w|both]\n"
+    "                      [--t-fwd 1] [--t-bwd 2] [--si-factor 1] [--timeline]\n";
+
+int plan_strands(int argc, char** argv, std::ostream& out) {
+  auto o = parse_options(argc, argv,
+                         {"--model", "--tp", "--ep", "--seq", "--batch", "--tp-link", "--ep-link", "--pairs",
+                          "--write-pairs", "--out", "--max-seg", "--max-orders", "--max-shift"},
+                         {"--oef", "--help"});
+  if (o.count("--help")) {
+    out << kPlanUsage;
+    return 0;
+  }
+  if (!o.count("--model")) throw UsageError("--model is required", __FILE__, __LINE__);
+  const ModelDims dims = model_dims(o["--model"]);
+  LayerConfig cfg;
+  cfg.tp = static_cast<int>(o.count("--tp") ? to_long("--tp", o["--tp"]) : 2);
+  cfg.ep = static_cast<int>(o.count("--ep") ? to_long("--ep", o["--ep"]) : (dims.experts > 0 ? 2 : 1));
+  cfg.seq = o.count("--seq") ? to_long("--seq", o["--seq"]) : 8192;
+  cfg.batch = static_cast<int>(o.count("--batch") ? to_long("--batch", o["--batch"]) : 1);
+  if (o.count("--tp-link")) cfg.tp_cross_node = to_link("--tp-link", o["--tp-link"]) == LinkClass::Cross;
+  if (o.count("--ep-link")) cfg.ep_cross_node = to_link("--ep-link", o["--ep-link"]) == LinkClass::Cross;
+  if (dims.experts == 0 && cfg.ep != 1) throw UsageError("--ep applies to MoE models only", __FILE__, __LINE__);
+  SearchOptions so;
+  if (o.count("--max-seg")) so.max_segment_ops = static_cast<int>(to_long("--max-seg", o["--max-seg"]));
+  if (o.count("--max-orders")) so.max_orders = static_cast<std::size_t>(to_long("--max-orders", o["--max-orders"]));
+  if (o.count("--max-shift")) so.max_shift = static_cast<int>(to_long("--max-shift", o["--max-shift"]));
+  if (so.max_segment_ops < 1 || so.max_segment_ops > 8)
+    throw UsageError("--max-seg must be in 1..8", __FILE__, __LINE__);
+
+  const Layer layer = build_layer(dims, cfg);
+  PairTable table;
+  std::string source;
+  if (o.count("--pairs")) {
+    table = load_pair_table(o["--pairs"]);
+    source = o["--pairs"] + " (node " + table.node + ")";
+    if (!table.model.empty() && table.model != layer.model)
+      out << "warning: pair table is for model " << table.model << ", planning " << layer.model << "\n";
+    if (!table.parallel.empty() && table.parallel != layer.parallel)
+      out << "warning: pair table is for " << table.parallel << ", planning " << layer.parallel << "\n";
+  } else {
+    table = synthetic_pair_table(layer);
+    source = "synthetic (analytic solo times, OEF rules of Section 3.2; no GPU measurement)";
+  }
+  if (o.count("--write-pairs")) save_pair_table(o["--write-pairs"], table);
+
+  out << "DHelix strand-interleaving plan: " << layer.model << " " << layer.parallel << "\n";
+  out << "pair profile: " << source << "\n\n";
+  out << "operators (solo us):\n";
+  for (Pass p : {Pass::Forward, Pass::Backward}) {
+    out << (p == Pass::Forward ? "  forward: " : "  backward:");
+    for (const Op& op : layer.ops(p)) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.0f", table.solo_us(op.name).value_or(op.solo_us));
+      out << " " << op.name.substr(2) << (op.kind == OpKind::Comm ? (op.link == LinkClass::Cross ? "[X]" : "[L]") : "")
+          << "=" << buf;
+    }
+    out << "\n";
+  }
+  if (o.count("--oef")) {
+    std::vector<std::string> rows, cols;
+    for (const Op& op : layer.fwd) rows.push_back(op.name);
+    for (const Op& op : layer.bwd) cols.push_back(op.name);
+    const auto m = table.oef_matrix(rows, cols);
+    out << "\nOEF (eq. 1), rows forward, columns backward:\n" << std::setw(14) << "";
+    for (size_t j = 0; j < cols.size(); ++j) out << std::setw(6) << j;
+    out << "\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      out << std::setw(14) << rows[i];
+      for (double v : m[i]) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%6.2f", v);
+        out << buf;
+      }
+      out << "\n";
+    }
+    for (size_t j = 0; j < cols.size(); ++j) out << "  col " << j << " = " << cols[j] << "\n";
+  }
+
+  PairCost cost(layer, table);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Plan plan = search_plan(cost, so);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (auto e = validate_plan(cost, plan); !e.empty()) throw UsageError("internal: invalid plan: " + e, __FILE__, __LINE__);
+
+  out << "\nplan ([L] local-node collective, [X] cross-node collective; each step ends at a barrier):\n";
+  print_plan(out, layer, plan);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "\nsingle strand (forward then backward): %10.1f us\n"
+                "strand interleaving (this plan):       %10.1f us   speed-up %.3fx\n"
+                "communication solo time:               %10.1f us   hidden %.1f%%\n"
+                "searched %zu order pairs (%zu partial orders cut by the bound) in %.2f s (max segment %d ops%s)\n",
+                plan.serial_us, plan.total_us, plan.serial_us / plan.total_us, plan.comm_us,
+                100.0 * plan.hidden_comm_fraction(), plan.orders_searched, plan.orders_pruned, secs, so.max_segment_ops,
+                plan.orders_searched >= so.max_orders ? ", order cap reached" : "");
+  out << buf;
+  if (o.count("--out")) {
+    std::ofstream f(o["--out"]);
+    if (!f) throw UsageError("cannot write " + o["--out"], __FILE__, __LINE__);
+    write_plan(f, to_plan_file(layer, plan));
+    out << "plan written to " << o["--out"] << "\n";
+  }
+  return 0;
+}
+
+int pipeline(int argc, char** argv, std::ostream& out) {
+  auto o = parse_options(argc, argv, {"--stages", "--microbatches", "--schedule", "--t-fwd", "--t-bwd", "--si-factor"},
+                         {"--timeline", "--help"});
+  if (o.count("--help")) {
+    out << kPipeUsage;
+    return 0;
+  }
+  if (!o.count("--stages") || !o.count("--microbatches"))
+    throw UsageError("--stages and --microbatches are required", __FILE__, __LINE__);
+  const auto Ps = to_list("--stages", o["--stages"]), Ms = to_list("--microbatches", o["--microbatches"]);
+  const std::string which = o.count("--schedule") ? o["--schedule"] : "both";
+  if (which != "1f1b" && which != "w" && which != "both")
+    throw UsageError("--schedule must be 1f1b, w or both", __FILE__, __LINE__);
+  PipeCosts c;
+  if (o.count("--t-fwd")) c.t_fwd = to_double("--t-fwd", o["--t-fwd"]);
+  if (o.count("--t-bwd")) c.t_bwd = to_double("--t-bwd", o["--t-bwd"]);
+  if (o.count("--si-factor")) c.si_factor = to_double("--si-factor", o["--si-factor"]);
+  if (c.t_fwd <= 0 || c.t_bwd <= 0 || c.si_factor <= 0)
+    throw UsageError("times and --si-factor must be positive", __FILE__, __LINE__);
+
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "per-stage forward %.3g, backward %.3g, SI block = %.3g x (forward + backward); activation unit A = "
+                "one micro-batch through one stage's layers\n",
+                c.t_fwd, c.t_bwd, c.si_factor);
+  out << buf;
+  out << "schedule    P     M    makespan   bubble  (P-1)/(M+P-1)  peak act (A)  per-stage peak (A)\n";
+  for (long P : Ps)
+    for (long M : Ms) {
+      if (P < 1 || M < 1) throw UsageError("stages and micro-batches must be >= 1", __FILE__, __LINE__);
+      for (PipeKind k : {PipeKind::OneFOneB, PipeKind::WShaped}) {
+        if (which != "both" && which != pipe_kind_name(k)) continue;
+        PipeSchedule s = k == PipeKind::OneFOneB ? make_1f1b(int(P), int(M)) : make_w_shaped(int(P), int(M));
+        const PipeStats r = simulate_pipeline(s, c);
+        if (auto e = check_pipeline(s); !e.empty()) throw UsageError("internal: " + e, __FILE__, __LINE__);
+        std::string peaks;
+        for (double v : r.stage_peak) {
+          char b[16];
+          std::snprintf(b, sizeof b, "%s%.1f", peaks.empty() ? "" : " ", v);
+          peaks += b;
+        }
+        std::snprintf(buf, sizeof buf, "%-8s %4ld %5ld %11.3f  %7.4f  %13.4f  %12.2f  %s\n", pipe_kind_name(k), P, M,
+                      r.makespan, r.bubble_ratio, ideal_1f1b_bubble(int(P), int(M)), r.peak_activation, peaks.c_str());
+        out << buf;
+        if (o.count("--timeline")) {
+          for (int st = 0; st < s.stages; ++st) {
+            out << "  stage " << st << ":";
+            for (const auto& slot : s.stage_slots[st]) {
+              out << " ";
+              for (size_t t = 0; t < slot.tasks.size(); ++t)
+                out << (t ? "|" : "") << (slot.tasks[t].backward ? "B" : "F") << slot.tasks[t].mb << "."
+                    << slot.tasks[t].chunk;
+              std::snprintf(buf, sizeof buf, "@%.3g", slot.start);
+              out << buf;
+            }
+            out << "\n";
+          }
+        }
+      }
+    }
+  return 0;
+}
+
+}  // namespace
+
+int plan_strands_main(int argc, char** argv, std::ostream& out) {
+  try {
+    return plan_strands(argc, argv, out);
+  } catch (const UsageError& e) {
+    out << "error: " << e.what() << "\n" << kPlanUsage;
+    return 2;
+  }
+}
+
+int simulate_pipeline_main(int argc, char** argv, std::ostream& out) {
+  try {
+    return pipeline(argc, argv, out);
+  } catch (const UsageError& e) {
+    out << "error: " << e.what() << "\n" << kPipeUsage;
+    return 2;
+  }
+}
+
+}  // namespace braid::schedule
