@@ -1,0 +1,308 @@
+// braid/overlap.hpp — FlashOverlap on Hopper: a GEMM whose epilogue signals per wave group, NCCL on
+// each finished group, and execution-order-aware reordering undone by the consumer (RMSNorm).
+//
+//   braid::overlap::GemmOverlap op(team, {Collective::kReduceScatter, M, N, K});   // plans, allocates
+//   op.run(A, B, out, stream);        // GEMM on `stream`, NCCL per wave group on a comm stream, joined
+//   op.rmsnorm(out, gamma, y, eps, stream);   // consumer: reads the reordered result, writes rows
+//
+// Layouts (all bf16, fp32 accumulation):
+//   A  (M, K) row-major (K contiguous)           — activations
+//   B  (N, K) row-major (K contiguous), "TN"     — a Linear layer's weight as stored by PyTorch; the
+//                                                   GEMM computes D = A · Bᵀ, i.e. cuBLAS
+//                                                   gemm(OP_T, OP_N, N, M, K, B, ldb=K, A, lda=K)
+//   D  (M, N) row-major in normal mode; in overlap mode the *reordered* buffer described below.
+//
+// Reordered buffer ("column of tiles", slot-major): the GEMM's tiles (BM x BN) are numbered by slot,
+// the order in which the persistent scheduler runs them (wave by wave); wave groups own consecutive
+// slots [first[g], first[g+1]). Each tile is split into `parts` sub-tiles of BM/parts rows
+// (parts = 1 for all-reduce, world size for reduce-scatter). Sub-tile p of the tile at slot s of group
+// g (i = s - first[g], T = first[g+1] - first[g], sub = BM/parts) lands at rows
+//     first[g]*BM + p*T*sub + i*sub + [0, sub)        (each row BN contiguous elements)
+// so group g is one contiguous range of T*BM*BN elements, ordered [part][tile][row][col]: exactly the
+// send buffer ncclReduceScatter needs (rank p gets sub-tile p of every tile: complete rows), and for
+// all-reduce (parts = 1) the tiles of the group back to back.
+//
+// Reduce-scatter output on rank p (recv, M/world x N elements): sub-tile p of the tile at slot s is at
+// recv[(s*sub + r) * BN + c]; the RMSNorm writes rank p's rows in the order
+//     local row j = mb*sub + r  <->  original row mb*BM + p*sub + r
+// (block-cyclic; an all-gather of y followed by un_permute_rows() restores the original order).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braid {
+class Team;
+namespace bench {
+struct Context;
+}
+}  // namespace braid
+
+namespace braid::overlap {
+
+enum class Collective { kAllReduce, kReduceScatter };
+const char* collective_name(Collective c);
+
+// ---- tile configurations of the sm_90a GEMM (few on purpose: each is a slow CUTLASS instantiation) ----
+enum class TileConfig : int {
+  k128x256 = 0,  // 128x256x64, cluster 2x1, cooperative (2 consumer warpgroups), persistent
+  k128x128 = 1,  // 128x128x64, cluster 2x1, cooperative, persistent (smaller problems: more waves)
+  kAuto = -1,
+};
+const char* tile_config_name(TileConfig c);
+
+// What the persistent scheduler does for one problem: enough to predict which tile runs in which wave.
+// Filled by SignalGemm::plan() from CUTLASS's own scheduler parameters.
+struct TileGrid {
+  int bm = 128, bn = 256;
+  int tiles_m = 0, tiles_n = 0;
+  int ctas = 0;          // persistent grid size = tiles per wave
+  int cluster_m = 1, cluster_n = 1;
+  bool raster_along_m = false;  // CUTLASS RasterOrder::AlongM (else AlongN)
+  int log_swizzle = 0;
+  int num_tiles() const { return tiles_m * tiles_n; }
+  // Work items the scheduler walks: tiles padded to whole clusters (and swizzle groups) per dimension.
+  int padded_tiles() const {
+    const int sm = (1 << log_swizzle) * cluster_m, sn = (1 << log_swizzle) * cluster_n;
+    return (tiles_m + sm - 1) / sm * sm * ((tiles_n + sn - 1) / sn * sn);
+  }
+  int num_waves() const { return ctas > 0 ? (padded_tiles() + ctas - 1) / ctas : 0; }
+};
+
+// Linear work index (execution order: work index w runs in wave w / ctas) -> tile id (mb * tiles_n + nb).
+// Reproduces CUTLASS's static persistent scheduler (cutlass/gemm/kernel/sm90_tile_scheduler.hpp).
+std::vector<int> execution_order(const TileGrid& g);
+
+// Host mapping tables of one (problem, partition, parts).
+struct Mapping {
+  TileGrid grid;
+  int parts = 1;                        // sub-tiles per tile (1: all-reduce; world: reduce-scatter)
+  std::vector<int> group_waves;         // waves per group (sums to grid.num_waves())
+  std::vector<int32_t> tile_slot;       // tile id -> slot
+  std::vector<int32_t> tile_group;      // tile id -> group
+  std::vector<int32_t> slot_tile;       // slot -> tile id (inverse of tile_slot)
+  std::vector<int32_t> group_first;     // size groups+1: first slot of each group
+  int groups() const { return static_cast<int>(group_waves.size()); }
+  int64_t group_elems(int g) const;     // elements of group g in the reordered buffer
+  int64_t group_offset(int g) const;    // first element of group g
+  int32_t tiles_in_group(int g) const { return group_first[g + 1] - group_first[g]; }
+};
+// group_waves empty: one group per wave. Throws UsageError if the partition does not cover the waves or
+// bm is not divisible by parts.
+Mapping make_mapping(const TileGrid& grid, std::vector<int> group_waves, int parts);
+// Where original element (row, col) of D goes in the reordered buffer (index), and which part (rank
+// for reduce-scatter) owns it.
+int64_t reordered_index(const Mapping& m, int64_t row, int64_t col, int* part = nullptr);
+// Rank p's reduce-scatter output: index into recv of original element (row, col) owned by p.
+int64_t scattered_index(const Mapping& m, int64_t row, int64_t col);
+// Original row of rank p's local output row j (the block-cyclic order the RS RMSNorm writes).
+int64_t rs_original_row(const Mapping& m, int part, int64_t j);
+
+// ---- the GEMM (sm_90a, CUTLASS 3.x / CuTe: TMA loads, wgmma, warp-specialized, persistent) ----
+// Epilogue hook: after a tile's stores, the consumer warpgroups meet at a named barrier and one
+// thread does `red.release.gpu.global.add.u32 counters[group], 1`. See docs/flashoverlap.md.
+struct EpilogueArgs {
+  void* d = nullptr;                    // bf16 output (normal or reordered layout)
+  int64_t ldd = 0;                      // normal mode leading dimension (elements); 0: N
+  const int32_t* tile_slot = nullptr;   // device; null: normal layout (no reordering)
+  const int32_t* tile_group = nullptr;  // device
+  const int32_t* group_first = nullptr; // device
+  uint32_t* counters = nullptr;         // device, one per group; null: no signalling
+  int parts = 1;
+  int32_t* wave_log = nullptr;          // device, debug: tile id -> the CTA-local iteration that ran it
+};
+
+class SignalGemm {
+ public:
+  // sm_count: SMs the persistent grid may use (0: all); fewer leaves SMs to NCCL's kernels.
+  explicit SignalGemm(TileConfig cfg = TileConfig::k128x256, int sm_count = 0);
+  ~SignalGemm();
+  SignalGemm(const SignalGemm&) = delete;
+  SignalGemm& operator=(const SignalGemm&) = delete;
+
+  TileConfig config() const { return cfg_; }
+  int sm_count() const { return sm_count_; }
+  // Requirements: M % bm == 0, N % bn == 0, K % 64 == 0 (throws UsageError otherwise).
+  TileGrid plan(int64_t m, int64_t n, int64_t k) const;
+  // D = A · Bᵀ (layouts at the top of this file). Capturable in CUDA graphs.
+  void run(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpilogueArgs& epi,
+           cudaStream_t stream);
+
+ private:
+  TileConfig cfg_;
+  int sm_count_;
+};
+
+// Picks a tile configuration for a shape (larger tiles unless that leaves under ~2 waves).
+TileConfig choose_tile_config(int64_t m, int64_t n, int64_t k, int sm_count);
+
+// ---- wave grouping: the predictive search (FlashOverlap Algorithm 1) ----
+// Measured inputs: the collective's latency as a function of bytes, and the GEMM's time per wave.
+struct BandwidthCurve {
+  std::vector<double> bytes;  // ascending
+  std::vector<double> us;     // latency of one call of `bytes`
+  double latency_us(double b) const;  // piecewise-linear interpolation; linear extrapolation past the ends
+};
+struct SearchInputs {
+  BandwidthCurve comm;        // of the collective in use (all-reduce or reduce-scatter), this world
+  double wave_us = 0;         // GEMM time per wave (total GEMM time / waves), with the SMs left to NCCL
+  double first_wave_extra_us = 0;  // ramp-up of the first wave (prologue), added to wave 0
+  int waves = 0;
+  double bytes_per_wave = 0;  // output bytes of one full wave (ctas * bm * bn * 2)
+  double last_wave_fraction = 1;   // tiles in the last wave / ctas
+  double signal_overhead_us = 2;   // per-group cost: stream wait + NCCL launch gap
+};
+struct SearchResult {
+  std::vector<int> group_waves;
+  double predicted_us = 0;
+  int candidates = 0;         // partitions evaluated after pruning
+};
+// Predicted end-to-end time of one partition.
+double predict_us(const SearchInputs& in, const std::vector<int>& group_waves);
+// Exhaustive over compositions of `waves` with pruning: the first group is at most max_first waves,
+// groups never shrink by more than the pruning rule allows (see docs); returns the best.
+SearchResult search_partition(const SearchInputs& in, int max_groups = 8);
+
+// Decisions cached per shape (N, K, collective, world, tile config): nearest M wins for unseen M.
+struct CachedDecision {
+  Collective coll = Collective::kReduceScatter;
+  int world = 2;
+  int64_t m = 0, n = 0, k = 0;
+  int tile_config = 0;
+  int sm_count = 0;
+  std::vector<int> group_waves;
+  double predicted_us = 0;
+};
+class DecisionCache {
+ public:
+  void put(const CachedDecision& d);
+  // Same (coll, world, n, k); nearest m (ties: the larger). Null if nothing matches.
+  const CachedDecision* lookup(Collective coll, int world, int64_t m, int64_t n, int64_t k) const;
+  // Text format, one decision per line: coll world m n k cfg sms pred_us w0,w1,...
+  void load(const std::string& path);  // missing file: empty cache
+  void save(const std::string& path) const;
+  const std::vector<CachedDecision>& entries() const { return v_; }
+
+ private:
+  std::vector<CachedDecision> v_;
+};
+
+// Measured search inputs, stored per shape (written by `braid bench gemm-rs|gemm-ar --measure FILE`).
+struct MeasuredInputs {
+  Collective coll = Collective::kReduceScatter;
+  int world = 2;
+  int64_t m = 0, n = 0, k = 0;
+  int tile_config = 0;
+  int sm_count = 0;
+  SearchInputs in;
+};
+void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v);  // appends
+std::vector<MeasuredInputs> load_inputs(const std::string& path);
+
+// ---- the overlapped operation ----
+struct OverlapOptions {
+  Collective coll = Collective::kReduceScatter;
+  int64_t m = 0, n = 0, k = 0;
+  TileConfig tile = TileConfig::kAuto;
+  int reserve_sms = 16;          // SMs left free for NCCL kernels during the GEMM
+  std::vector<int> group_waves;  // empty: from `cache`, else from the search's defaults (see plan)
+  const DecisionCache* cache = nullptr;
+  bool use_stream_wait_value = true;  // cuStreamWaitValue32 (driver entry point) if available, else
+                                      // a bounded spin kernel
+};
+
+class GemmOverlap {
+ public:
+  GemmOverlap(Team& team, const OverlapOptions& opt);
+  ~GemmOverlap();
+  GemmOverlap(const GemmOverlap&) = delete;
+  GemmOverlap& operator=(const GemmOverlap&) = delete;
+
+  const Mapping& mapping() const { return map_; }
+  const OverlapOptions& options() const { return opt_; }
+  bool uses_stream_wait_value() const { return wait_value_ != nullptr; }
+  // Bytes of the reordered GEMM output (M*N bf16) and of `out` of run(): M*N (all-reduce, in place on
+  // the reordered buffer) or M*N/world (reduce-scatter).
+  size_t out_elems() const;
+  void* reordered() const { return d_; }
+
+  // GEMM + signalled collective. All-reduce: the reduced result stays in reordered() (in place), `out`
+  // is ignored (may be null). Reduce-scatter: `out` receives out_elems() elements.
+  // Enqueued on `stream` (fork to the comm stream and join back); capturable in a CUDA graph.
+  void run(const void* a, const void* b, void* out, cudaStream_t stream);
+  // Consumer with the inverse reordering fused: y = x / rms(x) * gamma per row, normal layout.
+  // All-reduce: x = reordered(), y is M x N. Reduce-scatter: x = run()'s out, y is (M/world) x N in
+  // block-cyclic row order (rs_original_row).
+  void rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const;
+
+  // Re-plan with another partition (same shape); device tables are rewritten.
+  void set_partition(const std::vector<int>& group_waves);
+  // Throws TimeoutError if a spin wait of this op timed out (call after synchronizing the stream).
+  void check_error() const;
+  const SignalGemm& gemm() const { return *gemm_; }
+
+ private:
+  void upload();
+  Team& team_;
+  OverlapOptions opt_;
+  std::unique_ptr<SignalGemm> gemm_;
+  Mapping map_;
+  void* d_ = nullptr;                 // reordered GEMM output
+  int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first | slot_tile
+  uint32_t* counters_ = nullptr;
+  cudaStream_t comm_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  void* wait_value_ = nullptr;        // PFN of cuStreamWaitValue32 (null: spin kernel)
+  void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record
+};
+
+// Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of
+// M/world rows, rank-major): dst row mb*bm + p*sub + r <- src row p*(M/world) + mb*sub + r.
+void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, int world, cudaStream_t s);
+
+// ---- baselines (same binary) ----
+// cuBLAS bf16 GEMM (fp32 accumulate), D row-major (M, N) = A · Bᵀ with the layouts above.
+class CublasGemm {
+ public:
+  CublasGemm();
+  ~CublasGemm();
+  CublasGemm(const CublasGemm&) = delete;
+  CublasGemm& operator=(const CublasGemm&) = delete;
+  void run(const void* a, const void* b, void* d, int64_t m, int64_t n, int64_t k, cudaStream_t s);
+
+ private:
+  void* handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t ws_bytes_ = 0;
+};
+// Sequential: cuBLAS GEMM then NCCL on `stream`.
+void run_sequential(Team& team, CublasGemm& gemm, Collective c, const void* a, const void* b, void* d,
+                    void* out, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+// Decomposition: M split into `chunks` row blocks; chunk i's GEMM on one of two streams, its collective
+// on the comm stream right after it. Output layout is the normal one (RS: chunk-major rows).
+class Decomposition {
+ public:
+  Decomposition(Team& team, int chunks);
+  ~Decomposition();
+  void run(CublasGemm& gemm, Collective c, const void* a, const void* b, void* d, void* out, int64_t m,
+           int64_t n, int64_t k, cudaStream_t stream);
+  int chunks() const { return chunks_; }
+
+ private:
+  Team& team_;
+  int chunks_;
+  cudaStream_t s2_ = nullptr, comm_ = nullptr;
+  std::vector<cudaEvent_t> ev_;
+  std::unique_ptr<CublasGemm> second_;  // cuBLAS handle of the second GEMM stream
+};
+
+// `braid bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--iters N] [--warmup N]
+//   [--groups w0,w1,..] [--reserve-sms S] [--tile 128x256|128x128] [--cache FILE] [--measure FILE]`
+// argv[0] is the target (gemm-rs | gemm-ar). Returns 0 if every row verified, 3 otherwise.
+int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx);
+
+}  // namespace braid::overlap

@@ -1,0 +1,364 @@
+// bench.cu — `braid bench gemm-rs | gemm-ar`: FlashOverlap against GEMM alone (cuBLAS, braid), the
+// collective alone, cuBLAS+NCCL in sequence and decomposition, with the correctness verdict first.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+#include "braid/overlap/verify.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid::overlap {
+namespace {
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+std::vector<int64_t> parse_ints(const std::string& s, char sep) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, sep))
+    if (!tok.empty()) {
+      try {
+        v.push_back(std::stoll(tok));
+      } catch (...) {
+        throw UsageError("bad number '" + tok + "' in '" + s + "'", __FILE__, __LINE__);
+      }
+    }
+  return v;
+}
+
+Shape parse_shape(const std::string& s) {
+  auto v = parse_ints(s, ',');
+  if (v.size() != 3) throw UsageError("--shape wants M,N,K, got '" + s + "'", __FILE__, __LINE__);
+  return {v[0], v[1], v[2]};
+}
+
+struct Args {
+  Collective coll = Collective::kReduceScatter;
+  std::vector<Shape> shapes;
+  std::string json, cache, measure;
+  std::vector<int> groups;
+  int reserve_sms = 16;
+  int chunks = 4;
+  TileConfig tile = TileConfig::kAuto;
+  bench::TimingOptions timing{5, 20};
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  BRAID_REQUIRE(argc >= 1, "bench_main: argv[0] must be gemm-rs or gemm-ar");
+  const std::string what = argv[0];
+  if (what == "gemm-rs") a.coll = Collective::kReduceScatter;
+  else if (what == "gemm-ar") a.coll = Collective::kAllReduce;
+  else throw UsageError("bench_main: unknown target '" + what + "' (gemm-rs, gemm-ar)", __FILE__, __LINE__);
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
+      return argv[++i];
+    };
+    if (k == "--shape") a.shapes.push_back(parse_shape(val()));
+    else if (k == "--shapes") {
+      const std::string path = val();
+      std::ifstream f(path);
+      if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);
+      std::string line;
+      while (std::getline(f, line)) {
+        line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }),
+                   line.end());
+        if (!line.empty() && line[0] != '#') a.shapes.push_back(parse_shape(line));
+      }
+    } else if (k == "--json") a.json = val();
+    else if (k == "--cache") a.cache = val();
+    else if (k == "--measure") a.measure = val();
+    else if (k == "--groups") {
+      for (auto w : parse_ints(val(), ',')) a.groups.push_back(static_cast<int>(w));
+    } else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
+    else if (k == "--chunks") a.chunks = std::stoi(val());
+    else if (k == "--iters") a.timing.iters = std::stoi(val());
+    else if (k == "--warmup") a.timing.warmup = std::stoi(val());
+    else if (k == "--tile") {
+      const std::string t = val();
+      if (t == "128x256") a.tile = TileConfig::k128x256;
+      else if (t == "128x128") a.tile = TileConfig::k128x128;
+      else if (t == "auto") a.tile = TileConfig::kAuto;
+      else throw UsageError("--tile: 128x256, 128x128 or auto", __FILE__, __LINE__);
+    } else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
+  }
+  if (a.shapes.empty()) throw UsageError("bench " + what + ": give --shape M,N,K or --shapes FILE", __FILE__, __LINE__);
+  return a;
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+double median_us(Team& team, const bench::TimingOptions& t, const std::function<void(int)>& fn) {
+  return bench::summarize(bench::time_iterations(&team, team.stream(), t, fn)).median_us;
+}
+
+// RMSNorm of one row (fp64) into out.
+void host_rmsnorm(const uint16_t* x, const std::vector<uint16_t>& gamma, int64_t n, float eps, double* out) {
+  double ss = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const double v = bf16_to_float(x[c]);
+    ss += v * v;
+  }
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+  for (int64_t c = 0; c < n; ++c) out[c] = bf16_to_float(x[c]) * inv * bf16_to_float(gamma[c]);
+}
+
+// Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
+// group can have, GEMM time per wave with the SMs left to NCCL).
+MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOverlap& op, const void* A,
+                              const void* B, void* scratch_in, void* scratch_out) {
+  MeasuredInputs mi;
+  mi.coll = a.coll;
+  mi.world = team.size();
+  mi.m = sh.m, mi.n = sh.n, mi.k = sh.k;
+  mi.tile_config = static_cast<int>(op.options().tile);
+  const TileGrid& g = op.mapping().grid;
+  mi.sm_count = g.ctas;
+  SignalGemm gemm(op.options().tile, op.gemm().sm_count());
+  EpilogueArgs e;
+  e.d = scratch_in;
+  const double t_gemm =
+      median_us(team, a.timing, [&](int) { gemm.run(A, B, sh.m, sh.n, sh.k, e, team.stream()); });
+  mi.in.waves = g.num_waves();
+  mi.in.wave_us = t_gemm / g.num_waves();
+  mi.in.bytes_per_wave = double(g.ctas) * g.bm * g.bn * 2;
+  const int last = g.num_tiles() - (g.num_waves() - 1) * g.ctas;
+  mi.in.last_wave_fraction = double(last) / g.ctas;
+  const double full = double(sh.m) * sh.n * 2;
+  for (double b = mi.in.bytes_per_wave / 2; b < 2 * full; b *= 2) {
+    const double bb = std::min(b, full);
+    size_t count = static_cast<size_t>(bb / 2);
+    count -= count % (size_t(team.size()) * 8);
+    const double t = median_us(team, a.timing, [&](int) {
+      if (a.coll == Collective::kReduceScatter)
+        BRAID_NCCL_CHECK(ncclReduceScatter(scratch_in, scratch_out, count / team.size(), ncclBfloat16, ncclSum,
+                                           team.nccl(), team.stream()));
+      else
+        BRAID_NCCL_CHECK(ncclAllReduce(scratch_in, scratch_in, count, ncclBfloat16, ncclSum, team.nccl(), team.stream()));
+    });
+    mi.in.comm.bytes.push_back(double(count) * 2);
+    mi.in.comm.us.push_back(t);
+    if (bb >= full) break;
+  }
+  return mi;
+}
+
+}  // namespace
+
+int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
+  const Args a = parse(argc, argv);
+  const int W = team.size(), rank = team.rank();
+  cudaStream_t s = team.stream();
+  DecisionCache cache;
+  if (!a.cache.empty()) cache.load(a.cache);
+  int failures = 0;
+  const char* op_name = a.coll == Collective::kReduceScatter ? "gemm-rs" : "gemm-ar";
+  if (rank == 0) {
+    std::printf("# braid bench %s: %d ranks, bf16 in/out, fp32 accumulate; A (M,K) row-major, B (N,K) row-major\n",
+                op_name, W);
+    std::printf("# times: median of %d iterations (slowest rank), microseconds\n", a.timing.iters);
+  }
+  for (const Shape& sh : a.shapes) {
+    const size_t mn = size_t(sh.m) * sh.n;
+    DevBuf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(mn * 2), Dref(mn * 2), out(mn * 2 / W),
+        gamma(size_t(sh.n) * 2), y(mn * 2);
+    fill_uniform_bf16(A.p, size_t(sh.m) * sh.k, 1000 + rank, 1.f, s);
+    fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 2000 + rank, 1.f, s);
+    fill_uniform_bf16(gamma.p, sh.n, 3000, 1.f, s);
+
+    OverlapOptions oo;
+    oo.coll = a.coll;
+    oo.m = sh.m, oo.n = sh.n, oo.k = sh.k;
+    oo.tile = a.tile;
+    oo.reserve_sms = a.reserve_sms;
+    oo.group_waves = a.groups;
+    oo.cache = a.cache.empty() ? nullptr : &cache;
+    GemmOverlap op(team, oo);
+    CublasGemm cublas;
+    SignalGemm braid_full(op.options().tile, 0);
+
+    std::string searched;
+    if (!a.measure.empty()) {
+      MeasuredInputs mi = measure_inputs(team, a, sh, op, A.p, B.p, D.p, out.p);
+      if (rank == 0) save_inputs(a.measure, {mi});
+      const SearchResult r = search_partition(mi.in);
+      if (a.groups.empty()) op.set_partition(r.group_waves);
+      CachedDecision d;
+      d.coll = a.coll, d.world = W, d.m = sh.m, d.n = sh.n, d.k = sh.k;
+      d.tile_config = mi.tile_config, d.sm_count = mi.sm_count, d.group_waves = r.group_waves;
+      d.predicted_us = r.predicted_us;
+      cache.put(d);
+      if (rank == 0 && !a.cache.empty()) cache.save(a.cache);
+      searched = std::to_string(r.predicted_us);
+    }
+
+    // ---------------- correctness (before any timing) ----------------
+    const float eps = 1e-6f;
+    const double atol = gemm_atol(sh.k, W), rtol = kGemmRtol;
+    size_t wrong_gemm = 0, wrong_fo = 0, wrong_dec = 0, wrong_norm = 0;
+    {
+      // GEMM alone: braid (normal layout) vs cuBLAS, local.
+      cublas.run(A.p, B.p, Dref.p, sh.m, sh.n, sh.k, s);
+      EpilogueArgs e;
+      e.d = D.p;
+      braid_full.run(A.p, B.p, sh.m, sh.n, sh.k, e, s);
+      team.synchronize(s, "gemm check");
+      auto ref = download_bf16(Dref.p, mn), got = download_bf16(D.p, mn);
+      wrong_gemm = count_mismatch(ref, got, [](int64_t i) { return i; }, gemm_atol(sh.k, 1), rtol);
+    }
+    // Reference: cuBLAS + NCCL all-reduce of the whole D (every rank gets the full reduced matrix).
+    run_sequential(team, cublas, Collective::kAllReduce, A.p, B.p, Dref.p, nullptr, sh.m, sh.n, sh.k, s);
+    team.synchronize(s, "reference");
+    const auto ref = download_bf16(Dref.p, mn);
+    const Mapping& map = op.mapping();
+    {
+      op.run(A.p, B.p, out.p, s);
+      team.synchronize(s, "flashoverlap check");
+      op.check_error();
+      if (a.coll == Collective::kAllReduce) {
+        auto got = download_bf16(op.reordered(), mn);
+        wrong_fo = count_mismatch(ref, got, [&](int64_t i) { return reordered_index(map, i / sh.n, i % sh.n); }, atol,
+                                  rtol);
+      } else {
+        const int64_t rows = sh.m / W;
+        std::vector<uint16_t> ref_local(size_t(rows) * sh.n);
+        for (int64_t j = 0; j < rows; ++j)
+          std::copy_n(ref.begin() + rs_original_row(map, rank, j) * sh.n, sh.n, ref_local.begin() + j * sh.n);
+        auto got = download_bf16(out.p, mn / W);
+        wrong_fo = count_mismatch(
+            ref_local, got,
+            [&](int64_t i) { return scattered_index(map, rs_original_row(map, rank, i / sh.n), i % sh.n); }, atol, rtol);
+      }
+      // Consumer: RMSNorm through the mapping.
+      const void* x = a.coll == Collective::kAllReduce ? op.reordered() : out.p;
+      op.rmsnorm(x, gamma.p, y.p, eps, s);
+      team.synchronize(s, "rmsnorm check");
+      const int64_t rows = a.coll == Collective::kAllReduce ? sh.m : sh.m / W;
+      auto yh = download_bf16(y.p, size_t(rows) * sh.n);
+      auto gh = download_bf16(gamma.p, sh.n);
+      std::vector<double> row(sh.n);
+      for (int64_t j = 0; j < rows; ++j) {
+        const int64_t orow = a.coll == Collective::kAllReduce ? j : rs_original_row(map, rank, j);
+        host_rmsnorm(ref.data() + orow * sh.n, gh, sh.n, eps, row.data());
+        for (int64_t c = 0; c < sh.n; ++c) {
+          const double v = bf16_to_float(yh[j * sh.n + c]);
+          if (!(std::fabs(v - row[c]) <= 0.05 + 0.02 * std::fabs(row[c]))) ++wrong_norm;
+        }
+      }
+    }
+    Decomposition dec(team, a.chunks);
+    {
+      dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s);
+      team.synchronize(s, "decomposition check");
+      if (a.coll == Collective::kAllReduce) {
+        wrong_dec = count_mismatch(ref, download_bf16(D.p, mn), [](int64_t i) { return i; }, atol, rtol);
+      } else {
+        const int64_t R = sh.m / a.chunks, Rw = R / W, rows = sh.m / W;
+        std::vector<uint16_t> ref_local(size_t(rows) * sh.n);
+        for (int64_t j = 0; j < rows; ++j) {
+          const int64_t chunk = j / Rw, q = j % Rw;
+          std::copy_n(ref.begin() + (chunk * R + int64_t(rank) * Rw + q) * sh.n, sh.n, ref_local.begin() + j * sh.n);
+        }
+        wrong_dec = count_mismatch(ref_local, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, atol, rtol);
+      }
+    }
+    std::vector<double> wr = team.allreduce_max(
+        std::vector<double>{double(wrong_gemm), double(wrong_fo), double(wrong_dec), double(wrong_norm)});
+    const bool ok = wr[0] == 0 && wr[1] == 0 && wr[2] == 0 && wr[3] == 0;
+    if (!ok) ++failures;
+    if (rank == 0)
+      std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
+                  "rmsnorm %.0f; atol %.3g rtol %.3g)\n",
+                  (long long)sh.m, (long long)sh.n, (long long)sh.k, ok ? "Disposition: Passed" : "Disposition: FAILED",
+                  wr[0], wr[1], wr[2], wr[3], atol, rtol);
+
+    // ---------------- timings ----------------
+    const auto& t = a.timing;
+    EpilogueArgs plain;
+    plain.d = D.p;
+    SignalGemm braid_reserved(op.options().tile, op.gemm().sm_count());
+    const double t_cublas = median_us(team, t, [&](int) { cublas.run(A.p, B.p, D.p, sh.m, sh.n, sh.k, s); });
+    const double t_braid = median_us(team, t, [&](int) { braid_full.run(A.p, B.p, sh.m, sh.n, sh.k, plain, s); });
+    const double t_braid_res =
+        median_us(team, t, [&](int) { braid_reserved.run(A.p, B.p, sh.m, sh.n, sh.k, plain, s); });
+    const double t_comm = median_us(team, t, [&](int) {
+      if (a.coll == Collective::kReduceScatter)
+        BRAID_NCCL_CHECK(ncclReduceScatter(D.p, out.p, mn / W, ncclBfloat16, ncclSum, team.nccl(), s));
+      else
+        BRAID_NCCL_CHECK(ncclAllReduce(D.p, D.p, mn, ncclBfloat16, ncclSum, team.nccl(), s));
+    });
+    const double t_seq = median_us(
+        team, t, [&](int) { run_sequential(team, cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); });
+    const double t_dec =
+        median_us(team, t, [&](int) { dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); });
+    const double t_fo = median_us(team, t, [&](int) { op.run(A.p, B.p, out.p, s); });
+    op.check_error();
+    const double t_gemm = std::min(t_cublas, t_braid);
+    const double bound = std::max(t_gemm, t_comm);
+    std::ostringstream gs;
+    for (size_t i = 0; i < map.group_waves.size(); ++i) gs << (i ? "," : "") << map.group_waves[i];
+    const std::string groups = gs.str();
+    if (rank == 0) {
+      std::printf("%8s %6s %6s | %8s %8s %8s | %8s | %8s %8s %8s | %8s %7s %6s | %s\n", "M", "N", "K", "cublas",
+                  "braid", "braid-r", "coll", "seq", "decomp", "flash", "bound", "speedup", "of-bnd", "groups");
+      std::printf("%8lld %6lld %6lld | %8.1f %8.1f %8.1f | %8.1f | %8.1f %8.1f %8.1f | %8.1f %7.3f %6.3f | %s (%s, %d "
+                  "CTAs, %d waves)\n",
+                  (long long)sh.m, (long long)sh.n, (long long)sh.k, t_cublas, t_braid, t_braid_res, t_comm, t_seq, t_dec,
+                  t_fo, bound, t_seq / t_fo, bound / t_fo, groups.c_str(), tile_config_name(op.options().tile),
+                  map.grid.ctas, map.grid.num_waves());
+      std::fflush(stdout);
+    }
+    if (rank == 0 && !a.json.empty()) {
+      bench::Json j;
+      j.add("bench", op_name)
+          .add("m", sh.m)
+          .add("n", sh.n)
+          .add("k", sh.k)
+          .add("dtype", "bf16")
+          .add("tile", tile_config_name(op.options().tile))
+          .add("gemm_ctas", map.grid.ctas)
+          .add("waves", map.grid.num_waves())
+          .add("groups", groups)
+          .add("wait", op.uses_stream_wait_value() ? "cuStreamWaitValue32" : "spin-kernel")
+          .add("cublas_us", t_cublas)
+          .add("braid_gemm_us", t_braid)
+          .add("braid_gemm_reserved_us", t_braid_res)
+          .add("collective_us", t_comm)
+          .add("sequential_us", t_seq)
+          .add("decomposition_us", t_dec)
+          .add("decomposition_chunks", a.chunks)
+          .add("flashoverlap_us", t_fo)
+          .add("bound_us", bound)
+          .add("speedup", t_seq / t_fo)
+          .add("fraction_of_bound", bound / t_fo)
+          .add("braid_vs_cublas", t_cublas / t_braid)
+          .add("correct", ok)
+          .add_context(ctx);
+      if (!searched.empty()) j.add("predicted_us", std::stod(searched));
+      bench::append_jsonl(a.json, j.str());
+    }
+  }
+  return failures == 0 ? 0 : 3;
+}
+
+}  // namespace braid::overlap

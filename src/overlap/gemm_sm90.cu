@@ -1,0 +1,194 @@
+// gemm_sm90.cu — the bf16 GEMM of FlashOverlap for sm_90a: CUTLASS 3.x collective main loop (TMA
+// loads with multicast in a 2x1 cluster, wgmma, warp-specialized cooperative, persistent static
+// scheduler), braid's signalling epilogue (signal_epilogue.cuh). The only translation unit that
+// instantiates CUTLASS kernels: kConfigs below is the table of instantiations (keep it short, each
+// costs minutes of CI compile time).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "signal_epilogue.cuh"
+
+namespace braid::overlap {
+namespace {
+
+using namespace cute;
+
+// One kernel per tile configuration.
+template <int BM, int BN, int BK, int CM, int CN>
+struct Kernel {
+  using Element = cutlass::bfloat16_t;
+  using TileShape = Shape<Int<BM>, Int<BN>, Int<BK>>;
+  using ClusterShape = Shape<Int<CM>, Int<CN>, _1>;
+  using Epilogue = detail::SignalEpilogue<BM, BN>;
+  // A (M,K) row-major; B stored (N,K) row-major = (K,N) column-major in BLAS terms ("TN").
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
+      cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                          cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  static_assert(size(typename GemmKernel::TiledMma{}) == 256, "cooperative: two consumer warpgroups");
+
+  static typename Gemm::Arguments arguments(const void* a, const void* b, int m, int n, int k,
+                                            const detail::SignalEpilogueParams& epi, int sm_count) {
+    using StrideA = typename Gemm::GemmKernel::StrideA;
+    using StrideB = typename Gemm::GemmKernel::StrideB;
+    typename Gemm::Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {m, n, k, 1};
+    args.mainloop.ptr_A = static_cast<const Element*>(a);
+    // Both operands are K-contiguous: (rows, K, L) with strides (K, 1, rows*K).
+    StrideA dA{};
+    get<0>(dA) = int64_t(k);
+    get<2>(dA) = int64_t(m) * k;
+    args.mainloop.dA = dA;
+    args.mainloop.ptr_B = static_cast<const Element*>(b);
+    StrideB dB{};
+    get<0>(dB) = int64_t(k);
+    get<2>(dB) = int64_t(n) * k;
+    args.mainloop.dB = dB;
+    args.epilogue = epi;
+    args.hw_info.device_id = 0;
+    args.hw_info.sm_count = sm_count;
+    // Fixed scheduling so that the host model of the execution order (execution_order()) holds.
+    args.scheduler.max_swizzle_size = 1;
+    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
+    return args;
+  }
+
+  static TileGrid plan(int m, int n, int k, int sm_count) {
+    detail::SignalEpilogueParams epi{};
+    epi.d = reinterpret_cast<__nv_bfloat16*>(16);  // not dereferenced
+    auto args = arguments(nullptr, nullptr, m, n, k, epi, sm_count);
+    auto params = GemmKernel::to_underlying_arguments(args, nullptr);
+    const dim3 grid = GemmKernel::get_grid_shape(params);
+    TileGrid g;
+    g.bm = BM;
+    g.bn = BN;
+    g.tiles_m = m / BM;
+    g.tiles_n = n / BN;
+    g.ctas = static_cast<int>(grid.x * grid.y * grid.z);
+    g.cluster_m = CM;
+    g.cluster_n = CN;
+    g.raster_along_m = params.scheduler.raster_order_ == cutlass::gemm::kernel::detail::RasterOrder::AlongM;
+    g.log_swizzle = params.scheduler.log_swizzle_size_;
+    return g;
+  }
+
+  static void run(const void* a, const void* b, int m, int n, int k, const detail::SignalEpilogueParams& epi,
+                  int sm_count, cudaStream_t stream) {
+    auto args = arguments(a, b, m, n, k, epi, sm_count);
+    Gemm gemm;
+    cutlass::Status st = gemm.can_implement(args);
+    BRAID_REQUIRE(st == cutlass::Status::kSuccess,
+                  std::string("CUTLASS cannot implement this GEMM: ") + cutlassGetStatusString(st));
+    BRAID_REQUIRE(Gemm::get_workspace_size(args) == 0, "unexpected CUTLASS workspace");
+    st = gemm.initialize(args, nullptr, stream);
+    if (st != cutlass::Status::kSuccess)
+      throw CudaError(std::string("CUTLASS initialize: ") + cutlassGetStatusString(st), __FILE__, __LINE__);
+    st = gemm.run(stream);
+    if (st != cutlass::Status::kSuccess)
+      throw CudaError(std::string("CUTLASS run: ") + cutlassGetStatusString(st) + " (" +
+                          cudaGetErrorString(cudaGetLastError()) + ")",
+                      __FILE__, __LINE__);
+    BRAID_CHECK_LAUNCH();
+  }
+};
+
+// The instantiation table (TileConfig order).
+using K128x256 = Kernel<128, 256, 64, 2, 1>;
+using K128x128 = Kernel<128, 128, 64, 2, 1>;
+
+// One dispatch point from the runtime TileConfig to the template.
+#define BRAID_OVERLAP_DISPATCH(cfg, K, ...)                                     \
+  switch (cfg) {                                                                \
+    case TileConfig::k128x256: { using K = K128x256; __VA_ARGS__; break; }      \
+    case TileConfig::k128x128: { using K = K128x128; __VA_ARGS__; break; }      \
+    default: throw UsageError("unknown tile config", __FILE__, __LINE__);      \
+  }
+
+int device_sm_count() {
+  int dev = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+int tile_bm(TileConfig) { return 128; }
+int tile_bn(TileConfig c) { return c == TileConfig::k128x256 ? 256 : 128; }
+
+}  // namespace
+
+const char* tile_config_name(TileConfig c) {
+  switch (c) {
+    case TileConfig::k128x256: return "128x256";
+    case TileConfig::k128x128: return "128x128";
+    case TileConfig::kAuto: return "auto";
+  }
+  return "?";
+}
+
+TileConfig choose_tile_config(int64_t m, int64_t n, int64_t k, int sm_count) {
+  if (sm_count <= 0) sm_count = 132;
+  const int64_t big = (m / 128) * (n / 256);
+  if (n % 256 == 0 && big >= 2 * sm_count) return TileConfig::k128x256;
+  return TileConfig::k128x128;
+}
+
+SignalGemm::SignalGemm(TileConfig cfg, int sm_count) : cfg_(cfg), sm_count_(sm_count) {
+  BRAID_REQUIRE(cfg == TileConfig::k128x256 || cfg == TileConfig::k128x128, "SignalGemm: pick a tile config");
+  if (sm_count_ <= 0) sm_count_ = device_sm_count();
+}
+SignalGemm::~SignalGemm() = default;
+
+TileGrid SignalGemm::plan(int64_t m, int64_t n, int64_t k) const {
+  const int bm = tile_bm(cfg_), bn = tile_bn(cfg_);
+  BRAID_REQUIRE(m > 0 && n > 0 && k > 0, "GEMM: empty problem");
+  BRAID_REQUIRE(m % bm == 0 && n % bn == 0,
+                "GEMM: M must be a multiple of " + std::to_string(bm) + " and N of " + std::to_string(bn));
+  BRAID_REQUIRE(k % 64 == 0, "GEMM: K must be a multiple of 64");
+  BRAID_REQUIRE((m / bm) % 2 == 0, "GEMM: M must be a multiple of " + std::to_string(2 * bm) + " (2x1 clusters)");
+  BRAID_REQUIRE(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31), "GEMM: too large");
+  TileGrid g;
+  BRAID_OVERLAP_DISPATCH(cfg_, K, g = K::plan(int(m), int(n), int(k), sm_count_));
+  return g;
+}
+
+void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpilogueArgs& e,
+                     cudaStream_t stream) {
+  const TileGrid g = plan(m, n, k);
+  BRAID_REQUIRE(e.d != nullptr, "GEMM: no output");
+  BRAID_REQUIRE(e.parts >= 1 && (e.parts & (e.parts - 1)) == 0 && g.bm / e.parts >= 8,
+                "GEMM: parts must be a power of two with at least 8 rows per sub-tile");
+  BRAID_REQUIRE(e.counters == nullptr || e.tile_group != nullptr, "GEMM: counters need tile_group");
+  BRAID_REQUIRE(e.tile_slot == nullptr || (e.tile_group && e.group_first), "GEMM: incomplete mapping tables");
+  BRAID_REQUIRE(reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0,
+                "GEMM: A and B must be 16-byte aligned");
+  detail::SignalEpilogueParams p{};
+  p.d = static_cast<__nv_bfloat16*>(e.d);
+  p.ldd = e.ldd > 0 ? e.ldd : n;
+  BRAID_REQUIRE(p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(e.d) % 4 == 0, "GEMM: D must be 4-byte aligned");
+  p.tile_slot = e.tile_slot;
+  p.tile_group = e.tile_group;
+  p.group_first = e.group_first;
+  p.counters = e.counters;
+  p.wave_log = e.wave_log;
+  p.tiles_n = g.tiles_n;
+  int lp = 0;
+  while ((1 << lp) < e.parts) ++lp;
+  p.log2_parts = lp;
+  BRAID_OVERLAP_DISPATCH(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
+}
+
+}  // namespace braid::overlap

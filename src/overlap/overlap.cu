@@ -1,0 +1,463 @@
+// overlap.cu — FlashOverlap orchestration: counters, the comm stream's waits (cuStreamWaitValue32 from
+// the driver entry point, or a bounded spin kernel), NCCL per wave group, the consumers with the
+// inverse reordering fused (RMSNorm), and the baselines (cuBLAS + NCCL sequential, decomposition).
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+#include "braid/overlap/verify.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid::overlap {
+
+// =============================================== kernels ===============================================
+namespace {
+
+struct WaitError {
+  uint32_t code;      // 0 none, 1 timeout
+  uint32_t group;
+  uint32_t expected;
+  uint32_t observed;
+};
+
+// Bounded wait of the comm stream for one group: acquire at gpu scope pairs with the GEMM epilogue's
+// red.release.gpu, so NCCL (launched after this kernel on the same stream) reads the finished group.
+__global__ void wait_counter_kernel(const uint32_t* counter, uint32_t expected, uint32_t group, uint64_t timeout_ns,
+                                    WaitError* err) {
+  uint32_t seen;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  if (seen >= expected) return;
+  uint64_t start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (uint32_t it = 1;; ++it) {
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= expected) {
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      return;
+    }
+    if ((it & 1023u) == 0u) {
+      uint64_t now;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      if (now - start > timeout_ns) {
+        if (atomicCAS(&err->code, 0u, 1u) == 0u) {
+          err->group = group;
+          err->expected = expected;
+          err->observed = seen;
+          __threadfence_system();
+        }
+        return;
+      }
+      __nanosleep(200);
+    }
+  }
+}
+
+// RMSNorm over rows gathered through the slot table. Row j of the output reads, for each column block nb,
+// BN contiguous elements at x[(slot(mb, nb) * rows_per_tile + rr) * BN], mb = j / rows_per_tile,
+// rr = j % rows_per_tile (rows_per_tile = BM / parts). 16-byte accesses; N % 8 == 0, BN % 8 == 0.
+constexpr int kNormThreads = 256;
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_gather_kernel(const __nv_bfloat16* __restrict__ x,
+                                                                      const __nv_bfloat16* __restrict__ gamma,
+                                                                      __nv_bfloat16* __restrict__ y,
+                                                                      const int32_t* __restrict__ tile_slot, int n,
+                                                                      int bn, int tiles_n, int rows_per_tile,
+                                                                      float eps) {
+  const int64_t j = blockIdx.x;
+  const int mb = static_cast<int>(j / rows_per_tile), rr = static_cast<int>(j % rows_per_tile);
+  const int vecs = n / 8;
+  auto src = [&](int v) -> const uint4* {
+    const int col = v * 8, nb = col / bn, c = col % bn;
+    const int64_t s = tile_slot[mb * tiles_n + nb];
+    return reinterpret_cast<const uint4*>(x + (s * rows_per_tile + rr) * bn + c);
+  };
+  float ss = 0.f;
+  for (int v = threadIdx.x; v < vecs; v += kNormThreads) {
+    const uint4 u = *src(v);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      ss += f.x * f.x + f.y * f.y;
+    }
+  }
+  __shared__ float red[kNormThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float tot = 0.f;
+#pragma unroll
+  for (int i = 0; i < kNormThreads / 32; ++i) tot += red[i];
+  const float inv = rsqrtf(tot / static_cast<float>(n) + eps);
+  for (int v = threadIdx.x; v < vecs; v += kNormThreads) {
+    const uint4 u = *src(v);
+    const uint4 g = reinterpret_cast<const uint4*>(gamma)[v];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+    const __nv_bfloat162* gg = reinterpret_cast<const __nv_bfloat162*>(&g);
+    uint4 o;
+    __nv_bfloat162* oo = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      const float2 w = __bfloat1622float2(gg[i]);
+      oo[i] = __floats2bfloat162_rn(f.x * inv * w.x, f.y * inv * w.y);
+    }
+    reinterpret_cast<uint4*>(y + j * n)[v] = o;
+  }
+}
+
+__global__ void un_permute_rows_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t rows_per_rank,
+                                       int vecs_per_row, int bm, int sub) {
+  const int64_t dst_row = blockIdx.x;
+  const int64_t mb = dst_row / bm, r = dst_row % bm, p = r / sub, rr = r % sub;
+  const int64_t src_row = p * rows_per_rank + mb * sub + rr;
+  for (int v = threadIdx.x; v < vecs_per_row; v += blockDim.x)
+    dst[dst_row * vecs_per_row + v] = src[src_row * vecs_per_row + v];
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+__global__ void fill_uniform_kernel(__nv_bfloat16* p, size_t count, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ULL + i);
+    const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    p[i] = __float2bfloat16_rn((2.f * u - 1.f) * scale);
+  }
+}
+__global__ void fill_const_kernel(__nv_bfloat16* p, size_t count, float v) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16_rn(v);
+}
+
+// cuStreamWaitValue32 (CUDA 12 ABI), fetched through the runtime: libcuda is never linked.
+using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+void* wait_value_entry_point() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+}
+
+ncclDataType_t kBf16 = ncclBfloat16;
+
+}  // namespace
+
+// ============================================ verify helpers ============================================
+void fill_uniform_bf16(void* p, size_t count, uint64_t seed, float scale, cudaStream_t s) {
+  fill_uniform_kernel<<<1024, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), count, seed, scale);
+  BRAID_CHECK_LAUNCH();
+}
+void fill_const_bf16(void* p, size_t count, float value, cudaStream_t s) {
+  fill_const_kernel<<<1024, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), count, value);
+  BRAID_CHECK_LAUNCH();
+}
+float bf16_to_float(uint16_t v) {
+  const uint32_t u = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::vector<uint16_t> download_bf16(const void* p, size_t count) {
+  std::vector<uint16_t> h(count);
+  BRAID_CUDA_CHECK(cudaMemcpy(h.data(), p, count * 2, cudaMemcpyDeviceToHost));
+  return h;
+}
+size_t count_mismatch(const std::vector<uint16_t>& ref, const std::vector<uint16_t>& test,
+                      const std::function<int64_t(int64_t)>& index, double atol, double rtol, int64_t* first,
+                      double* max_err) {
+  size_t bad = 0;
+  double mx = 0;
+  if (first) *first = -1;
+  for (int64_t i = 0; i < static_cast<int64_t>(ref.size()); ++i) {
+    const int64_t t = index(i);
+    if (t < 0 || t >= static_cast<int64_t>(test.size())) {
+      if (!bad && first) *first = i;
+      ++bad;
+      continue;
+    }
+    const double r = bf16_to_float(ref[i]), v = bf16_to_float(test[t]);
+    const double e = std::fabs(v - r);
+    if (!(e <= atol + rtol * std::fabs(r))) {  // NaN counts as wrong
+      if (!bad && first) *first = i;
+      ++bad;
+    }
+    if (e > mx || e != e) mx = e;
+  }
+  if (max_err) *max_err = mx;
+  return bad;
+}
+
+// =============================================== the op ================================================
+GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), opt_(opt) {
+  BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0, "GemmOverlap: empty shape");
+  int dev = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int gemm_sms = std::max(8, sms - std::max(0, opt.reserve_sms));
+  TileConfig cfg = opt.tile;
+  std::vector<int> waves = opt.group_waves;
+  if (waves.empty() && opt.cache) {
+    if (const CachedDecision* d = opt.cache->lookup(opt.coll, team.size(), opt.m, opt.n, opt.k)) {
+      if (cfg == TileConfig::kAuto) cfg = static_cast<TileConfig>(d->tile_config);
+      waves = d->group_waves;  // may not fit an unseen M: rescaled below
+    }
+  }
+  if (cfg == TileConfig::kAuto) cfg = choose_tile_config(opt.m, opt.n, opt.k, gemm_sms);
+  opt_.tile = cfg;
+  gemm_ = std::make_unique<SignalGemm>(cfg, gemm_sms);
+  const TileGrid grid = gemm_->plan(opt.m, opt.n, opt.k);
+  const int parts = opt.coll == Collective::kReduceScatter ? team.size() : 1;
+  BRAID_REQUIRE(grid.bm % parts == 0 && (grid.bm / parts) % 8 == 0, "GemmOverlap: too many ranks for the tile");
+  // A cached partition for another M: keep its first groups, cut or extend the last to cover the waves.
+  const int T = grid.num_waves();
+  int sum = 0;
+  std::vector<int> fit;
+  for (int w : waves) {
+    if (sum + w > T) break;
+    fit.push_back(w);
+    sum += w;
+  }
+  if (sum < T) {
+    if (fit.empty()) fit.push_back(T - sum);
+    else fit.back() += T - sum;
+  }
+  if (waves.empty()) {
+    // Default without measurements: a 1-wave head, then groups of 2 waves, a last group of at most 4.
+    fit.clear();
+    int left = T;
+    if (left > 0) fit.push_back(1), left -= 1;
+    while (left > 4) fit.push_back(2), left -= 2;
+    if (left > 0) fit.push_back(left);
+  }
+  map_ = make_mapping(grid, fit, parts);
+
+  BRAID_CUDA_CHECK(cudaMalloc(&d_, size_t(opt.m) * opt.n * 2));
+  const size_t tiles = grid.num_tiles();
+  BRAID_CUDA_CHECK(cudaMalloc(&tables_, (3 * tiles + 2 * size_t(T) + 2) * sizeof(int32_t)));
+  BRAID_CUDA_CHECK(cudaMalloc(&counters_, (size_t(T) + 1) * sizeof(uint32_t)));
+  BRAID_CUDA_CHECK(cudaMemset(counters_, 0, (size_t(T) + 1) * sizeof(uint32_t)));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  if (opt.use_stream_wait_value) wait_value_ = wait_value_entry_point();
+  void* err = nullptr;
+  BRAID_CUDA_CHECK(cudaHostAlloc(&err, sizeof(WaitError), cudaHostAllocMapped));
+  std::memset(err, 0, sizeof(WaitError));
+  err_host_ = err;
+  upload();
+}
+
+GemmOverlap::~GemmOverlap() {
+  if (comm_) cudaStreamSynchronize(comm_);
+  cudaFree(d_);
+  cudaFree(tables_);
+  cudaFree(counters_);
+  if (err_host_) cudaFreeHost(err_host_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (comm_) cudaStreamDestroy(comm_);
+}
+
+void GemmOverlap::upload() {
+  const size_t tiles = map_.grid.num_tiles();
+  std::vector<int32_t> h;
+  h.reserve(3 * tiles + map_.group_first.size());
+  h.insert(h.end(), map_.tile_slot.begin(), map_.tile_slot.end());
+  h.insert(h.end(), map_.tile_group.begin(), map_.tile_group.end());
+  h.insert(h.end(), map_.slot_tile.begin(), map_.slot_tile.end());
+  h.insert(h.end(), map_.group_first.begin(), map_.group_first.end());
+  BRAID_CUDA_CHECK(cudaMemcpy(tables_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+}
+
+void GemmOverlap::set_partition(const std::vector<int>& group_waves) {
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(comm_));
+  map_ = make_mapping(map_.grid, group_waves, map_.parts);
+  upload();
+}
+
+size_t GemmOverlap::out_elems() const {
+  const size_t mn = size_t(opt_.m) * opt_.n;
+  return opt_.coll == Collective::kReduceScatter ? mn / team_.size() : mn;
+}
+
+void GemmOverlap::check_error() const {
+  const auto* e = static_cast<const volatile WaitError*>(err_host_);
+  if (e->code != 0)
+    throw TimeoutError("rank " + std::to_string(team_.rank()) + ": FlashOverlap wait for group " +
+                           std::to_string(e->group) + " timed out (counter " + std::to_string(e->observed) + " of " +
+                           std::to_string(e->expected) + ")",
+                       __FILE__, __LINE__);
+}
+
+void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  const int G = map_.groups();
+  const size_t tiles = map_.grid.num_tiles();
+  const int32_t* tile_slot = tables_;
+  const int32_t* tile_group = tables_ + tiles;
+  const int32_t* group_first = tables_ + 3 * tiles;
+  const bool rs = opt_.coll == Collective::kReduceScatter;
+  BRAID_REQUIRE(!rs || out != nullptr, "GemmOverlap: reduce-scatter needs an output buffer");
+
+  // Counters restart at 0 every run: ordered after the previous run's waits by the join below (the
+  // stream waits on comm_ before this memset), before this run's waits by the fork.
+  BRAID_CUDA_CHECK(cudaMemsetAsync(counters_, 0, G * sizeof(uint32_t), stream));
+  BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, fork_, 0));
+
+  EpilogueArgs e;
+  e.d = d_;
+  e.tile_slot = tile_slot;
+  e.tile_group = tile_group;
+  e.group_first = group_first;
+  e.counters = counters_;
+  e.parts = map_.parts;
+  gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
+
+  const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
+  auto* d = static_cast<__nv_bfloat16*>(d_);
+  for (int g = 0; g < G; ++g) {
+    const uint32_t expected = static_cast<uint32_t>(map_.tiles_in_group(g));
+    if (wait_value_) {
+      auto fn = reinterpret_cast<WaitValueFn>(wait_value_);
+      const CUresult rc = fn(reinterpret_cast<CUstream>(comm_), reinterpret_cast<CUdeviceptr>(counters_ + g), expected,
+                             CU_STREAM_WAIT_VALUE_GEQ);
+      if (rc != CUDA_SUCCESS) detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
+    } else {
+      WaitError* err_dev = nullptr;
+      BRAID_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev), err_host_, 0));
+      wait_counter_kernel<<<1, 1, 0, comm_>>>(counters_ + g, expected, g, timeout_ns, err_dev);
+      BRAID_CHECK_LAUNCH();
+    }
+    const size_t off = map_.group_offset(g), count = map_.group_elems(g);
+    if (rs) {
+      BRAID_NCCL_CHECK(ncclReduceScatter(d + off, static_cast<__nv_bfloat16*>(out) + off / team_.size(),
+                                         count / team_.size(), kBf16, ncclSum, team_.nccl(), comm_));
+    } else {
+      BRAID_NCCL_CHECK(ncclAllReduce(d + off, d + off, count, kBf16, ncclSum, team_.nccl(), comm_));
+    }
+  }
+  BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+}
+
+void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const {
+  const auto& g = map_.grid;
+  BRAID_REQUIRE(opt_.n % 8 == 0 && g.bn % 8 == 0, "rmsnorm: N must be a multiple of 8");
+  const int rows_per_tile = g.bm / map_.parts;
+  const int64_t rows = opt_.m / map_.parts;
+  rmsnorm_gather_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(gamma), static_cast<__nv_bfloat16*>(y),
+      tables_, static_cast<int>(opt_.n), g.bn, g.tiles_n, rows_per_tile, eps);
+  BRAID_CHECK_LAUNCH();
+}
+
+void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, int world, cudaStream_t s) {
+  BRAID_REQUIRE(n % 8 == 0 && m % bm == 0 && bm % world == 0, "un_permute_rows: bad shape");
+  un_permute_rows_kernel<<<static_cast<unsigned>(m), 128, 0, s>>>(static_cast<const uint4*>(src),
+                                                                   static_cast<uint4*>(dst), m / world,
+                                                                   static_cast<int>(n / 8), bm, bm / world);
+  BRAID_CHECK_LAUNCH();
+}
+
+// ============================================== baselines ==============================================
+CublasGemm::CublasGemm() {
+  cublasHandle_t h = nullptr;
+  BRAID_CUBLAS_CHECK(cublasCreate(&h));
+  handle_ = h;
+  ws_bytes_ = size_t(32) << 20;
+  BRAID_CUDA_CHECK(cudaMalloc(&workspace_, ws_bytes_));
+  BRAID_CUBLAS_CHECK(cublasSetWorkspace(h, workspace_, ws_bytes_));
+}
+CublasGemm::~CublasGemm() {
+  if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+  cudaFree(workspace_);
+}
+void CublasGemm::run(const void* a, const void* b, void* d, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
+  auto h = static_cast<cublasHandle_t>(handle_);
+  BRAID_CUBLAS_CHECK(cublasSetStream(h, s));
+  const float alpha = 1.f, beta = 0.f;
+  // Column-major view: Dᵀ (N x M) = op_T(B as K x N col-major) · A (K x M col-major).
+  BRAID_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                                  static_cast<int>(k), &alpha, b, CUDA_R_16BF, static_cast<int>(k), a, CUDA_R_16BF,
+                                  static_cast<int>(k), &beta, d, CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+}
+
+void run_sequential(Team& team, CublasGemm& gemm, Collective c, const void* a, const void* b, void* d, void* out,
+                    int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  gemm.run(a, b, d, m, n, k, stream);
+  const size_t count = size_t(m) * n;
+  if (c == Collective::kReduceScatter)
+    BRAID_NCCL_CHECK(ncclReduceScatter(d, out, count / team.size(), kBf16, ncclSum, team.nccl(), stream));
+  else
+    BRAID_NCCL_CHECK(ncclAllReduce(d, d, count, kBf16, ncclSum, team.nccl(), stream));
+}
+
+Decomposition::Decomposition(Team& team, int chunks) : team_(team), chunks_(chunks) {
+  BRAID_REQUIRE(chunks >= 1, "Decomposition: chunks >= 1");
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s2_, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  ev_.resize(chunks + 3);
+  for (auto& e : ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  second_ = std::make_unique<CublasGemm>();
+}
+Decomposition::~Decomposition() {
+  if (comm_) cudaStreamSynchronize(comm_);
+  if (s2_) cudaStreamSynchronize(s2_);
+  for (auto e : ev_) cudaEventDestroy(e);
+  if (s2_) cudaStreamDestroy(s2_);
+  if (comm_) cudaStreamDestroy(comm_);
+}
+
+// Chunk i: rows [i*R, (i+1)*R) of D, R = M / chunks. GEMMs alternate between `stream` and s2_; each
+// chunk's collective runs on comm_ after its GEMM. Reduce-scatter output: chunk-major, rank p holds
+// rows [i*R + p*R/world, ...) of chunk i at out[i*R/world*N ...].
+void Decomposition::run(CublasGemm& gemm, Collective c, const void* a, const void* b, void* d, void* out, int64_t m,
+                        int64_t n, int64_t k, cudaStream_t stream) {
+  const int W = team_.size();
+  BRAID_REQUIRE(m % (int64_t(chunks_) * W) == 0, "Decomposition: M must divide into chunks x ranks");
+  const int64_t R = m / chunks_;
+  cudaEvent_t fork = ev_[chunks_], join_comm = ev_[chunks_ + 1], join_s2 = ev_[chunks_ + 2];
+  BRAID_CUDA_CHECK(cudaEventRecord(fork, stream));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s2_, fork, 0));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, fork, 0));
+  const auto* A = static_cast<const __nv_bfloat16*>(a);
+  auto* D = static_cast<__nv_bfloat16*>(d);
+  auto* O = static_cast<__nv_bfloat16*>(out);
+  for (int i = 0; i < chunks_; ++i) {
+    cudaStream_t s = (i % 2 == 0) ? stream : s2_;
+    CublasGemm& g = (i % 2 == 0) ? gemm : *second_;
+    g.run(A + i * R * k, b, D + i * R * n, R, n, k, s);
+    BRAID_CUDA_CHECK(cudaEventRecord(ev_[i], s));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, ev_[i], 0));
+    const size_t count = size_t(R) * n;
+    if (c == Collective::kReduceScatter)
+      BRAID_NCCL_CHECK(ncclReduceScatter(D + i * R * n, O + i * R * n / W, count / W, kBf16, ncclSum, team_.nccl(),
+                                         comm_));
+    else
+      BRAID_NCCL_CHECK(ncclAllReduce(D + i * R * n, D + i * R * n, count, kBf16, ncclSum, team_.nccl(), comm_));
+  }
+  BRAID_CUDA_CHECK(cudaEventRecord(join_comm, comm_));
+  BRAID_CUDA_CHECK(cudaEventRecord(join_s2, s2_));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_comm, 0));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_s2, 0));
+}
+
+}  // namespace braid::overlap

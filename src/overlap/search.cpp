@@ -1,0 +1,231 @@
+// search.cpp — wave grouping: the latency predictor and search of FlashOverlap (Algorithm 1), the
+// per-shape decision cache with nearest-M lookup, and the stored measured inputs.
+//
+// Predictor (the paper's, per group j in order):
+//   t_p_acc += t_p(G_j)                        computation of the group's waves
+//   t_m_acc  = max(t_p_acc, t_m_acc) + t_m(bytes(G_j)) + signal overhead
+//   predicted = t_m_acc after the last group.
+// Search: the paper enumerates the 2^(T-1) compositions of T waves, pruned to |G_1| <= S1 (2) and
+// |G_P| <= S_P (4). Its recurrence is monotone in t_m_acc and t_p_acc at a wave boundary does not
+// depend on the partition, so the minimum over all compositions ending at wave w with p groups extends
+// only the minimal t_m_acc: a dynamic program over (groups, boundary) finds the same optimum in
+// O(P·T²) instead of O(2^T) — needed on H100 where shapes have 30+ waves.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+
+namespace braid::overlap {
+
+double BandwidthCurve::latency_us(double b) const {
+  BRAID_REQUIRE(!bytes.empty() && bytes.size() == us.size(), "bandwidth curve is empty");
+  if (b <= bytes.front()) return us.front();  // below the smallest size: the latency floor
+  if (bytes.size() == 1) return us[0] * (b / bytes[0]);
+  size_t i = 1;
+  while (i + 1 < bytes.size() && bytes[i] < b) ++i;
+  const double x0 = bytes[i - 1], x1 = bytes[i], y0 = us[i - 1], y1 = us[i];
+  return std::max(y0 + (y1 - y0) * (b - x0) / (x1 - x0), us.front());
+}
+
+namespace {
+// Bytes and compute time of waves [w0, w1).
+double group_bytes(const SearchInputs& in, int w0, int w1) {
+  double waves = w1 - w0;
+  if (w1 == in.waves) waves -= (1.0 - in.last_wave_fraction);
+  return waves * in.bytes_per_wave;
+}
+double group_compute(const SearchInputs& in, int w0, int w1) {
+  double t = (w1 - w0) * in.wave_us;
+  if (w0 == 0) t += in.first_wave_extra_us;
+  return t;
+}
+}  // namespace
+
+double predict_us(const SearchInputs& in, const std::vector<int>& group_waves) {
+  double tp = 0, tm = 0;
+  int w = 0;
+  for (int gw : group_waves) {
+    tp += group_compute(in, w, w + gw);
+    tm = std::max(tp, tm) + in.comm.latency_us(group_bytes(in, w, w + gw)) + in.signal_overhead_us;
+    w += gw;
+  }
+  BRAID_REQUIRE(w == in.waves, "predict_us: partition does not cover the waves");
+  return tm;
+}
+
+SearchResult search_partition(const SearchInputs& in, int max_groups) {
+  const int T = in.waves;
+  BRAID_REQUIRE(T >= 1, "search_partition: no waves");
+  constexpr int S1 = 2, SP = 4;  // the paper's pruning of the first and last group sizes
+  max_groups = std::max(1, std::min(max_groups, T));
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[p][w]: minimal t_m_acc with p groups covering waves [0, w); from[p][w]: previous boundary.
+  std::vector<std::vector<double>> best(max_groups + 1, std::vector<double>(T + 1, inf));
+  std::vector<std::vector<int>> from(max_groups + 1, std::vector<int>(T + 1, -1));
+  best[0][0] = 0;
+  SearchResult res;
+  for (int p = 1; p <= max_groups; ++p) {
+    for (int w = 1; w <= T; ++w) {
+      for (int v = (p == 1 ? 0 : 1); v < w; ++v) {
+        if (best[p - 1][v] == inf) continue;
+        if (p == 1 && w - v > S1 && w != T) continue;      // first group at most S1 waves (unless only one)
+        if (w == T && p > 1 && w - v > SP) continue;        // last group at most S_P waves
+        ++res.candidates;
+        const double tp = group_compute(in, 0, w);          // t_p_acc at boundary w
+        const double tm = std::max(tp, best[p - 1][v]) + in.comm.latency_us(group_bytes(in, v, w)) +
+                          in.signal_overhead_us;
+        if (tm < best[p][w]) {
+          best[p][w] = tm;
+          from[p][w] = v;
+        }
+      }
+    }
+  }
+  int bp = -1;
+  double bt = inf;
+  for (int p = 1; p <= max_groups; ++p)
+    if (best[p][T] < bt) bt = best[p][T], bp = p;
+  BRAID_REQUIRE(bp > 0, "search_partition: no admissible partition");
+  std::vector<int> gw;
+  for (int p = bp, w = T; p > 0; --p) {
+    const int v = from[p][w];
+    gw.push_back(w - v);
+    w = v;
+  }
+  std::reverse(gw.begin(), gw.end());
+  res.group_waves = gw;
+  res.predicted_us = bt;
+  return res;
+}
+
+// ---- decision cache ----
+void DecisionCache::put(const CachedDecision& d) {
+  for (auto& e : v_)
+    if (e.coll == d.coll && e.world == d.world && e.m == d.m && e.n == d.n && e.k == d.k) {
+      e = d;
+      return;
+    }
+  v_.push_back(d);
+}
+
+const CachedDecision* DecisionCache::lookup(Collective coll, int world, int64_t m, int64_t n, int64_t k) const {
+  const CachedDecision* best = nullptr;
+  for (const auto& e : v_) {
+    if (e.coll != coll || e.world != world || e.n != n || e.k != k) continue;
+    if (!best) {
+      best = &e;
+      continue;
+    }
+    const int64_t d = std::llabs(e.m - m), bd = std::llabs(best->m - m);
+    if (d < bd || (d == bd && e.m > best->m)) best = &e;
+  }
+  return best;
+}
+
+namespace {
+std::string join(const std::vector<int>& v) {
+  std::ostringstream o;
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+  return o.str();
+}
+std::vector<int> split_ints(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ','))
+    if (!tok.empty()) v.push_back(std::stoi(tok));
+  return v;
+}
+std::vector<double> split_doubles(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ','))
+    if (!tok.empty()) v.push_back(std::stod(tok));
+  return v;
+}
+Collective parse_coll(const std::string& s) {
+  if (s == "allreduce") return Collective::kAllReduce;
+  if (s == "reducescatter") return Collective::kReduceScatter;
+  throw UsageError("unknown collective '" + s + "'", __FILE__, __LINE__);
+}
+std::string join_d(const std::vector<double>& v) {
+  std::ostringstream o;
+  o.precision(10);
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? "," : "") << v[i];
+  return o.str();
+}
+}  // namespace
+
+void DecisionCache::load(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return;
+  std::string line;
+  int ln = 0;
+  while (std::getline(f, line)) {
+    ++ln;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream is(line);
+    std::string coll, waves;
+    CachedDecision d;
+    if (!(is >> coll >> d.world >> d.m >> d.n >> d.k >> d.tile_config >> d.sm_count >> d.predicted_us >> waves))
+      throw UsageError(path + ":" + std::to_string(ln) + ": malformed decision", __FILE__, __LINE__);
+    d.coll = parse_coll(coll);
+    d.group_waves = split_ints(waves);
+    put(d);
+  }
+}
+
+void DecisionCache::save(const std::string& path) const {
+  std::ofstream f(path);
+  if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
+  f << "# coll world m n k tile_config sm_count predicted_us group_waves\n";
+  for (const auto& d : v_)
+    f << collective_name(d.coll) << ' ' << d.world << ' ' << d.m << ' ' << d.n << ' ' << d.k << ' ' << d.tile_config
+      << ' ' << d.sm_count << ' ' << d.predicted_us << ' ' << join(d.group_waves) << '\n';
+}
+
+// One line per shape: coll world m n k cfg sms waves wave_us first_extra bytes_per_wave last_frac
+//                     overhead curve_bytes(csv) curve_us(csv)
+void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) {
+  std::ofstream f(path, std::ios::app);
+  if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
+  f.precision(10);
+  for (const auto& x : v)
+    f << collective_name(x.coll) << ' ' << x.world << ' ' << x.m << ' ' << x.n << ' ' << x.k << ' ' << x.tile_config
+      << ' ' << x.sm_count << ' ' << x.in.waves << ' ' << x.in.wave_us << ' ' << x.in.first_wave_extra_us << ' '
+      << x.in.bytes_per_wave << ' ' << x.in.last_wave_fraction << ' ' << x.in.signal_overhead_us << ' '
+      << join_d(x.in.comm.bytes) << ' ' << join_d(x.in.comm.us) << '\n';
+}
+
+std::vector<MeasuredInputs> load_inputs(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);
+  std::vector<MeasuredInputs> v;
+  std::string line;
+  int ln = 0;
+  while (std::getline(f, line)) {
+    ++ln;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream is(line);
+    MeasuredInputs x;
+    std::string coll, cb, cu;
+    if (!(is >> coll >> x.world >> x.m >> x.n >> x.k >> x.tile_config >> x.sm_count >> x.in.waves >> x.in.wave_us >>
+          x.in.first_wave_extra_us >> x.in.bytes_per_wave >> x.in.last_wave_fraction >> x.in.signal_overhead_us >> cb >>
+          cu))
+      throw UsageError(path + ":" + std::to_string(ln) + ": malformed inputs", __FILE__, __LINE__);
+    x.coll = parse_coll(coll);
+    x.in.comm.bytes = split_doubles(cb);
+    x.in.comm.us = split_doubles(cu);
+    BRAID_REQUIRE(x.in.comm.bytes.size() == x.in.comm.us.size() && !x.in.comm.bytes.empty(),
+                  path + ":" + std::to_string(ln) + ": bad bandwidth curve");
+    v.push_back(x);
+  }
+  return v;
+}
+
+}  // namespace braid::overlap

@@ -1,0 +1,187 @@
+// signal_epilogue.cuh — a CUTLASS 3.x sm90 collective epilogue that writes each tile straight from the
+// accumulators (no shared memory, nothing taken from the main loop's stages), optionally to its
+// execution-order-aware reordered place, then signals the tile's wave group.
+//
+// It implements the interface the sm90 warp-specialized kernels call on their CollectiveEpilogue (the
+// same one cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter implements): no
+// producer load, store() per tile from the consumer warpgroups, store_tail() at the end.
+//
+// Memory ordering of the signal (PTX memory model):
+//   1. every consumer thread writes its fragment of the tile with ordinary st.global;
+//   2. all consumer threads (size(TiledMma)) meet at a named barrier (bar.sync, CTA scope): the
+//      barrier orders each thread's stores before everything thread 0 does after it;
+//   3. thread 0 executes red.release.gpu.global.add.u32 on the group's counter. A release is
+//      cumulative: every write that precedes it in causality order (its own, and the other threads'
+//      through the barrier) is visible at gpu scope to any thread that observes the incremented value
+//      with acquire semantics (the wait kernel's ld.acquire.gpu, or a fence.acq_rel.gpu after a
+//      relaxed poll), and to work ordered after such a thread. The same pattern as
+//      cooperative_groups' grid sync (bar.sync; thread 0: fence; atomic).
+//   The counter is read by the comm stream (spin kernel with acquire, or cuStreamWaitValue32 on the
+//   same GPU) before NCCL reads the group's slice.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/pipeline/pipeline.hpp"
+
+namespace braid::overlap::detail {
+
+struct SignalEpilogueParams {
+  __nv_bfloat16* d;
+  int64_t ldd;              // normal layout leading dimension
+  const int32_t* tile_slot; // null: normal layout
+  const int32_t* tile_group;
+  const int32_t* group_first;
+  uint32_t* counters;       // null: no signal
+  int32_t* wave_log;        // null: no log
+  int tiles_n;
+  int log2_parts;
+};
+
+__device__ __forceinline__ void signal_add_release_gpu(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+template <int BM, int BN>
+class SignalEpilogue {
+ public:
+  using ElementC = void;
+  using ElementD = cutlass::bfloat16_t;
+  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using StrideD = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  using ThreadEpilogueOp = void;  // no per-element functor: D = bf16(accumulator)
+
+  using LoadPipeline = cutlass::PipelineTransactionAsync<0>;
+  using LoadPipelineState = cutlass::PipelineState<0>;
+  static constexpr uint32_t TmaTransactionBytes = 0;
+  static constexpr bool RequiresTransactionBytes = false;
+  using StorePipeline = cutlass::PipelineTmaStore<0>;
+  using StorePipelineState = cutlass::PipelineState<0>;
+
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+  using TensorMapStorage = SharedStorage;
+  using PipelineStorage = typename LoadPipeline::SharedStorage;
+
+  using Arguments = SignalEpilogueParams;
+  using Params = SignalEpilogueParams;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) { return 0; }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    auto shape = cute::append<4>(problem_shape, 1);
+    const auto m = cute::get<0>(shape), n = cute::get<1>(shape);
+    return args.d != nullptr && m % BM == 0 && n % BN == 0 && (BM >> args.log2_parts) % 8 == 0;
+  }
+
+  template <class CtaTileMNK>
+  CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(CtaTileMNK) { return 1; }
+  template <class CtaTileMNK>
+  CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) { return 1; }
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
+
+  CUTLASS_HOST_DEVICE SignalEpilogue(Params const& params, TensorStorage&) : params_(params) {}
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+
+  template <class... Ts>
+  CUTLASS_DEVICE auto load(LoadPipeline, LoadPipelineState state, Ts&&...) { return state; }
+  CUTLASS_DEVICE auto load_tail(LoadPipeline, LoadPipelineState state) { return state; }
+
+  template <class ProblemShapeMNKL, class CtaTileMNK, class CtaCoordMNKL, class AccEngine, class AccLayout,
+            class TiledMma>
+  CUTLASS_DEVICE auto store(LoadPipeline, LoadPipelineState load_state, StorePipeline,
+                            StorePipelineState store_state, ProblemShapeMNKL, CtaTileMNK,
+                            CtaCoordMNKL cta_coord_mnkl, cute::Tensor<AccEngine, AccLayout> accumulators,
+                            TiledMma tiled_mma, int thread_idx, TensorStorage&, int = -1) {
+    using namespace cute;
+    static_assert(size<0>(CtaTileMNK{}) == BM && size<1>(CtaTileMNK{}) == BN, "epilogue tile mismatch");
+    constexpr int kThreads = size(TiledMma{});
+    const int mb = int(get<0>(cta_coord_mnkl));
+    const int nb = int(get<1>(cta_coord_mnkl));
+    const int tile = mb * params_.tiles_n + nb;
+
+    // Destination of tile row r, column c:  base + (r >> log2_sub) * part_stride + (r & (sub-1)) * ld + c
+    int64_t base, part_stride, ld;
+    int log2_sub;
+    int group = -1;
+    if (params_.tile_slot == nullptr) {
+      base = int64_t(mb) * BM * params_.ldd + int64_t(nb) * BN;
+      ld = params_.ldd;
+      log2_sub = 30;  // one part
+      part_stride = 0;
+      if (params_.counters != nullptr) group = params_.tile_group[tile];
+    } else {
+      const int slot = params_.tile_slot[tile];
+      group = params_.tile_group[tile];
+      const int first = params_.group_first[group];
+      const int tiles = params_.group_first[group + 1] - first;
+      constexpr int kLog2BM = BM == 256 ? 8 : BM == 128 ? 7 : 6;
+      static_assert((1 << kLog2BM) == BM, "BM must be 64, 128 or 256");
+      log2_sub = kLog2BM - params_.log2_parts;
+      const int64_t sub = int64_t(1) << log2_sub;
+      base = (int64_t(first) * BM + int64_t(slot - first) * sub) * BN;
+      part_stride = int64_t(tiles) * sub * BN;
+      ld = BN;
+    }
+    const int sub_mask = log2_sub >= 30 ? 0x7fffffff : (1 << log2_sub) - 1;
+
+    // (BM,BN) coordinates of this thread's accumulator values.
+    Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));  // (BM,BN)
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor tCcD = thr_mma.partition_C(cD);                               // (MMA,MMA_M,MMA_N)
+    static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
+    // GMMA accumulators hold column pairs: value 2i and 2i+1 are (r, c) and (r, c+1).
+    static_assert(decltype(size<0, 0>(accumulators))::value == 2, "expected GMMA accumulator layout");
+
+    __nv_bfloat16* d = params_.d;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accumulators); i += 2) {
+      const auto coord = tCcD(i);
+      const int r = get<0>(coord);
+      const int c = get<1>(coord);
+      const int64_t off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
+      const __nv_bfloat162 v = __floats2bfloat162_rn(float(accumulators(i)), float(accumulators(i + 1)));
+      *reinterpret_cast<__nv_bfloat162*>(d + off) = v;
+    }
+
+    if (params_.counters != nullptr || params_.wave_log != nullptr) {
+      // (2) all consumer threads' stores precede thread 0's release below.
+      cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      if (thread_idx == 0) {
+        if (params_.wave_log != nullptr) params_.wave_log[tile] = iteration_;
+        // (3) release at gpu scope, cumulative over the barrier.
+        if (params_.counters != nullptr) signal_add_release_gpu(params_.counters + group, 1u);
+      }
+    }
+    ++iteration_;
+    return cute::make_tuple(load_state, store_state);
+  }
+
+  template <class... Ts>
+  CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadPipelineState load_state, StorePipeline,
+                                 StorePipelineState store_state, Ts&&...) {
+    return cute::make_tuple(load_state, store_state);
+  }
+
+ private:
+  Params params_;
+  int iteration_ = 0;
+};
+
+}  // namespace braid::overlap::detail

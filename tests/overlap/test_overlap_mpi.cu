@@ -1,0 +1,168 @@
+// Two ranks (one GPU each): FlashOverlap GEMM+RS and GEMM+AR equal cuBLAS + NCCL on every rank, with
+// both waits (cuStreamWaitValue32 and the spin kernel), eagerly and replayed from a CUDA graph; the
+// RMSNorm consumer and the row un-permutation after an all-gather give the original row order; the
+// decomposition baseline is right too.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "braid/overlap.hpp"
+#include "braid/overlap/verify.hpp"
+#include "braid/runtime.hpp"
+
+using namespace braid::overlap;
+
+namespace {
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+  ~Buf() { cudaFree(p); }
+};
+
+bool all_hopper(braid::Team& team) {
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return team.allreduce_min(major == 9 ? 1.0 : 0.0) > 0;
+}
+
+struct Case {
+  Collective coll;
+  int64_t m, n, k;
+  bool wait_value;
+  bool graph;
+};
+
+class OverlapMpi : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
+  const Case c = GetParam();
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = c.m, n = c.n, k = c.k, mn = m * n;
+  cudaStream_t s = team.stream();
+  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2 / W), gamma(n * 2), y(mn * 2), yall(mn * 2), yorig(mn * 2);
+  fill_uniform_bf16(a.p, m * k, 100 + rank, 1.f, s);
+  fill_uniform_bf16(b.p, n * k, 200 + rank, 1.f, s);
+  fill_uniform_bf16(gamma.p, n, 300, 1.f, s);
+  CublasGemm cublas;
+  run_sequential(team, cublas, Collective::kAllReduce, a.p, b.p, ref.p, nullptr, m, n, k, s);
+  team.synchronize("reference");
+  const auto r = download_bf16(ref.p, mn);
+
+  OverlapOptions o;
+  o.coll = c.coll;
+  o.m = m, o.n = n, o.k = k;
+  o.reserve_sms = 90;  // ~40 CTAs: several waves at these sizes
+  o.use_stream_wait_value = c.wait_value;
+  GemmOverlap op(team, o);
+  EXPECT_GT(op.mapping().groups(), 1);
+  const bool rs = c.coll == Collective::kReduceScatter;
+  const void* x = rs ? out.p : op.reordered();
+  cudaGraphExec_t exec = nullptr;
+  if (c.graph) {
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    op.run(a.p, b.p, out.p, s);
+    op.rmsnorm(x, gamma.p, y.p, 1e-6f, s);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+  }
+  const Mapping& map = op.mapping();
+  const double atol = gemm_atol(k, W);
+  for (int rep = 0; rep < (c.graph ? 3 : 2); ++rep) {
+    if (exec) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    else {
+      op.run(a.p, b.p, out.p, s);
+      op.rmsnorm(x, gamma.p, y.p, 1e-6f, s);
+    }
+    team.synchronize("flashoverlap");
+    op.check_error();
+    const int64_t rows = rs ? m / W : m;
+    std::vector<uint16_t> ref_rows(size_t(rows) * n);
+    for (int64_t j = 0; j < rows; ++j) {
+      const int64_t orow = rs ? rs_original_row(map, rank, j) : j;
+      std::copy_n(r.begin() + orow * n, n, ref_rows.begin() + j * n);
+    }
+    size_t bad;
+    if (rs) {
+      bad = count_mismatch(ref_rows, download_bf16(out.p, mn / W),
+                           [&](int64_t i) { return scattered_index(map, rs_original_row(map, rank, i / n), i % n); },
+                           atol, kGemmRtol);
+    } else {
+      bad = count_mismatch(ref_rows, download_bf16(op.reordered(), mn),
+                           [&](int64_t i) { return reordered_index(map, i / n, i % n); }, atol, kGemmRtol);
+    }
+    EXPECT_EQ(bad, 0u) << "rank " << rank << " rep " << rep;
+    // RMSNorm rows in the documented order.
+    const auto yh = download_bf16(y.p, size_t(rows) * n), gh = download_bf16(gamma.p, n);
+    size_t bad_norm = 0;
+    for (int64_t j = 0; j < rows; ++j) {
+      double ss = 0;
+      for (int64_t col = 0; col < n; ++col) ss += std::pow(bf16_to_float(ref_rows[j * n + col]), 2);
+      const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+      for (int64_t col = 0; col < n; ++col) {
+        const double want = bf16_to_float(ref_rows[j * n + col]) * inv * bf16_to_float(gh[col]);
+        if (!(std::fabs(bf16_to_float(yh[j * n + col]) - want) <= 0.05 + 0.02 * std::fabs(want))) ++bad_norm;
+      }
+    }
+    EXPECT_EQ(bad_norm, 0u) << "rank " << rank << " rep " << rep;
+  }
+  if (exec) cudaGraphExecDestroy(exec);
+  if (rs) {
+    // All-gather of y then un-permutation: every rank holds the normalized rows in original order.
+    ASSERT_EQ(ncclAllGather(y.p, yall.p, mn / W, ncclBfloat16, team.nccl(), s), ncclSuccess);
+    un_permute_rows(yall.p, yorig.p, m, n, map.grid.bm, W, s);
+    team.synchronize("all-gather");
+    const auto yo = download_bf16(yorig.p, mn);
+    const auto yl = download_bf16(y.p, mn / W);
+    // Rank's own rows must sit at their original positions.
+    size_t bad = 0;
+    for (int64_t j = 0; j < m / W; ++j) {
+      const int64_t orow = rs_original_row(map, rank, j);
+      for (int64_t col = 0; col < n; ++col) bad += yo[orow * n + col] != yl[j * n + col];
+    }
+    EXPECT_EQ(bad, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, OverlapMpi,
+    ::testing::Values(Case{Collective::kReduceScatter, 2048, 2048, 512, true, false},
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, false, false},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true},
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false},
+                      Case{Collective::kAllReduce, 2048, 2048, 512, false, true},
+                      Case{Collective::kAllReduce, 4096, 1024, 1024, true, true}));
+
+TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
+  braid::Team team(MPI_COMM_WORLD);
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = 2048, n = 1024, k = 512, mn = m * n;
+  cudaStream_t s = team.stream();
+  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), d(mn * 2), out(mn * 2 / W);
+  fill_uniform_bf16(a.p, m * k, 400 + rank, 1.f, s);
+  fill_uniform_bf16(b.p, n * k, 500 + rank, 1.f, s);
+  CublasGemm cublas;
+  run_sequential(team, cublas, Collective::kAllReduce, a.p, b.p, ref.p, nullptr, m, n, k, s);
+  team.synchronize("reference");
+  const auto r = download_bf16(ref.p, mn);
+  Decomposition dec(team, 4);
+  dec.run(cublas, Collective::kAllReduce, a.p, b.p, d.p, out.p, m, n, k, s);
+  team.synchronize("decomposition AR");
+  EXPECT_EQ(count_mismatch(r, download_bf16(d.p, mn), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol), 0u);
+  dec.run(cublas, Collective::kReduceScatter, a.p, b.p, d.p, out.p, m, n, k, s);
+  team.synchronize("decomposition RS");
+  const int64_t R = m / 4, Rw = R / W;
+  std::vector<uint16_t> want(size_t(mn / W));
+  for (int64_t j = 0; j < m / W; ++j)
+    std::copy_n(r.begin() + ((j / Rw) * R + int64_t(rank) * Rw + j % Rw) * n, n, want.begin() + j * n);
+  EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
+            0u);
+}
+
+}  // namespace

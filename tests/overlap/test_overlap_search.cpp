@@ -1,0 +1,157 @@
+// Predictive search: the dynamic program finds the same optimum as the paper's pruned enumeration;
+// the predictor follows its recurrence; the decision cache picks the nearest M; files round-trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <unistd.h>
+#include <cstdlib>
+
+#include "braid/overlap.hpp"
+
+using namespace braid::overlap;
+
+namespace {
+
+SearchInputs inputs(int waves, double wave_us, double lat_us, double gbps) {
+  SearchInputs in;
+  in.waves = waves;
+  in.wave_us = wave_us;
+  in.bytes_per_wave = 132.0 * 128 * 256 * 2;
+  in.last_wave_fraction = 0.6;
+  in.signal_overhead_us = 2;
+  for (double b = 1 << 16; b <= double(1ull << 31); b *= 2) {
+    in.comm.bytes.push_back(b);
+    in.comm.us.push_back(lat_us + b / (gbps * 1e3));
+  }
+  return in;
+}
+
+// The paper's enumeration: every composition with |G1| <= 2 and |GP| <= 4 (or one group), at most
+// max_groups groups.
+double brute_force(const SearchInputs& in, int max_groups, std::vector<int>* best_p) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> cur;
+  std::function<void(int)> rec = [&](int left) {
+    if (left == 0) {
+      const int P = static_cast<int>(cur.size());
+      if (P > 1 && (cur.front() > 2 || cur.back() > 4)) return;
+      const double t = predict_us(in, cur);
+      if (t < best) best = t, *best_p = cur;
+      return;
+    }
+    if (static_cast<int>(cur.size()) == max_groups) return;
+    for (int w = 1; w <= left; ++w) {
+      cur.push_back(w);
+      rec(left - w);
+      cur.pop_back();
+    }
+  };
+  rec(in.waves);
+  return best;
+}
+
+TEST(OverlapSearch, PredictorFollowsTheRecurrence) {
+  SearchInputs in;
+  in.waves = 3;
+  in.wave_us = 10;
+  in.bytes_per_wave = 1000;
+  in.signal_overhead_us = 0;
+  in.comm.bytes = {1000, 3000};
+  in.comm.us = {5, 15};  // 5 us per 1000 bytes
+  // groups (1,2): tp 10 -> tm 15; tp 30 -> tm max(30,15)+10 = 40
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 2}), 40.0);
+  // one group: 30 + 15
+  EXPECT_DOUBLE_EQ(predict_us(in, {3}), 45.0);
+  // comm-bound: (1,1,1): 15, max(20,15)+5=25, max(30,25)+5=35
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 35.0);
+}
+
+TEST(OverlapSearch, DynamicProgramMatchesEnumeration) {
+  for (int waves : {1, 2, 3, 5, 8, 11}) {
+    for (double wave_us : {5.0, 15.0, 40.0}) {
+      for (int max_groups : {2, 4, 8}) {
+        SearchInputs in = inputs(waves, wave_us, 25.0, 200.0);
+        std::vector<int> bp;
+        const double want = brute_force(in, max_groups, &bp);
+        SearchResult r = search_partition(in, max_groups);
+        EXPECT_NEAR(r.predicted_us, want, 1e-9) << waves << " waves, " << wave_us << " us";
+        EXPECT_NEAR(predict_us(in, r.group_waves), r.predicted_us, 1e-9);
+        int sum = 0;
+        for (int w : r.group_waves) sum += w;
+        EXPECT_EQ(sum, waves);
+      }
+    }
+  }
+}
+
+TEST(OverlapSearch, LargeWaveCountsAreFast) {
+  SearchInputs in = inputs(62, 13.0, 25.0, 250.0);
+  SearchResult r = search_partition(in, 16);
+  EXPECT_GT(r.group_waves.size(), 1u);
+  EXPECT_LE(r.group_waves.front(), 2);
+  EXPECT_LE(r.group_waves.back(), 4);
+  // Overlap beats one group (GEMM then the whole collective).
+  EXPECT_LT(r.predicted_us, predict_us(in, {62}));
+}
+
+TEST(OverlapSearch, CurveInterpolates) {
+  BandwidthCurve c;
+  c.bytes = {100, 200, 400};
+  c.us = {10, 20, 30};
+  EXPECT_DOUBLE_EQ(c.latency_us(50), 10);
+  EXPECT_DOUBLE_EQ(c.latency_us(150), 15);
+  EXPECT_DOUBLE_EQ(c.latency_us(300), 25);
+  EXPECT_DOUBLE_EQ(c.latency_us(800), 50);  // extrapolated along the last segment
+}
+
+TEST(OverlapSearch, CacheNearestM) {
+  DecisionCache cache;
+  CachedDecision d;
+  d.coll = Collective::kReduceScatter, d.world = 2, d.n = 8192, d.k = 1024;
+  d.m = 4096, d.group_waves = {1, 2};
+  cache.put(d);
+  d.m = 16384, d.group_waves = {2, 4, 4};
+  cache.put(d);
+  d.m = 8192, d.k = 2048, d.group_waves = {9};
+  cache.put(d);
+  EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 2, 5000, 8192, 1024)->m, 4096);
+  EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 2, 12000, 8192, 1024)->m, 16384);
+  EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 2, 10240, 8192, 1024)->m, 16384);  // tie: larger
+  EXPECT_EQ(cache.lookup(Collective::kAllReduce, 2, 4096, 8192, 1024), nullptr);
+  EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 4, 4096, 8192, 1024), nullptr);
+  char path[] = "/tmp/braid_overlap_cacheXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  cache.save(path);
+  DecisionCache back;
+  back.load(path);
+  ASSERT_EQ(back.entries().size(), 3u);
+  EXPECT_EQ(back.lookup(Collective::kReduceScatter, 2, 16384, 8192, 1024)->group_waves, (std::vector<int>{2, 4, 4}));
+  std::remove(path);
+}
+
+TEST(OverlapSearch, InputsRoundTrip) {
+  MeasuredInputs mi;
+  mi.coll = Collective::kAllReduce;
+  mi.m = 16384, mi.n = 8192, mi.k = 1024, mi.sm_count = 116;
+  mi.in = inputs(36, 12.5, 30, 300);
+  char path[] = "/tmp/braid_overlap_inputsXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  save_inputs(path, {mi, mi});
+  auto v = load_inputs(path);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[1].coll, Collective::kAllReduce);
+  EXPECT_EQ(v[1].in.waves, 36);
+  EXPECT_DOUBLE_EQ(v[1].in.wave_us, 12.5);
+  ASSERT_EQ(v[1].in.comm.bytes.size(), mi.in.comm.bytes.size());
+  EXPECT_NEAR(v[1].in.comm.us.back(), mi.in.comm.us.back(), 1e-6 * mi.in.comm.us.back());
+  std::remove(path);
+}
+
+}  // namespace
