@@ -1,0 +1,48 @@
+// braid/model/comm.hpp — the one interface every communication of the model layer goes through.
+//
+// Implementations can fuse, overlap or quantize; the layer only ever calls these five methods, and
+// never NCCL directly. All methods are stream-ordered and issued in the same order on every rank.
+// Counts are in elements of `dtype`. Buffers are device pointers; `in` and `out` never alias unless
+// the method says so.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "braid/allreduce.hpp"
+#include "braid/bench.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid::model {
+
+using bench::DType;
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+  // out[size·count] = in of rank 0, rank 1, ... (each `count` elements).
+  virtual void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) = 0;
+  // out[count] = Σ_ranks in[rank·count, (rank+1)·count) (in has size·count elements).
+  virtual void reduce_scatter(const void* in, void* out, size_t count, DType t, cudaStream_t s) = 0;
+  // out[count] = Σ_ranks in[count]; out may equal in.
+  virtual void all_reduce(const void* in, void* out, size_t count, DType t, cudaStream_t s) = 0;
+  // Variable all-to-all: send_counts[r] elements from in + send_displs[r] go to rank r, which stores
+  // them at its out + recv_displs[this rank]; recv_counts[r] elements arrive from rank r. Host arrays
+  // of size() entries. Equal counts give the classic all-to-all.
+  virtual void all_to_all_v(const void* in, const size_t* send_counts, const size_t* send_displs, void* out,
+                            const size_t* recv_counts, const size_t* recv_displs, DType t, cudaStream_t s) = 0;
+};
+
+// Plain NCCL on the team's communicator (ncclAllGather, ncclReduceScatter, ncclAllReduce, grouped
+// ncclSend/ncclRecv for the all-to-all). The team must outlive the Comm.
+std::unique_ptr<Comm> make_nccl_comm(Team& team);
+// NCCL for everything but the all-reduce, which goes through braid::AllReducer with `opt` (inference
+// TP: one-shot/two-shot over peer memory, or quantized when opt.precision asks for it).
+std::unique_ptr<Comm> make_allreducer_comm(Team& team, AllReduceOptions opt = {});
+
+}  // namespace braid::model

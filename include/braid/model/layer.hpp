@@ -1,0 +1,72 @@
+// braid/model/layer.hpp — one Llama-style decoder layer (dense or MoE) on the GPU: bf16 storage, fp32
+// accumulation, Megatron tensor parallelism with sequence parallelism (or plain TP with all-reduce),
+// expert parallelism with all-to-all dispatch/combine for MoE, forward and backward.
+//
+//   auto comm = braid::model::make_nccl_comm(team);
+//   braid::model::Layer layer(cfg, {.tp = team.size(), .sp = true}, *comm);
+//   layer.load_weights(braid::model::init_weights(cfg, 1));     // full weights; each rank keeps its shard
+//   upload rows of x to layer.x(); layer.forward(stream); read layer.y();
+//   upload dy to layer.dy(); layer.backward(stream); read layer.dx(), layer.download_grads()
+//
+// Operator view: ops(phase) is the ordered list from plan_ops() (same names, shapes, FLOPs, bytes);
+// run_op(phase, i, stream) runs operator i alone on any stream. forward()/backward() run them all in
+// order. Running operators out of dependency order gives wrong numbers, never a crash: every buffer is
+// allocated once at construction (MoE receive buffers are sized for the worst case).
+//
+// Rows: with sp, x/y/dy/dx hold this rank's local_tokens() = T/tp rows (rows rank·T/tp ...); without
+// sp they hold all T rows, replicated. MoE is dropless: the dispatch operator exchanges per-expert
+// counts and waits for them on the host (one device-to-host synchronisation per forward; backward
+// reuses the forward's routing), so a forward with MoE cannot be captured in a CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "braid/model/comm.hpp"
+#include "braid/model/config.hpp"
+#include "braid/model/reference.hpp"
+
+namespace braid::model {
+
+class Layer {
+ public:
+  // The comm must have p.tp ranks and outlive the layer. Allocates every buffer.
+  Layer(const ModelConfig& c, const Parallel& p, Comm& comm);
+  ~Layer();
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const ModelConfig& config() const;
+  const Parallel& parallel() const;
+  int64_t local_tokens() const;  // rows of x / y / dy / dx on this rank
+
+  // Full float64 weights (reference layout); this rank uploads its shard rounded to bf16.
+  void load_weights(const LayerWeights& full);
+  // Random bf16 weights generated on the device (for large benchmarks): uniform ±1/sqrt(fan_in).
+  void init_random_weights(uint64_t seed);
+  // This rank's weight gradients in the shard layout (shard_of), as float64.
+  LayerWeights download_grads() const;
+
+  // Device bf16 buffers, [local_tokens(), hidden] row-major.
+  void* x() const;
+  void* y() const;
+  void* dy() const;
+  void* dx() const;
+
+  const std::vector<OpInfo>& ops(Phase ph) const;
+  void run_op(Phase ph, size_t index, cudaStream_t stream);
+  void forward(cudaStream_t stream);
+  void backward(cudaStream_t stream);
+
+  // MoE: rows each local expert received in the last forward (host copy), E/tp entries.
+  std::vector<int64_t> local_expert_rows() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace braid::model

@@ -1,0 +1,208 @@
+// `braid bench layer`: verify the layer on a small shape against the CPU reference, then time forward
+// and backward at the asked shape, per operator and whole, and report MFU and tokens/s.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/model.hpp"
+#include "braid/runtime.hpp"
+#include "kernels.cuh"
+
+namespace braid::model {
+namespace {
+
+constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16
+
+struct Args {
+  std::string model = "llama3-8b", ar = "nccl", json;
+  int tp = 0, seq = 0, mb = 0, iters = 20, warmup = 5;
+  bool moe = false, backward = false, sp = true, per_op = true;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      BRAID_REQUIRE(i + 1 < argc, "bench layer: " + k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "--model") a.model = val();
+    else if (k == "--tp") a.tp = std::stoi(val());
+    else if (k == "--seq") a.seq = std::stoi(val());
+    else if (k == "--mb" || k == "--micro-batch") a.mb = std::stoi(val());
+    else if (k == "--iters") a.iters = std::stoi(val());
+    else if (k == "--warmup") a.warmup = std::stoi(val());
+    else if (k == "--json") a.json = val();
+    else if (k == "--ar") a.ar = val();
+    else if (k == "--moe") a.moe = true;
+    else if (k == "--backward") a.backward = true;
+    else if (k == "--no-sp") a.sp = false;
+    else if (k == "--no-per-op") a.per_op = false;
+    // other words (bench, layer, ...) belong to the CLI
+  }
+  return a;
+}
+
+double rel_l2_host(const std::vector<uint16_t>& got, const std::vector<double>& ref, size_t off) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const uint32_t u = uint32_t(got[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    const double d = f - ref[off + i];
+    if (!(d == d)) return INFINITY;
+    num += d * d, den += ref[off + i] * ref[off + i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Forward + backward of a small shape of the same kind against the float64 reference; returns the worst
+// relative L2 error over y, dx and every weight-gradient shard of this rank.
+double verify(Comm& comm, const Parallel& p, bool moe) {
+  ModelConfig c = preset(moe ? "tiny-moe" : "tiny");
+  c.hidden = 256, c.heads = 8, c.kv_heads = 4, c.seq = 100, c.ffn = moe ? 128 : 512;
+  const int rank = comm.rank();
+  Layer layer(c, p, comm);
+  const auto w = init_weights(c, 5);
+  layer.load_weights(w);
+  const size_t n = size_t(c.tokens()) * c.hidden, rows = size_t(layer.local_tokens()), H = size_t(c.hidden);
+  const auto x = random_values(n, 6, 1.0), dy = random_values(n, 7, 1.0);
+  const auto ref = reference_layer(c, w, x, dy);
+  const size_t off = (rows == size_t(c.tokens()) ? 0 : size_t(rank) * rows) * H;
+  auto bits = [&](const std::vector<double>& v) {
+    std::vector<uint16_t> o(rows * H);
+    for (size_t i = 0; i < o.size(); ++i) {
+      float f = float(v[off + i]);  // values are bf16 already
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      o[i] = uint16_t(u >> 16);
+    }
+    return o;
+  };
+  const auto xb = bits(x), dyb = bits(dy);
+  BRAID_CUDA_CHECK(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaMemcpy(layer.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice));
+  layer.forward(nullptr);
+  layer.backward(nullptr);
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> y(rows * H), dx(rows * H);
+  BRAID_CUDA_CHECK(cudaMemcpy(y.data(), layer.y(), y.size() * 2, cudaMemcpyDeviceToHost));
+  BRAID_CUDA_CHECK(cudaMemcpy(dx.data(), layer.dx(), dx.size() * 2, cudaMemcpyDeviceToHost));
+  double worst = std::max(rel_l2_host(y, ref.y, off), rel_l2_host(dx, ref.dx, off));
+  const auto g = layer.download_grads();
+  const auto s = shard_of(ref.grad, c, p, rank);
+  for (const auto& name : field_names(c)) {
+    const auto &a = *field(g, name), &b = *field(s, name);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+    const double e = std::sqrt(num / std::max(den, 1e-300));
+    worst = std::max(worst, e == e ? e : INFINITY);
+  }
+  return worst;
+}
+
+}  // namespace
+
+int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
+  const Args a = parse(argc, argv);
+  ModelConfig c = preset(a.model);
+  if (a.seq) c.seq = a.seq;
+  if (a.mb) c.micro_batch = a.mb;
+  if (a.moe && !c.moe()) c.experts = 8, c.top_k = 2, c.name += "+moe8x2";
+  const int tp = a.tp ? a.tp : team.size();
+  BRAID_REQUIRE(tp == team.size(), "bench layer: --tp must equal the number of ranks (mpirun -np)");
+  const Parallel p{tp, a.sp};
+  p.validate(c);
+  const bool root = team.rank() == 0;
+
+  std::unique_ptr<Comm> comm;
+  if (a.ar == "nccl") {
+    comm = make_nccl_comm(team);
+  } else {
+    AllReduceOptions o;
+    BRAID_REQUIRE(parse_algo(a.ar, &o.algo, &o.precision), "bench layer: unknown --ar '" + a.ar + "'");
+    comm = make_allreducer_comm(team, o);
+  }
+
+  // ---- verification (a small shape of the same kind, same comm) ----
+  const double err = verify(*comm, p, c.moe());
+  const double worst_err = team.allreduce_max(err);
+  const bool ok = worst_err < 2.5e-2;
+  if (root)
+    std::printf("# verification (d 32, GQA 8/4, seq 100, %s, tp %d%s): worst relative L2 error %.3g -> %s\n",
+                c.moe() ? "MoE" : "dense", tp, p.sp ? " sp" : "", worst_err, ok ? "Passed" : "FAILED");
+  if (!ok) return 3;
+
+  // ---- timing at the asked shape ----
+  Layer layer(c, p, *comm);
+  layer.init_random_weights(17);
+  cudaStream_t s = team.stream();
+  const size_t n = size_t(layer.local_tokens()) * c.hidden;
+  kernels::fill_uniform(static_cast<kernels::bf16*>(layer.x()), n, 100 + team.rank(), -1.f, 1.f, s);
+  kernels::fill_uniform(static_cast<kernels::bf16*>(layer.dy()), n, 200 + team.rank(), -1e-2f, 1e-2f, s);
+  layer.forward(s);
+  if (a.backward) layer.backward(s);
+  team.synchronize("layer warm-up");
+
+  bench::TimingOptions opt{a.warmup, a.iters};
+  struct Row {
+    std::string phase, name, kind, shape;
+    double us, flops, bytes;
+  };
+  std::vector<Row> rows;
+  auto phase_run = [&](Phase ph) {
+    const char* pname = ph == Phase::kForward ? "forward" : "backward";
+    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) {
+      if (ph == Phase::kForward) layer.forward(s);
+      else layer.backward(s);
+    }));
+    double comm_us = 0, comp_us = 0;
+    if (a.per_op) {
+      const auto& ops = layer.ops(ph);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const auto os = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) { layer.run_op(ph, i, s); }));
+        (ops[i].kind == OpKind::kComm ? comm_us : comp_us) += os.median_us;
+        rows.push_back({pname, ops[i].name, ops[i].kind == OpKind::kComm ? comm_name(ops[i].comm) : "compute",
+                        ops[i].shape, os.median_us, ops[i].flops, ops[i].bytes});
+      }
+    }
+    const double flops = layer_model_flops(c, ph) / tp;  // per GPU
+    const double mfu = flops / (st.median_us * 1e-6) / kPeakFlops;
+    const double tok_s = double(c.tokens()) / (st.median_us * 1e-6);
+    if (root) {
+      std::printf("%-9s %10.1f us  (sum of ops: compute %.1f us, communication %.1f us)  MFU %.1f%%  %.0f tokens/s\n",
+                  pname, st.median_us, comp_us, comm_us, 100 * mfu, tok_s);
+      bench::Json j;
+      j.add("bench", "layer").add("phase", pname).add("model", c.name).add("hidden", c.hidden).add("heads", c.heads);
+      j.add("kv_heads", c.kv_heads).add("ffn", c.ffn).add("experts", c.experts).add("top_k", c.top_k);
+      j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", tp).add("sp", p.sp).add("comm", comm->name());
+      j.add("time_us", st.median_us).add("p10_us", st.p10_us).add("p90_us", st.p90_us);
+      j.add("ops_compute_us", comp_us).add("ops_comm_us", comm_us).add("model_tflops_per_gpu", flops / 1e12);
+      j.add("mfu", mfu).add("tokens_per_s", tok_s).add("verified", ok).add("verify_rel_l2", worst_err);
+      j.add_context(ctx);
+      bench::append_jsonl(a.json, j.str());
+    }
+  };
+  phase_run(Phase::kForward);
+  if (a.backward) phase_run(Phase::kBackward);
+
+  if (root && a.per_op) {
+    std::printf("\n%-9s %-22s %-13s %10s %9s %9s  %s\n", "phase", "op", "kind", "time(us)", "TFLOP/s", "GB/s", "shape");
+    for (const auto& r : rows) {
+      std::printf("%-9s %-22s %-13s %10.1f %9.1f %9.1f  %s\n", r.phase.c_str(), r.name.c_str(), r.kind.c_str(), r.us,
+                  r.flops / (r.us * 1e-6) / 1e12, r.bytes / (r.us * 1e-6) / 1e9, r.shape.c_str());
+      bench::Json j;
+      j.add("bench", "layer_op").add("phase", r.phase).add("op", r.name).add("kind", r.kind).add("shape", r.shape);
+      j.add("model", c.name).add("seq", c.seq).add("tp", tp).add("time_us", r.us).add("flops", r.flops);
+      j.add("bytes", r.bytes).add_context(ctx);
+      bench::append_jsonl(a.json, j.str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace braid::model

@@ -1,0 +1,64 @@
+// NCCL implementation of braid::model::Comm, and the variant whose all-reduce is braid::AllReducer.
+#include "braid/errors.hpp"
+#include "braid/model/comm.hpp"
+
+namespace braid::model {
+namespace {
+
+class NcclComm : public Comm {
+ public:
+  explicit NcclComm(Team& team) : team_(team) {}
+  int rank() const override { return team_.rank(); }
+  int size() const override { return team_.size(); }
+  std::string name() const override { return "nccl"; }
+  void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    BRAID_NCCL_CHECK(ncclAllGather(in, out, count, bench::nccl_dtype(t), team_.nccl(), s));
+  }
+  void reduce_scatter(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    BRAID_NCCL_CHECK(ncclReduceScatter(in, out, count, bench::nccl_dtype(t), ncclSum, team_.nccl(), s));
+  }
+  void all_reduce(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    BRAID_NCCL_CHECK(ncclAllReduce(in, out, count, bench::nccl_dtype(t), ncclSum, team_.nccl(), s));
+  }
+  void all_to_all_v(const void* in, const size_t* send_counts, const size_t* send_displs, void* out,
+                    const size_t* recv_counts, const size_t* recv_displs, DType t, cudaStream_t s) override {
+    const size_t es = bench::dtype_size(t);
+    const ncclDataType_t nt = bench::nccl_dtype(t);
+    BRAID_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < size(); ++r) {
+      if (send_counts[r])
+        BRAID_NCCL_CHECK(ncclSend(static_cast<const char*>(in) + send_displs[r] * es, send_counts[r], nt, r,
+                                  team_.nccl(), s));
+      if (recv_counts[r])
+        BRAID_NCCL_CHECK(ncclRecv(static_cast<char*>(out) + recv_displs[r] * es, recv_counts[r], nt, r,
+                                  team_.nccl(), s));
+    }
+    BRAID_NCCL_CHECK(ncclGroupEnd());
+  }
+
+ protected:
+  Team& team_;
+};
+
+class AllReducerComm : public NcclComm {
+ public:
+  AllReducerComm(Team& team, AllReduceOptions opt) : NcclComm(team), ar_(team), opt_(opt) {}
+  std::string name() const override { return std::string("nccl+allreducer:") + algo_name(opt_.algo); }
+  void all_reduce(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    if (t == DType::kFP32) return NcclComm::all_reduce(in, out, count, t, s);  // AllReducer: bf16/fp16 only
+    ar_.run(in, out, count, t, s, opt_);
+  }
+
+ private:
+  AllReducer ar_;
+  AllReduceOptions opt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(Team& team) { return std::make_unique<NcclComm>(team); }
+std::unique_ptr<Comm> make_allreducer_comm(Team& team, AllReduceOptions opt) {
+  return std::make_unique<AllReducerComm>(team, opt);
+}
+
+}  // namespace braid::model

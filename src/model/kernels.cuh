@@ -1,0 +1,77 @@
+// Kernels of the transformer layer: RMSNorm, RoPE, causal GQA attention (flash-style, fp32 softmax),
+// SwiGLU, residuals, and the MoE routing / permutation / combine kernels. bf16 storage, fp32 math.
+// Layout: activations row-major [tokens, features], token t = b·S + s.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace braid::model::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// ---- RMSNorm ----------------------------------------------------------------------------------------
+// y = (x [+ add]) · r · g; r = rsqrt(mean(v²) + eps) stored in rstd[T]; when add != null the sum is
+// written to sum_out (rounded to bf16) and normalised from the rounded value.
+void rmsnorm_fwd(const bf16* x, const bf16* add, bf16* sum_out, const bf16* g, bf16* y, float* rstd, int64_t T,
+                 int H, float eps, cudaStream_t s);
+// dx = resid + r·dy·g − r³·x·(Σ dy·g·x)/H (resid may be null); dg[H] (fp32) = Σ_t dy·x·r (deterministic:
+// per-chunk partials in `partial` [chunks, H], then a fixed-order sum).
+void rmsnorm_bwd(const bf16* x, const bf16* g, const float* rstd, const bf16* dy, const bf16* resid, bf16* dx,
+                 float* dg, float* partial, int chunks, int64_t T, int H, cudaStream_t s);
+constexpr int kNormChunkRows = 256;
+inline int norm_chunks(int64_t T) { return int((T + kNormChunkRows - 1) / kNormChunkRows); }
+
+// ---- RoPE: in place on columns [0, nheads·d) of a [T, ld] buffer, pairs (i, i+d/2); inverse rotates back.
+void rope(bf16* a, int64_t T, int ld, int nheads, int d, int S, float theta, bool inverse, cudaStream_t s);
+
+// ---- attention ---------------------------------------------------------------------------------------
+// qkv [T, ld] holds q heads at column q_off + h·d, k/v heads at k_off/v_off + g·d, g = h / group.
+// o [T, ldo] at column h·d; lse [B, hq, S] fp32 (natural log).
+struct AttnShape {
+  int B, S, hq, hkv, d, ld, q_off, k_off, v_off, ldo;
+  float scale;
+};
+void attention_fwd(const bf16* qkv, bf16* o, float* lse, const AttnShape& a, cudaStream_t s);
+// dqkv [T, ld] gets dq, dk, dv at the same columns as qkv (every column of those heads is written).
+// delta [B, hq, S] fp32 workspace.
+void attention_bwd(const bf16* qkv, const bf16* o, const bf16* dout, const float* lse, float* delta, bf16* dqkv,
+                   const AttnShape& a, cudaStream_t s);
+
+// ---- SwiGLU: gu [T, 2F] = (gate | up) -> act [T, F] = silu(gate)·up; backward dgu from dact.
+void swiglu_fwd(const bf16* gu, bf16* act, int64_t T, int F, cudaStream_t s);
+void swiglu_bwd(const bf16* gu, const bf16* dact, bf16* dgu, int64_t T, int F, cudaStream_t s);
+
+// ---- elementwise: y = a + b
+void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t s);
+
+// ---- MoE ---------------------------------------------------------------------------------------------
+// logits [T, E] fp32 = h [T, H] · wr [H, E]
+void router_fwd(const bf16* h, const bf16* wr, float* logits, int64_t T, int H, int E, cudaStream_t s);
+// top-k by logit (ties: lower expert first), probs = softmax over the k selected: route [T, K], prob [T, K].
+void topk(const float* logits, int* route, float* prob, int64_t T, int E, int K, cudaStream_t s);
+// counts[E] (as float: exact below 2^24) and the stable expert-major position of every (t, k) entry:
+// pos[t·K + k] = Σ_{e' < e} counts[e'] + (entries of expert e before it). Then send[pos] = h[t].
+void route_permute(const int* route, float* counts, int* pos, const bf16* h, bf16* send, int64_t T, int K, int E,
+                   int H, cudaStream_t s);
+// dst[i] = src[map[i]] for rows of H elements.
+void gather_rows(const bf16* src, bf16* dst, const int* map, int64_t rows, int H, cudaStream_t s);
+// y[t] = x1[t] + Σ_k prob[t,k] · ret[pos[t,k]]
+void combine(const bf16* x1, const bf16* ret, const int* pos, const float* prob, bf16* y, int64_t T, int K, int H,
+             cudaStream_t s);
+// dret[pos[t,k]] = prob[t,k]·dy[t]; dlogits [T, E] (zero but for the selected) through the top-k softmax.
+void combine_bwd(const bf16* dy, const bf16* ret, const int* pos, const int* route, const float* prob, bf16* dret,
+                 float* dlogits, int64_t T, int K, int E, int H, cudaStream_t s);
+// dh[t] = Σ_k drow[pos[t,k]] + Σ_e dlogits[t,e]·wr[:,e]
+void route_bwd(const bf16* drow, const int* pos, const float* dlogits, const bf16* wr, bf16* dh, int64_t T, int K,
+               int E, int H, cudaStream_t s);
+// dwr [H, E] fp32 = h^T · dlogits
+void router_wgrad(const bf16* h, const float* dlogits, float* dwr, int64_t T, int H, int E, cudaStream_t s);
+
+// ---- misc
+void fill_uniform(bf16* p, size_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
+void to_float(const bf16* in, float* out, size_t n, cudaStream_t s);
+
+}  // namespace braid::model::kernels

@@ -1,0 +1,533 @@
+// The GPU decoder layer: buffers, weights, and the forward/backward operator lists (see layer.hpp).
+// Each operator is a closure over the layer's buffers, built in the order of plan_ops(); the two lists
+// are checked name by name at construction.
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "braid/errors.hpp"
+#include "braid/model/layer.hpp"
+#include "kernels.cuh"
+
+namespace braid::model {
+
+namespace k = kernels;
+using bf16 = k::bf16;
+
+namespace {
+
+uint16_t to_bf16_bits(double v) {
+  float fv = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &fv, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+double from_bf16_bits(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float fv;
+  std::memcpy(&fv, &u, 4);
+  return fv;
+}
+
+}  // namespace
+
+struct Layer::Impl {
+  ModelConfig c;
+  Parallel p;
+  Comm& comm;
+  int rank = 0, tp = 1;
+  bool sp = false, moe = false;
+  int64_t T = 0, Tl = 0, H = 0, S = 0, B = 0, d = 0, hq = 0, hkv = 0, qd = 0, kvd = 0, nqkv = 0, Fl = 0, F = 0;
+  int64_t E = 0, El = 0, K = 0, Rmax = 0;
+  cublasHandle_t blas = nullptr;
+  void* blas_ws = nullptr;
+  std::vector<void*> allocations;
+  std::vector<OpInfo> plan[2];
+  std::vector<std::function<void(cudaStream_t)>> fn[2];
+
+  // weights
+  bf16 *g1 = nullptr, *g2 = nullptr, *wqkv = nullptr, *wo = nullptr, *w13 = nullptr, *w2 = nullptr, *wr = nullptr;
+  // weight gradients (bf16, fp32 for the replicated ones: rep = [dnorm1 H | dnorm2 H | drouter H·E])
+  bf16 *dwqkv = nullptr, *dwo = nullptr, *dw13 = nullptr, *dw2 = nullptr;
+  float *rep = nullptr, *norm_partial = nullptr;
+  int norm_chunks = 0;
+  // forward activations
+  bf16 *x = nullptr, *h1 = nullptr, *h1f = nullptr, *qkv = nullptr, *o = nullptr, *attn_part = nullptr, *a = nullptr;
+  bf16 *x1 = nullptr, *h2 = nullptr, *h2f = nullptr, *gu = nullptr, *act = nullptr, *mlp_part = nullptr, *mo = nullptr;
+  bf16* y = nullptr;
+  float *rstd1 = nullptr, *rstd2 = nullptr, *lse = nullptr, *delta = nullptr;
+  // backward activations
+  bf16 *dy = nullptr, *dyf = nullptr, *dact = nullptr, *dgu = nullptr, *dh2p = nullptr, *dh2 = nullptr;
+  bf16 *dx1 = nullptr, *dx1f = nullptr, *dO = nullptr, *dqkv = nullptr, *dh1p = nullptr, *dh1 = nullptr, *dx = nullptr;
+  // MoE
+  float *logits = nullptr, *prob = nullptr, *counts = nullptr, *rcounts = nullptr, *dlogits = nullptr;
+  int *route = nullptr, *pos = nullptr, *sort_map = nullptr, *unsort_map = nullptr;
+  bf16 *send = nullptr, *recv = nullptr, *xs = nullptr, *egu = nullptr, *eact = nullptr, *eout = nullptr;
+  bf16 *eout_u = nullptr, *ret = nullptr, *dret = nullptr, *drecv = nullptr, *dout_s = nullptr, *deact = nullptr;
+  bf16 *degu = nullptr, *dxs = nullptr, *dxr = nullptr, *drow = nullptr;
+  float *counts_h = nullptr, *rcounts_h = nullptr;  // pinned
+  int* maps_h = nullptr;                            // pinned: sort map then unsort map
+  std::vector<size_t> sc, sd, rc, rd;               // all-to-all counts/displacements (elements)
+  std::vector<int64_t> expert_rows;                 // rows per local expert (last forward)
+  int64_t R = 0;                                    // rows received in the last forward
+
+  Impl(const ModelConfig& cfg, const Parallel& par, Comm& cm) : c(cfg), p(par), comm(cm) {}
+
+  template <class Tp>
+  Tp* alloc(size_t n) {
+    void* ptr = nullptr;
+    BRAID_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(Tp)));
+    BRAID_CUDA_CHECK(cudaMemset(ptr, 0, std::max<size_t>(n, 1) * sizeof(Tp)));
+    allocations.push_back(ptr);
+    return static_cast<Tp*>(ptr);
+  }
+
+  // Row-major C[M,N] = op(A)·op(B), op(A) [M,K]; ta: A is stored [K,M]; tb: B is stored [N,K].
+  void gemm(cudaStream_t s, bool ta, bool tb, int64_t M, int64_t N, int64_t Kd, const bf16* A, int64_t lda,
+            const bf16* Bm, int64_t ldb, bf16* C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (Kd == 0) {
+      BRAID_CUDA_CHECK(cudaMemset2DAsync(C, ldc * sizeof(bf16), 0, N * sizeof(bf16), M, s));  // empty expert
+      return;
+    }
+    const float alpha = 1.f, beta = 0.f;
+    BRAID_CUBLAS_CHECK(cublasSetStream(blas, s));
+    BRAID_CUBLAS_CHECK(cublasGemmEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
+                                    int(M), int(Kd), &alpha, Bm, CUDA_R_16BF, int(ldb), A, CUDA_R_16BF, int(lda), &beta,
+                                    C, CUDA_R_16BF, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  k::AttnShape attn_shape() const {
+    return k::AttnShape{int(B), int(S), int(hq), int(hkv), int(d), int(nqkv), 0, int(qd), int(qd + kvd), int(qd),
+                        float(1.0 / std::sqrt(double(d)))};
+  }
+
+  void setup();
+  void build_forward();
+  void build_backward();
+  void moe_exchange_counts(cudaStream_t s);
+  void add_op(Phase ph, const std::string& name, std::function<void(cudaStream_t)> f) {
+    const int i = int(ph);
+    const size_t idx = fn[i].size();
+    BRAID_REQUIRE(idx < plan[i].size() && plan[i][idx].name == name,
+                  "layer: operator '" + name + "' out of step with plan_ops() (internal error)");
+    fn[i].push_back(std::move(f));
+  }
+};
+
+void Layer::Impl::setup() {
+  c.validate();
+  p.validate(c);
+  tp = p.tp;
+  BRAID_REQUIRE(comm.size() == tp, "layer: the comm must have tp ranks");
+  rank = comm.rank();
+  sp = p.sp && tp > 1;
+  moe = c.moe();
+  T = c.tokens(), Tl = sp ? T / tp : T, H = c.hidden, S = c.seq, B = c.micro_batch, d = c.hd();
+  hq = c.heads / tp, hkv = c.kv_heads / tp, qd = hq * d, kvd = hkv * d, nqkv = qd + 2 * kvd;
+  F = c.ffn, Fl = moe ? F : F / tp, E = c.experts, El = moe ? E / tp : 0, K = c.top_k;
+  Rmax = T * K;  // worst case rows one rank's experts can receive (every token of every rank)
+  plan[0] = plan_ops(c, p, Phase::kForward);
+  plan[1] = plan_ops(c, p, Phase::kBackward);
+
+  BRAID_CUBLAS_CHECK(cublasCreate(&blas));
+  const size_t ws = size_t(32) << 20;
+  BRAID_CUDA_CHECK(cudaMalloc(&blas_ws, ws));
+  BRAID_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws, ws));
+
+  // weights and gradients
+  g1 = alloc<bf16>(H), g2 = alloc<bf16>(H);
+  wqkv = alloc<bf16>(H * nqkv), wo = alloc<bf16>(qd * H);
+  dwqkv = alloc<bf16>(H * nqkv), dwo = alloc<bf16>(qd * H);
+  if (moe) {
+    w13 = alloc<bf16>(El * H * 2 * F), w2 = alloc<bf16>(El * F * H), wr = alloc<bf16>(H * E);
+    dw13 = alloc<bf16>(El * H * 2 * F), dw2 = alloc<bf16>(El * F * H);
+  } else {
+    w13 = alloc<bf16>(H * 2 * Fl), w2 = alloc<bf16>(Fl * H);
+    dw13 = alloc<bf16>(H * 2 * Fl), dw2 = alloc<bf16>(Fl * H);
+  }
+  rep = alloc<float>(2 * H + H * E);
+  norm_chunks = k::norm_chunks(Tl);
+  norm_partial = alloc<float>(size_t(norm_chunks) * H);
+
+  // activations: "f" buffers hold all T rows (aliases of the local ones without sp)
+  x = alloc<bf16>(Tl * H), y = alloc<bf16>(Tl * H), x1 = alloc<bf16>(Tl * H);
+  h1 = alloc<bf16>(Tl * H), h1f = sp ? alloc<bf16>(T * H) : h1;
+  qkv = alloc<bf16>(T * nqkv), o = alloc<bf16>(T * qd);
+  lse = alloc<float>(B * hq * S), delta = alloc<float>(B * hq * S);
+  attn_part = alloc<bf16>(T * H), a = sp ? alloc<bf16>(Tl * H) : attn_part;
+  rstd1 = alloc<float>(Tl), rstd2 = alloc<float>(Tl);
+  h2 = alloc<bf16>(Tl * H);
+  dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H), dx1 = alloc<bf16>(Tl * H), dh2 = alloc<bf16>(Tl * H);
+  dx1f = sp ? alloc<bf16>(T * H) : dx1;
+  dO = alloc<bf16>(T * qd), dqkv = alloc<bf16>(T * nqkv);
+  dh1p = alloc<bf16>(T * H), dh1 = sp ? alloc<bf16>(Tl * H) : dh1p;
+  if (!moe) {
+    h2f = sp ? alloc<bf16>(T * H) : h2;
+    gu = alloc<bf16>(T * 2 * Fl), act = alloc<bf16>(T * Fl);
+    mlp_part = alloc<bf16>(T * H), mo = sp ? alloc<bf16>(Tl * H) : mlp_part;
+    dyf = sp ? alloc<bf16>(T * H) : dy;
+    dact = alloc<bf16>(T * Fl), dgu = alloc<bf16>(T * 2 * Fl);
+    dh2p = sp ? alloc<bf16>(T * H) : dh2;
+  } else {
+    logits = alloc<float>(Tl * E), dlogits = alloc<float>(Tl * E), prob = alloc<float>(Tl * K);
+    counts = alloc<float>(E), rcounts = alloc<float>(tp * El);
+    route = alloc<int>(Tl * K), pos = alloc<int>(Tl * K);
+    sort_map = alloc<int>(Rmax), unsort_map = alloc<int>(Rmax);
+    send = alloc<bf16>(Tl * K * H), ret = alloc<bf16>(Tl * K * H), dret = alloc<bf16>(Tl * K * H);
+    drow = alloc<bf16>(Tl * K * H);
+    recv = alloc<bf16>(Rmax * H), xs = alloc<bf16>(Rmax * H), egu = alloc<bf16>(Rmax * 2 * F);
+    eact = alloc<bf16>(Rmax * F), eout = alloc<bf16>(Rmax * H), eout_u = alloc<bf16>(Rmax * H);
+    drecv = alloc<bf16>(Rmax * H), dout_s = alloc<bf16>(Rmax * H), deact = alloc<bf16>(Rmax * F);
+    degu = alloc<bf16>(Rmax * 2 * F), dxs = alloc<bf16>(Rmax * H), dxr = alloc<bf16>(Rmax * H);
+    BRAID_CUDA_CHECK(cudaMallocHost(&counts_h, E * sizeof(float)));
+    BRAID_CUDA_CHECK(cudaMallocHost(&rcounts_h, tp * El * sizeof(float)));
+    BRAID_CUDA_CHECK(cudaMallocHost(&maps_h, 2 * Rmax * sizeof(int)));
+    sc.assign(tp, 0), sd.assign(tp, 0), rc.assign(tp, 0), rd.assign(tp, 0);
+    expert_rows.assign(El, 0);
+  }
+  build_forward();
+  build_backward();
+  BRAID_REQUIRE(fn[0].size() == plan[0].size() && fn[1].size() == plan[1].size(),
+                "layer: operator list shorter than plan_ops() (internal error)");
+}
+
+// Exchange per-expert counts, wait for them, and derive the all-to-all layout and the row maps between
+// the receive layout [source rank][local expert][rows] and the expert-major layout [expert][source][rows].
+void Layer::Impl::moe_exchange_counts(cudaStream_t s) {
+  std::vector<size_t> one(tp, size_t(El)), displ(tp);
+  for (int r = 0; r < tp; ++r) displ[r] = size_t(r) * El;
+  comm.all_to_all_v(counts, one.data(), displ.data(), rcounts, one.data(), displ.data(), DType::kFP32, s);
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(counts_h, counts, E * sizeof(float), cudaMemcpyDeviceToHost, s));
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(rcounts_h, rcounts, tp * El * sizeof(float), cudaMemcpyDeviceToHost, s));
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(s));  // dropless: the host needs the counts to size the exchange
+  auto rcnt = [&](int src, int e) { return int64_t(rcounts_h[src * El + e]); };
+  size_t so = 0, ro = 0;
+  for (int r = 0; r < tp; ++r) {
+    int64_t n = 0;
+    for (int64_t e = r * El; e < (r + 1) * El; ++e) n += int64_t(counts_h[e]);
+    sc[r] = size_t(n * H), sd[r] = so, so += sc[r];
+    int64_t m = 0;
+    for (int e = 0; e < El; ++e) m += rcnt(r, e);
+    rc[r] = size_t(m * H), rd[r] = ro, ro += rc[r];
+  }
+  R = int64_t(ro / H);
+  BRAID_REQUIRE(R <= Rmax, "layer: received more MoE rows than the worst case (internal error)");
+  int* smap = maps_h;
+  int* umap = maps_h + Rmax;
+  int64_t sorted = 0;
+  for (int e = 0; e < El; ++e) {
+    expert_rows[e] = 0;
+    for (int src = 0; src < tp; ++src) {
+      int64_t roff = int64_t(rd[src] / H);
+      for (int e2 = 0; e2 < e; ++e2) roff += rcnt(src, e2);
+      for (int64_t j = 0; j < rcnt(src, e); ++j) {
+        smap[sorted + j] = int(roff + j);
+        umap[roff + j] = int(sorted + j);
+      }
+      sorted += rcnt(src, e);
+      expert_rows[e] += rcnt(src, e);
+    }
+  }
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(sort_map, smap, R * sizeof(int), cudaMemcpyHostToDevice, s));
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(unsort_map, umap, R * sizeof(int), cudaMemcpyHostToDevice, s));
+}
+
+void Layer::Impl::build_forward() {
+  const Phase F_ = Phase::kForward;
+  const float eps = float(c.norm_eps), theta = float(c.rope_theta);
+  add_op(F_, "norm1", [=, this](cudaStream_t s) { k::rmsnorm_fwd(x, nullptr, nullptr, g1, h1, rstd1, Tl, H, eps, s); });
+  if (sp) add_op(F_, "ag_h1", [=, this](cudaStream_t s) { comm.all_gather(h1, h1f, Tl * H, DType::kBF16, s); });
+  add_op(F_, "qkv_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, nqkv, H, h1f, H, wqkv, nqkv, qkv, nqkv); });
+  add_op(F_, "rope", [=, this](cudaStream_t s) { k::rope(qkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, false, s); });
+  add_op(F_, "attention", [=, this](cudaStream_t s) { k::attention_fwd(qkv, o, lse, attn_shape(), s); });
+  add_op(F_, "out_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, H, qd, o, qd, wo, H, attn_part, H); });
+  if (sp)
+    add_op(F_, "rs_attn", [=, this](cudaStream_t s) { comm.reduce_scatter(attn_part, a, Tl * H, DType::kBF16, s); });
+  else
+    add_op(F_, "ar_attn", [=, this](cudaStream_t s) { comm.all_reduce(attn_part, attn_part, T * H, DType::kBF16, s); });
+  add_op(F_, "residual_norm2", [=, this](cudaStream_t s) { k::rmsnorm_fwd(x, a, x1, g2, h2, rstd2, Tl, H, eps, s); });
+  if (!moe) {
+    if (sp) add_op(F_, "ag_h2", [=, this](cudaStream_t s) { comm.all_gather(h2, h2f, Tl * H, DType::kBF16, s); });
+    add_op(F_, "gate_up_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, 2 * Fl, H, h2f, H, w13, 2 * Fl, gu, 2 * Fl); });
+    add_op(F_, "swiglu", [=, this](cudaStream_t s) { k::swiglu_fwd(gu, act, T, int(Fl), s); });
+    add_op(F_, "down_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, H, Fl, act, Fl, w2, H, mlp_part, H); });
+    if (sp)
+      add_op(F_, "rs_mlp", [=, this](cudaStream_t s) { comm.reduce_scatter(mlp_part, mo, Tl * H, DType::kBF16, s); });
+    else
+      add_op(F_, "ar_mlp", [=, this](cudaStream_t s) { comm.all_reduce(mlp_part, mlp_part, T * H, DType::kBF16, s); });
+    add_op(F_, "residual2", [=, this](cudaStream_t s) { k::add(x1, mo, y, Tl * H, s); });
+    return;
+  }
+  add_op(F_, "router", [=, this](cudaStream_t s) { k::router_fwd(h2, wr, logits, Tl, int(H), int(E), s); });
+  add_op(F_, "route", [=, this](cudaStream_t s) {
+    k::topk(logits, route, prob, Tl, int(E), int(K), s);
+    k::route_permute(route, counts, pos, h2, send, Tl, int(K), int(E), int(H), s);
+  });
+  add_op(F_, "a2a_counts", [=, this](cudaStream_t s) { moe_exchange_counts(s); });
+  add_op(F_, "a2a_dispatch", [=, this](cudaStream_t s) {
+    comm.all_to_all_v(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), DType::kBF16, s);
+  });
+  add_op(F_, "expert_sort", [=, this](cudaStream_t s) { k::gather_rows(recv, xs, sort_map, R, int(H), s); });
+  add_op(F_, "expert_gate_up", [=, this](cudaStream_t s) {
+    int64_t r0 = 0;
+    for (int64_t e = 0; e < El; ++e) {
+      gemm(s, false, false, expert_rows[e], 2 * F, H, xs + r0 * H, H, w13 + e * H * 2 * F, 2 * F, egu + r0 * 2 * F, 2 * F);
+      r0 += expert_rows[e];
+    }
+  });
+  add_op(F_, "expert_swiglu", [=, this](cudaStream_t s) { k::swiglu_fwd(egu, eact, R, int(F), s); });
+  add_op(F_, "expert_down", [=, this](cudaStream_t s) {
+    int64_t r0 = 0;
+    for (int64_t e = 0; e < El; ++e) {
+      gemm(s, false, false, expert_rows[e], H, F, eact + r0 * F, F, w2 + e * F * H, H, eout + r0 * H, H);
+      r0 += expert_rows[e];
+    }
+  });
+  add_op(F_, "expert_unsort", [=, this](cudaStream_t s) { k::gather_rows(eout, eout_u, unsort_map, R, int(H), s); });
+  add_op(F_, "a2a_combine", [=, this](cudaStream_t s) {
+    comm.all_to_all_v(eout_u, rc.data(), rd.data(), ret, sc.data(), sd.data(), DType::kBF16, s);
+  });
+  add_op(F_, "combine", [=, this](cudaStream_t s) { k::combine(x1, ret, pos, prob, y, Tl, int(K), int(H), s); });
+}
+
+void Layer::Impl::build_backward() {
+  const Phase B_ = Phase::kBackward;
+  const float theta = float(c.rope_theta);
+  float *dnorm1 = rep, *dnorm2 = rep + H, *drouter = rep + 2 * H;
+  if (!moe) {
+    if (sp) add_op(B_, "ag_dy", [=, this](cudaStream_t s) { comm.all_gather(dy, dyf, Tl * H, DType::kBF16, s); });
+    add_op(B_, "down_proj_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, Fl, H, dyf, H, w2, H, dact, Fl); });
+    add_op(B_, "down_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, Fl, H, T, act, Fl, dyf, H, dw2, H); });
+    add_op(B_, "swiglu_bwd", [=, this](cudaStream_t s) { k::swiglu_bwd(gu, dact, dgu, T, int(Fl), s); });
+    add_op(B_, "gate_up_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, H, 2 * Fl, dgu, 2 * Fl, w13, 2 * Fl, dh2p, H); });
+    add_op(B_, "gate_up_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, 2 * Fl, T, h2f, H, dgu, 2 * Fl, dw13, 2 * Fl); });
+    if (sp)
+      add_op(B_, "rs_dh2", [=, this](cudaStream_t s) { comm.reduce_scatter(dh2p, dh2, Tl * H, DType::kBF16, s); });
+    else
+      add_op(B_, "ar_dh2", [=, this](cudaStream_t s) { comm.all_reduce(dh2p, dh2p, T * H, DType::kBF16, s); });
+  } else {
+    add_op(B_, "combine_bwd", [=, this](cudaStream_t s) {
+      k::combine_bwd(dy, ret, pos, route, prob, dret, dlogits, Tl, int(K), int(E), int(H), s);
+    });
+    add_op(B_, "a2a_combine_bwd", [=, this](cudaStream_t s) {
+      comm.all_to_all_v(dret, sc.data(), sd.data(), drecv, rc.data(), rd.data(), DType::kBF16, s);
+    });
+    add_op(B_, "expert_sort_bwd", [=, this](cudaStream_t s) { k::gather_rows(drecv, dout_s, sort_map, R, int(H), s); });
+    add_op(B_, "expert_down_dgrad", [=, this](cudaStream_t s) {
+      int64_t r0 = 0;
+      for (int64_t e = 0; e < El; ++e) {
+        gemm(s, false, true, expert_rows[e], F, H, dout_s + r0 * H, H, w2 + e * F * H, H, deact + r0 * F, F);
+        r0 += expert_rows[e];
+      }
+    });
+    add_op(B_, "expert_down_wgrad", [=, this](cudaStream_t s) {
+      int64_t r0 = 0;
+      for (int64_t e = 0; e < El; ++e) {
+        gemm(s, true, false, F, H, expert_rows[e], eact + r0 * F, F, dout_s + r0 * H, H, dw2 + e * F * H, H);
+        r0 += expert_rows[e];
+      }
+    });
+    add_op(B_, "expert_swiglu_bwd", [=, this](cudaStream_t s) { k::swiglu_bwd(egu, deact, degu, R, int(F), s); });
+    add_op(B_, "expert_gate_up_dgrad", [=, this](cudaStream_t s) {
+      int64_t r0 = 0;
+      for (int64_t e = 0; e < El; ++e) {
+        gemm(s, false, true, expert_rows[e], H, 2 * F, degu + r0 * 2 * F, 2 * F, w13 + e * H * 2 * F, 2 * F, dxs + r0 * H, H);
+        r0 += expert_rows[e];
+      }
+    });
+    add_op(B_, "expert_gate_up_wgrad", [=, this](cudaStream_t s) {
+      int64_t r0 = 0;
+      for (int64_t e = 0; e < El; ++e) {
+        gemm(s, true, false, H, 2 * F, expert_rows[e], xs + r0 * H, H, degu + r0 * 2 * F, 2 * F, dw13 + e * H * 2 * F, 2 * F);
+        r0 += expert_rows[e];
+      }
+    });
+    add_op(B_, "expert_unsort_bwd", [=, this](cudaStream_t s) { k::gather_rows(dxs, dxr, unsort_map, R, int(H), s); });
+    add_op(B_, "a2a_dispatch_bwd", [=, this](cudaStream_t s) {
+      comm.all_to_all_v(dxr, rc.data(), rd.data(), drow, sc.data(), sd.data(), DType::kBF16, s);
+    });
+    add_op(B_, "route_bwd", [=, this](cudaStream_t s) { k::route_bwd(drow, pos, dlogits, wr, dh2, Tl, int(K), int(E), int(H), s); });
+    add_op(B_, "router_bwd", [=, this](cudaStream_t s) { k::router_wgrad(h2, dlogits, drouter, Tl, int(H), int(E), s); });
+  }
+  bf16* dh2_in = moe ? dh2 : (sp ? dh2 : dh2p);
+  add_op(B_, "norm2_bwd", [=, this](cudaStream_t s) {
+    k::rmsnorm_bwd(x1, g2, rstd2, dh2_in, dy, dx1, dnorm2, norm_partial, norm_chunks, Tl, int(H), s);
+  });
+  if (sp) add_op(B_, "ag_dx1", [=, this](cudaStream_t s) { comm.all_gather(dx1, dx1f, Tl * H, DType::kBF16, s); });
+  add_op(B_, "out_proj_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, qd, H, dx1f, H, wo, H, dO, qd); });
+  add_op(B_, "out_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, qd, H, T, o, qd, dx1f, H, dwo, H); });
+  add_op(B_, "attention_bwd", [=, this](cudaStream_t s) { k::attention_bwd(qkv, o, dO, lse, delta, dqkv, attn_shape(), s); });
+  add_op(B_, "rope_bwd", [=, this](cudaStream_t s) { k::rope(dqkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, true, s); });
+  add_op(B_, "qkv_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, H, nqkv, dqkv, nqkv, wqkv, nqkv, dh1p, H); });
+  add_op(B_, "qkv_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, nqkv, T, h1f, H, dqkv, nqkv, dwqkv, nqkv); });
+  if (sp)
+    add_op(B_, "rs_dh1", [=, this](cudaStream_t s) { comm.reduce_scatter(dh1p, dh1, Tl * H, DType::kBF16, s); });
+  else
+    add_op(B_, "ar_dh1", [=, this](cudaStream_t s) { comm.all_reduce(dh1p, dh1p, T * H, DType::kBF16, s); });
+  add_op(B_, "norm1_bwd", [=, this](cudaStream_t s) {
+    k::rmsnorm_bwd(x, g1, rstd1, dh1, dx1, dx, dnorm1, norm_partial, norm_chunks, Tl, int(H), s);
+  });
+  if (sp) {
+    const size_t n = size_t(2 * H + (moe ? H * E : 0));
+    add_op(B_, "ar_replicated_grads", [=, this](cudaStream_t s) { comm.all_reduce(rep, rep, n, DType::kFP32, s); });
+  }
+}
+
+Layer::Layer(const ModelConfig& c, const Parallel& p, Comm& comm) : impl_(std::make_unique<Impl>(c, p, comm)) {
+  impl_->setup();
+}
+
+Layer::~Layer() {
+  if (!impl_) return;
+  cudaDeviceSynchronize();
+  for (void* ptr : impl_->allocations) cudaFree(ptr);
+  if (impl_->blas) cublasDestroy(impl_->blas);
+  if (impl_->blas_ws) cudaFree(impl_->blas_ws);
+  if (impl_->counts_h) cudaFreeHost(impl_->counts_h);
+  if (impl_->rcounts_h) cudaFreeHost(impl_->rcounts_h);
+  if (impl_->maps_h) cudaFreeHost(impl_->maps_h);
+}
+
+const ModelConfig& Layer::config() const { return impl_->c; }
+const Parallel& Layer::parallel() const { return impl_->p; }
+int64_t Layer::local_tokens() const { return impl_->Tl; }
+void* Layer::x() const { return impl_->x; }
+void* Layer::y() const { return impl_->y; }
+void* Layer::dy() const { return impl_->dy; }
+void* Layer::dx() const { return impl_->dx; }
+const std::vector<OpInfo>& Layer::ops(Phase ph) const { return impl_->plan[int(ph)]; }
+
+void Layer::run_op(Phase ph, size_t index, cudaStream_t stream) {
+  auto& f = impl_->fn[int(ph)];
+  BRAID_REQUIRE(index < f.size(), "layer: operator index out of range");
+  f[index](stream);
+}
+void Layer::forward(cudaStream_t stream) {
+  for (auto& f : impl_->fn[0]) f(stream);
+}
+void Layer::backward(cudaStream_t stream) {
+  for (auto& f : impl_->fn[1]) f(stream);
+}
+std::vector<int64_t> Layer::local_expert_rows() const { return impl_->expert_rows; }
+
+void Layer::load_weights(const LayerWeights& full) {
+  Impl& m = *impl_;
+  const LayerWeights s = shard_of(full, m.c, m.p, m.rank);
+  auto up = [](bf16* dst, const std::vector<uint16_t>& h) {
+    BRAID_CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  };
+  auto bits = [](const std::vector<double>& v) {
+    std::vector<uint16_t> o(v.size());
+    for (size_t i = 0; i < v.size(); ++i) o[i] = to_bf16_bits(v[i]);
+    return o;
+  };
+  // Concatenate columns of row-major blocks: out[r] = a[r] | b[r] | ...
+  auto hcat = [](int64_t rows, std::initializer_list<std::pair<const std::vector<double>*, int64_t>> parts) {
+    int64_t cols = 0;
+    for (auto& pr : parts) cols += pr.second;
+    std::vector<double> o(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t c0 = 0;
+      for (auto& pr : parts) {
+        std::copy(pr.first->begin() + r * pr.second, pr.first->begin() + (r + 1) * pr.second, o.begin() + r * cols + c0);
+        c0 += pr.second;
+      }
+    }
+    return o;
+  };
+  up(m.g1, bits(s.norm1));
+  up(m.g2, bits(s.norm2));
+  up(m.wqkv, bits(hcat(m.H, {{&s.wq, m.qd}, {&s.wk, m.kvd}, {&s.wv, m.kvd}})));
+  up(m.wo, bits(s.wo));
+  if (!m.moe) {
+    up(m.w13, bits(hcat(m.H, {{&s.w1, m.Fl}, {&s.w3, m.Fl}})));
+    up(m.w2, bits(s.w2));
+  } else {
+    std::vector<double> w13;
+    for (int64_t e = 0; e < m.El; ++e) {
+      std::vector<double> a(s.w1.begin() + e * m.H * m.F, s.w1.begin() + (e + 1) * m.H * m.F);
+      std::vector<double> b(s.w3.begin() + e * m.H * m.F, s.w3.begin() + (e + 1) * m.H * m.F);
+      const auto cat = hcat(m.H, {{&a, m.F}, {&b, m.F}});
+      w13.insert(w13.end(), cat.begin(), cat.end());
+    }
+    up(m.w13, bits(w13));
+    up(m.w2, bits(s.w2));
+    up(m.wr, bits(s.router));
+  }
+}
+
+void Layer::init_random_weights(uint64_t seed) {
+  Impl& m = *impl_;
+  cudaStream_t s = nullptr;
+  const float sh = float(1 / std::sqrt(double(m.H))), sq = float(1 / std::sqrt(double(m.c.q_dim())));
+  const float sf = float(1 / std::sqrt(double(m.F)));
+  const uint64_t r = seed * 1000 + m.rank * 16;
+  k::fill_uniform(m.g1, m.H, seed, 0.9f, 1.1f, s);
+  k::fill_uniform(m.g2, m.H, seed + 1, 0.9f, 1.1f, s);
+  k::fill_uniform(m.wqkv, m.H * m.nqkv, r + 2, -sh, sh, s);
+  k::fill_uniform(m.wo, m.qd * m.H, r + 3, -sq, sq, s);
+  const int64_t ne = m.moe ? m.El : 1;
+  k::fill_uniform(m.w13, ne * m.H * 2 * m.Fl, r + 4, -sh, sh, s);
+  k::fill_uniform(m.w2, ne * m.Fl * m.H, r + 5, -sf, sf, s);
+  if (m.moe) k::fill_uniform(m.wr, m.H * m.E, seed + 6, -sh, sh, s);  // replicated: same seed on every rank
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+LayerWeights Layer::download_grads() const {
+  const Impl& m = *impl_;
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  auto down = [](const bf16* src, int64_t n) {
+    std::vector<uint16_t> h(n);
+    BRAID_CUDA_CHECK(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<double> o(n);
+    for (int64_t i = 0; i < n; ++i) o[i] = from_bf16_bits(h[i]);
+    return o;
+  };
+  auto downf = [](const float* src, int64_t n) {
+    std::vector<float> h(n);
+    BRAID_CUDA_CHECK(cudaMemcpy(h.data(), src, n * 4, cudaMemcpyDeviceToHost));
+    return std::vector<double>(h.begin(), h.end());
+  };
+  // Split the columns of a row-major [rows, Σ widths] block.
+  auto hsplit = [](const std::vector<double>& a, int64_t rows, std::vector<int64_t> widths) {
+    int64_t cols = 0;
+    for (auto w : widths) cols += w;
+    std::vector<std::vector<double>> out(widths.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t c0 = 0;
+      for (size_t i = 0; i < widths.size(); ++i) {
+        out[i].insert(out[i].end(), a.begin() + r * cols + c0, a.begin() + r * cols + c0 + widths[i]);
+        c0 += widths[i];
+      }
+    }
+    return out;
+  };
+  LayerWeights g;
+  g.norm1 = downf(m.rep, m.H);
+  g.norm2 = downf(m.rep + m.H, m.H);
+  auto qkv = hsplit(down(m.dwqkv, m.H * m.nqkv), m.H, {m.qd, m.kvd, m.kvd});
+  g.wq = qkv[0], g.wk = qkv[1], g.wv = qkv[2];
+  g.wo = down(m.dwo, m.qd * m.H);
+  if (!m.moe) {
+    auto w13 = hsplit(down(m.dw13, m.H * 2 * m.Fl), m.H, {m.Fl, m.Fl});
+    g.w1 = w13[0], g.w3 = w13[1];
+    g.w2 = down(m.dw2, m.Fl * m.H);
+  } else {
+    const auto all = down(m.dw13, m.El * m.H * 2 * m.F);
+    for (int64_t e = 0; e < m.El; ++e) {
+      std::vector<double> blk(all.begin() + e * m.H * 2 * m.F, all.begin() + (e + 1) * m.H * 2 * m.F);
+      auto parts = hsplit(blk, m.H, {m.F, m.F});
+      g.w1.insert(g.w1.end(), parts[0].begin(), parts[0].end());
+      g.w3.insert(g.w3.end(), parts[1].begin(), parts[1].end());
+    }
+    g.w2 = down(m.dw2, m.El * m.F * m.H);
+    g.router = downf(m.rep + 2 * m.H, m.H * m.E);
+  }
+  return g;
+}
+
+}  // namespace braid::model

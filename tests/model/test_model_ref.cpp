@@ -1,0 +1,196 @@
+// CPU tests of the model layer: the float64 reference against central finite differences (dense and
+// MoE, every weight and the input), causality, sharding, and the operator view's FLOP/byte counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "braid/errors.hpp"
+#include "braid/model/config.hpp"
+#include "braid/model/reference.hpp"
+
+namespace m = braid::model;
+
+namespace {
+
+m::ModelConfig tiny(bool moe) {
+  auto c = m::preset(moe ? "tiny-moe" : "tiny");
+  c.seq = 8;  // keep the finite-difference loop fast
+  return c;
+}
+
+// Central differences on `samples` entries of every weight and of x, against the analytic gradient.
+void fd_check(const m::ModelConfig& c) {
+  const auto w = m::init_weights(c, 7);
+  const size_t n = size_t(c.tokens()) * c.hidden;
+  const auto x = m::random_values(n, 11, 1.0);
+  const auto dy = m::random_values(n, 13, 1.0);
+  const auto ref = m::reference_layer(c, w, x, dy);
+  ASSERT_EQ(ref.dx.size(), n);
+  const double h = 1e-5;
+  auto check = [&](const std::string& name, const std::vector<double>& g, auto&& perturb) {
+    double gmax = 0;
+    for (double v : g) gmax = std::max(gmax, std::fabs(v));
+    ASSERT_GT(gmax, 0) << name << ": gradient is identically zero";
+    const size_t samples = 12;
+    for (size_t s = 0; s < samples; ++s) {
+      const size_t i = (s * 7919 + 13) % g.size();
+      const double lp = perturb(i, +h), lm = perturb(i, -h);
+      const double fd = (lp - lm) / (2 * h);
+      EXPECT_NEAR(fd, g[i], 1e-6 * gmax + 1e-6 * std::fabs(g[i])) << name << "[" << i << "]";
+    }
+  };
+  for (const auto& name : m::field_names(c)) {
+    const auto& g = *m::field(ref.grad, name);
+    ASSERT_EQ(g.size(), m::field(w, name)->size()) << name;
+    check(name, g, [&](size_t i, double dh) {
+      auto wp = w;
+      (*m::field(wp, name))[i] += dh;
+      return m::reference_loss(c, wp, x, dy);
+    });
+  }
+  check("x", ref.dx, [&](size_t i, double dh) {
+    auto xp = x;
+    xp[i] += dh;
+    return m::reference_loss(c, w, xp, dy);
+  });
+}
+
+}  // namespace
+
+TEST(ModelReference, FiniteDifferenceDense) { fd_check(tiny(false)); }
+TEST(ModelReference, FiniteDifferenceMoE) { fd_check(tiny(true)); }
+
+TEST(ModelReference, CausalAndBatchIndependent) {
+  for (bool moe : {false, true}) {
+    const auto c = tiny(moe);
+    const auto w = m::init_weights(c, 3);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    auto x = m::random_values(n, 5, 1.0);
+    const auto y0 = m::reference_layer(c, w, x, {}).y;
+    // Change the last token of micro-batch 0: earlier tokens and micro-batch 1 must not move.
+    const int64_t t = c.seq - 1;
+    for (int j = 0; j < c.hidden; ++j) x[t * c.hidden + j] += 0.5;
+    const auto y1 = m::reference_layer(c, w, x, {}).y;
+    for (int64_t i = 0; i < int64_t(n); ++i) {
+      const int64_t tok = i / c.hidden;
+      if (tok == t) continue;
+      EXPECT_EQ(y0[i], y1[i]) << "moe " << moe << " token " << tok;
+    }
+    bool moved = false;
+    for (int j = 0; j < c.hidden; ++j) moved |= y0[t * c.hidden + j] != y1[t * c.hidden + j];
+    EXPECT_TRUE(moved);
+  }
+}
+
+TEST(ModelReference, MoERoutesEveryTokenTopK) {
+  const auto c = tiny(true);
+  const auto r = m::reference_layer(c, m::init_weights(c, 3), m::random_values(c.tokens() * c.hidden, 5, 1.0), {});
+  ASSERT_EQ(r.routes.size(), size_t(c.tokens() * c.top_k));
+  int64_t total = 0;
+  for (auto v : r.expert_tokens) total += v;
+  EXPECT_EQ(total, c.tokens() * c.top_k);  // dropless
+  for (int64_t t = 0; t < c.tokens(); ++t) {
+    std::set<int> s;
+    for (int k = 0; k < c.top_k; ++k) s.insert(r.routes[t * c.top_k + k]);
+    EXPECT_EQ(int(s.size()), c.top_k);
+  }
+}
+
+TEST(ModelReference, ShardsTileTheFullWeights) {
+  for (bool moe : {false, true}) {
+    const auto c = tiny(moe);
+    const auto w = m::init_weights(c, 9);
+    const m::Parallel p{2, true};
+    const auto s0 = m::shard_of(w, c, p, 0), s1 = m::shard_of(w, c, p, 1);
+    for (const auto& name : m::field_names(c)) {
+      const bool replicated = name == "norm1" || name == "norm2" || name == "router";
+      const size_t full = m::field(w, name)->size();
+      EXPECT_EQ(m::field(s0, name)->size() + m::field(s1, name)->size(), replicated ? 2 * full : full) << name;
+      // Sum of all elements is preserved by a partition.
+      if (!replicated) {
+        double a = 0, b = 0;
+        for (double v : *m::field(w, name)) a += v;
+        for (double v : *m::field(s0, name)) b += v;
+        for (double v : *m::field(s1, name)) b += v;
+        EXPECT_NEAR(a, b, 1e-9) << name;
+      }
+    }
+    // wq of rank 1 starts at column heads/2 * d of row 0.
+    EXPECT_EQ(s1.wq[0], w.wq[c.q_dim() / 2]);
+  }
+}
+
+TEST(ModelOps, PresetsAndValidation) {
+  auto c = m::preset("llama3-70b");
+  EXPECT_EQ(c.hidden, 8192);
+  EXPECT_EQ(c.heads, 64);
+  EXPECT_EQ(c.kv_heads, 8);
+  EXPECT_EQ(c.ffn, 28672);
+  EXPECT_EQ(c.hd(), 128);
+  auto mx = m::preset("mixtral-8x7b");
+  EXPECT_EQ(mx.experts, 8);
+  EXPECT_EQ(mx.top_k, 2);
+  EXPECT_THROW(m::preset("gpt5"), braid::UsageError);
+  EXPECT_THROW((m::Parallel{3, true}.validate(c)), braid::UsageError);
+  EXPECT_THROW((m::Parallel{2, false}.validate(mx)), braid::UsageError);
+}
+
+TEST(ModelOps, FlopsSumToModelFlops) {
+  for (const char* name : {"llama3-8b", "llama3-70b", "mixtral-8x7b"}) {
+    auto c = m::preset(name);
+    for (int tp : {1, 2, 4, 8}) {
+      for (bool sp : {true, false}) {
+        if (c.moe() && !sp && tp > 1) continue;
+        const m::Parallel p{tp, sp};
+        for (auto ph : {m::Phase::kForward, m::Phase::kBackward}) {
+          double f = 0;
+          for (const auto& op : m::plan_ops(c, p, ph)) f += op.flops;
+          EXPECT_NEAR(f * tp / m::layer_model_flops(c, ph), 1.0, 1e-12) << name << " tp " << tp;
+        }
+      }
+    }
+  }
+  // Hand count, llama3-8b forward at seq 8192 (one sequence): QKV 2·T·H·6144, attention 4·32·S²/2·128,
+  // out 2·T·4096·4096, MLP 6·T·4096·14336.
+  const auto c = m::preset("llama3-8b");
+  const double T = 8192, S = 8192;
+  const double want = 2 * T * 4096 * 6144 + 4.0 * 32 * S * S / 2 * 128 + 2 * T * 4096 * 4096 + 6 * T * 4096 * 14336;
+  EXPECT_DOUBLE_EQ(m::layer_model_flops(c, m::Phase::kForward), want);
+}
+
+TEST(ModelOps, CommunicationOperators) {
+  const auto c = m::preset("llama3-70b");  // seq 8192, micro-batch 1
+  const double TH2 = 8192.0 * 8192 * 2;   // bytes of one [T, H] bf16 activation
+  auto comms = [&](const m::Parallel& p, m::Phase ph) {
+    std::vector<std::pair<std::string, double>> v;
+    for (const auto& op : m::plan_ops(c, p, ph))
+      if (op.kind == m::OpKind::kComm) v.push_back({op.name, op.bytes});
+    return v;
+  };
+  const auto f = comms({2, true}, m::Phase::kForward);
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_EQ(f[0].first, "ag_h1");
+  EXPECT_EQ(f[1].first, "rs_attn");
+  EXPECT_EQ(f[2].first, "ag_h2");
+  EXPECT_EQ(f[3].first, "rs_mlp");
+  for (auto& [n, b] : f) EXPECT_DOUBLE_EQ(b, TH2) << n;
+  const auto b = comms({2, true}, m::Phase::kBackward);
+  ASSERT_EQ(b.size(), 5u);  // ag_dy, rs_dh2, ag_dx1, rs_dh1, ar_replicated_grads
+  EXPECT_EQ(b.back().first, "ar_replicated_grads");
+  const auto ftp = comms({2, false}, m::Phase::kForward);
+  ASSERT_EQ(ftp.size(), 2u);
+  EXPECT_EQ(ftp[0].first, "ar_attn");
+  EXPECT_TRUE(comms({1, true}, m::Phase::kForward).size() == 2u);  // tp = 1: all-reduces of one rank
+  // qkv_proj at tp 2: [8192,8192]x[8192,(32+8)*128]
+  for (const auto& op : m::plan_ops(c, {2, true}, m::Phase::kForward))
+    if (op.name == "qkv_proj") {
+      EXPECT_DOUBLE_EQ(op.flops, 2.0 * 8192 * 8192 * 5120);
+      EXPECT_DOUBLE_EQ(op.bytes, 2.0 * (8192.0 * 8192 + 8192.0 * 5120 + 8192.0 * 5120));
+    }
+  // Names are unique within a phase (operators are addressed by name too).
+  for (auto ph : {m::Phase::kForward, m::Phase::kBackward}) {
+    std::set<std::string> names;
+    for (const auto& op : m::plan_ops(m::preset("mixtral-8x7b"), {2, true}, ph)) EXPECT_TRUE(names.insert(op.name).second);
+  }
+}
