@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs braid's dependencies by package name. Idempotent; run by `make`.
 #
-#   Debian packages : cmake, ninja-build, g++, OpenMPI (libopenmpi-dev, openmpi-bin), GoogleTest
+#   Debian packages : cmake, ninja-build, g++, OpenMPI (libopenmpi-dev, openmpi-bin), GoogleTest,
+#                     SimGrid (libsimgrid-dev; optional at build time: without it `braid simulate` is off)
 #   CUDA toolkit    : nvcc, cuBLAS/cuBLASLt, NCCL (expected installed with the toolkit; checked here)
 #   PyPI            : nvidia-cutlass==$CUTLASS_VERSION, whose wheel carries the CUTLASS/CuTe headers under
 #                     cutlass_library/source/include; they are unpacked to .deps/cutlass/include
@@ -22,7 +23,7 @@ say() { echo "[setup] $*"; }
 need_apt=()
 have_pkg() { dpkg -s "$1" >/dev/null 2>&1; }
 if [ "${BRAID_OFFLINE:-0}" != "1" ] && command -v dpkg >/dev/null 2>&1; then
-  for p in cmake ninja-build g++ libopenmpi-dev openmpi-bin libgtest-dev googletest; do
+  for p in cmake ninja-build g++ libopenmpi-dev openmpi-bin libgtest-dev googletest libsimgrid-dev; do
     have_pkg "$p" || need_apt+=("$p")
   done
   if [ ${#need_apt[@]} -gt 0 ]; then

@@ -6,6 +6,9 @@
 // pass.hpp   the fusion pass and the exact CPU reference executor
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include <iosfwd>
 
 #include "braid/fusion/build.hpp"
@@ -20,5 +23,11 @@ namespace braid::fusion {
 /// and after fusion with bytes and predicted time per operator. argv[0] = "plan"; returns 0 on
 /// success, 2 on a usage error (message on `out`).
 int plan_main(int argc, char** argv, std::ostream& out);
+
+/// Simulates one transition before and after fusion on a named topology ("torus2d:8x8", ...) and
+/// returns the lines to print; `braid plan --simulate TOPO` passes one (SimGrid, issue 7).
+using PlanSimulator = std::function<std::string(const Graph& before, const Graph& after, const std::string& topology)>;
+/// plan_main with a simulator for `--simulate` (nullptr: the option is rejected).
+int plan_main(int argc, char** argv, std::ostream& out, const PlanSimulator* simulate);
 
 }  // namespace braid::fusion

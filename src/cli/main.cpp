@@ -18,7 +18,12 @@
 #include "braid/fusion.hpp"
 #include "braid/fusion/gpu.hpp"
 #include "braid/info.hpp"
+#include "braid/model.hpp"
+#include "braid/overlap.hpp"
 #include "braid/schedule.hpp"
+#ifdef BRAID_HAVE_SIM
+#include "braid/sim.hpp"
+#endif
 #include "braid/runtime.hpp"
 
 namespace {
@@ -36,11 +41,17 @@ const char* kUsage =
     "                                    braid all-reduce vs NCCL, verified (quantized: vs CPU reference)\n"
     "  bench transitions [--transition tp+sp,tp+ep,sp+ep] [--model M] [--seq 1024,4096] [--dtype bf16,fp32]\n"
     "                    [--json FILE]     Chimera: fused vs unfused parallelism transitions, verified\n"
+    "  bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--measure FILE] [--cache FILE]\n"
+    "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
+    "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--backward] [--json FILE]\n"
+    "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"
     "  bench p2p [--bytes 256M] [--json FILE]\n"
-    "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T]\n"
+    "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T] [--simulate TOPO]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
     "  plan-strands --model M --tp 2 [--ep 2] --seq S [--pairs FILE] [--out PLAN]\n"
     "                                    DHelix: pairing search over a pair profile (synthetic without FILE)\n"
+    "  simulate collective|transition|hybrid|calibrate --topology torus2d:8x8|mesh2d:..|fattree:..|table4 ...\n"
+    "                                    SimGrid scale-out simulation of collectives and fused transitions\n"
     "  pipeline --stages 2,4,8 --microbatches M --schedule 1f1b|w|both\n"
     "                                    DHelix: W-shaped vs 1F1B pipeline simulation (bubble, memory)\n"
     "                                    rank0<->rank1 bandwidth: copy engine, SM push, SM pull\n"
@@ -144,6 +155,17 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     return braid::bench::run_allreduce_bench(team, a) == 0 ? 0 : 3;
   }
   if (what == "transitions") return braid::fusion::bench_transitions(team, argc, argv, ctx);
+  if (what == "layer") return braid::model::bench_layer_main(team, argc, argv, ctx);
+  if (what == "gemm-rs" || what == "gemm-ar") {
+    // bench_main takes argv[0] = the bench name, then its options.
+    std::vector<char*> args;
+    bool seen = false;
+    for (int i = 1; i < argc; ++i) {
+      if (!seen && what == argv[i]) seen = true;
+      if (seen) args.push_back(argv[i]);
+    }
+    return braid::overlap::bench_main(team, static_cast<int>(args.size()), args.data(), ctx);
+  }
   if (what == "p2p") {
     braid::bench::P2pBenchArgs a;
     a.bytes = braid::bench::parse_size(o.get("--bytes", "256M"));
@@ -166,9 +188,34 @@ int main(int argc, char** argv) {
     }
     const std::string cmd = o.words[0];
     if (cmd == "info") return cmd_info(o);
-    if (cmd == "plan") return braid::fusion::plan_main(argc - 1, argv + 1, std::cout);
+    if (cmd == "plan") {
+#ifdef BRAID_HAVE_SIM
+      // --simulate TOPO: each transition before and after fusion, simulated on SimGrid.
+      const braid::fusion::PlanSimulator sim = [](const braid::fusion::Graph& before,
+                                                  const braid::fusion::Graph& after, const std::string& topo) {
+        const auto t = braid::sim::parse_topology(topo);
+        const double b = braid::sim::total_seconds(braid::sim::simulate_graph(before, t));
+        const double a = braid::sim::total_seconds(braid::sim::simulate_graph(after, t));
+        char line[200];
+        std::snprintf(line, sizeof line, "  simulated on %s (SimGrid, ideal links): %.1f -> %.1f us (%.2fx)\n",
+                      topo.c_str(), b * 1e6, a * 1e6, a > 0 ? b / a : 0.0);
+        return std::string(line);
+      };
+      return braid::fusion::plan_main(argc - 1, argv + 1, std::cout, &sim);
+#else
+      return braid::fusion::plan_main(argc - 1, argv + 1, std::cout);
+#endif
+    }
     if (cmd == "plan-strands") return braid::schedule::plan_strands_main(argc - 1, argv + 1, std::cout);
     if (cmd == "pipeline") return braid::schedule::simulate_pipeline_main(argc - 1, argv + 1, std::cout);
+    if (cmd == "simulate") {
+#ifdef BRAID_HAVE_SIM
+      return braid::sim::simulate_main(argc - 1, argv + 1, std::cout);
+#else
+      throw braid::UnavailableError("braid was built without SimGrid (apt-get install libsimgrid-dev)", __FILE__,
+                                    __LINE__);
+#endif
+    }
     if (cmd == "bench") return cmd_bench(argc, argv, o);
     throw UsageError("unknown command '" + cmd + "'\n" + kUsage, __FILE__, __LINE__);
   } catch (const braid::UnavailableError& e) {

@@ -73,7 +73,9 @@ int usage(std::ostream& out, const std::string& why) {
 
 }  // namespace
 
-int plan_main(int argc, char** argv, std::ostream& out) {
+int plan_main(int argc, char** argv, std::ostream& out) { return plan_main(argc, argv, out, nullptr); }
+
+int plan_main(int argc, char** argv, std::ostream& out, const PlanSimulator* simulate) {
   std::map<std::string, std::string> opt = {{"--seq", "4096"}, {"--batch", "1"}, {"--dtype", "bf16"},
                                             {"--topology", "nvlink"}};
   for (int i = 1; i < argc; ++i) {
@@ -85,6 +87,7 @@ int plan_main(int argc, char** argv, std::ostream& out) {
     if (a.rfind("--", 0) != 0 || i + 1 >= argc) return usage(out, "bad argument '" + a + "'");
     opt[a] = argv[++i];
   }
+  if (opt.count("--simulate") && !simulate) return usage(out, "--simulate needs a braid built with SimGrid");
   if (!opt.count("--model") || !presets().count(opt["--model"])) return usage(out, "unknown or missing --model");
   if (!opt.count("--parallel")) return usage(out, "missing --parallel");
   const Preset m = presets().at(opt["--model"]);
@@ -183,6 +186,7 @@ int plan_main(int argc, char** argv, std::ostream& out) {
         << " -> " << fmt("%.1f", a.seconds * 1e6) << " us (" << fmt("%.2f", b.seconds / a.seconds) << "x)\n";
     model_before.seconds += b.seconds * it.per_model;
     model_after.seconds += a.seconds * it.per_model;
+    if (simulate && opt.count("--simulate")) out << (*simulate)(g, f, opt["--simulate"]);
   }
   out << "\ntransition communication per forward pass: " << fmt("%.3f", model_before.seconds * 1e3) << " ms -> "
       << fmt("%.3f", model_after.seconds * 1e3) << " ms ("
