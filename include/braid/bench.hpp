@@ -52,6 +52,11 @@ struct TimingOptions {
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn);
 
+// The same with the `calls` calls enqueue(0..calls-1) captured once into a CUDA graph: each iteration
+// replays the graph, and the per-call time (replay / calls) is returned. No host launch cost is timed.
+std::vector<double> time_graph_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt, int calls,
+                                          const std::function<void(int)>& enqueue);
+
 // Number of buffer sets to rotate so that `bytes_per_set` * sets spans at least twice the L2 cache.
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes = size_t(8) << 30);
 

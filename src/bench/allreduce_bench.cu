@@ -235,17 +235,10 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
       ok = all_ok != 0;
       // ---- time
       std::vector<double> us;
-      if (a.graph) {  // one graph of `sets` calls over the rotating buffers; per-call time = replay / sets
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        BRAID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int k = 0; k < sets; ++k) ar.run(in_pool + k * stride, out_pool + k * stride, n, a.dtype, s, opt);
-        BRAID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-        BRAID_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-        us = time_iterations(&team, s, a.timing, [&](int) { BRAID_CUDA_CHECK(cudaGraphLaunch(ge, s)); });
-        for (auto& x : us) x /= sets;
-        BRAID_CUDA_CHECK(cudaGraphExecDestroy(ge));
-        BRAID_CUDA_CHECK(cudaGraphDestroy(g));
+      if (a.graph) {  // one graph of `sets` calls over the rotating buffers
+        us = time_graph_iterations(&team, s, a.timing, sets, [&](int k) {
+          ar.run(in_pool + k * stride, out_pool + k * stride, n, a.dtype, s, opt);
+        });
       } else {
         us = time_iterations(&team, s, a.timing, [&](int i) {
           const int k = i % sets;

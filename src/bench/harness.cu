@@ -128,6 +128,21 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
   return us;
 }
 
+std::vector<double> time_graph_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt, int calls,
+                                          const std::function<void(int)>& enqueue) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  BRAID_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int k = 0; k < calls; ++k) enqueue(k);
+  BRAID_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+  BRAID_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  auto us = time_iterations(team, stream, opt, [&](int) { BRAID_CUDA_CHECK(cudaGraphLaunch(ge, stream)); });
+  for (auto& x : us) x /= calls;
+  BRAID_CUDA_CHECK(cudaGraphExecDestroy(ge));
+  BRAID_CUDA_CHECK(cudaGraphDestroy(g));
+  return us;
+}
+
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes) {
   int dev = 0;
   int l2 = 50 << 20;

@@ -99,18 +99,9 @@ size_t run_nccl_bench(Team& team, const NcclBenchArgs& a) {
 
     std::vector<double> us;
     if (a.graph) {
-      // One graph holding `sets` launches (one per buffer set); time replays, divide by `sets`.
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      BRAID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < sets; ++i) enqueue(a.op, ins[i], outs[i], c, a.dtype, team, s);
-      BRAID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-      BRAID_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-      TimingOptions t = a.timing;
-      us = time_iterations(&team, s, t, [&](int) { BRAID_CUDA_CHECK(cudaGraphLaunch(ge, s)); });
-      for (auto& x : us) x /= sets;
-      BRAID_CUDA_CHECK(cudaGraphExecDestroy(ge));
-      BRAID_CUDA_CHECK(cudaGraphDestroy(g));
+      // One graph holding `sets` launches (one per buffer set); per-call time = replay / sets.
+      us = time_graph_iterations(&team, s, a.timing, sets,
+                                 [&](int k) { enqueue(a.op, ins[k], outs[k], c, a.dtype, team, s); });
     } else {
       us = time_iterations(&team, s, a.timing, [&](int i) {
         const int k = i % sets;
