@@ -17,6 +17,8 @@ jobs=(
   "bench nccl --op allgather -b 64K -e 1G -f 2"
   "bench nccl --op alltoall -b 64K -e 1G -f 2"
   "bench p2p --bytes 256M"
+  "bench allreduce --algo nccl,oneshot-ll,oneshot,twoshot,int8,int6,int4 -b 64K -e 256M -f 4"
+  "bench transitions --dtype bf16"
 )
 "$braid" info
 if [ "$ngpu" -lt 2 ]; then
@@ -26,6 +28,14 @@ if [ "$ngpu" -lt 2 ]; then
   echo
   echo "What needs no GPU: Chimera's communication plan for a Llama-3-70B layer (TP=SP=8, PP=2):"
   "$braid" plan --model llama3-70b --parallel tp=8,sp=8,pp=2 --seq 8192
+  echo
+  echo "DHelix: the W-shaped pipeline against 1F1B:"
+  "$braid" pipeline --stages 2,4,8 --microbatches 16 --schedule both
+  if "$braid" simulate --help >/dev/null 2>&1; then
+    echo
+    echo "SimGrid: the fused transitions on the 4x4 torus of Chimera's Table 4:"
+    "$braid" simulate transition --transition all --topology torus2d:4x4 --bytes 64M | head -20
+  fi
   exit 0
 fi
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H100|H200|B200|A100' | tr A-Z a-z || echo gpu)
@@ -33,7 +43,7 @@ out=${BRAID_RESULTS:-$build/results/${card}x${ngpu}}
 mkdir -p "$out"
 for j in "${jobs[@]}"; do
   name=$(echo "$j" | awk '{print $2"-"$4}' | sed 's/-$//')
-  [ "$name" = "p2p-256M" ] && name=p2p
+  case "$name" in p2p-*) name=p2p ;; allreduce-*) name=allreduce ;; transitions-*) name=transitions ;; esac
   echo
   # shellcheck disable=SC2086
   mpi $j --json "$out/$name.jsonl"
