@@ -21,6 +21,7 @@
 #include "braid/model.hpp"
 #include "braid/overlap.hpp"
 #include "braid/schedule.hpp"
+#include "braid/t3.hpp"
 #ifdef BRAID_HAVE_SIM
 #include "braid/sim.hpp"
 #endif
@@ -43,6 +44,8 @@ const char* kUsage =
     "                    [--json FILE]     Chimera: fused vs unfused parallelism transitions, verified\n"
     "  bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--measure FILE] [--cache FILE]\n"
     "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
+    "  bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-direct --shape M,N,K | ag-gemm --algo sequential,t3\n"
+    "                                    T3: track-and-trigger GEMM+RS and AG+GEMM (no SMs for communication)\n"
     "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--backward] [--json FILE]\n"
     "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"
     "  bench p2p [--bytes 256M] [--json FILE]\n"
@@ -156,15 +159,17 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   }
   if (what == "transitions") return braid::fusion::bench_transitions(team, argc, argv, ctx);
   if (what == "layer") return braid::model::bench_layer_main(team, argc, argv, ctx);
-  if (what == "gemm-rs" || what == "gemm-ar") {
-    // bench_main takes argv[0] = the bench name, then its options.
+  if (what == "gemm-rs" || what == "gemm-ar" || what == "t3-gemm-rs" || what == "ag-gemm") {
+    // These bench_main functions take argv[0] = the bench name, then its options.
     std::vector<char*> args;
     bool seen = false;
     for (int i = 1; i < argc; ++i) {
       if (!seen && what == argv[i]) seen = true;
       if (seen) args.push_back(argv[i]);
     }
-    return braid::overlap::bench_main(team, static_cast<int>(args.size()), args.data(), ctx);
+    const int n = static_cast<int>(args.size());
+    if (what == "t3-gemm-rs" || what == "ag-gemm") return braid::t3::bench_main(team, n, args.data(), ctx);
+    return braid::overlap::bench_main(team, n, args.data(), ctx);
   }
   if (what == "p2p") {
     braid::bench::P2pBenchArgs a;

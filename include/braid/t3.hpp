@@ -1,0 +1,225 @@
+// braid/t3.hpp — T3 (track-and-trigger) on Hopper: GEMM -> reduce-scatter with no SMs spent on
+// communication, and all-gather -> GEMM fed by copy engines. See docs/t3.md.
+//
+//   braid::t3::GemmReduceScatter rs(team, {braid::t3::Variant::kRing, M, N, K});
+//   rs.run(A, B, out, stream);      // out: this rank's (M/world) x N rows [rank*M/world, ...)
+//   braid::t3::AllGatherGemm ag(team, {M, N, K});
+//   ag.run(A_shard, B, C, stream);  // A_shard: (M/world) x K of this rank; C: M x N (all rows)
+//
+// Layouts as in braid/overlap.hpp: A (M,K) row-major, B (N,K) row-major ("TN"), D = A·Bᵀ (M,N) bf16
+// row-major, fp32 accumulation. The reduce-scatter output is NCCL's: rank p owns rows
+// [p*Mc, (p+1)*Mc), Mc = M/world ("chunk" p), exactly ncclReduceScatter of a row-major D.
+//
+// The address map (the paper's remote_map / dma_map, Figure 12) is a host object describing, for
+// every output tile of this rank's GEMM, where its values go and which counter its completion
+// increments, plus the copy-engine transfers that the counters trigger. It is computed on the host
+// (make_address_map), tested on the CPU, and lowered to the epilogue's parameters.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braid {
+class Team;
+class SymmetricBuffer;
+namespace bench {
+struct Context;
+}
+namespace overlap {
+class SignalGemm;
+}
+}  // namespace braid
+
+namespace braid::t3 {
+
+// kRing: the chunk of owner c visits ranks c-1, c-2, ..., c (stage s at rank c-1-s); stage 0's tiles
+//        are stored straight into the next hop's landing buffer (remote_map), later stages add the
+//        arrived partial in the epilogue and the finished region is forwarded by a copy engine
+//        (dma_map) that a counter triggers (cuStreamWaitValue32). Any world size.
+// kDirect: every tile is atomically added (red.global.add.noftz.bf16x2 over NVLink) into its owner's
+//        output; no copy engine, no SMs beyond the GEMM's. Needs a fully connected node.
+enum class Variant { kRing, kDirect };
+const char* variant_name(Variant v);
+
+// What one tile's epilogue does with its values.
+enum class TileOp : uint8_t {
+  kStoreRemote = 0,   // ring stage 0: st.global into dest_rank's landing slot (a peer)
+  kAddStoreLocal = 1, // ring middle stage: wait landing region, load + add in fp32, store in place
+  kAddStoreFinal = 2, // ring last stage (own chunk): wait landing region, load + add, store to `out`
+  kStoreFinal = 3,    // world == 1: plain store to `out`
+  kAtomicAdd = 4,     // direct: red.add.bf16x2 into dest_rank's output (remote or local)
+};
+const char* tile_op_name(TileOp op);
+
+// Buffers named by the map (each rank holds the same set; "slot s" of the landing buffer holds one
+// chunk, Mc x N elements).
+enum class Buf : uint8_t { kLanding = 0, kOut = 1 };
+
+struct TileRoute {
+  int stage = 0;          // position of this tile's chunk in this rank's order (0 first)
+  int chunk = 0;          // owner of the tile's rows
+  int region = 0;         // region of the chunk (regions split a chunk into row blocks)
+  TileOp op = TileOp::kStoreFinal;
+  int dest_rank = 0;      // whose memory the values land in
+  Buf dest_buf = Buf::kOut;
+  int dest_slot = 0;      // landing slot (kLanding) — elements offset slot * chunk_elems
+  int64_t dest_offset = 0;  // element offset of the tile's (0,0) inside the slot / output
+  int wait_counter = -1;  // local landing counter to wait for before reading (-1: none)
+  int signal_rank = 0;    // rank owning the counter this tile increments
+  int signal_counter = 0; // its index in that rank's counter array (see AddressMap counters)
+};
+
+// One copy-engine transfer: when local counter `wait_counter` reaches `wait_value`, copy `elems`
+// elements from local landing slot `src_slot` at `offset` to rank `dst_rank`'s landing slot
+// `dst_slot` at the same offset, then write `signal_value` to dst_rank's counter `signal_counter`.
+struct DmaTrigger {
+  int stage = 0, region = 0;
+  int wait_counter = 0;
+  uint32_t wait_value = 0;
+  int src_slot = 0, dst_slot = 0;
+  int64_t offset = 0, elems = 0;
+  int dst_rank = 0;
+  int signal_counter = 0;
+  uint32_t signal_value = 0;
+};
+
+// One GEMM launch: rows [row_begin, row_begin + rows) of A/D (the stagger needs two: the rotation of
+// the chunk order is not one strided tensor).
+struct Launch {
+  int64_t row_begin = 0, rows = 0;
+};
+
+struct AddressMap {
+  Variant variant = Variant::kRing;
+  int world = 1, rank = 0;
+  int64_t m = 0, n = 0;
+  int bm = 128, bn = 256;
+  int tiles_m = 0, tiles_n = 0;
+  int chunk_mblocks = 0;      // m-blocks per chunk (Mc / bm)
+  int regions = 1;            // regions per chunk
+  int region_mblocks = 0;     // chunk_mblocks / regions
+  int64_t chunk_elems = 0;    // Mc * N
+  int64_t region_elems = 0;
+  std::vector<int> order;     // stage -> chunk computed at that stage
+  std::vector<Launch> launches;
+  std::vector<TileRoute> tiles;  // tile id (mb * tiles_n + nb) -> route
+  // Counters of THIS rank (each rank's array has the same layout), zeroed before every run:
+  //   ring:   [0, world*regions)                land[s*regions + q]  (landing slot s, region q)
+  //           [world*regions, 2*world*regions)  done[s*regions + q]  (local stage-s region q done)
+  //   direct: [0, regions)                      out[q]               (owner's output region q)
+  int num_counters = 0;
+  std::vector<uint32_t> expected;  // per local counter: updates it receives in one run
+  std::vector<int> final_counters; // counters whose completion means `out` is final (direct)
+  std::vector<DmaTrigger> dma;     // this rank's copy-engine transfers, in issue order
+  int landing_slots = 0;           // slots of the landing buffer (ring: world; direct: 0)
+  int land_counter(int slot, int region) const { return slot * regions + region; }
+  int done_counter(int stage, int region) const { return world * regions + stage * regions + region; }
+};
+
+// Ring order of rank `rank`: stage s computes chunk (rank + 1 + s) mod world; the last is its own.
+std::vector<int> ring_order(int world, int rank);
+// The rank that receives this rank's partial in the ring (rank - 1 mod world).
+inline int ring_next(int world, int rank) { return (rank - 1 + world) % world; }
+// Launches covering the rows in `order` (consecutive chunks merged): 1 or 2 for the ring rotation.
+std::vector<Launch> order_launches(const std::vector<int>& order, int64_t chunk_rows);
+
+// Throws UsageError unless M % (world * 2*bm * regions) == 0 (every region whole 2x1 clusters), N % bn.
+AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions);
+
+// ---- the fused GEMM + reduce-scatter ----
+struct RsOptions {
+  Variant variant = Variant::kRing;
+  int64_t m = 0, n = 0, k = 0;
+  int regions = 0;         // regions per chunk (0: one per ~8 MiB of chunk, at most chunk_mblocks/2)
+  int sm_count = 0;        // SMs of the persistent GEMM (0: all; nothing is left for communication)
+};
+
+class GemmReduceScatter {
+ public:
+  GemmReduceScatter(Team& team, const RsOptions& opt);  // collective (symmetric buffers)
+  ~GemmReduceScatter();
+  GemmReduceScatter(const GemmReduceScatter&) = delete;
+  GemmReduceScatter& operator=(const GemmReduceScatter&) = delete;
+
+  const AddressMap& map() const { return map_; }
+  size_t out_elems() const { return size_t(map_.chunk_elems); }
+  // out: (M/world) x N bf16 (ring: any device pointer of this rank; direct: ignored, the result is in
+  // result(), symmetric memory the peers add into). Enqueued on `stream`; the copy engine stream forks
+  // from it and joins back. Not capturable in a CUDA graph yet (the landing/counter reset is, but
+  // cudaMemcpyAsync between IPC peers inside graphs is untested).
+  void run(const void* a, const void* b, void* out, cudaStream_t stream);
+  // Where the reduced rows are after run(): `out` (ring) or result() (direct).
+  const void* result() const;
+  // Throws TimeoutError if an in-kernel wait of this op timed out (after synchronizing the stream).
+  void check_error() const;
+  int comm_sms() const { return 0; }  // SMs that move or reduce data for communication
+
+ private:
+  Team& team_;
+  RsOptions opt_;
+  AddressMap map_;
+  std::unique_ptr<SymmetricBuffer> landing_;   // ring: world slots of Mc x N; direct: the output
+  std::unique_ptr<SymmetricBuffer> counters_;
+  int slot_ = 0;                               // team signal slot of the start barrier
+  cudaStream_t ce_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  void* wait_value_ = nullptr, *write_value_ = nullptr;  // driver entry points
+  unsigned wait_flags_ = 0;
+  void* err_host_ = nullptr;
+  int sm_count_ = 0;
+  const void* result_ = nullptr;
+  bool by_copy_ = false;                       // BRAID_T3_SIGNAL=copy: signal peers by a 4-byte copy
+  uint32_t* sigval_ = nullptr;                 // device word holding the DMA signal value
+  uint32_t sigval_host_ = 0;
+};
+
+// ---- all-gather fused with the following GEMM (T3 §7.2, consumer side) ----
+// Every rank pushes its shard to each peer's gathered buffer with copy engines (descending peer
+// order: the peer that needs it soonest first), then writes the peer's arrival flag
+// (cuStreamWriteValue32, with its memory barrier). The compute stream runs one GEMM per chunk in the
+// order own, rank+1, rank+2, ...; the GEMM of chunk j is gated by cuStreamWaitValue32(arrival[j]).
+// Per-chunk launches (not a wait in the TMA producer warp) reuse the FlashOverlap kernel unchanged:
+// no CUTLASS mainloop change, no new instantiation; the cost is one partial last wave per chunk.
+struct AgOptions {
+  int64_t m = 0, n = 0, k = 0;  // full M (gathered); this rank's shard is M/world rows
+  int sm_count = 0;
+};
+class AllGatherGemm {
+ public:
+  AllGatherGemm(Team& team, const AgOptions& opt);
+  ~AllGatherGemm();
+  AllGatherGemm(const AllGatherGemm&) = delete;
+  AllGatherGemm& operator=(const AllGatherGemm&) = delete;
+  // a_shard: (M/world) x K, b: (N,K), c: (M,N) row-major. After run(), gathered() (M x K) holds every
+  // peer's shard at its rows; this rank's own rows are not written there (its shard is used in place).
+  void run(const void* a_shard, const void* b, void* c, cudaStream_t stream);
+  const void* gathered() const;
+  std::vector<int> chunk_order() const;  // own first, then rank+1, ...
+  int comm_sms() const { return 0; }
+
+ private:
+  Team& team_;
+  AgOptions opt_;
+  std::unique_ptr<overlap::SignalGemm> gemm_;
+  std::unique_ptr<SymmetricBuffer> gathered_;  // M x K
+  std::unique_ptr<SymmetricBuffer> arrival_;   // world uint32 per rank
+  int slot_ = 0;
+  cudaStream_t ce_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  void* wait_value_ = nullptr, *write_value_ = nullptr;
+  unsigned wait_flags_ = 0;
+  bool by_copy_ = false;
+  uint32_t* sigval_ = nullptr;
+};
+
+// `braid bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-direct --shape M,N,K|--shapes FILE`
+// `braid bench ag-gemm --algo sequential,t3 --shape M,N,K|--shapes FILE`
+// [--json FILE] [--iters N] [--warmup N] [--regions R]. argv[0] is the bench name. Returns 0 if every
+// row verified, 3 otherwise.
+int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx);
+
+}  // namespace braid::t3

@@ -1,0 +1,332 @@
+// bench.cu — `braid bench t3-gemm-rs` and `braid bench ag-gemm`: T3 against cuBLAS+NCCL in sequence
+// and FlashOverlap, with SMs used by communication and the correctness verdict printed before times.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+#include "braid/overlap/verify.hpp"
+#include "braid/runtime.hpp"
+#include "braid/t3.hpp"
+
+namespace braid::t3 {
+namespace {
+
+using overlap::bf16_to_float;
+using overlap::download_bf16;
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, sep))
+    if (!tok.empty()) v.push_back(tok);
+  return v;
+}
+
+Shape parse_shape(const std::string& s) {
+  auto v = split(s, ',');
+  if (v.size() != 3) throw UsageError("--shape wants M,N,K, got '" + s + "'", __FILE__, __LINE__);
+  try {
+    return {std::stoll(v[0]), std::stoll(v[1]), std::stoll(v[2])};
+  } catch (...) {
+    throw UsageError("bad --shape '" + s + "'", __FILE__, __LINE__);
+  }
+}
+
+struct Args {
+  bool rs = true;  // t3-gemm-rs (else ag-gemm)
+  std::vector<std::string> algos;
+  std::vector<Shape> shapes;
+  std::string json;
+  int regions = 0;
+  int reserve_sms = 16;
+  bench::TimingOptions timing{5, 20};
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  BRAID_REQUIRE(argc >= 1, "t3 bench_main: argv[0] must be t3-gemm-rs or ag-gemm");
+  const std::string what = argv[0];
+  if (what == "t3-gemm-rs") {
+    a.rs = true;
+    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-direct"};
+  } else if (what == "ag-gemm") {
+    a.rs = false;
+    a.algos = {"sequential", "t3"};
+  } else {
+    throw UsageError("t3 bench_main: unknown target '" + what + "' (t3-gemm-rs, ag-gemm)", __FILE__, __LINE__);
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
+      return argv[++i];
+    };
+    if (k == "--shape") a.shapes.push_back(parse_shape(val()));
+    else if (k == "--shapes") {
+      const std::string path = val();
+      std::ifstream f(path);
+      if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);
+      std::string line;
+      while (std::getline(f, line)) {
+        line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }),
+                   line.end());
+        if (!line.empty() && line[0] != '#') a.shapes.push_back(parse_shape(line));
+      }
+    } else if (k == "--algo") a.algos = split(val(), ',');
+    else if (k == "--json") a.json = val();
+    else if (k == "--regions") a.regions = std::stoi(val());
+    else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
+    else if (k == "--iters") a.timing.iters = std::stoi(val());
+    else if (k == "--warmup") a.timing.warmup = std::stoi(val());
+    else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
+  }
+  const std::vector<std::string> known =
+      a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-direct"}
+           : std::vector<std::string>{"sequential", "t3"};
+  for (const auto& x : a.algos)
+    if (std::find(known.begin(), known.end(), x) == known.end())
+      throw UsageError("bench " + what + ": unknown --algo '" + x + "'", __FILE__, __LINE__);
+  if (a.shapes.empty()) throw UsageError("bench " + what + ": give --shape M,N,K or --shapes FILE", __FILE__, __LINE__);
+  return a;
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+struct Row {
+  std::string algo;
+  int comm_sms = 0;        // -1: NCCL kernels after the GEMM (all SMs are theirs then)
+  std::string comm_note;
+  size_t wrong = 0;        // worst rank
+  double max_err = 0;      // worst rank
+  double us = 0;
+  bool ok = false;
+  std::function<void()> run;
+};
+
+int finish_rows(Team& team, const Args& a, const Shape& sh, std::vector<Row>& rows, const bench::Context& ctx,
+                const char* name, double atol, const std::string& extra_json_key, int extra_json_value) {
+  int failures = 0;
+  for (auto& r : rows) {
+    r.wrong = size_t(team.allreduce_max(double(r.wrong)));
+    r.max_err = team.allreduce_max(r.max_err);
+    r.ok = r.wrong == 0;
+    if (!r.ok) ++failures;
+  }
+  if (team.rank() == 0) {
+    std::printf("%lld,%lld,%lld: %s (wrong elements, worst rank:", (long long)sh.m, (long long)sh.n, (long long)sh.k,
+                failures == 0 ? "Disposition: Passed" : "Disposition: FAILED");
+    for (auto& r : rows) std::printf(" %s %zu (max err %.3g)", r.algo.c_str(), r.wrong, r.max_err);
+    std::printf("; atol %.3g rtol %.3g)\n", atol, overlap::kGemmRtol);
+    std::printf("# SMs used by communication:");
+    for (auto& r : rows) std::printf(" %s %s", r.algo.c_str(), r.comm_note.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  for (auto& r : rows)
+    r.us = bench::summarize(bench::time_iterations(&team, team.stream(), a.timing, [&](int) { r.run(); })).median_us;
+  if (team.rank() == 0) {
+    std::printf("%8s %6s %6s |", "M", "N", "K");
+    for (auto& r : rows) std::printf(" %12s", r.algo.c_str());
+    std::printf(" | speedup vs sequential\n%8lld %6lld %6lld |", (long long)sh.m, (long long)sh.n, (long long)sh.k);
+    for (auto& r : rows) std::printf(" %12.1f", r.us);
+    std::printf(" |");
+    for (auto& r : rows) std::printf(" %.3f", rows[0].us / r.us);
+    std::printf("\n");
+    std::fflush(stdout);
+    if (!a.json.empty())
+      for (auto& r : rows) {
+        bench::Json j;
+        j.add("bench", name)
+            .add("algo", r.algo)
+            .add("m", sh.m)
+            .add("n", sh.n)
+            .add("k", sh.k)
+            .add("dtype", "bf16")
+            .add("us", r.us)
+            .add("speedup_vs_first", rows[0].us / r.us)
+            .add("comm_sms", r.comm_sms)
+            .add("comm_sms_note", r.comm_note)
+            .add("wrong", r.wrong)
+            .add("max_err", r.max_err)
+            .add("correct", r.ok);
+        if (!extra_json_key.empty()) j.add(extra_json_key, extra_json_value);
+        j.add_context(ctx);
+        bench::append_jsonl(a.json, j.str());
+      }
+  }
+  return failures;
+}
+
+int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
+  const int W = team.size(), rank = team.rank();
+  cudaStream_t s = team.stream();
+  int failures = 0;
+  if (rank == 0)
+    std::printf("# braid bench t3-gemm-rs: %d ranks, bf16, fp32 accumulate; D = A·Bᵀ reduce-scattered by rows; "
+                "times: median of %d iterations (slowest rank), µs\n",
+                W, a.timing.iters);
+  for (const Shape& sh : a.shapes) {
+    const int64_t mn = sh.m * sh.n, mc = sh.m / W;
+    DevBuf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(size_t(mn) * 2), Dref(size_t(mn) * 2),
+        out(size_t(mn) * 2 / W);
+    overlap::fill_uniform_bf16(A.p, size_t(sh.m) * sh.k, 1000 + rank, 1.f, s);
+    overlap::fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 2000 + rank, 1.f, s);
+    overlap::CublasGemm cublas;
+    // Reference: cuBLAS + NCCL all-reduce of the whole D; rank p's rows [p*Mc, (p+1)*Mc) for T3.
+    overlap::run_sequential(team, cublas, overlap::Collective::kAllReduce, A.p, B.p, Dref.p, nullptr, sh.m, sh.n,
+                            sh.k, s);
+    team.synchronize(s, "reference");
+    const auto ref = download_bf16(Dref.p, size_t(mn));
+    const std::vector<uint16_t> ref_own(ref.begin() + rank * mc * sh.n, ref.begin() + (rank + 1) * mc * sh.n);
+    const double atol = overlap::gemm_atol(sh.k, W);
+    std::vector<Row> rows;
+    std::unique_ptr<overlap::GemmOverlap> fo;
+    std::unique_ptr<GemmReduceScatter> ring, direct;
+    int regions = 0;
+    for (const auto& algo : a.algos) {
+      Row r;
+      r.algo = algo;
+      if (algo == "sequential") {
+        r.comm_sms = -1;
+        r.comm_note = "nccl-after-gemm";
+        r.run = [&] {
+          overlap::run_sequential(team, cublas, overlap::Collective::kReduceScatter, A.p, B.p, D.p, out.p, sh.m, sh.n,
+                                  sh.k, s);
+        };
+        r.run();
+        team.synchronize(s, "sequential check");
+        r.wrong = overlap::count_mismatch(ref_own, download_bf16(out.p, size_t(mn / W)),
+                                          [](int64_t i) { return i; }, atol, overlap::kGemmRtol, nullptr, &r.max_err);
+      } else if (algo == "flashoverlap") {
+        overlap::OverlapOptions oo;
+        oo.coll = overlap::Collective::kReduceScatter;
+        oo.m = sh.m, oo.n = sh.n, oo.k = sh.k;
+        oo.reserve_sms = a.reserve_sms;
+        fo = std::make_unique<overlap::GemmOverlap>(team, oo);
+        r.comm_sms = a.reserve_sms;
+        r.comm_note = std::to_string(a.reserve_sms) + "(reserved-for-nccl)";
+        auto* op = fo.get();
+        r.run = [&, op] { op->run(A.p, B.p, out.p, s); };
+        r.run();
+        team.synchronize(s, "flashoverlap check");
+        op->check_error();
+        const auto& map = op->mapping();
+        std::vector<uint16_t> ref_local(size_t(mc) * sh.n);
+        for (int64_t j = 0; j < mc; ++j)
+          std::copy_n(ref.begin() + overlap::rs_original_row(map, rank, j) * sh.n, sh.n, ref_local.begin() + j * sh.n);
+        r.wrong = overlap::count_mismatch(
+            ref_local, download_bf16(out.p, size_t(mn / W)),
+            [&](int64_t i) {
+              return overlap::scattered_index(map, overlap::rs_original_row(map, rank, i / sh.n), i % sh.n);
+            },
+            atol, overlap::kGemmRtol, nullptr, &r.max_err);
+      } else {
+        RsOptions o;
+        o.variant = algo == "t3-ring" ? Variant::kRing : Variant::kDirect;
+        o.m = sh.m, o.n = sh.n, o.k = sh.k;
+        o.regions = a.regions;
+        auto op = std::make_unique<GemmReduceScatter>(team, o);
+        regions = op->map().regions;
+        r.comm_sms = op->comm_sms();
+        r.comm_note = "0";
+        auto* p = op.get();
+        r.run = [&, p] { p->run(A.p, B.p, out.p, s); };
+        BRAID_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, size_t(mn / W) * 2, s));
+        r.run();
+        team.synchronize(s, "t3 check");
+        p->check_error();
+        r.wrong = overlap::count_mismatch(ref_own, download_bf16(p->result(), size_t(mn / W)),
+                                          [](int64_t i) { return i; }, atol, overlap::kGemmRtol, nullptr, &r.max_err);
+        (o.variant == Variant::kRing ? ring : direct) = std::move(op);
+      }
+      rows.push_back(std::move(r));
+    }
+    failures += finish_rows(team, a, sh, rows, ctx, "t3-gemm-rs", atol, "regions", regions);
+    if (ring) ring->check_error();
+    if (direct) direct->check_error();
+    if (fo) fo->check_error();
+  }
+  return failures;
+}
+
+int bench_ag(Team& team, const Args& a, const bench::Context& ctx) {
+  const int W = team.size(), rank = team.rank();
+  cudaStream_t s = team.stream();
+  int failures = 0;
+  if (rank == 0)
+    std::printf("# braid bench ag-gemm: %d ranks, bf16, fp32 accumulate; C = allgather(A)·Bᵀ; times: median of %d "
+                "iterations (slowest rank), µs\n",
+                W, a.timing.iters);
+  for (const Shape& sh : a.shapes) {
+    const int64_t mc = sh.m / W, mn = sh.m * sh.n;
+    DevBuf shard(size_t(mc) * sh.k * 2), full(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2),
+        C(size_t(mn) * 2), Cref(size_t(mn) * 2);
+    overlap::fill_uniform_bf16(shard.p, size_t(mc) * sh.k, 3000 + rank, 1.f, s);
+    overlap::fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 4000 + rank, 1.f, s);
+    overlap::CublasGemm cublas;
+    auto sequential = [&](void* c) {
+      BRAID_NCCL_CHECK(ncclAllGather(shard.p, full.p, size_t(mc) * sh.k, ncclBfloat16, team.nccl(), s));
+      cublas.run(full.p, B.p, c, sh.m, sh.n, sh.k, s);
+    };
+    sequential(Cref.p);
+    team.synchronize(s, "reference");
+    const auto ref = download_bf16(Cref.p, size_t(mn));
+    const double atol = overlap::gemm_atol(sh.k, 1);
+    std::vector<Row> rows;
+    std::unique_ptr<AllGatherGemm> op;
+    for (const auto& algo : a.algos) {
+      Row r;
+      r.algo = algo;
+      if (algo == "sequential") {
+        r.comm_sms = -1;
+        r.comm_note = "nccl-before-gemm";
+        r.run = [&] { sequential(C.p); };
+      } else {
+        op = std::make_unique<AllGatherGemm>(team, AgOptions{sh.m, sh.n, sh.k, 0});
+        r.comm_sms = 0;
+        r.comm_note = "0";
+        auto* p = op.get();
+        r.run = [&, p] { p->run(shard.p, B.p, C.p, s); };
+      }
+      BRAID_CUDA_CHECK(cudaMemsetAsync(C.p, 0xff, size_t(mn) * 2, s));
+      r.run();
+      team.synchronize(s, "ag-gemm check");
+      r.wrong = overlap::count_mismatch(ref, download_bf16(C.p, size_t(mn)), [](int64_t i) { return i; }, atol,
+                                        overlap::kGemmRtol, nullptr, &r.max_err);
+      rows.push_back(std::move(r));
+    }
+    failures += finish_rows(team, a, sh, rows, ctx, "ag-gemm", atol, "", 0);
+  }
+  return failures;
+}
+
+}  // namespace
+
+int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
+  const Args a = parse(argc, argv);
+  const int failures = a.rs ? bench_rs(team, a, ctx) : bench_ag(team, a, ctx);
+  return failures == 0 ? 0 : 3;
+}
+
+}  // namespace braid::t3

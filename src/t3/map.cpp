@@ -1,0 +1,152 @@
+// map.cpp — the T3 address map (remote_map / dma_map) and the ring schedule, host only.
+#include <string>
+
+#include "braid/errors.hpp"
+#include "braid/t3.hpp"
+
+namespace braid::t3 {
+
+const char* variant_name(Variant v) { return v == Variant::kRing ? "t3-ring" : "t3-direct"; }
+
+const char* tile_op_name(TileOp op) {
+  switch (op) {
+    case TileOp::kStoreRemote: return "store-remote";
+    case TileOp::kAddStoreLocal: return "add-store-local";
+    case TileOp::kAddStoreFinal: return "add-store-final";
+    case TileOp::kStoreFinal: return "store-final";
+    case TileOp::kAtomicAdd: return "atomic-add";
+  }
+  return "?";
+}
+
+std::vector<int> ring_order(int world, int rank) {
+  BRAID_REQUIRE(world >= 1 && rank >= 0 && rank < world, "ring_order: bad rank/world");
+  std::vector<int> o(world);
+  for (int s = 0; s < world; ++s) o[s] = (rank + 1 + s) % world;
+  return o;
+}
+
+std::vector<Launch> order_launches(const std::vector<int>& order, int64_t chunk_rows) {
+  std::vector<Launch> v;
+  int prev = -2;
+  for (int c : order) {
+    if (!v.empty() && c == prev + 1) v.back().rows += chunk_rows;
+    else v.push_back({int64_t(c) * chunk_rows, chunk_rows});
+    prev = c;
+  }
+  return v;
+}
+
+AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions) {
+  BRAID_REQUIRE(world >= 1 && world <= 8 && rank >= 0 && rank < world, "t3: 1..8 ranks");
+  BRAID_REQUIRE(bm > 0 && bn > 0 && regions >= 1, "t3: bad tile or regions");
+  BRAID_REQUIRE(n > 0 && n % bn == 0, "t3: N must be a multiple of " + std::to_string(bn));
+  const int64_t unit = int64_t(world) * 2 * bm * regions;
+  BRAID_REQUIRE(m > 0 && m % unit == 0,
+                "t3: M must be a multiple of world*2*bm*regions = " + std::to_string(unit) +
+                    " (each region whole 2x1 clusters)");
+  AddressMap a;
+  a.variant = v;
+  a.world = world;
+  a.rank = rank;
+  a.m = m;
+  a.n = n;
+  a.bm = bm;
+  a.bn = bn;
+  a.tiles_m = int(m / bm);
+  a.tiles_n = int(n / bn);
+  a.chunk_mblocks = a.tiles_m / world;
+  a.regions = regions;
+  a.region_mblocks = a.chunk_mblocks / regions;
+  a.chunk_elems = (m / world) * n;
+  a.region_elems = a.chunk_elems / regions;
+  a.order = ring_order(world, rank);
+  a.launches = order_launches(a.order, m / world);
+  const uint32_t rt = uint32_t(a.region_mblocks) * uint32_t(a.tiles_n);  // tiles per region
+  const int W = world;
+  if (v == Variant::kRing) {
+    a.num_counters = 2 * W * regions;
+    a.landing_slots = W;
+  } else {
+    a.num_counters = regions;
+    a.landing_slots = 0;
+  }
+  a.expected.assign(a.num_counters, 0);
+  a.tiles.resize(size_t(a.tiles_m) * a.tiles_n);
+  const int next = ring_next(W, rank);
+  for (int mb = 0; mb < a.tiles_m; ++mb) {
+    const int c = mb / a.chunk_mblocks;
+    const int s = (c - rank - 1 + 2 * W) % W;
+    const int q = (mb % a.chunk_mblocks) / a.region_mblocks;
+    for (int nb = 0; nb < a.tiles_n; ++nb) {
+      TileRoute t;
+      t.stage = s;
+      t.chunk = c;
+      t.region = q;
+      t.dest_offset = int64_t(mb - c * a.chunk_mblocks) * bm * n + int64_t(nb) * bn;
+      t.signal_rank = -1;
+      t.signal_counter = -1;
+      if (v == Variant::kDirect) {
+        t.op = TileOp::kAtomicAdd;
+        t.dest_rank = c;
+        t.dest_buf = Buf::kOut;
+        t.signal_rank = c;
+        t.signal_counter = q;
+      } else if (W == 1) {
+        t.op = TileOp::kStoreFinal;
+        t.dest_rank = rank;
+        t.dest_buf = Buf::kOut;
+      } else if (s == 0) {
+        t.op = TileOp::kStoreRemote;
+        t.dest_rank = next;
+        t.dest_buf = Buf::kLanding;
+        t.dest_slot = 1;
+        t.signal_rank = next;
+        t.signal_counter = a.land_counter(1, q);
+      } else if (s < W - 1) {
+        t.op = TileOp::kAddStoreLocal;
+        t.dest_rank = rank;
+        t.dest_buf = Buf::kLanding;
+        t.dest_slot = s;
+        t.wait_counter = a.land_counter(s, q);
+        t.signal_rank = rank;
+        t.signal_counter = a.done_counter(s, q);
+      } else {
+        t.op = TileOp::kAddStoreFinal;
+        t.dest_rank = rank;
+        t.dest_buf = Buf::kOut;
+        t.wait_counter = a.land_counter(s, q);
+      }
+      a.tiles[size_t(mb) * a.tiles_n + nb] = t;
+    }
+  }
+  if (v == Variant::kDirect) {
+    for (int q = 0; q < regions; ++q) {
+      a.expected[q] = uint32_t(W) * rt;  // every rank's tiles of region q of this rank's chunk
+      a.final_counters.push_back(q);
+    }
+  } else {
+    for (int s = 1; s < W; ++s)
+      for (int q = 0; q < regions; ++q) a.expected[a.land_counter(s, q)] = rt;  // stage 1: per tile; later: one DMA write of rt
+    for (int s = 1; s + 1 < W; ++s)
+      for (int q = 0; q < regions; ++q) {
+        a.expected[a.done_counter(s, q)] = rt;
+        DmaTrigger d;
+        d.stage = s;
+        d.region = q;
+        d.wait_counter = a.done_counter(s, q);
+        d.wait_value = rt;
+        d.src_slot = s;
+        d.dst_slot = s + 1;
+        d.offset = int64_t(q) * a.region_elems;
+        d.elems = a.region_elems;
+        d.dst_rank = next;
+        d.signal_counter = a.land_counter(s + 1, q);
+        d.signal_value = rt;
+        a.dma.push_back(d);
+      }
+  }
+  return a;
+}
+
+}  // namespace braid::t3

@@ -1,0 +1,311 @@
+// t3.cu — T3 orchestration: symmetric landing/output buffers and counters, the start handshake, the
+// copy-engine triggers (cuStreamWaitValue32 -> cudaMemcpyAsync peer -> cuStreamWriteValue32), the
+// staggered GEMM launches, and the all-gather -> GEMM consumer.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+#include "braid/runtime.hpp"
+#include "braid/signal_device.cuh"
+#include "braid/t3.hpp"
+#include "gemm_t3.hpp"
+
+namespace braid::t3 {
+namespace {
+
+// CUDA 12 ABI of the stream memory operations, fetched through the runtime (libcuda is never linked).
+using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+void* entry_point(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    cudaGetLastError();
+    throw UnavailableError(std::string("T3 needs the driver entry point ") + name, __FILE__, __LINE__);
+  }
+  return fn;
+}
+
+// GEQ, plus a flush of outstanding remote writes after the wait where the device supports it.
+unsigned wait_flags() {
+  int dev = 0, flush = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  if (cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, dev) != cudaSuccess) {
+    cudaGetLastError();
+    flush = 0;
+  }
+  return CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0u);
+}
+
+void stream_wait(void* fn, cudaStream_t s, const uint32_t* addr, uint32_t value, unsigned flags) {
+  const CUresult rc = reinterpret_cast<WaitValueFn>(fn)(reinterpret_cast<CUstream>(s),
+                                                       reinterpret_cast<CUdeviceptr>(addr), value, flags);
+  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
+}
+// Default flags: the write is preceded by a memory barrier over the stream's earlier work (the copy).
+void stream_write(void* fn, cudaStream_t s, uint32_t* addr, uint32_t value) {
+  const CUresult rc = reinterpret_cast<WriteValueFn>(fn)(reinterpret_cast<CUstream>(s),
+                                                        reinterpret_cast<CUdeviceptr>(addr), value, 0u);
+  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWriteValue32", __FILE__, __LINE__);
+}
+
+// How a copy-engine stream signals a peer after its copy: cuStreamWriteValue32 on the peer's
+// (IPC-mapped) counter (default), or, with BRAID_T3_SIGNAL=copy, a 4-byte cudaMemcpyAsync of the
+// value from a device word (same stream, after the data copy) — the fallback if the driver refuses
+// stream memory operations on peer memory.
+bool signal_by_copy() {
+  const char* e = std::getenv("BRAID_T3_SIGNAL");
+  if (e == nullptr || std::strcmp(e, "memop") == 0 || *e == 0) return false;
+  if (std::strcmp(e, "copy") == 0) return true;
+  throw UsageError(std::string("BRAID_T3_SIGNAL: memop or copy, got '") + e + "'", __FILE__, __LINE__);
+}
+
+void signal_peer(bool by_copy, void* write_value, const uint32_t* word, cudaStream_t s, uint32_t* peer_addr,
+                 uint32_t value) {
+  if (!by_copy) return stream_write(write_value, s, peer_addr, value);
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_addr, word, 4, cudaMemcpyDefault, s));  // *word == value
+}
+
+// Start handshake: each rank has reset its counters (and, direct, zeroed its output) on this stream
+// before; after the barrier every peer may write into them. One block of 32 threads, microseconds,
+// before the GEMM: it moves no data.
+__global__ void start_barrier_kernel(SignalView v, int slot) { dev::barrier_block(v, slot, uint32_t(OpId::kBarrier)); }
+
+void start_barrier(Team& team, int slot, cudaStream_t s) {
+  start_barrier_kernel<<<1, 32, 0, s>>>(team.signals(), slot);
+  BRAID_CHECK_LAUNCH();
+}
+
+int device_sms() {
+  int dev = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+int pick_regions(int64_t chunk_bytes, int chunk_mblocks, int want) {
+  if (want <= 0) want = int(std::max<int64_t>(1, chunk_bytes / (int64_t(8) << 20)));
+  want = std::min(want, std::max(1, chunk_mblocks / 2));
+  while (want > 1 && chunk_mblocks % (2 * want) != 0) --want;
+  return want;
+}
+
+}  // namespace
+
+// ============================================ GEMM + RS ============================================
+GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(team), opt_(opt) {
+  const int W = team.size();
+  BRAID_REQUIRE(team.peer_ok(), "T3 needs peer access between all ranks: " + team.peer_status());
+  BRAID_REQUIRE(W <= detail::kMaxRanks, "T3: at most 8 ranks");
+  BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.k % 64 == 0, "T3: bad shape (K % 64)");
+  BRAID_REQUIRE(opt.m % (int64_t(W) * 2 * detail::kBM) == 0, "T3: M must be a multiple of world*256");
+  const int chunk_mblocks = int(opt.m / W / detail::kBM);
+  const int regions = pick_regions(opt.m / W * opt.n * 2, chunk_mblocks, opt.regions);
+  map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
+  sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
+  const size_t slots = opt.variant == Variant::kRing ? size_t(W) : 1;
+  landing_ = std::make_unique<SymmetricBuffer>(team, slots * size_t(map_.chunk_elems) * 2);
+  counters_ = std::make_unique<SymmetricBuffer>(team, (size_t(map_.num_counters) * 4 + 255) / 256 * 256);
+  slot_ = team.reserve_slots(1);
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  wait_value_ = entry_point("cuStreamWaitValue32");
+  write_value_ = entry_point("cuStreamWriteValue32");
+  wait_flags_ = wait_flags();
+  by_copy_ = signal_by_copy();
+  sigval_host_ = uint32_t(map_.region_mblocks) * uint32_t(map_.tiles_n);  // every DMA signals rt
+  BRAID_CUDA_CHECK(cudaMalloc(&sigval_, 4));
+  BRAID_CUDA_CHECK(cudaMemcpy(sigval_, &sigval_host_, 4, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaHostAlloc(&err_host_, sizeof(detail::WaitError), cudaHostAllocMapped));
+  std::memset(err_host_, 0, sizeof(detail::WaitError));
+  BRAID_CUDA_CHECK(cudaMemset(counters_->local(), 0, counters_->bytes()));
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  team.barrier();
+}
+
+GemmReduceScatter::~GemmReduceScatter() {
+  if (ce_) cudaStreamSynchronize(ce_);
+  if (err_host_) cudaFreeHost(err_host_);
+  cudaFree(sigval_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (ce_) cudaStreamDestroy(ce_);
+}
+
+const void* GemmReduceScatter::result() const { return result_; }
+
+void GemmReduceScatter::check_error() const {
+  const auto* e = static_cast<const volatile detail::WaitError*>(err_host_);
+  if (e->code != 0)
+    throw TimeoutError("rank " + std::to_string(team_.rank()) + ": T3 " + variant_name(opt_.variant) +
+                           " wait on counter " + std::to_string(e->counter) + " timed out (" +
+                           std::to_string(e->observed) + " of " + std::to_string(e->expected) + ")",
+                       __FILE__, __LINE__);
+  team_.check_device_error("t3 start barrier");
+}
+
+void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  const AddressMap& m = map_;
+  const int W = m.world, r = m.rank;
+  const bool ring = m.variant == Variant::kRing;
+  BRAID_REQUIRE(!ring || out != nullptr, "T3 ring: needs an output buffer");
+  BRAID_REQUIRE(!ring || reinterpret_cast<uintptr_t>(out) % 4 == 0, "T3 ring: out must be 4-byte aligned");
+  result_ = ring ? out : landing_->local();
+
+  // (1) Reset what peers will write: counters, and (direct) the output the peers add into. Ordered
+  // after the previous run's readers by stream order (the CE stream joined back into `stream`).
+  BRAID_CUDA_CHECK(cudaMemsetAsync(counters_->local(), 0, size_t(m.num_counters) * 4, stream));
+  if (!ring) BRAID_CUDA_CHECK(cudaMemsetAsync(landing_->local(), 0, size_t(m.chunk_elems) * 2, stream));
+  // (2) Nobody writes into a peer before that peer has reset (and finished reading the last run).
+  start_barrier(team_, slot_, stream);
+
+  // (3) dma_map: the copy-engine stream forwards each finished ring region to the next hop.
+  auto* cnt = counters_->local_as<uint32_t>();
+  if (ring && !m.dma.empty()) {
+    BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, fork_, 0));
+    auto* land = landing_->local_as<uint16_t>();
+    for (const DmaTrigger& d : m.dma) {
+      auto* dst = landing_->peer_as<uint16_t>(d.dst_rank);
+      stream_wait(wait_value_, ce_, cnt + d.wait_counter, d.wait_value, wait_flags_);
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst + d.dst_slot * m.chunk_elems + d.offset,
+                                       land + d.src_slot * m.chunk_elems + d.offset, size_t(d.elems) * 2,
+                                       cudaMemcpyDefault, ce_));
+      BRAID_REQUIRE(d.signal_value == sigval_host_, "T3: DMA signal values differ");
+      signal_peer(by_copy_, write_value_, sigval_, ce_, counters_->peer_as<uint32_t>(d.dst_rank) + d.signal_counter,
+                  d.signal_value);
+    }
+    BRAID_CUDA_CHECK(cudaEventRecord(join_, ce_));
+  }
+
+  // (4) remote_map: the GEMM, in the staggered order (1 or 2 launches).
+  detail::EpiParams p;
+  p.mode = ring ? detail::kModeRing : detail::kModeDirect;
+  p.rank = r;
+  p.world = W;
+  p.tiles_n = m.tiles_n;
+  p.chunk_mblocks = m.chunk_mblocks;
+  p.region_mblocks = m.region_mblocks;
+  p.regions = m.regions;
+  p.n = m.n;
+  p.chunk_elems = m.chunk_elems;
+  if (ring) {
+    const int next = ring_next(W, r);
+    p.landing = landing_->local();
+    p.next_landing = landing_->peer(next);
+    p.counters = cnt;
+    p.next_counters = counters_->peer_as<uint32_t>(next);
+    p.out = out;
+  } else {
+    p.counters = cnt;
+    for (int i = 0; i < W; ++i) {
+      p.dst_out[i] = landing_->peer(i);
+      p.dst_counters[i] = counters_->peer_as<uint32_t>(i);
+    }
+  }
+  BRAID_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.err), err_host_, 0));
+  p.timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
+  const auto* A = static_cast<const uint16_t*>(a);
+  for (const Launch& l : m.launches) {
+    p.mb_offset = int(l.row_begin / m.bm);
+    detail::run_t3_gemm(A + l.row_begin * opt_.k, b, l.rows, m.n, opt_.k, p, sm_count_, stream);
+  }
+
+  // (5) Completion. Direct: this rank's rows are final once every rank's tiles of every region have
+  // been added (the owner's counters, acquired by the stream wait). Ring: the last stage's tiles wrote
+  // `out` inside this rank's own GEMM; join the CE stream so the next run's reset follows its copies.
+  if (!ring)
+    for (int c : m.final_counters) stream_wait(wait_value_, stream, cnt + c, m.expected[c], wait_flags_);
+  if (ring && !m.dma.empty()) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+}
+
+// ========================================== AG + GEMM ==========================================
+AllGatherGemm::AllGatherGemm(Team& team, const AgOptions& opt) : team_(team), opt_(opt) {
+  const int W = team.size();
+  BRAID_REQUIRE(team.peer_ok(), "T3 AG+GEMM needs peer access between all ranks: " + team.peer_status());
+  BRAID_REQUIRE(opt.m > 0 && opt.m % (int64_t(W) * 256) == 0, "T3 AG+GEMM: M must be a multiple of world*256");
+  BRAID_REQUIRE(opt.k % 64 == 0 && opt.n % 128 == 0, "T3 AG+GEMM: K % 64 and N % 128 must be 0");
+  const int sms = opt.sm_count > 0 ? opt.sm_count : device_sms();
+  const auto cfg = overlap::choose_tile_config(opt.m / W, opt.n, opt.k, sms);
+  gemm_ = std::make_unique<overlap::SignalGemm>(cfg, sms);
+  gathered_ = std::make_unique<SymmetricBuffer>(team, size_t(opt.m) * opt.k * 2);
+  arrival_ = std::make_unique<SymmetricBuffer>(team, 256);
+  slot_ = team.reserve_slots(1);
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  wait_value_ = entry_point("cuStreamWaitValue32");
+  write_value_ = entry_point("cuStreamWriteValue32");
+  wait_flags_ = wait_flags();
+  by_copy_ = signal_by_copy();
+  const uint32_t one = 1;
+  BRAID_CUDA_CHECK(cudaMalloc(&sigval_, 4));
+  BRAID_CUDA_CHECK(cudaMemcpy(sigval_, &one, 4, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaMemset(arrival_->local(), 0, arrival_->bytes()));
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  team.barrier();
+}
+
+AllGatherGemm::~AllGatherGemm() {
+  if (ce_) cudaStreamSynchronize(ce_);
+  cudaFree(sigval_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (ce_) cudaStreamDestroy(ce_);
+}
+
+const void* AllGatherGemm::gathered() const { return gathered_->local(); }
+
+std::vector<int> AllGatherGemm::chunk_order() const {
+  std::vector<int> o;
+  for (int i = 0; i < team_.size(); ++i) o.push_back((team_.rank() + i) % team_.size());
+  return o;
+}
+
+void AllGatherGemm::run(const void* a_shard, const void* b, void* c, cudaStream_t stream) {
+  const int W = team_.size(), r = team_.rank();
+  const int64_t mc = opt_.m / W, n = opt_.n, k = opt_.k;
+  auto* arr = arrival_->local_as<uint32_t>();
+  // Reset, then the handshake: no peer pushes into our gathered buffer before we are done with it.
+  BRAID_CUDA_CHECK(cudaMemsetAsync(arr, 0, size_t(W) * 4, stream));
+  start_barrier(team_, slot_, stream);
+  if (W > 1) {
+    BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, fork_, 0));
+    // Copy engines push our shard; peer r-1 needs it soonest (its second chunk), r+1 last.
+    for (int i = 1; i < W; ++i) {
+      const int j = (r - i + W) % W;
+      auto* dst = gathered_->peer_as<uint16_t>(j) + int64_t(r) * mc * k;
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, a_shard, size_t(mc * k) * 2, cudaMemcpyDefault, ce_));
+      signal_peer(by_copy_, write_value_, sigval_, ce_, arrival_->peer_as<uint32_t>(j) + r, 1u);
+    }
+    BRAID_CUDA_CHECK(cudaEventRecord(join_, ce_));
+  }
+  auto* C = static_cast<uint16_t*>(c);
+  const auto* G = gathered_->local_as<uint16_t>();
+  overlap::EpilogueArgs e;
+  e.parts = 1;
+  for (int i = 0; i < W; ++i) {
+    const int j = (r + i) % W;
+    const void* a = a_shard;
+    if (j != r) {
+      stream_wait(wait_value_, stream, arr + j, 1u, wait_flags_);  // chunk j has arrived
+      a = G + int64_t(j) * mc * k;
+    }
+    e.d = C + int64_t(j) * mc * n;
+    e.ldd = n;
+    gemm_->run(a, b, mc, n, k, e, stream);
+  }
+  if (W > 1) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+}
+
+}  // namespace braid::t3

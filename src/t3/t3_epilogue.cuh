@@ -1,0 +1,246 @@
+// t3_epilogue.cuh — the T3 collective epilogue: a sibling of overlap's SignalEpilogue (same CUTLASS
+// 3.x sm90 warp-specialized interface: no producer load, store() per tile from the consumer
+// warpgroups, writes straight from the accumulators), that routes each tile by the T3 address map
+// (map.cpp; the formulas below are the same) and tracks regions with counters.
+//
+// Per tile (stage s of its chunk c, region q; rt = tiles per region; W ranks):
+//   ring  s == 0      st.global into the next hop's landing slot 1 (remote_map over NVLink), then
+//                     red.release.sys on the next hop's land[1][q]
+//   ring  0 < s < W-1 wait land[s][q] >= rt (bounded), load landing slot s + add in fp32 + store in
+//                     place (one rounding per stage), then red.release.sys on local done[s][q], which
+//                     a copy engine waits on (cuStreamWaitValue32) to forward the region (dma_map)
+//   ring  s == W-1    wait land[W-1][q] >= rt, load + add, store into `out` (own chunk: final)
+//   direct            red.relaxed.sys.global.add.noftz.bf16x2 into owner c's output (NVLink atomics),
+//                     then red.release.sys on owner c's out[q]
+//
+// Memory ordering (PTX memory model):
+//   signal (every case): all consumer threads' stores/reds of the tile, then bar.sync of the consumer
+//     threads (orders them before thread 0's next instruction in causality order), then thread 0's
+//     red.release.sys: cumulative release at system scope over all of them. The observer is either a
+//     thread that acquires (the wait below: relaxed poll + fence.acq_rel.sys) or a stream wait
+//     (cuStreamWaitValue32 on the owner GPU, followed by work on that stream).
+//   wait: thread 0 polls with ld.relaxed.sys, on success fence.acq_rel.sys (acquire), then bar.sync:
+//     every consumer thread's subsequent loads of the landing region happen after the acquire. Landing
+//     loads use ld.global.cg (L2; no stale L1 line can exist across the acquire anyway). The region
+//     was written either by the previous hop's remote stores released per tile (stage 1), or by a
+//     copy engine followed by cuStreamWriteValue32 without CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER,
+//     whose documented fence orders the copy's writes before the counter write (stages >= 2).
+//   Waits are bounded (timeout_ns): on timeout the first waiter records WaitError, every later wait
+//     of the launch returns at once, the tile is written with whatever is there, and the host's
+//     check_error() throws. No wait can outlive the timeout.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+#include "cutlass/pipeline/pipeline.hpp"
+#include "gemm_t3.hpp"
+
+namespace braid::t3::detail {
+
+__device__ __forceinline__ void red_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_add_bf16x2_sys(void* p, uint32_t v) {
+  asm volatile("red.relaxed.sys.global.add.noftz.bf16x2 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t ld_relaxed_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Bounded acquire wait for counter >= expected (one thread).
+__device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint32_t expected) {
+  const uint32_t* c = p.counters + index;
+  uint32_t seen = ld_relaxed_sys(c);
+  if (seen < expected) {
+    const uint64_t start = globaltimer();
+    for (uint32_t it = 1;; ++it) {
+      seen = ld_relaxed_sys(c);
+      if (seen >= expected) break;
+      if ((it & 255u) == 0u) {
+        if (*reinterpret_cast<volatile uint32_t*>(&p.err->code) != 0u) return;  // someone timed out
+        if (globaltimer() - start > p.timeout_ns) {
+          if (atomicCAS(&p.err->code, 0u, 1u) == 0u) {
+            p.err->counter = uint32_t(index);
+            p.err->expected = expected;
+            p.err->observed = seen;
+            __threadfence_system();
+          }
+          return;
+        }
+        __nanosleep(128);
+      }
+    }
+  }
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+template <int BM, int BN>
+class T3Epilogue {
+ public:
+  using ElementC = void;
+  using ElementD = cutlass::bfloat16_t;
+  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using StrideD = cute::Stride<int64_t, cute::Int<1>, int64_t>;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  using ThreadEpilogueOp = void;
+
+  using LoadPipeline = cutlass::PipelineTransactionAsync<0>;
+  using LoadPipelineState = cutlass::PipelineState<0>;
+  static constexpr uint32_t TmaTransactionBytes = 0;
+  static constexpr bool RequiresTransactionBytes = false;
+  using StorePipeline = cutlass::PipelineTmaStore<0>;
+  using StorePipelineState = cutlass::PipelineState<0>;
+
+  struct SharedStorage {};
+  using TensorStorage = SharedStorage;
+  using TensorMapStorage = SharedStorage;
+  using PipelineStorage = typename LoadPipeline::SharedStorage;
+
+  using Arguments = EpiParams;
+  using Params = EpiParams;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) { return 0; }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    auto shape = cute::append<4>(problem_shape, 1);
+    const auto m = cute::get<0>(shape), n = cute::get<1>(shape);
+    return m % BM == 0 && n % BN == 0 && args.world >= 1 && args.world <= kMaxRanks && args.err != nullptr;
+  }
+
+  template <class CtaTileMNK>
+  CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(CtaTileMNK) { return 1; }
+  template <class CtaTileMNK>
+  CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) { return 1; }
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
+
+  CUTLASS_HOST_DEVICE T3Epilogue(Params const& params, TensorStorage&) : params_(params) {}
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+
+  template <class... Ts>
+  CUTLASS_DEVICE auto load(LoadPipeline, LoadPipelineState state, Ts&&...) { return state; }
+  CUTLASS_DEVICE auto load_tail(LoadPipeline, LoadPipelineState state) { return state; }
+
+  template <class ProblemShapeMNKL, class CtaTileMNK, class CtaCoordMNKL, class AccEngine, class AccLayout,
+            class TiledMma>
+  CUTLASS_DEVICE auto store(LoadPipeline, LoadPipelineState load_state, StorePipeline,
+                            StorePipelineState store_state, ProblemShapeMNKL, CtaTileMNK,
+                            CtaCoordMNKL cta_coord_mnkl, cute::Tensor<AccEngine, AccLayout> accumulators,
+                            TiledMma tiled_mma, int thread_idx, TensorStorage&, int = -1) {
+    using namespace cute;
+    static_assert(size<0>(CtaTileMNK{}) == BM && size<1>(CtaTileMNK{}) == BN, "epilogue tile mismatch");
+    constexpr int kThreads = size(TiledMma{});
+    const Params& p = params_;
+    const int W = p.world;
+    const int gmb = int(get<0>(cta_coord_mnkl)) + p.mb_offset;  // global m-block
+    const int nb = int(get<1>(cta_coord_mnkl));
+    const int c = gmb / p.chunk_mblocks;
+    const int s = (c - p.rank - 1 + 2 * W) % W;
+    const int q = (gmb - c * p.chunk_mblocks) / p.region_mblocks;
+    const uint32_t rt = uint32_t(p.region_mblocks) * uint32_t(p.tiles_n);
+    const int64_t off = int64_t(gmb - c * p.chunk_mblocks) * BM * p.n + int64_t(nb) * BN;
+
+    // Route of this tile (see the table at the top).
+    enum { kStoreRemote, kAddLocal, kAddFinal, kStoreFinal, kAtomic };
+    int op;
+    __nv_bfloat16* dst;
+    const __nv_bfloat16* src = nullptr;  // landing region to add (ring)
+    uint32_t* signal = nullptr;
+    int wait_index = -1;
+    if (p.mode == kModeDirect) {
+      op = kAtomic;
+      // Select by unrolled compare: a dynamic index into the parameter arrays would copy them to
+      // local memory (stack frame).
+      void* o = nullptr;
+      uint32_t* k = nullptr;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kMaxRanks; ++i)
+        if (i == c) o = p.dst_out[i], k = p.dst_counters[i];
+      dst = static_cast<__nv_bfloat16*>(o) + off;
+      signal = k + q;
+    } else if (W == 1) {
+      op = kStoreFinal;
+      dst = static_cast<__nv_bfloat16*>(p.out) + off;
+    } else if (s == 0) {
+      op = kStoreRemote;
+      dst = static_cast<__nv_bfloat16*>(p.next_landing) + 1 * p.chunk_elems + off;
+      signal = p.next_counters + 1 * p.regions + q;
+    } else {
+      wait_index = s * p.regions + q;
+      src = static_cast<const __nv_bfloat16*>(p.landing) + int64_t(s) * p.chunk_elems + off;
+      if (s < W - 1) {
+        op = kAddLocal;
+        dst = static_cast<__nv_bfloat16*>(p.landing) + int64_t(s) * p.chunk_elems + off;
+        signal = p.counters + W * p.regions + s * p.regions + q;
+      } else {
+        op = kAddFinal;
+        dst = static_cast<__nv_bfloat16*>(p.out) + off;
+      }
+    }
+
+    if (wait_index >= 0) {
+      if (thread_idx == 0) wait_counter(p, wait_index, rt);
+      cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    }
+
+    Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor tCcD = thr_mma.partition_C(cD);
+    static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
+    static_assert(decltype(size<0, 0>(accumulators))::value == 2, "expected GMMA accumulator layout");
+    const int64_t ld = p.n;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(accumulators); i += 2) {
+      const auto coord = tCcD(i);
+      const int64_t e = int64_t(get<0>(coord)) * ld + get<1>(coord);
+      float x = float(accumulators(i)), y = float(accumulators(i + 1));
+      if (src != nullptr) {
+        const unsigned int raw = __ldcg(reinterpret_cast<const unsigned int*>(src + e));
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
+        x += f.x;
+        y += f.y;
+      }
+      const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+      if (op == kAtomic) red_add_bf16x2_sys(dst + e, *reinterpret_cast<const uint32_t*>(&v));
+      else *reinterpret_cast<__nv_bfloat162*>(dst + e) = v;
+    }
+
+    if (signal != nullptr) {
+      cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      if (thread_idx == 0) red_release_sys(signal, 1u);
+    }
+    return cute::make_tuple(load_state, store_state);
+  }
+
+  template <class... Ts>
+  CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadPipelineState load_state, StorePipeline,
+                                 StorePipelineState store_state, Ts&&...) {
+    return cute::make_tuple(load_state, store_state);
+  }
+
+ private:
+  Params params_;
+};
+
+}  // namespace braid::t3::detail

@@ -1,0 +1,114 @@
+// Two ranks (one GPU each): T3 GEMM+reduce-scatter (ring and direct) equals cuBLAS + ncclReduceScatter
+// on every rank, over repeated runs (counter resets, start handshake), with one and several regions
+// and with a small persistent grid (many waves); the AG+GEMM equals ncclAllGather + cuBLAS.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "braid/overlap.hpp"
+#include "braid/overlap/verify.hpp"
+#include "braid/runtime.hpp"
+#include "braid/t3.hpp"
+
+using namespace braid::overlap;
+namespace t3 = braid::t3;
+
+namespace {
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+  ~Buf() { cudaFree(p); }
+};
+
+bool usable(braid::Team& team) {
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return team.allreduce_min(major == 9 && team.peer_ok() ? 1.0 : 0.0) > 0;
+}
+
+struct RsCase {
+  t3::Variant variant;
+  int64_t m, n, k;
+  int regions;
+  int sm_count;
+};
+
+class T3RsMpi : public ::testing::TestWithParam<RsCase> {};
+
+TEST_P(T3RsMpi, MatchesCublasPlusNccl) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!usable(team)) GTEST_SKIP() << "needs sm_90a GPUs with peer access";
+  const RsCase c = GetParam();
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = c.m, n = c.n, k = c.k, mn = m * n;
+  cudaStream_t s = team.stream();
+  Buf a(m * k * 2), b(n * k * 2), d(mn * 2), ref(mn * 2 / W), out(mn * 2 / W);
+  fill_uniform_bf16(a.p, m * k, 100 + rank, 1.f, s);
+  fill_uniform_bf16(b.p, n * k, 200 + rank, 1.f, s);
+  CublasGemm cublas;
+  run_sequential(team, cublas, Collective::kReduceScatter, a.p, b.p, d.p, ref.p, m, n, k, s);
+  team.synchronize("reference");
+  const auto r = download_bf16(ref.p, mn / W);
+
+  t3::RsOptions o;
+  o.variant = c.variant;
+  o.m = m, o.n = n, o.k = k;
+  o.regions = c.regions;
+  o.sm_count = c.sm_count;
+  t3::GemmReduceScatter op(team, o);
+  EXPECT_EQ(op.map().regions, c.regions);
+  const double atol = gemm_atol(k, W);
+  for (int rep = 0; rep < 3; ++rep) {
+    ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess);  // NaN: stale output is caught
+    op.run(a.p, b.p, out.p, s);
+    team.synchronize("t3 gemm-rs");
+    op.check_error();
+    int64_t first = -1;
+    double max_err = 0;
+    const size_t bad = count_mismatch(r, download_bf16(op.result(), mn / W), [](int64_t i) { return i; }, atol,
+                                      kGemmRtol, &first, &max_err);
+    EXPECT_EQ(bad, 0u) << t3::variant_name(c.variant) << " rank " << rank << " rep " << rep << " first " << first
+                       << " max err " << max_err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, T3RsMpi,
+                         ::testing::Values(RsCase{t3::Variant::kRing, 2048, 512, 256, 1, 0},
+                                           RsCase{t3::Variant::kRing, 4096, 1024, 512, 2, 16},
+                                           RsCase{t3::Variant::kDirect, 2048, 512, 256, 1, 0},
+                                           RsCase{t3::Variant::kDirect, 4096, 1024, 512, 2, 16}));
+
+TEST(T3AgMpi, MatchesNcclPlusCublas) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!usable(team)) GTEST_SKIP() << "needs sm_90a GPUs with peer access";
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = 4096, n = 1024, k = 512, mc = m / W;
+  cudaStream_t s = team.stream();
+  Buf shard(mc * k * 2), full(m * k * 2), b(n * k * 2), ref(m * n * 2), c(m * n * 2);
+  fill_uniform_bf16(shard.p, mc * k, 300 + rank, 1.f, s);
+  fill_uniform_bf16(b.p, n * k, 400, 1.f, s);  // the same weight on every rank
+  ASSERT_EQ(ncclAllGather(shard.p, full.p, mc * k, ncclBfloat16, team.nccl(), s), ncclSuccess);
+  CublasGemm cublas;
+  cublas.run(full.p, b.p, ref.p, m, n, k, s);
+  team.synchronize("reference");
+  const auto r = download_bf16(ref.p, m * n);
+  // Both ways a copy-engine stream signals a peer: cuStreamWriteValue32 on IPC memory, 4-byte copy.
+  for (const char* mode : {"memop", "copy"}) {
+  setenv("BRAID_T3_SIGNAL", mode, 1);
+  t3::AllGatherGemm op(team, {m, n, k, 16});
+  unsetenv("BRAID_T3_SIGNAL");
+  for (int rep = 0; rep < 3; ++rep) {
+    ASSERT_EQ(cudaMemsetAsync(c.p, 0xff, m * n * 2, s), cudaSuccess);
+    op.run(shard.p, b.p, c.p, s);
+    team.synchronize("t3 ag-gemm");
+    const size_t bad =
+        count_mismatch(r, download_bf16(c.p, m * n), [](int64_t i) { return i; }, gemm_atol(k, 1), kGemmRtol);
+    EXPECT_EQ(bad, 0u) << "rank " << rank << " rep " << rep << " signal " << mode;
+  }
+  }
+}
+
+}  // namespace
