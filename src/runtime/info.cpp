@@ -94,7 +94,7 @@ int print_info(std::ostream& out, bool probe) {
     out << "\n";
   }
   out << "Peer access (driver attributes; probe = a kernel's remote stores verified by the owner):\n";
-  out << "  " << std::left << std::setw(8) << "from->to" << std::setw(8) << "access" << std::setw(8) << "atomics"
+  out << "  " << std::left << std::setw(10) << "from->to" << std::setw(8) << "access" << std::setw(9) << "atomics"
       << std::setw(8) << "rank" << "probe\n";
   std::vector<PeerLink> links;
   if (probe) links = probe_local_peers();
@@ -108,8 +108,8 @@ int print_info(std::ostream& out, bool probe) {
       std::string pr = "not run";
       for (const auto& l : links)
         if (l.from == a && l.to == b) pr = (l.probe_ok ? "ok: " : "FAILED: ") + l.detail;
-      out << "  " << std::setw(8) << (std::to_string(a) + "->" + std::to_string(b)) << std::setw(8)
-          << (access ? "yes" : "no") << std::setw(8) << (atom ? "yes" : "no") << std::setw(8) << perf << pr << "\n";
+      out << "  " << std::setw(10) << (std::to_string(a) + "->" + std::to_string(b)) << std::setw(8)
+          << (access ? "yes" : "no") << std::setw(9) << (atom ? "yes" : "no") << std::setw(8) << perf << pr << "\n";
     }
   return n;
 }
