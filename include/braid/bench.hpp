@@ -57,6 +57,14 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
 std::vector<double> time_graph_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt, int calls,
                                           const std::function<void(int)>& enqueue);
 
+// GEMM shapes for the fused GEMM+collective benchmarks: "M,N,K" on the command line, or a file with
+// one "M,N,K" per line ('#' comments, blanks ignored). Throw UsageError on a malformed entry.
+struct GemmShape {
+  int64_t m, n, k;
+};
+GemmShape parse_gemm_shape(const std::string& s);
+std::vector<GemmShape> read_gemm_shapes(const std::string& path);
+
 // Number of buffer sets to rotate so that `bytes_per_set` * sets spans at least twice the L2 cache.
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes = size_t(8) << 30);
 

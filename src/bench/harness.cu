@@ -143,6 +143,35 @@ std::vector<double> time_graph_iterations(Team* team, cudaStream_t stream, const
   return us;
 }
 
+GemmShape parse_gemm_shape(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  for (std::string tok; std::getline(ss, tok, ',');) {
+    if (tok.empty()) continue;
+    size_t pos = 0;
+    try {
+      v.push_back(std::stoll(tok, &pos));
+    } catch (...) {
+      pos = 0;
+    }
+    if (pos != tok.size()) throw UsageError("bad number '" + tok + "' in shape '" + s + "'", __FILE__, __LINE__);
+  }
+  if (v.size() != 3) throw UsageError("a shape is M,N,K, got '" + s + "'", __FILE__, __LINE__);
+  return {v[0], v[1], v[2]};
+}
+
+std::vector<GemmShape> read_gemm_shapes(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);
+  std::vector<GemmShape> shapes;
+  for (std::string line; std::getline(f, line);) {
+    line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }),
+               line.end());
+    if (!line.empty() && line[0] != '#') shapes.push_back(parse_gemm_shape(line));
+  }
+  return shapes;
+}
+
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes) {
   int dev = 0;
   int l2 = 50 << 20;

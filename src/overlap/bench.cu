@@ -19,9 +19,7 @@
 namespace braid::overlap {
 namespace {
 
-struct Shape {
-  int64_t m, n, k;
-};
+using Shape = bench::GemmShape;
 
 std::vector<int64_t> parse_ints(const std::string& s, char sep) {
   std::vector<int64_t> v;
@@ -36,12 +34,6 @@ std::vector<int64_t> parse_ints(const std::string& s, char sep) {
       }
     }
   return v;
-}
-
-Shape parse_shape(const std::string& s) {
-  auto v = parse_ints(s, ',');
-  if (v.size() != 3) throw UsageError("--shape wants M,N,K, got '" + s + "'", __FILE__, __LINE__);
-  return {v[0], v[1], v[2]};
 }
 
 struct Args {
@@ -68,17 +60,10 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
       return argv[++i];
     };
-    if (k == "--shape") a.shapes.push_back(parse_shape(val()));
+    if (k == "--shape") a.shapes.push_back(bench::parse_gemm_shape(val()));
     else if (k == "--shapes") {
-      const std::string path = val();
-      std::ifstream f(path);
-      if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);
-      std::string line;
-      while (std::getline(f, line)) {
-        line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }),
-                   line.end());
-        if (!line.empty() && line[0] != '#') a.shapes.push_back(parse_shape(line));
-      }
+      const auto more = bench::read_gemm_shapes(val());
+      a.shapes.insert(a.shapes.end(), more.begin(), more.end());
     } else if (k == "--json") a.json = val();
     else if (k == "--cache") a.cache = val();
     else if (k == "--measure") a.measure = val();

@@ -24,9 +24,7 @@ namespace {
 using overlap::bf16_to_float;
 using overlap::download_bf16;
 
-struct Shape {
-  int64_t m, n, k;
-};
+using Shape = bench::GemmShape;
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> v;
@@ -35,16 +33,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   while (std::getline(ss, tok, sep))
     if (!tok.empty()) v.push_back(tok);
   return v;
-}
-
-Shape parse_shape(const std::string& s) {
-  auto v = split(s, ',');
-  if (v.size() != 3) throw UsageError("--shape wants M,N,K, got '" + s + "'", __FILE__, __LINE__);
-  try {
-    return {std::stoll(v[0]), std::stoll(v[1]), std::stoll(v[2])};
-  } catch (...) {
-    throw UsageError("bad --shape '" + s + "'", __FILE__, __LINE__);
-  }
 }
 
 struct Args {
@@ -76,17 +64,10 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
       return argv[++i];
     };
-    if (k == "--shape") a.shapes.push_back(parse_shape(val()));
+    if (k == "--shape") a.shapes.push_back(bench::parse_gemm_shape(val()));
     else if (k == "--shapes") {
-      const std::string path = val();
-      std::ifstream f(path);
-      if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);
-      std::string line;
-      while (std::getline(f, line)) {
-        line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }),
-                   line.end());
-        if (!line.empty() && line[0] != '#') a.shapes.push_back(parse_shape(line));
-      }
+      const auto more = bench::read_gemm_shapes(val());
+      a.shapes.insert(a.shapes.end(), more.begin(), more.end());
     } else if (k == "--algo") a.algos = split(val(), ',');
     else if (k == "--json") a.json = val();
     else if (k == "--regions") a.regions = std::stoi(val());

@@ -1,6 +1,8 @@
 // CPU: sizes, statistics, bus-bandwidth factors and JSON rows of the benchmark harness.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "braid/bench.hpp"
 #include "braid/errors.hpp"
 
@@ -67,4 +69,25 @@ TEST(Harness, RotationSpansTwiceTheL2) {
   const int sets = rotation_sets(size_t(1) << 20);
   EXPECT_GE(static_cast<size_t>(sets) << 20, size_t(2) * (40u << 20));  // any L2 of >= 40 MiB
   EXPECT_EQ(rotation_sets(size_t(1) << 30), 1);
+}
+
+TEST(Harness, GemmShapesParseFromTextAndFile) {
+  const GemmShape g = parse_gemm_shape("16384,8192,1024");
+  EXPECT_EQ(g.m, 16384);
+  EXPECT_EQ(g.n, 8192);
+  EXPECT_EQ(g.k, 1024);
+  EXPECT_THROW(parse_gemm_shape("16384,8192"), braid::UsageError);
+  EXPECT_THROW(parse_gemm_shape("16384,8x,1024"), braid::UsageError);
+  const std::string path = ::testing::TempDir() + "braid_shapes.txt";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("# shapes\n4096, 8192, 3584\n\n8192,8192,14336\r\n", f);
+    std::fclose(f);
+  }
+  const auto v = read_gemm_shapes(path);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].k, 3584);
+  EXPECT_EQ(v[1].k, 14336);
+  EXPECT_THROW(read_gemm_shapes(path + ".missing"), braid::UsageError);
 }
