@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "braid/errors.hpp"
+#include "text_format.hpp"
 
 namespace braid::schedule {
 
@@ -664,24 +665,11 @@ PlanFile read_plan(std::istream& is) {
   auto fail = [&](const std::string& why) {
     throw UsageError("plan line " + std::to_string(lineno) + ": " + why, __FILE__, __LINE__);
   };
-  auto number = [&](const std::string& s) {
-    try {
-      size_t pos = 0;
-      const double v = std::stod(s, &pos);
-      if (pos != s.size() || !std::isfinite(v)) fail("bad number '" + s + "'");
-      return v;
-    } catch (const std::logic_error&) {
-      fail("bad number '" + s + "'");
-    }
-    return 0.0;
-  };
+  auto number = [&](const std::string& s) { return text::number(s, false, "number", fail); };
   auto seg = [](const std::string& s) { return s == "-" ? std::vector<std::string>{} : split(s, '+'); };
   while (std::getline(is, line)) {
     ++lineno;
-    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
-    std::istringstream ls(line);
-    std::vector<std::string> w;
-    for (std::string s; ls >> s;) w.push_back(s);
+    const std::vector<std::string> w = text::words(line);
     if (w.empty()) continue;
     if (!header) {
       if (w.size() != 2 || w[0] != "braid-plan" || w[1] != "1") fail("expected 'braid-plan 1'");

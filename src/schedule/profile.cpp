@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "braid/errors.hpp"
+#include "text_format.hpp"
 
 namespace braid::schedule {
 
@@ -81,36 +82,23 @@ PairTable read_pair_table(std::istream& is) {
   auto fail = [&](const std::string& why) {
     throw UsageError("pair table line " + std::to_string(lineno) + ": " + why, __FILE__, __LINE__);
   };
-  auto number = [&](const std::string& s) {
-    try {
-      size_t pos = 0;
-      const double v = std::stod(s, &pos);
-      if (pos != s.size() || !std::isfinite(v) || v < 0) fail("bad time '" + s + "'");
-      return v;
-    } catch (const std::logic_error&) {
-      fail("bad time '" + s + "'");
-    }
-    return 0.0;
-  };
+  auto number = [&](const std::string& s) { return text::number(s, true, "time", fail); };
   while (std::getline(is, line)) {
     ++lineno;
-    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
-    std::istringstream ls(line);
-    std::vector<std::string> w;
-    for (std::string s; ls >> s;) w.push_back(s);
+    const std::vector<std::string> w = text::words(line);
     if (w.empty()) continue;
     if (!header) {
       if (w.size() != 2 || w[0] != "braid-pairs" || w[1] != "1") fail("expected 'braid-pairs 1'");
       header = true;
       continue;
     }
-    auto text = [&](std::string& dst) {
+    auto one_word = [&](std::string& dst) {
       if (w.size() != 2) fail(w[0] + " takes one word");
       dst = w[1] == "-" ? "" : w[1];
     };
-    if (w[0] == "node") text(t.node);
-    else if (w[0] == "model") text(t.model);
-    else if (w[0] == "parallel") text(t.parallel);
+    if (w[0] == "node") one_word(t.node);
+    else if (w[0] == "model") one_word(t.model);
+    else if (w[0] == "parallel") one_word(t.parallel);
     else if (w[0] == "solo") {
       if (w.size() != 3) fail("solo <name> <us>");
       t.set_solo(w[1], number(w[2]));
