@@ -11,8 +11,13 @@ mkdir -p "$out"
 log="$out/run.log"
 has() { [[ " $what " == *" $1 "* ]]; }
 ngpu=$(nvidia-smi -L | wc -l)
-mpi() { mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST \
-  -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT build/braid "$@"; }
+# Extra environment for one run: `E="NCCL_MAX_CTAS=16" mpi ...` (each NAME=VALUE is exported to every rank).
+mpi() {
+  local xs=() kv
+  for kv in ${E:-}; do xs+=(-x "$kv"); done
+  timeout "${T:-300}" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE \
+    -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT "${xs[@]}" build/braid "$@"
+}
 if has build; then
   echo "== build" | tee -a "$log"
   make build JOBS=32 > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
@@ -22,6 +27,31 @@ if has test; then
   (cd build && ctest --output-on-failure --timeout 300 > "$out/ctest.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*" "$out/ctest.log" | tee -a "$log"
+fi
+if has ctest-new; then  # only the suites of the components still being brought up
+  echo "== ctest (t3, overlap, layer)" | tee -a "$log"
+  (cd build && ctest --output-on-failure --timeout 240 -R "t3|overlap|layer" > "$out/ctest-new.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed" "$out/ctest-new.log" | tee -a "$log"
+fi
+if has overlap; then
+  echo "== bench gemm-rs (FlashOverlap)" | tee -a "$log"
+  for v in "|--reserve-sms 16" "NCCL_MAX_CTAS=16|--reserve-sms 16" "NCCL_MAX_CTAS=8|--reserve-sms 16" \
+           "NCCL_MAX_CTAS=16|--reserve-sms 16 --groups 4,8,8,8" "NCCL_MAX_CTAS=32|--reserve-sms 32"; do
+    echo "-- variant env=[${v%%|*}] opts=[${v#*|}]" | tee -a "$log"
+    # shellcheck disable=SC2086
+    E="${v%%|*}" T=180 mpi bench gemm-rs --shape 16384,8192,1024 ${v#*|} --json "$out/gemm-rs-explore.jsonl" 2>&1 | tee -a "$log"
+  done
+fi
+if has t3; then
+  echo "== bench t3-gemm-rs, ag-gemm" | tee -a "$log"
+  T=240 mpi bench t3-gemm-rs --shape 16384,8192,1024 --shape 8192,8192,4096 --json "$out/t3-gemm-rs.jsonl" 2>&1 | tee -a "$log"
+  T=240 mpi bench ag-gemm --shape 16384,8192,1024 --shape 8192,8192,4096 --json "$out/ag-gemm.jsonl" 2>&1 | tee -a "$log"
+fi
+if has layer; then
+  echo "== bench layer" | tee -a "$log"
+  T=240 mpi bench layer --model llama3-8b --tp 2 --seq 4096 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
+  T=240 mpi bench layer --model llama3-70b --tp 2 --seq 8192 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
 fi
 if has allreduce; then
   echo "== bench allreduce" | tee -a "$log"
