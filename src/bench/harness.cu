@@ -165,9 +165,10 @@ std::vector<GemmShape> read_gemm_shapes(const std::string& path) {
   if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);
   std::vector<GemmShape> shapes;
   for (std::string line; std::getline(f, line);) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);  // comments
     line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }),
                line.end());
-    if (!line.empty() && line[0] != '#') shapes.push_back(parse_gemm_shape(line));
+    if (!line.empty()) shapes.push_back(parse_gemm_shape(line));
   }
   return shapes;
 }

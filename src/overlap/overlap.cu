@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -332,9 +333,17 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
 
   const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
   auto* d = static_cast<__nv_bfloat16*>(d_);
+  // Diagnostics only (results are wrong in these modes): BRAID_OVERLAP_DEBUG=nocomm skips the
+  // collectives (GEMM + signals + waits alone), =nowait issues them without waiting (contention
+  // between the GEMM and NCCL with no dependency).
+  static const std::string debug = [] {
+    const char* e = std::getenv("BRAID_OVERLAP_DEBUG");
+    return std::string(e ? e : "");
+  }();
   for (int g = 0; g < G; ++g) {
     const uint32_t expected = static_cast<uint32_t>(map_.tiles_in_group(g));
-    if (wait_value_) {
+    if (debug == "nowait") {
+    } else if (wait_value_) {
       auto fn = reinterpret_cast<WaitValueFn>(wait_value_);
       const CUresult rc = fn(reinterpret_cast<CUstream>(comm_), reinterpret_cast<CUdeviceptr>(counters_ + g), expected,
                              CU_STREAM_WAIT_VALUE_GEQ);
@@ -346,6 +355,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
       BRAID_CHECK_LAUNCH();
     }
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
+    if (debug == "nocomm") continue;
     if (rs) {
       BRAID_NCCL_CHECK(ncclReduceScatter(d + off, static_cast<__nv_bfloat16*>(out) + off / team_.size(),
                                          count / team_.size(), kBf16, ncclSum, team_.nccl(), comm_));

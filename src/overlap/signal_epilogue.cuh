@@ -1,13 +1,14 @@
-// signal_epilogue.cuh — a CUTLASS 3.x sm90 collective epilogue that writes each tile straight from the
-// accumulators (no shared memory, nothing taken from the main loop's stages), optionally to its
-// execution-order-aware reordered place, then signals the tile's wave group.
+// signal_epilogue.cuh — a CUTLASS 3.x sm90 collective epilogue that writes each tile through a small
+// shared-memory stage (staged_store.cuh: 16-byte row vectors, 64 columns per pass, 32 KiB, which
+// leaves the main loop its 4 stages at 128x256x64), optionally to its execution-order-aware
+// reordered place, then signals the tile's wave group.
 //
 // It implements the interface the sm90 warp-specialized kernels call on their CollectiveEpilogue (the
 // same one cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter implements): no
 // producer load, store() per tile from the consumer warpgroups, store_tail() at the end.
 //
 // Memory ordering of the signal (PTX memory model):
-//   1. every consumer thread writes its fragment of the tile with ordinary st.global;
+//   1. every consumer thread writes its share of the tile (16-byte rows from the stage) with st.global;
 //   2. all consumer threads (size(TiledMma)) meet at a named barrier (bar.sync, CTA scope): the
 //      barrier orders each thread's stores before everything thread 0 does after it;
 //   3. thread 0 executes red.release.gpu.global.add.u32 on the group's counter. A release is
@@ -26,6 +27,7 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/pipeline/pipeline.hpp"
+#include "staged_store.cuh"
 
 namespace braid::overlap::detail {
 
@@ -63,7 +65,11 @@ class SignalEpilogue {
   using StorePipeline = cutlass::PipelineTmaStore<0>;
   using StorePipelineState = cutlass::PipelineState<0>;
 
-  struct SharedStorage {};
+  static constexpr int kStageCols = 64;
+  struct SharedStorage {
+    StageBuffer<BM, kStageCols> stage;
+  };
+  static_assert(sizeof(SharedStorage) <= 32 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
   using TensorStorage = SharedStorage;
   using TensorMapStorage = SharedStorage;
   using PipelineStorage = typename LoadPipeline::SharedStorage;
@@ -86,7 +92,7 @@ class SignalEpilogue {
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     auto shape = cute::append<4>(problem_shape, 1);
     const auto m = cute::get<0>(shape), n = cute::get<1>(shape);
-    return args.d != nullptr && m % BM == 0 && n % BN == 0 && (BM >> args.log2_parts) % 8 == 0;
+    return args.d != nullptr && reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && args.ldd % 8 == 0 && m % BM == 0 && n % BN == 0 && (BM >> args.log2_parts) % 8 == 0;
   }
 
   template <class CtaTileMNK>
@@ -95,7 +101,7 @@ class SignalEpilogue {
   CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) { return 1; }
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
 
-  CUTLASS_HOST_DEVICE SignalEpilogue(Params const& params, TensorStorage&) : params_(params) {}
+  CUTLASS_HOST_DEVICE SignalEpilogue(Params const& params, TensorStorage& smem) : params_(params), smem_(&smem) {}
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
 
@@ -146,19 +152,13 @@ class SignalEpilogue {
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     Tensor tCcD = thr_mma.partition_C(cD);                               // (MMA,MMA_M,MMA_N)
     static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
-    // GMMA accumulators hold column pairs: value 2i and 2i+1 are (r, c) and (r, c+1).
-    static_assert(decltype(size<0, 0>(accumulators))::value == 2, "expected GMMA accumulator layout");
 
     __nv_bfloat16* d = params_.d;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accumulators); i += 2) {
-      const auto coord = tCcD(i);
-      const int r = get<0>(coord);
-      const int c = get<1>(coord);
-      const int64_t off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
-      const __nv_bfloat162 v = __floats2bfloat162_rn(float(accumulators(i)), float(accumulators(i + 1)));
-      *reinterpret_cast<__nv_bfloat162*>(d + off) = v;
-    }
+    staged_store<BM, BN, kStageCols, kThreads>(
+        smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int c, const float(&f)[8]) {
+          const int64_t off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
+          *reinterpret_cast<uint4*>(d + off) = pack_bf16x8(f);  // 16-byte aligned: ld, BN, c % 8 == 0
+        });
 
     if (params_.counters != nullptr || params_.wave_log != nullptr) {
       // (2) all consumer threads' stores precede thread 0's release below.
@@ -181,6 +181,7 @@ class SignalEpilogue {
 
  private:
   Params params_;
+  SharedStorage* smem_;
   int iteration_ = 0;
 };
 

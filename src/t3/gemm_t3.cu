@@ -34,6 +34,8 @@ struct Kernel {
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
                                                           cutlass::gemm::PersistentScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  // The epilogue's shared-memory stage (32 KiB) must not cost the main loop a pipeline stage.
+  static_assert(BN != 256 || Mainloop::DispatchPolicy::Stages >= 4, "128x256x64 main loop needs 4 stages");
   static_assert(size(typename GemmKernel::TiledMma{}) == 256, "cooperative: two consumer warpgroups");
 
   static void run(const void* a, const void* b, int m, int n, int k, const EpiParams& epi, int sm_count,

@@ -1,7 +1,9 @@
 // t3_epilogue.cuh — the T3 collective epilogue: a sibling of overlap's SignalEpilogue (same CUTLASS
 // 3.x sm90 warp-specialized interface: no producer load, store() per tile from the consumer
 // warpgroups, writes straight from the accumulators), that routes each tile by the T3 address map
-// (map.cpp; the formulas below are the same) and tracks regions with counters.
+// (map.cpp; the formulas below are the same) and tracks regions with counters. Tiles go out through
+// overlap's shared-memory stage (staged_store.cuh): every local load, local or remote store and NVLink
+// atomic is a 16-byte row vector (red...v4.bf16x2 for the atomics).
 //
 // Per tile (stage s of its chunk c, region q; rt = tiles per region; W ranks):
 //   ring  s == 0      st.global into the next hop's landing slot 1 (remote_map over NVLink), then
@@ -10,7 +12,7 @@
 //                     place (one rounding per stage), then red.release.sys on local done[s][q], which
 //                     a copy engine waits on (cuStreamWaitValue32) to forward the region (dma_map)
 //   ring  s == W-1    wait land[W-1][q] >= rt, load + add, store into `out` (own chunk: final)
-//   direct            red.relaxed.sys.global.add.noftz.bf16x2 into owner c's output (NVLink atomics),
+//   direct            red.relaxed.sys.global.add.noftz.v4.bf16x2 into owner c's output (NVLink atomics),
 //                     then red.release.sys on owner c's out[q]
 //
 // Memory ordering (PTX memory model):
@@ -37,14 +39,18 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/pipeline/pipeline.hpp"
 #include "gemm_t3.hpp"
+#include "../overlap/staged_store.cuh"
 
 namespace braid::t3::detail {
 
 __device__ __forceinline__ void red_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ void red_add_bf16x2_sys(void* p, uint32_t v) {
-  asm volatile("red.relaxed.sys.global.add.noftz.bf16x2 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// Eight bf16 added at once (NVLink atomic when p is a peer address; performed at the owner's L2).
+__device__ __forceinline__ void red_add_bf16x8_sys(void* p, uint4 v) {
+  asm volatile("red.relaxed.sys.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
 }
 __device__ __forceinline__ uint32_t ld_relaxed_sys(const uint32_t* p) {
   uint32_t v;
@@ -102,7 +108,11 @@ class T3Epilogue {
   using StorePipeline = cutlass::PipelineTmaStore<0>;
   using StorePipelineState = cutlass::PipelineState<0>;
 
-  struct SharedStorage {};
+  static constexpr int kStageCols = 64;
+  struct SharedStorage {
+    overlap::detail::StageBuffer<BM, kStageCols> stage;
+  };
+  static_assert(sizeof(SharedStorage) <= 32 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
   using TensorStorage = SharedStorage;
   using TensorMapStorage = SharedStorage;
   using PipelineStorage = typename LoadPipeline::SharedStorage;
@@ -134,7 +144,7 @@ class T3Epilogue {
   CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) { return 1; }
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
 
-  CUTLASS_HOST_DEVICE T3Epilogue(Params const& params, TensorStorage&) : params_(params) {}
+  CUTLASS_HOST_DEVICE T3Epilogue(Params const& params, TensorStorage& smem) : params_(params), smem_(&smem) {}
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
 
@@ -208,23 +218,21 @@ class T3Epilogue {
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     Tensor tCcD = thr_mma.partition_C(cD);
     static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
-    static_assert(decltype(size<0, 0>(accumulators))::value == 2, "expected GMMA accumulator layout");
     const int64_t ld = p.n;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accumulators); i += 2) {
-      const auto coord = tCcD(i);
-      const int64_t e = int64_t(get<0>(coord)) * ld + get<1>(coord);
-      float x = float(accumulators(i)), y = float(accumulators(i + 1));
-      if (src != nullptr) {
-        const unsigned int raw = __ldcg(reinterpret_cast<const unsigned int*>(src + e));
-        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
-        x += f.x;
-        y += f.y;
-      }
-      const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-      if (op == kAtomic) red_add_bf16x2_sys(dst + e, *reinterpret_cast<const uint32_t*>(&v));
-      else *reinterpret_cast<__nv_bfloat162*>(dst + e) = v;
-    }
+    overlap::detail::staged_store<BM, BN, kStageCols, kThreads>(
+        smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int col, const float(&f)[8]) {
+          const int64_t e = int64_t(r) * ld + col;  // 16-byte aligned: n % 256 == 0, col % 8 == 0
+          float x[8] = {f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]};
+          if (src != nullptr) {
+            float g[8];
+            overlap::detail::unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(src + e)), g);
+            CUTLASS_PRAGMA_UNROLL
+            for (int i = 0; i < 8; ++i) x[i] += g[i];
+          }
+          const uint4 v = overlap::detail::pack_bf16x8(x);
+          if (op == kAtomic) red_add_bf16x8_sys(dst + e, v);
+          else *reinterpret_cast<uint4*>(dst + e) = v;
+        });
 
     if (signal != nullptr) {
       cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
@@ -241,6 +249,7 @@ class T3Epilogue {
 
  private:
   Params params_;
+  SharedStorage* smem_;
 };
 
 }  // namespace braid::t3::detail

@@ -82,7 +82,7 @@ TEST(Harness, GemmShapesParseFromTextAndFile) {
   {
     std::FILE* f = std::fopen(path.c_str(), "w");
     ASSERT_NE(f, nullptr);
-    std::fputs("# shapes\n4096, 8192, 3584\n\n8192,8192,14336\r\n", f);
+    std::fputs("# shapes\n4096, 8192, 3584  # a comment\n\n8192,8192,14336\r\n", f);
     std::fclose(f);
   }
   const auto v = read_gemm_shapes(path);

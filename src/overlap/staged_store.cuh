@@ -1,0 +1,98 @@
+// staged_store.cuh — write a (BM, BN) fp32 accumulator tile through shared memory so that every
+// global access is a 16-byte vector along a row (8 consecutive bf16), whatever the destination:
+// local HBM, a peer GPU's memory over NVLink (remote stores or NVLink atomics), a reordered slot.
+//
+// Why: the wgmma accumulator layout gives each thread column *pairs* spread over 8 rows per warp;
+// storing straight from registers issues 4-byte stores that fill half of each 32-byte sector, and
+// over NVLink each becomes its own small masked write. Staging costs two CTA-scope barriers per
+// pass and BM * kCols * 4 bytes of shared memory; the global side becomes full-sector, 512-byte
+// contiguous runs per warp.
+//
+// Shared memory layout (one pass = kCols columns of the tile, fp32, so a later add in fp32 rounds
+// once): row r holds kCols floats = kCols/4 16-byte chunks; the chunk index is XOR-swizzled with
+// 2*(r & 3), so that the fragment writes (a half-warp writes 4 rows x 32 bytes) hit 32 distinct
+// banks. Reads of one 16-byte chunk by 8 consecutive threads of one row are at most 2-way conflicted.
+//
+// Synchronisation: all size(TiledMma) consumer threads call this together (cooperative kernel: both
+// consumer warpgroups own the same tile). Per pass: barrier (the previous pass's, or the previous
+// tile's, readers are done with the buffer), fragment writes, barrier (writes visible to the CTA),
+// reads + emit. The caller's own barrier/release after the last emit is unchanged.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/cutlass.h"
+
+namespace braid::overlap::detail {
+
+template <int BM, int kCols>
+struct StageBuffer {
+  static_assert(kCols % 32 == 0 && kCols <= 128, "kCols: 32, 64, 96 or 128");
+  static constexpr int kChunks = kCols / 4;  // 16-byte chunks per row
+  alignas(128) float v[BM * kCols];          // (BM, kCols) fp32, swizzled 16-byte chunks
+
+  CUTLASS_DEVICE static int index(int r, int c) {  // float index of logical (r, c)
+    const int chunk = (c >> 2) ^ ((r & 3) << 1);
+    return r * kCols + chunk * 4 + (c & 3);
+  }
+};
+
+// emit(r, c, const float (&f)[8]): columns c..c+7 of tile row r (c % 8 == 0).
+template <int BM, int BN, int kCols, int kThreads, class Acc, class Coords, class Emit>
+CUTLASS_DEVICE void staged_store(StageBuffer<BM, kCols>& buf, Acc const& acc, Coords const& tCcD, int tid,
+                                 Emit&& emit) {
+  using namespace cute;
+  static_assert(BN % kCols == 0, "BN must be a multiple of the pass width");
+  constexpr int kVecPerRow = kCols / 8;
+  constexpr int kVecs = BM * kVecPerRow;
+  static_assert(kVecs % kThreads == 0, "every thread emits the same number of vectors");
+  static_assert(decltype(size<0, 0>(acc))::value == 2, "expected GMMA accumulator layout (column pairs)");
+  CUTLASS_PRAGMA_UNROLL
+  for (int pass = 0; pass < BN / kCols; ++pass) {
+    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      const auto coord = tCcD(i);
+      const int r = get<0>(coord);
+      const int c = get<1>(coord) - pass * kCols;
+      if (c >= 0 && c < kCols)
+        *reinterpret_cast<float2*>(&buf.v[StageBuffer<BM, kCols>::index(r, c)]) =
+            make_float2(float(acc(i)), float(acc(i + 1)));
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    CUTLASS_PRAGMA_UNROLL
+    for (int it = 0; it < kVecs / kThreads; ++it) {
+      const int j = tid + it * kThreads;
+      const int r = j / kVecPerRow, c = (j % kVecPerRow) * 8;
+      const float4 lo = *reinterpret_cast<const float4*>(&buf.v[StageBuffer<BM, kCols>::index(r, c)]);
+      const float4 hi = *reinterpret_cast<const float4*>(&buf.v[StageBuffer<BM, kCols>::index(r, c + 4)]);
+      const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      emit(r, pass * kCols + c, f);
+    }
+  }
+}
+
+// 8 floats -> 8 bf16 (round to nearest even), packed for one 16-byte store.
+CUTLASS_DEVICE uint4 pack_bf16x8(const float (&f)[8]) {
+  uint4 u;
+  __nv_bfloat162 t;
+  t = __floats2bfloat162_rn(f[0], f[1]), u.x = *reinterpret_cast<uint32_t*>(&t);
+  t = __floats2bfloat162_rn(f[2], f[3]), u.y = *reinterpret_cast<uint32_t*>(&t);
+  t = __floats2bfloat162_rn(f[4], f[5]), u.z = *reinterpret_cast<uint32_t*>(&t);
+  t = __floats2bfloat162_rn(f[6], f[7]), u.w = *reinterpret_cast<uint32_t*>(&t);
+  return u;
+}
+
+// 8 bf16 packed in 16 bytes -> 8 floats.
+CUTLASS_DEVICE void unpack_bf16x8(uint4 u, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+}  // namespace braid::overlap::detail
