@@ -413,6 +413,14 @@ void Layer::backward(cudaStream_t stream) {
   for (auto& f : impl_->fn[1]) f(stream);
 }
 std::vector<int64_t> Layer::local_expert_rows() const { return impl_->expert_rows; }
+std::vector<int> Layer::local_routes() const {
+  const Impl& m = *impl_;
+  if (!m.moe) return {};
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<int> r(size_t(m.Tl * m.K));
+  if (!r.empty()) BRAID_CUDA_CHECK(cudaMemcpy(r.data(), m.route, r.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  return r;
+}
 
 void Layer::load_weights(const LayerWeights& full) {
   Impl& m = *impl_;

@@ -208,7 +208,7 @@ LayerWeights shard_of(const LayerWeights& f, const ModelConfig& c, const Paralle
 }
 
 RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                          const std::vector<double>& dy) {
+                          const std::vector<double>& dy, const std::vector<int>* routes) {
   c.validate();
   const Dims D(c);
   const int64_t T = D.T, H = D.H, S = D.S, d = D.d, F = D.F;
@@ -276,12 +276,22 @@ RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std
     res.routes.resize(T * K);
     res.expert_tokens.assign(E, 0);
     mm(h2.data(), w.router.data(), logits.data(), T, E, H);
+    res.logits = logits;
+    if (routes) BRAID_REQUIRE(int64_t(routes->size()) == T * K, "reference: routes must have tokens x top_k entries");
     e_gt.resize(T * K), e_up.resize(T * K), e_act.resize(T * K), e_out.resize(T * K);
     for (int64_t t = 0; t < T; ++t) {
       std::vector<int> idx(E);
       std::iota(idx.begin(), idx.end(), 0);
       const double* lt = logits.data() + t * E;
       std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return lt[a] > lt[b]; });
+      if (routes) {
+        for (int64_t kk = 0; kk < K; ++kk) {
+          const int e = (*routes)[t * K + kk];
+          BRAID_REQUIRE(e >= 0 && e < E, "reference: route out of range");
+          for (int64_t j = 0; j < kk; ++j) BRAID_REQUIRE(idx[j] != e, "reference: a token routed twice to one expert");
+          idx[kk] = e;
+        }
+      }
       double mx = lt[idx[0]], sum = 0;
       for (int64_t kk = 0; kk < K; ++kk) sum += std::exp(lt[idx[kk]] - mx);
       for (int64_t kk = 0; kk < K; ++kk) {
@@ -400,11 +410,38 @@ RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std
 }
 
 double reference_loss(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                      const std::vector<double>& dy) {
-  const auto r = reference_layer(c, w, x, {});
+                      const std::vector<double>& dy, const std::vector<int>* routes) {
+  const auto r = reference_layer(c, w, x, {}, routes);
   double s = 0;
   for (size_t i = 0; i < r.y.size(); ++i) s += r.y[i] * dy[i];
   return s;
+}
+
+double route_deficit(const ModelConfig& c, const RefResult& ref, const std::vector<int>& routes, int* differ) {
+  const int64_t T = c.tokens(), E = c.experts, K = c.top_k;
+  BRAID_REQUIRE(c.moe() && int64_t(routes.size()) == T * K && int64_t(ref.logits.size()) == T * E,
+                "route_deficit: MoE routes [tokens, top_k] and a reference with logits");
+  double worst = -INFINITY;
+  int n = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<bool> chosen(E, false), in_ref(E, false);
+    for (int64_t k = 0; k < K; ++k) {
+      const int e = routes[t * K + k];
+      BRAID_REQUIRE(e >= 0 && e < E && !chosen[e], "route_deficit: a token needs top_k distinct experts in range");
+      chosen[e] = true;
+      in_ref[ref.routes[t * K + k]] = true;
+    }
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t e = 0; e < E; ++e) {
+      const double l = ref.logits[t * E + e];
+      if (chosen[e]) lo = std::min(lo, l);
+      else hi = std::max(hi, l);
+    }
+    worst = std::max(worst, hi - lo);  // E == K: nothing left out, -inf
+    n += chosen != in_ref;
+  }
+  if (differ) *differ = n;
+  return worst;
 }
 
 }  // namespace braid::model

@@ -62,6 +62,11 @@ class Layer {
 
   // MoE: rows each local expert received in the last forward (host copy), E/tp entries.
   std::vector<int64_t> local_expert_rows() const;
+  // MoE: the experts each local token was routed to in the last forward, [local_tokens(), top_k]
+  // row-major, highest logit first (host copy; synchronizes the device). Tests pass these to
+  // reference_layer(..., &routes) so that a near-tie ordered differently by bf16 logits does not count
+  // as an error (docs/layer.md, "MoE gradient mismatch").
+  std::vector<int> local_routes() const;
 
   struct Impl;
 

@@ -40,14 +40,27 @@ struct RefResult {
   LayerWeights grad;       // full layout (empty when dy was empty)
   std::vector<int> routes; // MoE: [T, top_k] chosen experts
   std::vector<int64_t> expert_tokens;  // MoE: rows per expert
+  std::vector<double> logits;          // MoE: [T, E] router logits
 };
 // Forward, and backward when dy ([T, H]) is not empty. x is [T, H].
+// MoE: `routes` ([T, top_k] expert ids, k distinct per token), when given, replaces the top-k choice
+// (the gates are still the softmax of the chosen logits). Top-k is discontinuous: a GPU whose bf16
+// logits order two near-equal experts the other way routes that token differently, and every gradient
+// summed over tokens moves by that token's whole contribution. Comparing a GPU layer against the
+// reference computed with the GPU's own routes removes that discontinuity (see docs/layer.md).
 RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                          const std::vector<double>& dy);
+                          const std::vector<double>& dy, const std::vector<int>* routes = nullptr);
 
-// Σ y ∘ dy: the scalar whose gradient reference_layer returns (for finite-difference checks).
+// MoE: how far `routes` ([T, top_k], e.g. a GPU layer's) is from the float64 top-k of `ref`: per token,
+// the largest logit of ref left out by routes minus the smallest one chosen (<= 0 for a true top-k);
+// returns the maximum over tokens, and in *differ the number of tokens whose expert set is not
+// ref.routes'. A bf16 layer's routes should stay within a few 1e-3 (near ties only).
+double route_deficit(const ModelConfig& c, const RefResult& ref, const std::vector<int>& routes, int* differ = nullptr);
+
+// Σ y ∘ dy: the scalar whose gradient reference_layer returns (for finite-difference checks); routes
+// as in reference_layer.
 double reference_loss(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                      const std::vector<double>& dy);
+                      const std::vector<double>& dy, const std::vector<int>* routes = nullptr);
 
 // Field access by name ("norm1", "wq", ...); nullptr for an unknown name.
 std::vector<double>* field(LayerWeights& w, const std::string& name);
