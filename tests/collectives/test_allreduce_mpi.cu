@@ -123,7 +123,6 @@ TEST(AllReduce, PipelinedDeepPipelinesOddSizesAndTails) {
   for (int blocks : {1, 3, 7}) {
     braid::AllReducerConfig cfg;
     cfg.quant_pipe_blocks = blocks;
-    cfg.quant_impl = QuantImpl::kPipelined;  // kDefault in the options below resolves to it
     braid::AllReducer ar(team(), cfg);
     for (Precision p : {Precision::kInt8, Precision::kInt6, Precision::kInt4})
       for (size_t n : {size_t(17), size_t(8193), size_t(65536 + 129), size_t(1) << 20, (size_t(1) << 20) + 12345}) {
@@ -131,7 +130,7 @@ TEST(AllReduce, PipelinedDeepPipelinesOddSizesAndTails) {
         const auto in = inputs(n, q::Dtype::bf16, braid::dist::Distribution::student_t, 31 + n + blocks);
         const auto expect = q::reference_allreduce(mode_of(p), g, q::Dtype::bf16, in);
         for (bool in_place : {false, true}) {
-          const auto got = run_ar(ar, in[rank], DType::kBF16, ArAlgo::kQuantP2P, p, g, in_place, QuantImpl::kDefault);
+          const auto got = run_ar(ar, in[rank], DType::kBF16, ArAlgo::kQuantP2P, p, g, in_place, QuantImpl::kPipelined);
           EXPECT_EQ(differences(got, expect), 0u) << "pipelined blocks<=" << blocks << " " << braid::precision_name(p)
                                                   << " g=" << g << " n=" << n << (in_place ? " in-place" : "");
         }
