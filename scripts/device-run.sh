@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
-# nccl (default: all but nccl). Uses .deps carried from this machine (scripts/setup.sh --stage).
+# nccl qar (default: all but nccl and qar). Uses .deps carried from this machine (scripts/setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -62,6 +62,21 @@ if has allreduce; then
   for d in student-t outlier; do
     mpi bench allreduce --algo nccl,int8,int6,int4 -b 4M -e 64M -f 16 --dist $d --json "$out/allreduce-dists.jsonl" \
       2>&1 | tee -a "$log"
+  done
+fi
+if has qar; then  # the pipelined quantized all-reduce: bit-exact test, then A/B against the classic kernel
+  echo "== test_allreduce_mpi (classic + pipelined)" | tee -a "$log"
+  (cd build && ctest --output-on-failure --timeout 600 -R "test_allreduce_mpi|test_allreduce_table" \
+    > "$out/ctest-qar.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-qar.log" | tee -a "$log"
+  echo "== bench allreduce: classic vs pipelined" | tee -a "$log"
+  T=400 mpi bench allreduce --algo nccl,int8-classic,int8-pipe,int6-classic,int6-pipe,int4-classic,int4-pipe \
+    -b 1M -e 256M -f 4 --json "$out/allreduce-qar.jsonl" 2>&1 | tee -a "$log"
+  for v in "BRAID_AR_PIPE_BLOCKS=264" "BRAID_AR_PIPE_MIN_ROUNDS=4" "BRAID_AR_PIPE_BLOCKS=132"; do
+    echo "-- variant env=[$v]" | tee -a "$log"
+    E="$v" T=200 mpi bench allreduce --algo nccl,int8-pipe,int6-pipe,int4-pipe -b 16M -e 64M -f 4 \
+      --json "$out/allreduce-qar-variants.jsonl" 2>&1 | tee -a "$log"
   done
 fi
 if has peers; then

@@ -35,15 +35,28 @@ enum class ArAlgo {
   kQuantP2P,  // Flash Communication two-step, fused, over peer memory
   kQuantNccl  // Flash Communication two-step, NCCL all-to-all + all-gather as transport
 };
+// Kernel of the fused quantized algorithm (kQuantP2P); same output bits either way.
+enum class QuantImpl {
+  kDefault,    // AllReducerConfig::quant_impl (BRAID_AR_QUANT_IMPL=classic|pipelined overrides it)
+  kClassic,    // quant_allreduce_kernel: three stages per block, one flag exchange between stages
+  kPipelined   // quant_pipelined_kernel: sub-rounds in flight, a signalling warp, per-sub-round flags
+};
 const char* algo_name(ArAlgo a);
 const char* precision_name(Precision p);
+const char* quant_impl_name(QuantImpl i);
 // "nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6", "int4", "int8-nccl", ... -> (algo, precision).
 bool parse_algo(const std::string& s, ArAlgo* algo, Precision* precision);
+// The same, plus "int8-pipe" / "int8-classic" (and int6/int4): the fused algorithm with a given kernel
+// (*impl = kDefault for every other name).
+bool parse_algo(const std::string& s, ArAlgo* algo, Precision* precision, QuantImpl* impl);
+// "classic" / "pipelined" (also "pipe") -> impl; false otherwise.
+bool parse_quant_impl(const std::string& s, QuantImpl* impl);
 
 struct AllReduceOptions {
   Precision precision = Precision::kExact;  // lossy modes are only ever used when asked for here
   ArAlgo algo = ArAlgo::kAuto;              // kAuto: from the tuning table (tuning/allreduce.tsv)
   int group = 128;                          // quantization group size: 32, 64, 128 or 256
+  QuantImpl quant_impl = QuantImpl::kDefault;  // kernel of kQuantP2P (kDefault: the reducer's config)
   bool debug_check_counts = false;          // host check that every rank passed the same count
 };
 
@@ -61,6 +74,12 @@ struct AllReducerConfig {
   uint64_t twoshot_min_vecs = 512;
   uint64_t quant_min_groups = 32;
   int threads = 512;
+  // Pipelined quantized kernel (QuantImpl::kPipelined; 288 threads per block, fixed). Default kernel of
+  // kQuantP2P; the environment overrides: BRAID_AR_QUANT_IMPL=classic|pipelined, BRAID_AR_PIPE_BLOCKS,
+  // BRAID_AR_PIPE_MIN_ROUNDS.
+  QuantImpl quant_impl = QuantImpl::kClassic;
+  int quant_pipe_blocks = 1024;   // at most (capped by occupancy: every block resident)
+  int quant_pipe_min_rounds = 2;  // fewer blocks for small messages, so each has this many sub-rounds
 };
 
 struct TuningRow;
@@ -84,7 +103,7 @@ class AllReducer {
   void run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_twoshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
-                     int group);
+                     int group, QuantImpl impl);
   void run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                       int group);
 

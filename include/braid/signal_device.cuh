@@ -127,4 +127,54 @@ __device__ __forceinline__ bool barrier_block(const SignalView& v, int slot, uin
   return s_ok != 0;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Warp-specialized signalling (used by the pipelined quantized all-reduce): one warp of a block does all
+// flag traffic while the other warps compute, and hands data over through named CTA barriers.
+
+// Named CTA barriers `bar.sync id, count` / `bar.arrive id, count` (PTX barrier{.cta}.aligned), ids 1..15
+// (id 0 is __syncthreads). `count` is the number of threads taking part (a multiple of 32, counted per
+// warp); every thread of a calling warp must execute the same call (reconverge with __syncwarp first).
+// Ordering contract (PTX memory model, "barrier" synchronizes-with): a bar.arrive or bar.sync on id b
+// synchronizes with every bar.sync on b that completes the same barrier phase, so every memory
+// operation a thread made before its arrive/sync happens-before every operation a syncing thread makes
+// after the sync returns (CTA scope; for peers, follow it with warp_signal_peers, below). arrive never
+// waits. A producer must not arrive twice on one id before the consumer's sync of the first phase has
+// completed (the phases would merge): protocols that run ahead alternate ids, or have a back edge.
+__device__ __forceinline__ void named_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// Called by all 32 lanes of one warp. Lane p < world, p != rank: fence.acq_rel.sys, then st.release.sys of
+// `value` into peer p's flag [slot][rank]. Contract: every write made before the call by this warp, or
+// by any thread whose barrier arrive/sync this warp's preceding named_sync (or __syncthreads)
+// synchronized with, is visible to a peer thread that reads a flag value >= `value` and then acquires
+// (warp_wait_peers, wait_geq). Values written to one slot must grow (epochs); the flag never resets.
+__device__ __forceinline__ void warp_signal_peers(const SignalView& v, int slot, uint32_t value) {
+  __syncwarp();
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  if (lane < v.world && lane != v.rank) {
+    fence_release();
+    store_release(flag_at(v.peer_flags[lane], slot, v.rank), value);
+  }
+  __syncwarp();
+}
+
+// Called by all 32 lanes of one warp. Lane p < world, p != rank waits until this rank's flag [slot][p]
+// reaches `value` (wrap-safe), bounded by timeout_ns (wait_geq: relaxed polling, then fence.acq_rel.sys).
+// Returns the AND over the lanes (warp-uniform). Contract: on true, the peers' writes released with
+// values >= `value` are visible to this warp; to hand them to other warps of the block, follow with a
+// named_arrive (or named_sync) that those warps named_sync on. On false a timeout (or another waiter's)
+// is recorded in the error word: the caller must not wait again in this launch, but must keep its
+// barrier protocol going so that no warp of the block waits forever.
+__device__ __forceinline__ bool warp_wait_peers(const SignalView& v, int slot, uint32_t value, uint32_t op) {
+  __syncwarp();
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  bool ok = true;
+  if (lane < v.world && lane != v.rank) ok = wait_geq(v, flag_at(v.local_flags, slot, lane), value, op, slot, lane);
+  return __all_sync(0xffffffffu, ok);
+}
+
 }  // namespace braid::dev

@@ -102,7 +102,8 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
   for (const auto& name : algos) {
     ArAlgo al;
     Precision p;
-    if (!parse_algo(name, &al, &p)) throw UsageError("unknown all-reduce algorithm '" + name + "'", __FILE__, __LINE__);
+    QuantImpl impl;
+    if (!parse_algo(name, &al, &p, &impl)) throw UsageError("unknown all-reduce algorithm '" + name + "'", __FILE__, __LINE__);
   }
 
   // Pools: inputs and outputs, >= 128 MiB each, sliced into rotation sets.
@@ -149,11 +150,13 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
     for (const auto& name : algos) {
       ArAlgo al;
       Precision prec;
-      parse_algo(name, &al, &prec);
+      QuantImpl impl;
+      parse_algo(name, &al, &prec, &impl);  // "int8-pipe" / "int8-classic": that kernel of the fused path
       AllReduceOptions opt;
       opt.algo = al;
       opt.precision = prec;
       opt.group = a.group;
+      opt.quant_impl = impl;
       const bool quant_mode = prec != Precision::kExact;
       char* in0 = in_pool;
       char* out0 = out_pool;

@@ -40,6 +40,8 @@ const char* kUsage =
     "                  [--dtype bf16|fp16] [--dist normal|student-t|outlier] [--group 128] [--json FILE]\n"
     "                  [--write-table tuning/allreduce.tsv]\n"
     "                                    braid all-reduce vs NCCL, verified (quantized: vs CPU reference)\n"
+    "                                    int8-pipe / int8-classic (int6, int4 too): that fused kernel; plain\n"
+    "                                    int8 follows BRAID_AR_QUANT_IMPL=classic|pipelined (default classic)\n"
     "  bench transitions [--transition tp+sp,tp+ep,sp+ep] [--model M] [--seq 1024,4096] [--dtype bf16,fp32]\n"
     "                    [--json FILE]     Chimera: fused vs unfused parallelism transitions, verified\n"
     "  bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--measure FILE] [--cache FILE]\n"

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "allreduce_kernels.cuh"
+#include "allreduce_pipelined.cuh"
 #include "braid/allreduce.hpp"
 #include "braid/quant.hpp"
 
@@ -86,6 +87,31 @@ const char* precision_name(Precision p) {
   }
   return "?";
 }
+const char* quant_impl_name(QuantImpl i) {
+  switch (i) {
+    case QuantImpl::kDefault: return "default";
+    case QuantImpl::kClassic: return "classic";
+    case QuantImpl::kPipelined: return "pipelined";
+  }
+  return "?";
+}
+bool parse_quant_impl(const std::string& s, QuantImpl* impl) {
+  if (s == "classic") { *impl = QuantImpl::kClassic; return true; }
+  if (s == "pipelined" || s == "pipe") { *impl = QuantImpl::kPipelined; return true; }
+  return false;
+}
+bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec, QuantImpl* impl) {
+  *impl = QuantImpl::kDefault;
+  for (const char* suffix : {"-pipe", "-classic"}) {
+    const std::string suf(suffix);
+    if (s.size() > suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0) {
+      if (!parse_algo(s.substr(0, s.size() - suf.size()), algo, prec) || *algo != ArAlgo::kQuantP2P) return false;
+      *impl = suf == "-pipe" ? QuantImpl::kPipelined : QuantImpl::kClassic;
+      return true;
+    }
+  }
+  return parse_algo(s, algo, prec);
+}
 bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
   *prec = Precision::kExact;
   if (s == "nccl") { *algo = ArAlgo::kNccl; return true; }
@@ -136,6 +162,15 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_QUANT_BLOCKS")) cfg_.quant_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_PIPE_BLOCKS")) cfg_.quant_pipe_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_PIPE_MIN_ROUNDS")) cfg_.quant_pipe_min_rounds = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_QUANT_IMPL")) {
+    if (!parse_quant_impl(e, &cfg_.quant_impl))
+      throw UsageError(std::string("BRAID_AR_QUANT_IMPL must be classic or pipelined, not '") + e + "'", __FILE__,
+                       __LINE__);
+  }
+  if (cfg_.quant_impl == QuantImpl::kDefault) cfg_.quant_impl = QuantImpl::kClassic;
+  BRAID_REQUIRE(cfg_.quant_pipe_min_rounds >= 1, "AllReducer: quant_pipe_min_rounds must be >= 1");
   const int W = team.size();
   table_ = parse_tuning_table(kBuiltinTable);
   // Quantized slot: stride of the largest piece at the largest group, INT8 payload, metadata for the
@@ -168,7 +203,13 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&q, ar::quant_allreduce_kernel<1, 8, 8, 256>,
                                                                  cfg_.threads, 0));
     cfg_.quant_blocks = std::min(cfg_.quant_blocks, std::min(per_sm, q) * sms);
-    BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0,
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, ar::pipe::quant_pipelined_kernel<0, 4, 4, 32>, ar::pipe::config::kThreads, 0));
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &q, ar::pipe::quant_pipelined_kernel<1, 8, 8, 256>, ar::pipe::config::kThreads, 0));
+    cfg_.quant_pipe_blocks = std::min(cfg_.quant_pipe_blocks, std::min(per_sm, q) * sms);
+    BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0 &&
+                      cfg_.quant_pipe_blocks > 0,
                   "AllReducer: kernels do not fit on this GPU");
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::oneshot_ll_kernel<0>, cfg_.threads, 0));
     cfg_.ll_blocks = std::min(cfg_.ll_blocks, per_sm * sms);
@@ -181,7 +222,9 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     team.barrier();
     slot_oneshot_ = team.reserve_slots(cfg_.oneshot_blocks);
     slot_twoshot_ = team.reserve_slots(cfg_.twoshot_blocks);
-    slot_quant_ = team.reserve_slots(cfg_.quant_blocks);
+    // Both fused quantized kernels use these slots (block b: slot_quant_ + b); their epochs share the
+    // device counter of each slot, so they may alternate.
+    slot_quant_ = team.reserve_slots(std::max(cfg_.quant_blocks, cfg_.quant_pipe_blocks));
   }
 }
 
@@ -249,7 +292,9 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
     case ArAlgo::kQuantNccl: {
       int b1, b2;
       bits_of(opt.precision, &b1, &b2);
-      if (a == ArAlgo::kQuantP2P) run_quant_p2p(in, out, count, dtype, s, b1, b2, opt.group);
+      if (a == ArAlgo::kQuantP2P)
+        run_quant_p2p(in, out, count, dtype, s, b1, b2, opt.group,
+                      opt.quant_impl == QuantImpl::kDefault ? cfg_.quant_impl : opt.quant_impl);
       else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group);
       return;
     }
@@ -312,7 +357,7 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
 }
 
 void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,
-                               int group) {
+                               int group, QuantImpl impl) {
   const int W = team_.size();
   ar::QuantWorkspace ws{};
   for (int r = 0; r < W; ++r) ws.base[r] = ws_quant_->peer_as<uint8_t>(r);
@@ -321,9 +366,19 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
   for (size_t off = 0; off < count; off += cfg_.piece_elems) {
     const size_t n = std::min(cfg_.piece_elems, count - off);
     ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta};
-    const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
+    if (impl == QuantImpl::kPipelined) {
+      // Each block gets at least quant_pipe_min_rounds sub-rounds (kRoundElems / group groups each).
+      const uint64_t round_groups = ar::pipe::config::kRoundElems / group;
+      const int blocks = grid_for(q.stride / group, round_groups * cfg_.quant_pipe_min_rounds, cfg_.quant_pipe_blocks);
+      BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+          ar::pipe::quant_pipelined_kernel<DT, B1, B2, G><<<blocks, ar::pipe::config::kThreads, 0, s>>>(
+              x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4)))));
+      BRAID_CHECK_LAUNCH();
+      continue;
+    }
+    const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
     BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
         ar::quant_allreduce_kernel<DT, B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(
             x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4)))));

@@ -1,5 +1,5 @@
 // Multi-rank GPU tests of braid::AllReducer: quantized modes bit for bit against the CPU reference
-// (fused peer kernel and NCCL transport), exact one-shot/two-shot against the exact sum, in-place,
+// (fused peer kernel, classic and pipelined, and NCCL transport), exact one-shot/two-shot against the exact sum, in-place,
 // chunked messages, CUDA-graph capture, and the argument errors.
 #include <gtest/gtest.h>
 
@@ -15,13 +15,17 @@ namespace {
 using braid::ArAlgo;
 using braid::DType;
 using braid::Precision;
+using braid::QuantImpl;
 namespace q = braid::quant;
 
 // One team and one reducer for the whole binary, torn down before MPI_Finalize.
 class Env : public ::testing::Environment {
  public:
   void SetUp() override {
-    team_ = std::make_unique<braid::Team>(MPI_COMM_WORLD);
+    // Signal slots are never returned: room for the several reducers the tests create.
+    braid::TeamOptions opt;
+    opt.signal_slots = 16384;
+    team_ = std::make_unique<braid::Team>(MPI_COMM_WORLD, opt);
     reducer_ = std::make_unique<braid::AllReducer>(*team_);
   }
   void TearDown() override {
@@ -57,7 +61,7 @@ size_t differences(const std::vector<uint16_t>& a, const std::vector<uint16_t>& 
 }
 
 std::vector<uint16_t> run_ar(braid::AllReducer& ar, const std::vector<uint16_t>& in, DType dt, ArAlgo algo,
-                             Precision p, int group, bool in_place) {
+                             Precision p, int group, bool in_place, QuantImpl impl = QuantImpl::kClassic) {
   const size_t n = in.size();
   uint16_t *x = nullptr, *y = nullptr;
   EXPECT_EQ(cudaMalloc(&x, std::max<size_t>(n, 1) * 2), cudaSuccess);
@@ -68,6 +72,7 @@ std::vector<uint16_t> run_ar(braid::AllReducer& ar, const std::vector<uint16_t>&
   o.algo = algo;
   o.precision = p;
   o.group = group;
+  o.quant_impl = impl;
   ar.run(x, in_place ? x : y, n, dt, team().stream(), o);
   team().synchronize("all-reduce under test");
   std::vector<uint16_t> out(n);
@@ -97,8 +102,40 @@ TEST(AllReduce, QuantizedEqualsCpuReferenceBitForBit) {
                 << " g=" << g << " n=" << n << " W=" << W << (in_place ? " in-place" : "");
             ++cases;
           }
+          // The pipelined fused kernel, in place and not (alternating with the classic one on the same
+          // workspace and signal slots).
+          for (bool in_place : {false, true}) {
+            const auto got = run_ar(reducer(), in[rank], dt, ArAlgo::kQuantP2P, p, g, in_place, QuantImpl::kPipelined);
+            EXPECT_EQ(differences(got, expect), 0u)
+                << "pipelined " << braid::precision_name(p) << " " << braid::bench::dtype_name(dt) << " g=" << g
+                << " n=" << n << " W=" << W << (in_place ? " in-place" : "");
+            ++cases;
+          }
         }
-  EXPECT_EQ(cases, 3 * 2 * 3 * 5 * 2);
+  EXPECT_EQ(cases, 3 * 2 * 3 * 5 * 4);
+}
+
+TEST(AllReduce, PipelinedDeepPipelinesOddSizesAndTails) {
+  // Few blocks force many sub-rounds per block (deep pipelines, both barrier parities, uneven block
+  // ranges); odd counts leave partial groups and partial 16-value units; g = 64 covers the last size.
+  ASSERT_TRUE(team().peer_ok());
+  const int rank = team().rank();
+  for (int blocks : {1, 3, 7}) {
+    braid::AllReducerConfig cfg;
+    cfg.quant_pipe_blocks = blocks;
+    braid::AllReducer ar(team(), cfg);
+    for (Precision p : {Precision::kInt8, Precision::kInt6, Precision::kInt4})
+      for (size_t n : {size_t(17), size_t(8193), size_t(65536 + 129), size_t(1) << 20, (size_t(1) << 20) + 12345}) {
+        const int g = n % 2 ? 64 : 128;
+        const auto in = inputs(n, q::Dtype::bf16, braid::dist::Distribution::student_t, 31 + n + blocks);
+        const auto expect = q::reference_allreduce(mode_of(p), g, q::Dtype::bf16, in);
+        for (bool in_place : {false, true}) {
+          const auto got = run_ar(ar, in[rank], DType::kBF16, ArAlgo::kQuantP2P, p, g, in_place, QuantImpl::kPipelined);
+          EXPECT_EQ(differences(got, expect), 0u) << "pipelined blocks<=" << blocks << " " << braid::precision_name(p)
+                                                  << " g=" << g << " n=" << n << (in_place ? " in-place" : "");
+        }
+      }
+  }
 }
 
 TEST(AllReduce, QuantizedChunksLongMessages) {
@@ -119,6 +156,21 @@ TEST(AllReduce, QuantizedChunksLongMessages) {
   for (ArAlgo algo : {ArAlgo::kQuantP2P, ArAlgo::kQuantNccl}) {
     const auto got = run_ar(ar, in[team().rank()], DType::kBF16, algo, Precision::kInt6, 128, false);
     EXPECT_EQ(differences(got, expect), 0u) << braid::algo_name(algo);
+  }
+  for (Precision p : {Precision::kInt8, Precision::kInt6, Precision::kInt4}) {
+    std::vector<uint16_t> want;
+    for (size_t off = 0; off < n; off += cfg.piece_elems) {
+      const size_t len = std::min<size_t>(cfg.piece_elems, n - off);
+      std::vector<std::vector<uint16_t>> piece(team().size());
+      for (int r = 0; r < team().size(); ++r) piece[r].assign(in[r].begin() + off, in[r].begin() + off + len);
+      const auto e = q::reference_allreduce(mode_of(p), 128, q::Dtype::bf16, piece);
+      want.insert(want.end(), e.begin(), e.end());
+    }
+    for (bool in_place : {false, true}) {
+      const auto got =
+          run_ar(ar, in[team().rank()], DType::kBF16, ArAlgo::kQuantP2P, p, 128, in_place, QuantImpl::kPipelined);
+      EXPECT_EQ(differences(got, want), 0u) << "pipelined " << braid::precision_name(p) << (in_place ? " in-place" : "");
+    }
   }
 }
 
@@ -157,12 +209,22 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   cudaMalloc(&y1, n * 2);
   cudaMalloc(&y2, n * 2);
   cudaMalloc(&y3, n * 2);
-  braid::AllReduceOptions one, two, i8, ll;
+  braid::AllReduceOptions one, two, i8, ll, i4p;
   ll.algo = ArAlgo::kOneShotLL;
   one.algo = ArAlgo::kOneShot;
   two.algo = ArAlgo::kTwoShot;
   i8.precision = Precision::kInt8;
   i8.algo = ArAlgo::kQuantP2P;
+  i4p.precision = Precision::kInt4;
+  i4p.algo = ArAlgo::kQuantP2P;
+  i4p.quant_impl = QuantImpl::kPipelined;
+  void* y4 = nullptr;
+  cudaMalloc(&y4, n * 2);
+  // Reference for the pipelined INT4 call: the classic INT4 kernel outside the graph (same bits).
+  braid::AllReduceOptions i4c = i4p;
+  i4c.quant_impl = QuantImpl::kClassic;
+  void* y4c = nullptr;
+  cudaMalloc(&y4c, n * 2);
   cudaGraph_t g;
   cudaGraphExec_t ge;
   ASSERT_EQ(cudaStreamBeginCapture(s.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
@@ -170,6 +232,8 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   reducer().run(x, y2, n, DType::kBF16, s.stream(), two);
   reducer().run(x, y3, n, DType::kBF16, s.stream(), i8);
   reducer().run(x, y1, n, DType::kBF16, s.stream(), ll);  // overwrites y1 with the same exact sum
+  reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);
+  reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);  // two pipelined launches in a row: both phases
   ASSERT_EQ(cudaStreamEndCapture(s.stream(), &g), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
   for (int rep = 0; rep < 5; ++rep) {
@@ -188,7 +252,15 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
     for (size_t i = 0; i < n; ++i)
       worst = std::max(worst, std::abs(double(q::bf16_bits_to_float(got[i])) - q::bf16_bits_to_float(exact[i])));
     EXPECT_LT(worst, 0.5 * s.size() * 31.0 / 255 + 0.5 * 62.0 / 255 + 0.5) << "rep " << rep;
+    reducer().run(x, y4c, n, DType::kBF16, s.stream(), i4c);
+    s.synchronize("classic int4 reference");
+    std::vector<uint16_t> p4(n), c4(n);
+    cudaMemcpy(p4.data(), y4, n * 2, cudaMemcpyDeviceToHost);
+    cudaMemcpy(c4.data(), y4c, n * 2, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(differences(p4, c4), 0u) << "pipelined int4 in a graph, rep " << rep;
   }
+  cudaFree(y4);
+  cudaFree(y4c);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   cudaFree(x);

@@ -41,3 +41,25 @@ TEST(AllReduceTable, AlgorithmNamesRoundTrip) {
   Precision p;
   EXPECT_FALSE(braid::parse_algo("int3", &a, &p));
 }
+
+TEST(AllReduceTable, QuantImplSuffixesSelectTheFusedKernel) {
+  ArAlgo a;
+  Precision p;
+  braid::QuantImpl i;
+  ASSERT_TRUE(braid::parse_algo("int8-pipe", &a, &p, &i));
+  EXPECT_EQ(a, ArAlgo::kQuantP2P);
+  EXPECT_EQ(p, Precision::kInt8);
+  EXPECT_EQ(i, braid::QuantImpl::kPipelined);
+  ASSERT_TRUE(braid::parse_algo("int4-classic", &a, &p, &i));
+  EXPECT_EQ(p, Precision::kInt4);
+  EXPECT_EQ(i, braid::QuantImpl::kClassic);
+  ASSERT_TRUE(braid::parse_algo("int6", &a, &p, &i));
+  EXPECT_EQ(i, braid::QuantImpl::kDefault);
+  ASSERT_TRUE(braid::parse_algo("twoshot", &a, &p, &i));
+  EXPECT_EQ(i, braid::QuantImpl::kDefault);
+  EXPECT_FALSE(braid::parse_algo("int8-nccl-pipe", &a, &p, &i));  // the NCCL transport has one kernel set
+  EXPECT_FALSE(braid::parse_algo("twoshot-pipe", &a, &p, &i));
+  EXPECT_FALSE(braid::parse_algo("int8-pipe", &a, &p));           // the plain parser (tuning tables) refuses it
+  EXPECT_TRUE(braid::parse_quant_impl("pipelined", &i));
+  EXPECT_FALSE(braid::parse_quant_impl("fast", &i));
+}
