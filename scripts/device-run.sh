@@ -12,10 +12,14 @@ log="$out/run.log"
 has() { [[ " $what " == *" $1 "* ]]; }
 ngpu=$(nvidia-smi -L | wc -l)
 # Extra environment for one run: `E="NCCL_MAX_CTAS=16" mpi ...` (each NAME=VALUE is exported to every rank).
+# Every run also stops before DEADLINE (seconds since the script started; the device call's limit).
+t0=$SECONDS
+left() { local l=$(( ${DEADLINE:-570} - (SECONDS - t0) )); echo $(( l < 5 ? 5 : l )); }
 mpi() {
-  local xs=() kv
+  local xs=() kv t
   for kv in ${E:-}; do xs+=(-x "$kv"); done
-  timeout "${T:-300}" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE \
+  t=${T:-300}; (( t > $(left) )) && t=$(left)
+  timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE \
     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT "${xs[@]}" build/braid "$@"
 }
 if has build; then
@@ -33,6 +37,20 @@ if has ctest-new; then  # only the suites of the components still being brought 
   (cd build && ctest --output-on-failure --timeout 240 -R "t3|overlap|layer" > "$out/ctest-new.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed" "$out/ctest-new.log" | tee -a "$log"
+fi
+if has ctest-mod; then  # suites of the components changed since the last GPU run
+  echo "== ctest (${CTEST_R:=t3|overlap|layer|model|allreduce})" | tee -a "$log"
+  (cd build && timeout "$(left)" ctest --output-on-failure --timeout 240 -R "$CTEST_R" > "$out/ctest-mod.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed" "$out/ctest-mod.log" | tee -a "$log"
+fi
+if has overlap-diag; then  # where FlashOverlap's time goes: no collectives; collectives without waits
+  echo "== gemm-rs diagnostics" | tee -a "$log"
+  for v in "" "BRAID_OVERLAP_DEBUG=nocomm" "BRAID_OVERLAP_DEBUG=nowait"; do
+    echo "-- variant env=[$v]" | tee -a "$log"
+    E="$v" T=120 mpi bench gemm-rs --shape 16384,8192,1024 --shape 8192,8192,4096 --iters 10 2>&1 | tee -a "$log"
+  done
+  T=200 mpi bench t3-gemm-rs --shape 16384,8192,1024 --shape 8192,8192,4096 --json "$out/t3-gemm-rs.jsonl" 2>&1 | tee -a "$log"
 fi
 if has overlap; then
   echo "== bench gemm-rs (FlashOverlap)" | tee -a "$log"
@@ -64,12 +82,14 @@ if has allreduce; then
       2>&1 | tee -a "$log"
   done
 fi
-if has qar; then  # the pipelined quantized all-reduce: bit-exact test, then A/B against the classic kernel
-  echo "== test_allreduce_mpi (classic + pipelined)" | tee -a "$log"
-  (cd build && ctest --output-on-failure --timeout 600 -R "test_allreduce_mpi|test_allreduce_table" \
-    > "$out/ctest-qar.log" 2>&1)
-  echo "ctest rc=$?" | tee -a "$log"
-  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-qar.log" | tee -a "$log"
+if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless ctest-mod ran it), A/B bench
+  if ! has ctest-mod; then
+    echo "== test_allreduce_mpi (classic + pipelined)" | tee -a "$log"
+    (cd build && ctest --output-on-failure --timeout 600 -R "test_allreduce_mpi|test_allreduce_table" \
+      > "$out/ctest-qar.log" 2>&1)
+    echo "ctest rc=$?" | tee -a "$log"
+    grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-qar.log" | tee -a "$log"
+  fi
   echo "== bench allreduce: classic vs pipelined" | tee -a "$log"
   T=400 mpi bench allreduce --algo nccl,int8-classic,int8-pipe,int6-classic,int6-pipe,int4-classic,int4-pipe \
     -b 1M -e 256M -f 4 --json "$out/allreduce-qar.jsonl" 2>&1 | tee -a "$log"
@@ -97,6 +117,15 @@ if has transitions; then
   fi
   # shellcheck disable=SC2086
   mpi bench transitions --dtype bf16,fp32 $cal --json "$out/transitions.jsonl" 2>&1 | tee -a "$log"
+fi
+if has sweep-rs; then
+  echo "== gemm-rs sweep (bench/shapes/sweep.txt)" | tee -a "$log"
+  T=400 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
+fi
+if has sweep-t3; then
+  echo "== t3-gemm-rs sweep (bench/shapes/sweep.txt)" | tee -a "$log"
+  T=400 mpi bench t3-gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --json "$out/t3-gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
+  T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 # The device tool returns at most 8 files: bundle the JSON lines and tables.
 (cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv 2>/dev/null) 2>/dev/null)
