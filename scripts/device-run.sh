@@ -39,16 +39,18 @@ if has ctest-new; then  # only the suites of the components still being brought 
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed" "$out/ctest-new.log" | tee -a "$log"
 fi
 if has ctest-mod; then  # suites of the components changed since the last GPU run
-  echo "== ctest (${CTEST_R:=t3|overlap|layer|model|allreduce})" | tee -a "$log"
+  CTEST_R=${CTEST_R:-t3|overlap|layer|model|allreduce}  # (not inside the pipeline below: a subshell)
+  echo "== ctest ($CTEST_R)" | tee -a "$log"
   (cd build && timeout "$(left)" ctest --output-on-failure --timeout 240 -R "$CTEST_R" > "$out/ctest-mod.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed" "$out/ctest-mod.log" | tee -a "$log"
 fi
-if has overlap-diag; then  # where FlashOverlap's time goes: no collectives; collectives without waits
+if has overlap-diag; then  # FlashOverlap under NCCL variants (BRAID_OVERLAP_DEBUG: see overlap.cu), then T3
   echo "== gemm-rs diagnostics" | tee -a "$log"
-  for v in "" "BRAID_OVERLAP_DEBUG=nocomm" "BRAID_OVERLAP_DEBUG=nowait"; do
-    echo "-- variant env=[$v]" | tee -a "$log"
-    E="$v" T=120 mpi bench gemm-rs --shape 16384,8192,1024 --shape 8192,8192,4096 --iters 10 2>&1 | tee -a "$log"
+  for v in "NCCL_PROTO=Simple|--reserve-sms 16" "NCCL_MAX_CTAS=16|--reserve-sms 24" "BRAID_OVERLAP_DEBUG=nowait|--reserve-sms 0"; do
+    echo "-- variant env=[${v%%|*}] opts=[${v#*|}]" | tee -a "$log"
+    # shellcheck disable=SC2086
+    E="${v%%|*}" T=120 mpi bench gemm-rs --shape 16384,8192,1024 ${v#*|} --iters 10 2>&1 | tee -a "$log"
   done
   T=200 mpi bench t3-gemm-rs --shape 16384,8192,1024 --shape 8192,8192,4096 --json "$out/t3-gemm-rs.jsonl" 2>&1 | tee -a "$log"
 fi

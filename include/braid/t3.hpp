@@ -42,8 +42,13 @@ namespace braid::t3 {
 //        (dma_map) that a counter triggers (cuStreamWaitValue32). Any world size.
 // kDirect: every tile is atomically added (red.global.add.noftz.bf16x2 over NVLink) into its owner's
 //        output; no copy engine, no SMs beyond the GEMM's. Needs a fully connected node.
-enum class Variant { kRing, kDirect };
+// kRingDma: kRing with stage 0 also on the copy engines (the paper's dma_map for every hop): stage-0
+//        tiles are stored locally (landing slot 0) and tracked; a finished region is pushed to the next
+//        hop by cudaMemcpyAsync, so no SM stores to a peer at all (at W = 2 the only SM work besides
+//        the GEMM is the fused add of the own chunk's last stage).
+enum class Variant { kRing, kDirect, kRingDma };
 const char* variant_name(Variant v);
+inline bool is_ring(Variant v) { return v != Variant::kDirect; }
 
 // What one tile's epilogue does with its values.
 enum class TileOp : uint8_t {
@@ -52,6 +57,7 @@ enum class TileOp : uint8_t {
   kAddStoreFinal = 2, // ring last stage (own chunk): wait landing region, load + add, store to `out`
   kStoreFinal = 3,    // world == 1: plain store to `out`
   kAtomicAdd = 4,     // direct: red.add.bf16x2 into dest_rank's output (remote or local)
+  kStoreLocal = 5,    // ring-dma stage 0: st.global into own landing slot 0, then signal local done[0][q]
 };
 const char* tile_op_name(TileOp op);
 

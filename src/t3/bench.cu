@@ -51,7 +51,7 @@ Args parse(int argc, char** argv) {
   const std::string what = argv[0];
   if (what == "t3-gemm-rs") {
     a.rs = true;
-    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-direct"};
+    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-direct"};
   } else if (what == "ag-gemm") {
     a.rs = false;
     a.algos = {"sequential", "t3"};
@@ -77,7 +77,7 @@ Args parse(int argc, char** argv) {
     else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
   }
   const std::vector<std::string> known =
-      a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-direct"}
+      a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-direct"}
            : std::vector<std::string>{"sequential", "t3"};
   for (const auto& x : a.algos)
     if (std::find(known.begin(), known.end(), x) == known.end())
@@ -183,7 +183,7 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
     const double atol = overlap::gemm_atol(sh.k, W);
     std::vector<Row> rows;
     std::unique_ptr<overlap::GemmOverlap> fo;
-    std::unique_ptr<GemmReduceScatter> ring, direct;
+    std::vector<std::unique_ptr<GemmReduceScatter>> t3ops;  // kept alive: the rows time them later
     int regions = 0;
     for (const auto& algo : a.algos) {
       Row r;
@@ -224,7 +224,7 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
             atol, overlap::kGemmRtol, nullptr, &r.max_err);
       } else {
         RsOptions o;
-        o.variant = algo == "t3-ring" ? Variant::kRing : Variant::kDirect;
+        o.variant = algo == "t3-ring" ? Variant::kRing : algo == "t3-ring-dma" ? Variant::kRingDma : Variant::kDirect;
         o.m = sh.m, o.n = sh.n, o.k = sh.k;
         o.regions = a.regions;
         auto op = std::make_unique<GemmReduceScatter>(team, o);
@@ -239,13 +239,12 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
         p->check_error();
         r.wrong = overlap::count_mismatch(ref_own, download_bf16(p->result(), size_t(mn / W)),
                                           [](int64_t i) { return i; }, atol, overlap::kGemmRtol, nullptr, &r.max_err);
-        (o.variant == Variant::kRing ? ring : direct) = std::move(op);
+        t3ops.push_back(std::move(op));
       }
       rows.push_back(std::move(r));
     }
     failures += finish_rows(team, a, sh, rows, ctx, "t3-gemm-rs", atol, "regions", regions);
-    if (ring) ring->check_error();
-    if (direct) direct->check_error();
+    for (const auto& op : t3ops) op->check_error();
     if (fo) fo->check_error();
   }
   return failures;

@@ -20,7 +20,7 @@ struct WaitError {
   uint32_t observed;
 };
 
-enum : int { kModeRing = 0, kModeDirect = 1 };
+enum : int { kModeRing = 0, kModeDirect = 1, kModeRingDma = 2 };
 
 // Everything the epilogue needs; the routing formulas mirror make_address_map() (map.cpp).
 struct EpiParams {

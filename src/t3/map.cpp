@@ -6,7 +6,14 @@
 
 namespace braid::t3 {
 
-const char* variant_name(Variant v) { return v == Variant::kRing ? "t3-ring" : "t3-direct"; }
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::kRing: return "t3-ring";
+    case Variant::kDirect: return "t3-direct";
+    case Variant::kRingDma: return "t3-ring-dma";
+  }
+  return "?";
+}
 
 const char* tile_op_name(TileOp op) {
   switch (op) {
@@ -15,6 +22,7 @@ const char* tile_op_name(TileOp op) {
     case TileOp::kAddStoreFinal: return "add-store-final";
     case TileOp::kStoreFinal: return "store-final";
     case TileOp::kAtomicAdd: return "atomic-add";
+    case TileOp::kStoreLocal: return "store-local";
   }
   return "?";
 }
@@ -64,7 +72,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   a.launches = order_launches(a.order, m / world);
   const uint32_t rt = uint32_t(a.region_mblocks) * uint32_t(a.tiles_n);  // tiles per region
   const int W = world;
-  if (v == Variant::kRing) {
+  if (is_ring(v)) {
     a.num_counters = 2 * W * regions;
     a.landing_slots = W;
   } else {
@@ -96,6 +104,13 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
         t.op = TileOp::kStoreFinal;
         t.dest_rank = rank;
         t.dest_buf = Buf::kOut;
+      } else if (s == 0 && v == Variant::kRingDma) {
+        t.op = TileOp::kStoreLocal;
+        t.dest_rank = rank;
+        t.dest_buf = Buf::kLanding;
+        t.dest_slot = 0;
+        t.signal_rank = rank;
+        t.signal_counter = a.done_counter(0, q);
       } else if (s == 0) {
         t.op = TileOp::kStoreRemote;
         t.dest_rank = next;
@@ -128,7 +143,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   } else {
     for (int s = 1; s < W; ++s)
       for (int q = 0; q < regions; ++q) a.expected[a.land_counter(s, q)] = rt;  // stage 1: per tile; later: one DMA write of rt
-    for (int s = 1; s + 1 < W; ++s)
+    for (int s = v == Variant::kRingDma ? 0 : 1; s + 1 < W; ++s)
       for (int q = 0; q < regions; ++q) {
         a.expected[a.done_counter(s, q)] = rt;
         DmaTrigger d;

@@ -111,7 +111,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   const int regions = pick_regions(opt.m / W * opt.n * 2, chunk_mblocks, opt.regions);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
-  const size_t slots = opt.variant == Variant::kRing ? size_t(W) : 1;
+  const size_t slots = is_ring(opt.variant) ? size_t(W) : 1;
   landing_ = std::make_unique<SymmetricBuffer>(team, slots * size_t(map_.chunk_elems) * 2);
   counters_ = std::make_unique<SymmetricBuffer>(team, (size_t(map_.num_counters) * 4 + 255) / 256 * 256);
   slot_ = team.reserve_slots(1);
@@ -156,7 +156,7 @@ void GemmReduceScatter::check_error() const {
 void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   const AddressMap& m = map_;
   const int W = m.world, r = m.rank;
-  const bool ring = m.variant == Variant::kRing;
+  const bool ring = is_ring(m.variant);
   BRAID_REQUIRE(!ring || out != nullptr, "T3 ring: needs an output buffer");
   BRAID_REQUIRE(!ring || reinterpret_cast<uintptr_t>(out) % 4 == 0, "T3 ring: out must be 4-byte aligned");
   result_ = ring ? out : landing_->local();
@@ -189,7 +189,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
 
   // (4) remote_map: the GEMM, in the staggered order (1 or 2 launches).
   detail::EpiParams p;
-  p.mode = ring ? detail::kModeRing : detail::kModeDirect;
+  p.mode = !ring ? detail::kModeDirect : m.variant == Variant::kRingDma ? detail::kModeRingDma : detail::kModeRing;
   p.rank = r;
   p.world = W;
   p.tiles_n = m.tiles_n;

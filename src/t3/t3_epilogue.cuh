@@ -8,6 +8,8 @@
 // Per tile (stage s of its chunk c, region q; rt = tiles per region; W ranks):
 //   ring  s == 0      st.global into the next hop's landing slot 1 (remote_map over NVLink), then
 //                     red.release.sys on the next hop's land[1][q]
+//   ring-dma s == 0   st.global into the local landing slot 0, red.release.sys on local done[0][q]; a
+//                     copy engine forwards the region (dma_map) like the middle stages
 //   ring  0 < s < W-1 wait land[s][q] >= rt (bounded), load landing slot s + add in fp32 + store in
 //                     place (one rounding per stage), then red.release.sys on local done[s][q], which
 //                     a copy engine waits on (cuStreamWaitValue32) to forward the region (dma_map)
@@ -192,6 +194,10 @@ class T3Epilogue {
     } else if (W == 1) {
       op = kStoreFinal;
       dst = static_cast<__nv_bfloat16*>(p.out) + off;
+    } else if (s == 0 && p.mode == kModeRingDma) {
+      op = kStoreRemote;  // a plain store; here into the local landing slot 0, forwarded by a copy engine
+      dst = static_cast<__nv_bfloat16*>(p.landing) + off;
+      signal = p.counters + W * p.regions + q;  // done[0][q]
     } else if (s == 0) {
       op = kStoreRemote;
       dst = static_cast<__nv_bfloat16*>(p.next_landing) + 1 * p.chunk_elems + off;

@@ -184,6 +184,21 @@ TEST(T3Map, RingDeliversEveryPartialOnceAnyWorld) {
     }
 }
 
+TEST(T3Map, RingDmaDeliversEveryPartialOnceAnyWorld) {
+  for (int W = 1; W <= 8; ++W)
+    for (int regions : {1, 2}) {
+      std::string why;
+      EXPECT_TRUE(simulate(Variant::kRingDma, W, int64_t(W) * 2 * 128 * regions * 2, 512, regions, &why))
+          << "world " << W << " regions " << regions << ": " << why;
+    }
+  // Stage 0 stays local and is forwarded by a copy engine: W-1 hops per region, all on copy engines.
+  const auto a = make_address_map(Variant::kRingDma, 2, 0, 2048, 512, 128, 256, 2);
+  EXPECT_EQ(a.dma.size(), 2u);
+  EXPECT_EQ(a.dma[0].src_slot, 0);
+  EXPECT_EQ(a.dma[0].dst_slot, 1);
+  EXPECT_EQ(a.tiles[size_t(a.chunk_mblocks) * a.tiles_n].op, TileOp::kStoreLocal);  // chunk 1 = stage 0 of rank 0
+}
+
 TEST(T3Map, DirectDeliversEveryPartialOnce) {
   for (int W = 1; W <= 8; ++W) {
     std::string why;

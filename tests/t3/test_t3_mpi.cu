@@ -78,6 +78,8 @@ TEST_P(T3RsMpi, MatchesCublasPlusNccl) {
 INSTANTIATE_TEST_SUITE_P(Shapes, T3RsMpi,
                          ::testing::Values(RsCase{t3::Variant::kRing, 2048, 512, 256, 1, 0},
                                            RsCase{t3::Variant::kRing, 4096, 1024, 512, 2, 16},
+                                           RsCase{t3::Variant::kRingDma, 2048, 512, 256, 1, 0},
+                                           RsCase{t3::Variant::kRingDma, 4096, 1024, 512, 2, 16},
                                            RsCase{t3::Variant::kDirect, 2048, 512, 256, 1, 0},
                                            RsCase{t3::Variant::kDirect, 4096, 1024, 512, 2, 16}));
 
