@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "braid/model/comm.hpp"
@@ -62,6 +63,10 @@ class Layer {
 
   // MoE: rows each local expert received in the last forward (host copy), E/tp entries.
   std::vector<int64_t> local_expert_rows() const;
+  // Which attention runs: "cudnn" (fused, tensor cores), "cudnn (non-deterministic backward)", or
+  // "naive" (braid's CUDA-core kernels; with the reason when cuDNN was wanted but unavailable).
+  // Environment BRAID_ATTN=auto|cudnn|naive at construction chooses (src/model/attention.hpp).
+  std::string attention_backend() const;
 
   struct Impl;
 
