@@ -39,6 +39,7 @@ const char* impl_name(Impl i) {
   return "?";
 }
 
+#if BRAID_HAVE_CUDNN
 namespace {
 bool deterministic_from_env() {
   const char* e = std::getenv("BRAID_ATTN_DETERMINISTIC");
@@ -49,6 +50,7 @@ std::string shape_text(const kernels::AttnShape& a) {
          std::to_string(a.hkv) + ", d " + std::to_string(a.d);
 }
 }  // namespace
+#endif
 
 Attention::Attention(const kernels::AttnShape& a, Impl want) : a_(a) {
   BRAID_REQUIRE(a.hkv > 0 && a.hq % a.hkv == 0, "attention: hq must be a multiple of hkv");
