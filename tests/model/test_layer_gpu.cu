@@ -138,8 +138,8 @@ struct AttnOut {
   std::vector<float> lse;
 };
 
-// Device buffers of one attention problem; dqkv is poisoned (NaN) before every backward, so a column
-// left unwritten shows as an error.
+// Device buffers of one attention problem; o, lse and dqkv are poisoned (NaN) before every run, so an
+// element left unwritten shows as an error.
 struct AttnBuffers {
   k::AttnShape a;
   k::bf16 *qkv = nullptr, *o = nullptr, *dout = nullptr, *dqkv = nullptr;
@@ -163,6 +163,7 @@ struct AttnBuffers {
   void run(m::attn::Attention& at, cudaStream_t s) {
     EXPECT_EQ(cudaMemsetAsync(o, 0xff, no * 2, s), cudaSuccess);
     EXPECT_EQ(cudaMemsetAsync(dqkv, 0xff, nqkv * 2, s), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(lse, 0xff, nl * 4, s), cudaSuccess);
     at.forward(qkv, o, lse, s);
     at.backward(qkv, o, dout, lse, delta, dqkv, s);
   }
