@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
-# nccl qar (default: all but nccl and qar). Uses .deps carried from this machine (scripts/setup.sh --stage).
+# nccl qar ctest-new ctest-mod overlap overlap-diag t3 layer attn sweep-rs sweep-t3 (default: build test allreduce
+# peers transitions). Uses .deps carried from this machine (scripts/setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -67,6 +68,18 @@ if has t3; then
   echo "== bench t3-gemm-rs, ag-gemm" | tee -a "$log"
   T=240 mpi bench t3-gemm-rs --shape 16384,8192,1024 --shape 8192,8192,4096 --json "$out/t3-gemm-rs.jsonl" 2>&1 | tee -a "$log"
   T=240 mpi bench ag-gemm --shape 16384,8192,1024 --shape 8192,8192,4096 --json "$out/ag-gemm.jsonl" 2>&1 | tee -a "$log"
+fi
+if has attn; then  # cuDNN fused attention against braid's kernels (docs/layer.md)
+  echo "== attention: cuDNN vs naive" | tee -a "$log"
+  cmake -LA -N build 2>/dev/null | grep -E "^(CUDNN_|BRAID_CUDNN|BRAID_WITH_CUDNN)" | tee -a "$log"
+  (cd build && ctest -V --timeout 300 -R "layer_gpu" > "$out/ctest-attn.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed|attention" "$out/ctest-attn.log" | tee -a "$log"
+  for impl in cudnn naive; do
+    echo "-- BRAID_ATTN=$impl" | tee -a "$log"
+    E="BRAID_ATTN=$impl" T=300 mpi bench layer --model llama3-70b --tp 2 --seq 8192 --backward \
+      --json "$out/layer-attn.jsonl" 2>&1 | tee -a "$log"
+  done
 fi
 if has layer; then
   echo "== bench layer" | tee -a "$log"

@@ -6,6 +6,10 @@
 #   CUDA toolkit    : nvcc, cuBLAS/cuBLASLt, NCCL (expected installed with the toolkit; checked here)
 #   PyPI            : nvidia-cutlass==$CUTLASS_VERSION, whose wheel carries the CUTLASS/CuTe headers under
 #                     cutlass_library/source/include; they are unpacked to .deps/cutlass/include
+#                     nvidia-cudnn-frontend==$CUDNN_FE_VERSION, the header-only cuDNN graph API (include/ of
+#                     the wheel, with its thirdparty/nlohmann json); unpacked to .deps/cudnn_frontend/include
+#   cuDNN itself    : optional (cudnn.h + libcudnn from the toolkit, Debian, or torch's nvidia-cudnn wheel);
+#                     CMake looks for it and builds fused attention only when it is found (docs/layer.md)
 #
 # The GPU node has no package access. Run `scripts/setup.sh --stage` here first: it also copies the
 # GoogleTest sources to .deps/googletest, so that the ignored folder .deps carries everything the
@@ -14,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CUTLASS_VERSION=4.2.0.0
+CUDNN_FE_VERSION=1.32.0
 DEPS=.deps
 stage=0
 [ "${1:-}" = "--stage" ] && stage=1
@@ -69,6 +74,35 @@ PY
   fi
 fi
 
+# cudnn-frontend headers from the pinned wheel. The wheel is per Python/platform but its headers are
+# not, so ask for one fixed tag: the result does not depend on the local Python.
+if [ ! -f "$DEPS/cudnn_frontend/include/cudnn_frontend.h" ] || [ "$(cat $DEPS/cudnn_frontend/VERSION 2>/dev/null)" != "$CUDNN_FE_VERSION" ]; then
+  if [ "${BRAID_OFFLINE:-0}" = "1" ]; then
+    say "offline: no cudnn-frontend headers in $DEPS (attention falls back to braid's own kernels)"
+  else
+    say "fetching nvidia-cudnn-frontend==$CUDNN_FE_VERSION from PyPI"
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps --only-binary=:all: --implementation cp --python-version 3.11 \
+      --abi cp311 --platform manylinux_2_28_x86_64 -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FE_VERSION"
+    whl=$(ls "$tmp"/nvidia_cudnn_frontend-*.whl)
+    rm -rf "$DEPS/cudnn_frontend" && mkdir -p "$DEPS/cudnn_frontend"
+    python3 - "$whl" "$DEPS/cudnn_frontend" <<'PY'
+import sys, zipfile, os
+whl, dest = sys.argv[1], sys.argv[2]
+prefix = "include/"
+with zipfile.ZipFile(whl) as z:
+    for n in z.namelist():
+        if n.startswith(prefix) and not n.endswith("/") and n.endswith((".h", ".hpp", "LICENSE.MIT")):
+            out = os.path.join(dest, n)
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(n) as src, open(out, "wb") as dst:
+                dst.write(src.read())
+PY
+    echo "$CUDNN_FE_VERSION" > "$DEPS/cudnn_frontend/VERSION"
+    rm -rf "$tmp"
+  fi
+fi
+
 if [ $stage -eq 1 ]; then
   # What the offline GPU node lacks: GoogleTest sources (it has headers only, maybe).
   if [ ! -f "$DEPS/googletest/CMakeLists.txt" ]; then
@@ -78,4 +112,4 @@ if [ $stage -eq 1 ]; then
   fi
   say "staged: $(du -sh $DEPS | cut -f1) in $DEPS (carry it to the GPU node)"
 fi
-say "ok: nvcc $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), nccl.h at $nccl_h, CUTLASS $(cat $DEPS/cutlass/VERSION 2>/dev/null || echo absent)"
+say "ok: nvcc $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), nccl.h at $nccl_h, CUTLASS $(cat $DEPS/cutlass/VERSION 2>/dev/null || echo absent), cudnn-frontend $(cat $DEPS/cudnn_frontend/VERSION 2>/dev/null || echo absent)"

@@ -151,6 +151,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   // ---- timing at the asked shape ----
   Layer layer(c, p, *comm);
   layer.init_random_weights(17);
+  if (root) std::printf("# attention: %s\n", layer.attention_backend().c_str());
   cudaStream_t s = team.stream();
   const size_t n = size_t(layer.local_tokens()) * c.hidden;
   kernels::fill_uniform(static_cast<kernels::bf16*>(layer.x()), n, 100 + team.rank(), -1.f, 1.f, s);
@@ -191,6 +192,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
       j.add("bench", "layer").add("phase", pname).add("model", c.name).add("hidden", c.hidden).add("heads", c.heads);
       j.add("kv_heads", c.kv_heads).add("ffn", c.ffn).add("experts", c.experts).add("top_k", c.top_k);
       j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", tp).add("sp", p.sp).add("comm", comm->name());
+      j.add("attention", layer.attention_backend());
       j.add("time_us", st.median_us).add("p10_us", st.p10_us).add("p90_us", st.p90_us);
       j.add("ops_compute_us", comp_us).add("ops_comm_us", comm_us).add("model_tflops_per_gpu", flops / 1e12);
       j.add("mfu", mfu).add("tokens_per_s", tok_s).add("verified", ok).add("verify_rel_l2", worst_err);

@@ -9,6 +9,7 @@
 
 #include "braid/errors.hpp"
 #include "braid/model/layer.hpp"
+#include "attention.hpp"
 #include "kernels.cuh"
 
 namespace braid::model {
@@ -43,6 +44,7 @@ struct Layer::Impl {
   int64_t T = 0, Tl = 0, H = 0, S = 0, B = 0, d = 0, hq = 0, hkv = 0, qd = 0, kvd = 0, nqkv = 0, Fl = 0, F = 0;
   int64_t E = 0, El = 0, K = 0, Rmax = 0;
   cublasHandle_t blas = nullptr;
+  std::unique_ptr<attn::Attention> attention;  // cuDNN fused attention or braid's kernels (attention.hpp)
   void* blas_ws = nullptr;
   std::vector<void*> allocations;
   std::vector<OpInfo> plan[2];
@@ -189,6 +191,9 @@ void Layer::Impl::setup() {
     sc.assign(tp, 0), sd.assign(tp, 0), rc.assign(tp, 0), rd.assign(tp, 0);
     expert_rows.assign(El, 0);
   }
+  // Builds the cuDNN graphs (or finds them cached) and allocates their workspaces now, so that the
+  // attention operators never allocate: capturable, any stream. BRAID_ATTN=naive|cudnn|auto.
+  attention = std::make_unique<attn::Attention>(attn_shape());
   build_forward();
   build_backward();
   BRAID_REQUIRE(fn[0].size() == plan[0].size() && fn[1].size() == plan[1].size(),
@@ -243,7 +248,7 @@ void Layer::Impl::build_forward() {
   if (sp) add_op(F_, "ag_h1", [=, this](cudaStream_t s) { comm.all_gather(h1, h1f, Tl * H, DType::kBF16, s); });
   add_op(F_, "qkv_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, nqkv, H, h1f, H, wqkv, nqkv, qkv, nqkv); });
   add_op(F_, "rope", [=, this](cudaStream_t s) { k::rope(qkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, false, s); });
-  add_op(F_, "attention", [=, this](cudaStream_t s) { k::attention_fwd(qkv, o, lse, attn_shape(), s); });
+  add_op(F_, "attention", [=, this](cudaStream_t s) { attention->forward(qkv, o, lse, s); });
   add_op(F_, "out_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, H, qd, o, qd, wo, H, attn_part, H); });
   if (sp)
     add_op(F_, "rs_attn", [=, this](cudaStream_t s) { comm.reduce_scatter(attn_part, a, Tl * H, DType::kBF16, s); });
@@ -360,7 +365,7 @@ void Layer::Impl::build_backward() {
   if (sp) add_op(B_, "ag_dx1", [=, this](cudaStream_t s) { comm.all_gather(dx1, dx1f, Tl * H, DType::kBF16, s); });
   add_op(B_, "out_proj_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, qd, H, dx1f, H, wo, H, dO, qd); });
   add_op(B_, "out_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, qd, H, T, o, qd, dx1f, H, dwo, H); });
-  add_op(B_, "attention_bwd", [=, this](cudaStream_t s) { k::attention_bwd(qkv, o, dO, lse, delta, dqkv, attn_shape(), s); });
+  add_op(B_, "attention_bwd", [=, this](cudaStream_t s) { attention->backward(qkv, o, dO, lse, delta, dqkv, s); });
   add_op(B_, "rope_bwd", [=, this](cudaStream_t s) { k::rope(dqkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, true, s); });
   add_op(B_, "qkv_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, H, nqkv, dqkv, nqkv, wqkv, nqkv, dh1p, H); });
   add_op(B_, "qkv_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, nqkv, T, h1f, H, dqkv, nqkv, dwqkv, nqkv); });
@@ -421,6 +426,7 @@ std::vector<int> Layer::local_routes() const {
   if (!r.empty()) BRAID_CUDA_CHECK(cudaMemcpy(r.data(), m.route, r.size() * sizeof(int), cudaMemcpyDeviceToHost));
   return r;
 }
+std::string Layer::attention_backend() const { return impl_->attention->describe(); }
 
 void Layer::load_weights(const LayerWeights& full) {
   Impl& m = *impl_;

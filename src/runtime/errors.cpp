@@ -7,6 +7,10 @@
 
 #include <atomic>
 
+#if BRAID_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
 namespace braid {
 namespace {
 std::atomic<int> g_rank{-1};
@@ -53,6 +57,18 @@ void throw_mpi(int code, const char* expr, const char* file, int line) {
   if (inited) MPI_Error_string(code, buf, &len);
   throw MpiError(std::string(expr) + " -> MPI error " + std::to_string(code) + (len ? ": " + std::string(buf, len) : ""),
                  file, line);
+}
+void throw_cudnn(int code, const char* expr, const char* file, int line) {
+#if BRAID_HAVE_CUDNN
+  const char* name = cudnnGetErrorString(static_cast<cudnnStatus_t>(code));
+#else
+  const char* name = "cudnnStatus_t";
+#endif
+  throw CudnnError(std::string(expr) + " -> " + name + " (" + std::to_string(code) + ")", file, line);
+}
+void throw_cudnn_frontend(int code, const std::string& message, const char* expr, const char* file, int line) {
+  throw CudnnError(std::string(expr) + " -> cudnn-frontend error " + std::to_string(code) + ": " + message, file,
+                   line);
 }
 }  // namespace detail
 }  // namespace braid

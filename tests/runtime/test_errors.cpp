@@ -40,6 +40,26 @@ TEST(Errors, CublasCheckThrowsCublasError) {
   EXPECT_NE(m.find("CUBLAS_STATUS_INVALID_VALUE"), std::string::npos) << m;
 }
 
+TEST(Errors, CudnnCheckThrowsCudnnError) {
+  // 2000 = CUDNN_STATUS_BAD_PARAM (cuDNN 9); named by cudnnGetErrorString when braid has cuDNN.
+  const auto m = message_of<braid::CudnnError>([] { BRAID_CUDNN_CHECK(2000); });
+  EXPECT_NE(m.find("cuDNN error"), std::string::npos) << m;
+  EXPECT_NE(m.find("(2000)"), std::string::npos) << m;
+}
+
+TEST(Errors, CudnnFrontendCheckThrowsWithTheMessage) {
+  struct FakeFeError {  // the shape of cudnn_frontend::error_t
+    int code;
+    bool is_bad() const { return code != 0; }
+    int get_code() const { return code; }
+    std::string get_message() const { return "no engine supports the graph"; }
+  };
+  const auto m = message_of<braid::CudnnError>([] { BRAID_CUDNN_FE_CHECK(FakeFeError{5}); });
+  EXPECT_NE(m.find("no engine supports the graph"), std::string::npos) << m;
+  EXPECT_NE(m.find("cudnn-frontend error 5"), std::string::npos) << m;
+  EXPECT_NO_THROW(BRAID_CUDNN_FE_CHECK(FakeFeError{0}));
+}
+
 TEST(Errors, MpiCheckThrowsMpiError) {
   const auto m = message_of<braid::MpiError>([] { BRAID_MPI_CHECK(MPI_ERR_COUNT); });
   EXPECT_NE(m.find("MPI"), std::string::npos) << m;

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "braid/model/comm.hpp"
@@ -67,6 +68,10 @@ class Layer {
   // reference_layer(..., &routes) so that a near-tie ordered differently by bf16 logits does not count
   // as an error (docs/layer.md, "MoE gradient mismatch").
   std::vector<int> local_routes() const;
+  // Which attention runs: "cudnn" (fused, tensor cores), "cudnn (non-deterministic backward)", or
+  // "naive" (braid's CUDA-core kernels; with the reason when cuDNN was wanted but unavailable).
+  // Environment BRAID_ATTN=auto|cudnn|naive at construction chooses (src/model/attention.hpp).
+  std::string attention_backend() const;
 
   struct Impl;
 
