@@ -126,7 +126,8 @@ void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream)
 /// (median over opt.iters, slowest rank) every forward operator of `a` alone, every backward operator
 /// of `b` alone, and every legal pair (forward op of `a` with backward op of `b`; two collectives on one
 /// link are illegal) co-run through ex.run_step — the executor's own issue rule, collectives first.
-/// Names are the DAG's ("f.<op>", "b.<op>"); `node` goes into the table. Collective over the team.
+/// Names are the DAG's ("f.<op>", "b.<op>"); `node` goes into the table. Every time has the time of an
+/// empty step (fork + join) subtracted. Collective over the team.
 PairTable profile_pairs(Team& team, model::Layer& a, model::Layer& b, StrandExecutor& ex,
                         const bench::TimingOptions& opt, const std::string& node, bool verbose);
 
