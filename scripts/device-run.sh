@@ -86,6 +86,16 @@ if has layer; then
   T=240 mpi bench layer --model llama3-8b --tp 2 --seq 4096 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
   T=240 mpi bench layer --model llama3-70b --tp 2 --seq 8192 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
 fi
+if has strands; then  # DHelix: strands vs single strand vs round-robin (verified first), throttled link
+  echo "== bench strands" | tee -a "$log"
+  (cd build && timeout 240 ctest --output-on-failure --timeout 200 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
+  grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
+  T=120 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --iters 5 --warmup 2 --out "$out/pairs-llama3-70b.txt" \
+    --plan-out "$out/plan-llama3-70b.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+  T=120 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --iters 5 --warmup 2 --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+  T=120 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters 5 --warmup 2 --no-verify \
+    --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+fi
 if has allreduce; then
   echo "== bench allreduce" | tee -a "$log"
   mpi bench allreduce --algo nccl,oneshot-ll,oneshot,twoshot,int8,int6,int4,int8-nccl -b 64K -e 1G -f 2 \

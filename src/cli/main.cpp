@@ -21,6 +21,7 @@
 #include "braid/model.hpp"
 #include "braid/overlap.hpp"
 #include "braid/schedule.hpp"
+#include "braid/schedule/strands.hpp"
 #include "braid/t3.hpp"
 #ifdef BRAID_HAVE_SIM
 #include "braid/sim.hpp"
@@ -57,6 +58,11 @@ const char* kUsage =
     "                                    DHelix: pairing search over a pair profile (synthetic without FILE)\n"
     "  simulate collective|transition|hybrid|calibrate --topology torus2d:8x8|mesh2d:..|fattree:..|table4 ...\n"
     "                                    SimGrid scale-out simulation of collectives and fused transitions\n"
+    "  bench strands --model llama3-70b|llama3-8b|mixtral-8x7b --tp 2 [--ep 2] --seq S [--plan FILE]\n"
+    "                [--pairs FILE] [--throttle CTAS] [--no-graph] [--json FILE]\n"
+    "                                    DHelix on the GPU: strands vs single strand vs round-robin, verified\n"
+    "  profile-pairs --model M --tp 2 [--ep 2] --seq S [--out PAIRS] [--plan-out PLAN] [--throttle CTAS]\n"
+    "                                    DHelix: measured solo/co-run operator times (pair file) and a plan\n"
     "  pipeline --stages 2,4,8 --microbatches M --schedule 1f1b|w|both\n"
     "                                    DHelix: W-shaped vs 1F1B pipeline simulation (bubble, memory)\n"
     "                                    rank0<->rank1 bandwidth: copy engine, SM push, SM pull\n"
@@ -161,6 +167,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   }
   if (what == "transitions") return braid::fusion::bench_transitions(team, argc, argv, ctx);
   if (what == "layer") return braid::model::bench_layer_main(team, argc, argv, ctx);
+  if (what == "strands") return braid::schedule::bench_strands_main(team, argc, argv, ctx);
   if (what == "gemm-rs" || what == "gemm-ar" || what == "t3-gemm-rs" || what == "ag-gemm") {
     // These bench_main functions take argv[0] = the bench name, then its options.
     std::vector<char*> args;
@@ -214,6 +221,12 @@ int main(int argc, char** argv) {
 #endif
     }
     if (cmd == "plan-strands") return braid::schedule::plan_strands_main(argc - 1, argv + 1, std::cout);
+    if (cmd == "profile-pairs") {
+      braid::Runtime rt(&argc, &argv);
+      braid::Team team(rt);
+      const auto ctx = braid::bench::make_context(argc, argv, team.size());
+      return braid::schedule::profile_pairs_main(team, argc, argv, ctx);
+    }
     if (cmd == "pipeline") return braid::schedule::simulate_pipeline_main(argc - 1, argv + 1, std::cout);
     if (cmd == "simulate") {
 #ifdef BRAID_HAVE_SIM

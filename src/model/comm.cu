@@ -7,18 +7,27 @@ namespace {
 
 class NcclComm : public Comm {
  public:
-  explicit NcclComm(Team& team) : team_(team) {}
+  explicit NcclComm(Team& team) : team_(team), nccl_(team.nccl()) {}
+  NcclComm(Team& team, int max_ctas) : team_(team) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    if (max_ctas > 0) cfg.minCTAs = 1, cfg.maxCTAs = max_ctas;
+    BRAID_NCCL_CHECK(ncclCommSplit(team.nccl(), 0, team.rank(), &nccl_, &cfg));
+    owned_ = true;
+  }
+  ~NcclComm() override {
+    if (owned_ && nccl_) ncclCommDestroy(nccl_);
+  }
   int rank() const override { return team_.rank(); }
   int size() const override { return team_.size(); }
   std::string name() const override { return "nccl"; }
   void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    BRAID_NCCL_CHECK(ncclAllGather(in, out, count, bench::nccl_dtype(t), team_.nccl(), s));
+    BRAID_NCCL_CHECK(ncclAllGather(in, out, count, bench::nccl_dtype(t), nccl_, s));
   }
   void reduce_scatter(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    BRAID_NCCL_CHECK(ncclReduceScatter(in, out, count, bench::nccl_dtype(t), ncclSum, team_.nccl(), s));
+    BRAID_NCCL_CHECK(ncclReduceScatter(in, out, count, bench::nccl_dtype(t), ncclSum, nccl_, s));
   }
   void all_reduce(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    BRAID_NCCL_CHECK(ncclAllReduce(in, out, count, bench::nccl_dtype(t), ncclSum, team_.nccl(), s));
+    BRAID_NCCL_CHECK(ncclAllReduce(in, out, count, bench::nccl_dtype(t), ncclSum, nccl_, s));
   }
   void all_to_all_v(const void* in, const size_t* send_counts, const size_t* send_displs, void* out,
                     const size_t* recv_counts, const size_t* recv_displs, DType t, cudaStream_t s) override {
@@ -28,16 +37,18 @@ class NcclComm : public Comm {
     for (int r = 0; r < size(); ++r) {
       if (send_counts[r])
         BRAID_NCCL_CHECK(ncclSend(static_cast<const char*>(in) + send_displs[r] * es, send_counts[r], nt, r,
-                                  team_.nccl(), s));
+                                  nccl_, s));
       if (recv_counts[r])
         BRAID_NCCL_CHECK(ncclRecv(static_cast<char*>(out) + recv_displs[r] * es, recv_counts[r], nt, r,
-                                  team_.nccl(), s));
+                                  nccl_, s));
     }
     BRAID_NCCL_CHECK(ncclGroupEnd());
   }
 
  protected:
   Team& team_;
+  ncclComm_t nccl_ = nullptr;
+  bool owned_ = false;
 };
 
 class AllReducerComm : public NcclComm {
@@ -57,6 +68,9 @@ class AllReducerComm : public NcclComm {
 }  // namespace
 
 std::unique_ptr<Comm> make_nccl_comm(Team& team) { return std::make_unique<NcclComm>(team); }
+std::unique_ptr<Comm> make_nccl_comm_split(Team& team, int max_ctas) {
+  return std::make_unique<NcclComm>(team, max_ctas);
+}
 std::unique_ptr<Comm> make_allreducer_comm(Team& team, AllReduceOptions opt) {
   return std::make_unique<AllReducerComm>(team, opt);
 }

@@ -350,6 +350,10 @@ __global__ void add_kernel(const bf16* a, const bf16* bb, bf16* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = b(f(a[i]) + f(bb[i]));
 }
+__global__ void add_f32_kernel(const float* a, const float* bb, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = a[i] + bb[i];
+}
 
 // ---- MoE
 // one warp per (t, e)
@@ -603,6 +607,11 @@ void swiglu_bwd(const bf16* gu, const bf16* dact, bf16* dgu, int64_t T, int F, c
 void add(const bf16* a, const bf16* bb, bf16* y, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a, bb, y, n);
+  BRAID_CHECK_LAUNCH();
+}
+void add_f32(const float* a, const float* bb, float* y, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_f32_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a, bb, y, n);
   BRAID_CHECK_LAUNCH();
 }
 

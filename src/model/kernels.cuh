@@ -46,6 +46,8 @@ void swiglu_bwd(const bf16* gu, const bf16* dact, bf16* dgu, int64_t T, int F, c
 
 // ---- elementwise: y = a + b
 void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t s);
+// fp32: y = a + b (y may equal a)
+void add_f32(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
 
 // ---- MoE ---------------------------------------------------------------------------------------------
 // logits [T, E] fp32 = h [T, H] · wr [H, E]

@@ -47,6 +47,9 @@ struct Layer::Impl {
   std::unique_ptr<attn::Attention> attention;  // cuDNN fused attention or braid's kernels (attention.hpp)
   void* blas_ws = nullptr;
   std::vector<void*> allocations;
+  const Impl* owner = nullptr;  // weights come from this layer (Layer(owner, comm))
+  size_t* account = nullptr;    // which Memory field alloc() charges
+  size_t mem_weights = 0, mem_grads = 0, mem_act = 0, mem_ws = 0;
   std::vector<OpInfo> plan[2];
   std::vector<std::function<void(cudaStream_t)>> fn[2];
 
@@ -84,6 +87,7 @@ struct Layer::Impl {
     BRAID_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(Tp)));
     BRAID_CUDA_CHECK(cudaMemset(ptr, 0, std::max<size_t>(n, 1) * sizeof(Tp)));
     allocations.push_back(ptr);
+    if (account) *account += std::max<size_t>(n, 1) * sizeof(Tp);
     return static_cast<Tp*>(ptr);
   }
 
@@ -139,21 +143,27 @@ void Layer::Impl::setup() {
   const size_t ws = size_t(32) << 20;
   BRAID_CUDA_CHECK(cudaMalloc(&blas_ws, ws));
   BRAID_CUBLAS_CHECK(cublasSetWorkspace(blas, blas_ws, ws));
+  mem_ws = ws;
 
-  // weights and gradients
-  g1 = alloc<bf16>(H), g2 = alloc<bf16>(H);
-  wqkv = alloc<bf16>(H * nqkv), wo = alloc<bf16>(qd * H);
-  dwqkv = alloc<bf16>(H * nqkv), dwo = alloc<bf16>(qd * H);
-  if (moe) {
-    w13 = alloc<bf16>(El * H * 2 * F), w2 = alloc<bf16>(El * F * H), wr = alloc<bf16>(H * E);
-    dw13 = alloc<bf16>(El * H * 2 * F), dw2 = alloc<bf16>(El * F * H);
+  // weights (or the owner's) and gradients
+  if (owner) {
+    g1 = owner->g1, g2 = owner->g2, wqkv = owner->wqkv, wo = owner->wo, w13 = owner->w13, w2 = owner->w2;
+    wr = owner->wr;
   } else {
-    w13 = alloc<bf16>(H * 2 * Fl), w2 = alloc<bf16>(Fl * H);
-    dw13 = alloc<bf16>(H * 2 * Fl), dw2 = alloc<bf16>(Fl * H);
+    account = &mem_weights;
+    g1 = alloc<bf16>(H), g2 = alloc<bf16>(H);
+    wqkv = alloc<bf16>(H * nqkv), wo = alloc<bf16>(qd * H);
+    if (moe) w13 = alloc<bf16>(El * H * 2 * F), w2 = alloc<bf16>(El * F * H), wr = alloc<bf16>(H * E);
+    else w13 = alloc<bf16>(H * 2 * Fl), w2 = alloc<bf16>(Fl * H);
   }
+  account = &mem_grads;
+  dwqkv = alloc<bf16>(H * nqkv), dwo = alloc<bf16>(qd * H);
+  if (moe) dw13 = alloc<bf16>(El * H * 2 * F), dw2 = alloc<bf16>(El * F * H);
+  else dw13 = alloc<bf16>(H * 2 * Fl), dw2 = alloc<bf16>(Fl * H);
   rep = alloc<float>(2 * H + H * E);
   norm_chunks = k::norm_chunks(Tl);
   norm_partial = alloc<float>(size_t(norm_chunks) * H);
+  account = &mem_act;
 
   // activations: "f" buffers hold all T rows (aliases of the local ones without sp)
   x = alloc<bf16>(Tl * H), y = alloc<bf16>(Tl * H), x1 = alloc<bf16>(Tl * H);
@@ -384,6 +394,32 @@ void Layer::Impl::build_backward() {
 
 Layer::Layer(const ModelConfig& c, const Parallel& p, Comm& comm) : impl_(std::make_unique<Impl>(c, p, comm)) {
   impl_->setup();
+}
+
+Layer::Layer(const Layer& owner, Comm& comm)
+    : impl_(std::make_unique<Impl>(owner.impl_->c, owner.impl_->p, comm)) {
+  BRAID_REQUIRE(comm.rank() == owner.impl_->comm.rank() && comm.size() == owner.impl_->comm.size(),
+                "layer: a weight-sharing layer needs a comm of the same ranks as its owner");
+  impl_->owner = owner.impl_.get();
+  impl_->setup();
+}
+
+Layer::Memory Layer::memory() const {
+  return Memory{impl_->mem_weights, impl_->mem_grads, impl_->mem_act, impl_->mem_ws};
+}
+bool Layer::shares_weights() const { return impl_->owner != nullptr; }
+
+void Layer::add_grads(const Layer& other, cudaStream_t s) {
+  Impl& m = *impl_;
+  const Impl& o = *other.impl_;
+  BRAID_REQUIRE(m.H == o.H && m.nqkv == o.nqkv && m.Fl == o.Fl && m.El == o.El && m.E == o.E && m.moe == o.moe,
+                "layer: add_grads needs two layers of one configuration");
+  const int64_t ne = m.moe ? m.El : 1;
+  k::add(m.dwqkv, o.dwqkv, m.dwqkv, m.H * m.nqkv, s);
+  k::add(m.dwo, o.dwo, m.dwo, m.qd * m.H, s);
+  k::add(m.dw13, o.dw13, m.dw13, ne * m.H * 2 * m.Fl, s);
+  k::add(m.dw2, o.dw2, m.dw2, ne * m.Fl * m.H, s);
+  k::add_f32(m.rep, o.rep, m.rep, 2 * m.H + m.H * m.E, s);
 }
 
 Layer::~Layer() {

@@ -41,6 +41,12 @@ class Comm {
 // Plain NCCL on the team's communicator (ncclAllGather, ncclReduceScatter, ncclAllReduce, grouped
 // ncclSend/ncclRecv for the all-to-all). The team must outlive the Comm.
 std::unique_ptr<Comm> make_nccl_comm(Team& team);
+// Plain NCCL on a communicator of its own, split from the team's (ncclCommSplit, collective over the
+// team: every rank calls it in the same order). max_ctas > 0 caps the CTAs (channels) NCCL may use for
+// it (ncclConfig_t minCTAs = 1, maxCTAs = max_ctas): a throttled link for sensitivity studies. A second
+// communicator also lets two micro-batches issue collectives on two streams without sharing one
+// communicator. The team must outlive the Comm; destruction frees the communicator (collective).
+std::unique_ptr<Comm> make_nccl_comm_split(Team& team, int max_ctas = 0);
 // NCCL for everything but the all-reduce, which goes through braid::AllReducer with `opt` (inference
 // TP: one-shot/two-shot over peer memory, or quantized when opt.precision asks for it).
 std::unique_ptr<Comm> make_allreducer_comm(Team& team, AllReduceOptions opt = {});

@@ -35,6 +35,11 @@ class Layer {
  public:
   // The comm must have p.tp ranks and outlive the layer. Allocates every buffer.
   Layer(const ModelConfig& c, const Parallel& p, Comm& comm);
+  // A second activation set of `owner`'s configuration sharing its weights (no weight copy): own
+  // activations, own weight-gradient buffers, own cuBLAS handle, its own `comm` (same ranks; may be the
+  // owner's or another communicator of the same team). `owner` must outlive this layer; load_weights /
+  // init_random_weights through either layer write the one shared copy.
+  Layer(const Layer& owner, Comm& comm);
   ~Layer();
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
@@ -49,6 +54,21 @@ class Layer {
   void init_random_weights(uint64_t seed);
   // This rank's weight gradients in the shard layout (shard_of), as float64.
   LayerWeights download_grads() const;
+  // this layer's weight gradients += other's (same configuration), stream-ordered on `stream`: bf16
+  // elementwise sums for the sharded gradients, fp32 for the replicated ones (norms, router). Summing
+  // strand gradients always in the order (α += β) makes the result independent of how they overlapped.
+  void add_grads(const Layer& other, cudaStream_t stream);
+
+  // Device memory this layer allocated itself (cudaMalloc'd bytes; pinned host buffers excluded).
+  struct Memory {
+    size_t weights = 0;      // 0 for a layer sharing another's weights
+    size_t grads = 0;        // weight gradients (and the norm-gradient scratch)
+    size_t activations = 0;  // forward and backward activations, MoE buffers
+    size_t workspace = 0;    // cuBLAS workspace
+    size_t total() const { return weights + grads + activations + workspace; }
+  };
+  Memory memory() const;
+  bool shares_weights() const;
 
   // Device bf16 buffers, [local_tokens(), hidden] row-major.
   void* x() const;

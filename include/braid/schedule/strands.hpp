@@ -1,0 +1,144 @@
+// braid/schedule/strands.hpp — DHelix on the GPU: two micro-batches (strands) of one decoder layer in
+// flight, α's forward co-executed with β's backward segment by segment according to a plan.
+//
+//   model::Layer alpha(cfg, par, comm_a);           // owns the weights
+//   model::Layer beta(alpha, comm_b);               // second activation set, same weights
+//   auto dag = strand_layer(cfg, par);              // the GPU layer's operators as a schedule::Layer
+//   Plan plan = search_plan(PairCost(dag, table));  // or from_plan_file(dag, read_plan(...))
+//   StrandExecutor ex(dag, plan, {compute, local, cross});
+//   beta.forward(compute);  ...                     // β's forward ran earlier (its activations exist)
+//   ex.run(alpha, beta);                            // α forward ‖ β backward, on the three streams
+//
+// Streams. Compute operators of both strands go to `compute`, collectives to `local` (intra-node) or
+// `cross` (inter-node) by the operator's LinkClass. Every op waits for its strand's previous op through
+// a CUDA event when that ran on another stream; a plan step ends with a barrier (each of the three
+// streams waits for the other two). run() starts by forking `local` and `cross` from `compute` and
+// ends by joining them back, so the whole co-executed layer pair is stream-ordered on `compute` and
+// can be captured in a CUDA graph (dense layers; an MoE forward synchronises the host, see layer.hpp).
+// No device-wide synchronisation, no allocation: every event is created in the constructor.
+//
+// Issue order inside a step. With one compute stream the host must not enqueue a compute op that
+// waits for a collective in flight ahead of the other strand's ready compute ops (it would block the
+// stream). The executor therefore issues the two segments in the order of a small list-schedule
+// simulation on the op solo times of the DAG (compute, local, cross each one resource; an op starts
+// when its resource is free and its strand's previous op has finished; ties: collectives first, then
+// the forward strand). The order depends only on the plan and the DAG, never on data, so every rank
+// issues its collectives in the same order.
+//
+// Results. The two strands have separate activation and weight-gradient buffers and every kernel of
+// the layer is deterministic, so α's outputs and β's gradients are bitwise those of running the same
+// micro-batches one after the other; summing the strands' weight gradients with Layer::add_grads in a
+// fixed order (α += β) keeps the sum bitwise too.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "braid/bench.hpp"
+#include "braid/model/config.hpp"
+#include "braid/schedule/ops.hpp"
+#include "braid/schedule/pairing.hpp"
+#include "braid/schedule/profile.hpp"
+
+namespace braid::model {
+class Layer;
+}
+
+namespace braid::schedule {
+
+/// Which link the GPU layer's collectives use (TP collectives and MoE all-to-alls).
+struct StrandLinks {
+  LinkClass tp = LinkClass::Local;
+  LinkClass a2a = LinkClass::Local;  // EP all-to-all; Cross when experts span nodes
+};
+
+/// The GPU layer's operator lists (model::plan_ops) as the DAGs the pairing search works on. Names
+/// are "f.<op>" / "b.<op>". Forward: a chain. Backward: the weight-gradient operators (`*_wgrad`,
+/// `router_bwd`) have no users inside the layer except the final all-reduce of replicated gradients,
+/// which depends on everything before it; every other op depends on the op before it (not counting
+/// weight-gradient ops). Solo times are analytic estimates (Hardware), replaced by a PairTable's
+/// solo times where given.
+Layer strand_layer(const model::ModelConfig& c, const model::Parallel& p, const StrandLinks& links = {},
+                   const Hardware& hw = {});
+/// Replaces the DAG's solo times by those recorded in `t` (where present).
+void apply_solo_times(Layer& dag, const PairTable& t);
+/// A parallel-setting string for pair and plan files, e.g. "tp=2,sp=1,ep=1,seq=8192,mb=1".
+std::string strand_parallel_tag(const model::ModelConfig& c, const model::Parallel& p);
+
+/// The three DHelix streams. `cross` may equal nobody's use (TP=2 on one node) but must exist.
+struct StrandStreams {
+  cudaStream_t compute = nullptr, local = nullptr, cross = nullptr;
+};
+
+/// Runs plans of one DAG with two model::Layer strands (see the file comment).
+class StrandExecutor {
+ public:
+  /// The plan must be valid for `dag` (validate_plan with any cost); throws UsageError otherwise.
+  /// The streams must be distinct and outlive the executor.
+  StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams);
+  ~StrandExecutor();
+  StrandExecutor(const StrandExecutor&) = delete;
+  StrandExecutor& operator=(const StrandExecutor&) = delete;
+
+  /// Enqueues the whole plan: `fwd`'s forward co-executed with `bwd`'s backward. Ordered after prior
+  /// work on `compute`; later work on `compute` runs after it. fwd and bwd must be different layers.
+  void run(model::Layer& fwd, model::Layer& bwd);
+  /// One step: operators `fseg` of `fwd`'s forward and `bseg` of `bwd`'s backward (indices into the
+  /// layer's op lists; either may be empty, the layer pointer then unused), forked from and joined to
+  /// `compute`. What the profiler times.
+  void run_step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd, const std::vector<int>& bseg);
+  /// The order run_step issues a step's operators in: (pass, op index) pairs.
+  std::vector<std::pair<Pass, int>> issue_order(const std::vector<int>& fseg, const std::vector<int>& bseg) const;
+
+  const Plan& plan() const { return plan_; }
+  const Layer& dag() const { return dag_; }
+  const StrandStreams& streams() const { return s_; }
+
+ private:
+  cudaStream_t stream_of(Pass p, int op) const;
+  cudaEvent_t next_event();
+  void fork();
+  void join();
+  void step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd, const std::vector<int>& bseg);
+
+  Layer dag_;
+  Plan plan_;
+  StrandStreams s_;
+  std::vector<cudaEvent_t> events_;
+  size_t next_ = 0;
+};
+
+/// Baselines, same unit of work (fwd's forward + bwd's backward):
+/// single strand (Megatron): fwd.forward then bwd.backward, everything on one stream.
+void run_single_strand(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream);
+/// Naive round-robin (Wavelet+-like): fwd's whole forward on `s1`, bwd's whole backward on `s2`, no
+/// pairing or barriers; s2 forks from s1 and joins back (`ev` two events made by the caller). The two
+/// layers should use different communicators (two streams issuing collectives on one communicator
+/// rely on NCCL's cross-stream ordering).
+void run_round_robin(model::Layer& fwd, model::Layer& bwd, cudaStream_t s1, cudaStream_t s2, cudaEvent_t ev[2]);
+/// Compute operators only of the single-strand unit (collectives skipped; numbers are meaningless):
+/// the compute-only time that exposed communication is measured against.
+void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream);
+
+/// The operator-pair profiler: with both strands' buffers filled by one forward + backward each, times
+/// (median over opt.iters, slowest rank) every forward operator of `a` alone, every backward operator
+/// of `b` alone, and every legal pair (forward op of `a` with backward op of `b`; two collectives on one
+/// link are illegal) co-run through ex.run_step — the executor's own issue rule, collectives first.
+/// Names are the DAG's ("f.<op>", "b.<op>"); `node` goes into the table. Every time has the time of an
+/// empty step (fork + join) subtracted. Collective over the team.
+PairTable profile_pairs(Team& team, model::Layer& a, model::Layer& b, StrandExecutor& ex,
+                        const bench::TimingOptions& opt, const std::string& node, bool verbose);
+
+/// `braid profile-pairs --model M [--tp N] [--ep N] [--seq S] [--mb B] [--out PAIRS] [--plan-out PLAN]
+/// [--profile-iters 3] [--throttle CTAS] [--a2a-link local|cross] [--max-seg 4] [--max-shift S]`:
+/// profiles the pairs at that shape, writes the pair file (rank 0) and searches a plan.
+int profile_pairs_main(Team& team, int argc, char** argv, const bench::Context& ctx);
+/// `braid bench strands --model M [--tp 2] [--ep 2] [--seq S] [--mb B] [--plan FILE | --pairs FILE]
+/// [--throttle CTAS] [--iters 10] [--warmup 3] [--no-graph] [--no-verify] [--json FILE]`: verifies
+/// strands == single strand bitwise on a small shape of the same kind, then times every variant.
+/// Returns 0, or 3 when verification failed.
+int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx);
+
+}  // namespace braid::schedule

@@ -1,0 +1,484 @@
+// `braid profile-pairs` and `braid bench strands`: the operator-pair profiler on the GPU and the strand
+// benchmark (verification, then every variant timed). See docs/dhelix.md, "GPU part".
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../model/kernels.cuh"
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/model.hpp"
+#include "braid/runtime.hpp"
+#include "braid/schedule/strands.hpp"
+
+namespace braid::schedule {
+
+namespace {
+
+namespace m = braid::model;
+constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16 (as bench layer)
+
+struct Args {
+  std::string model = "llama3-8b", plan, pairs, json, out, plan_out, a2a_link = "local";
+  int tp = 0, ep = 0, seq = 0, mb = 0, iters = 10, warmup = 3, throttle = 0, prof_iters = 3, prof_warmup = 1;
+  int max_seg = 4, max_shift = -1;
+  bool graph = true, verify = true;
+};
+
+Args parse(int argc, char** argv, const char* who) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(std::string(who) + ": " + k + " needs a value", __FILE__, __LINE__);
+      return argv[++i];
+    };
+    if (k == "--model") a.model = val();
+    else if (k == "--tp") a.tp = std::stoi(val());
+    else if (k == "--ep") a.ep = std::stoi(val());
+    else if (k == "--seq") a.seq = std::stoi(val());
+    else if (k == "--mb" || k == "--micro-batch") a.mb = std::stoi(val());
+    else if (k == "--plan") a.plan = val();
+    else if (k == "--pairs") a.pairs = val();
+    else if (k == "--out") a.out = val();
+    else if (k == "--plan-out") a.plan_out = val();
+    else if (k == "--json") a.json = val();
+    else if (k == "--iters") a.iters = std::stoi(val());
+    else if (k == "--warmup") a.warmup = std::stoi(val());
+    else if (k == "--profile-iters") a.prof_iters = std::stoi(val());
+    else if (k == "--throttle") a.throttle = std::stoi(val());
+    else if (k == "--max-seg") a.max_seg = std::stoi(val());
+    else if (k == "--max-shift") a.max_shift = std::stoi(val());
+    else if (k == "--a2a-link") a.a2a_link = val();
+    else if (k == "--no-graph") a.graph = false;
+    else if (k == "--no-verify") a.verify = false;
+    // other words (bench, strands, profile-pairs) belong to the CLI
+  }
+  if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1)
+    throw UsageError(std::string(who) + ": --iters/--profile-iters must be >= 1, --warmup >= 0", __FILE__, __LINE__);
+  if (a.a2a_link != "local" && a.a2a_link != "cross")
+    throw UsageError(std::string(who) + ": --a2a-link must be local or cross", __FILE__, __LINE__);
+  return a;
+}
+
+m::ModelConfig model_of(const Args& a, Team& team, m::Parallel* par, const char* who) {
+  m::ModelConfig c = m::preset(a.model);
+  if (a.seq) c.seq = a.seq;
+  if (a.mb) c.micro_batch = a.mb;
+  const int tp = a.tp ? a.tp : team.size();
+  if (tp != team.size())
+    throw UsageError(std::string(who) + ": --tp must equal the number of ranks (mpirun -np)", __FILE__, __LINE__);
+  if (a.ep && (!c.moe() || a.ep != tp))
+    throw UsageError(std::string(who) + ": --ep needs an MoE model and equals --tp (experts are split over the TP ranks)",
+                     __FILE__, __LINE__);
+  *par = m::Parallel{tp, true};
+  par->validate(c);
+  return c;
+}
+
+// Three non-blocking streams, destroyed with the holder.
+struct Streams {
+  StrandStreams s;
+  cudaStream_t extra = nullptr;  // round-robin's second stream
+  cudaEvent_t rr[2] = {nullptr, nullptr};
+  Streams() {
+    for (cudaStream_t* p : {&s.compute, &s.local, &s.cross, &extra})
+      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(p, cudaStreamNonBlocking));
+    for (auto& e : rr) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  ~Streams() {
+    for (auto e : rr) cudaEventDestroy(e);
+    for (cudaStream_t p : {s.compute, s.local, s.cross, extra}) cudaStreamDestroy(p);
+  }
+};
+
+void fill_inputs(m::Layer& l, uint64_t seed, cudaStream_t s) {
+  const size_t n = size_t(l.local_tokens()) * l.config().hidden;
+  model::kernels::fill_uniform(static_cast<model::kernels::bf16*>(l.x()), n, seed, -1.f, 1.f, s);
+  model::kernels::fill_uniform(static_cast<model::kernels::bf16*>(l.dy()), n, seed + 1, -1e-2f, 1e-2f, s);
+}
+
+std::vector<uint16_t> bits_of(const void* p, size_t n) {
+  std::vector<uint16_t> h(n);
+  BRAID_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// What one run of the verification sequence leaves: α's y and dx, β's dx, β's gradients, α's gradients
+// after α += β.
+struct Snapshot {
+  std::vector<uint16_t> ya, dxa, dxb;
+  m::LayerWeights gb, gsum;
+};
+
+size_t count_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size()) + 1;
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(double)) != 0;
+  return n;
+}
+size_t count_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size()) + 1;
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+// ---- verification sequence ---------------------------------------------------------------------------
+
+size_t strands_differences(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
+  size_t n = count_diff(x.ya, y.ya) + count_diff(x.dxa, y.dxa) + count_diff(x.dxb, y.dxb);
+  for (const auto& f : m::field_names(c)) {
+    n += count_diff(*m::field(x.gb, f), *m::field(y.gb, f));
+    n += count_diff(*m::field(x.gsum, f), *m::field(y.gsum, f));
+  }
+  return n;
+}
+
+// variant: 0 single strand, 1 strands (eager), 2 strands (CUDA graph), 3 round-robin.
+Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, Streams& st, int variant) {
+  cudaStream_t s = st.s.compute;
+  fill_inputs(a, 11, s);
+  fill_inputs(b, 21, s);
+  b.forward(s);  // β's forward ran in an earlier unit
+  if (variant == 0) {
+    run_single_strand(a, b, s);
+  } else if (variant == 1) {
+    ex.run(a, b);
+  } else if (variant == 2) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    BRAID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    ex.run(a, b);
+    BRAID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    BRAID_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    BRAID_CUDA_CHECK(cudaGraphLaunch(ge, s));
+    team.synchronize(s, "strands graph replay");
+    BRAID_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    BRAID_CUDA_CHECK(cudaGraphDestroy(g));
+  } else {
+    run_round_robin(a, b, s, st.extra, st.rr);
+  }
+  team.synchronize(s, "strands verification unit");
+  Snapshot r;
+  const size_t n = size_t(a.local_tokens()) * a.config().hidden;
+  r.ya = bits_of(a.y(), n);
+  r.dxb = bits_of(b.dx(), n);
+  r.gb = b.download_grads();
+  a.backward(s);  // α's backward: the next unit
+  a.add_grads(b, s);
+  team.synchronize(s, "strands verification grads");
+  r.dxa = bits_of(a.dx(), n);
+  r.gsum = a.download_grads();
+  return r;
+}
+
+}  // namespace
+
+// ---- profiler ---------------------------------------------------------------------------------------
+
+PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, const bench::TimingOptions& opt,
+                        const std::string& node, bool verbose) {
+  cudaStream_t s = ex.streams().compute;
+  const Layer& dag = ex.dag();
+  // Fill every buffer once (and the MoE counts) so isolated operators see realistic data.
+  fill_inputs(a, 31, s);
+  fill_inputs(b, 41, s);
+  a.forward(s), a.backward(s), b.forward(s), b.backward(s);
+  team.synchronize(s, "profile-pairs warm-up");
+  auto time_of = [&](const std::vector<int>& f, const std::vector<int>& bw) {
+    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) {
+      ex.run_step(f.empty() ? nullptr : &a, f, bw.empty() ? nullptr : &b, bw);
+    }));
+    return st.median_us;
+  };
+  // An empty step (fork + join only) is the fixed cost of every measurement; subtract it so that it
+  // does not count as overlap in eq. (1).
+  const double empty_us = time_of({}, {});
+  auto net = [&](double us) { return std::max(us - empty_us, 0.01); };
+  PairTable t;
+  t.node = node;
+  t.model = dag.model, t.parallel = dag.parallel;
+  for (size_t i = 0; i < dag.fwd.size(); ++i) t.set_solo(dag.fwd[i].name, net(time_of({int(i)}, {})));
+  for (size_t j = 0; j < dag.bwd.size(); ++j) t.set_solo(dag.bwd[j].name, net(time_of({}, {int(j)})));
+  size_t pairs = 0;
+  for (size_t i = 0; i < dag.fwd.size(); ++i)
+    for (size_t j = 0; j < dag.bwd.size(); ++j) {
+      const Op &f = dag.fwd[i], &bo = dag.bwd[j];
+      if (f.kind == OpKind::Comm && bo.kind == OpKind::Comm && f.link == bo.link) continue;  // illegal pair
+      t.set_corun(f.name, bo.name, net(time_of({int(i)}, {int(j)})));
+      ++pairs;
+    }
+  if (verbose)
+    std::printf("# profiled %zu solo operators and %zu co-run pairs (empty step %.1f us subtracted)\n", t.solo.size(),
+                pairs, empty_us);
+  return t;
+}
+
+namespace {
+
+Plan search(const Layer& dag, const PairTable& table, const Args& a, double* search_s) {
+  PairCost cost(dag, table);
+  SearchOptions o;
+  o.max_segment_ops = a.max_seg;
+  o.max_shift = a.max_shift;
+  const double t0 = MPI_Wtime();
+  Plan p = search_plan(cost, o);
+  *search_s = MPI_Wtime() - t0;
+  return p;
+}
+
+StrandLinks links_of(const Args& a) {
+  StrandLinks l;
+  l.a2a = a.a2a_link == "cross" ? LinkClass::Cross : LinkClass::Local;
+  return l;
+}
+
+double used_bytes() {
+  size_t free_b = 0, total = 0;
+  BRAID_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+  return double(total - free_b);
+}
+
+}  // namespace
+
+int profile_pairs_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
+  const Args a = parse(argc, argv, "profile-pairs");
+  m::Parallel p;
+  const m::ModelConfig c = model_of(a, team, &p, "profile-pairs");
+  const bool root = team.rank() == 0;
+  auto comm_a = a.throttle > 0 ? m::make_nccl_comm_split(team, a.throttle) : m::make_nccl_comm(team);
+  auto comm_b = m::make_nccl_comm_split(team, a.throttle);
+  Streams st;
+  m::Layer la(c, p, *comm_a);
+  la.init_random_weights(17);
+  m::Layer lb(la, *comm_b);
+  Layer dag = strand_layer(c, p, links_of(a));
+  StrandExecutor ex(dag, Plan{}, st.s);
+  const PairTable t = profile_pairs(team, la, lb, ex, {a.prof_warmup, a.prof_iters},
+                                    bench::card_tag(ctx.card, team.size()), root);
+  apply_solo_times(dag, t);
+  double search_s = 0;
+  const Plan plan = search(dag, t, a, &search_s);
+  if (root) {
+    const std::string out = a.out.empty() ? "pairs-" + c.name + "-tp" + std::to_string(p.tp) + "-seq" +
+                                                std::to_string(c.seq) + ".txt"
+                                          : a.out;
+    save_pair_table(out, t);
+    std::printf("# pair table: %s (%s, %s)\n", out.c_str(), t.model.c_str(), t.parallel.c_str());
+    std::printf("# plan search: %.2f s, %zu order pairs, predicted %.1f us vs single strand %.1f us (%.3fx)\n",
+                search_s, plan.orders_searched, plan.total_us, plan.serial_us,
+                plan.total_us > 0 ? plan.serial_us / plan.total_us : 0.0);
+    print_plan(std::cout, dag, plan);
+    if (!a.plan_out.empty()) {
+      std::ofstream f(a.plan_out);
+      if (!f) throw UsageError("profile-pairs: cannot write " + a.plan_out, __FILE__, __LINE__);
+      PlanFile pf = to_plan_file(dag, plan);
+      write_plan(f, pf);
+      std::printf("# plan: %s\n", a.plan_out.c_str());
+    }
+  }
+  team.synchronize(st.s.compute, "profile-pairs end");
+  return 0;
+}
+
+// ---- bench strands ----------------------------------------------------------------------------------
+
+namespace {
+
+// The verification shape of the kind of `c` (dense or MoE), same parallel setting.
+m::ModelConfig small_of(const m::ModelConfig& big) {
+  m::ModelConfig c = m::preset(big.moe() ? "tiny-moe" : "tiny");
+  c.name = big.moe() ? "verify-moe-d32" : "verify-d32";
+  c.hidden = 256, c.heads = 8, c.kv_heads = 4, c.seq = 100, c.micro_batch = 2, c.ffn = big.moe() ? 128 : 512;
+  return c;
+}
+
+}  // namespace
+
+int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
+  const Args a = parse(argc, argv, "bench strands");
+  m::Parallel p;
+  const m::ModelConfig c = model_of(a, team, &p, "bench strands");
+  const bool root = team.rank() == 0;
+  const bool moe = c.moe();
+  const bool graph = a.graph && !moe;  // an MoE forward synchronises the host (dropless counts)
+  const double mem0 = used_bytes();
+  auto comm_a = a.throttle > 0 ? m::make_nccl_comm_split(team, a.throttle) : m::make_nccl_comm(team);
+  const double mem_comm_a = used_bytes();
+  auto comm_b = m::make_nccl_comm_split(team, a.throttle);
+  const double mem_comm_b = used_bytes();
+  Streams st;
+  cudaStream_t s = st.s.compute;
+
+  // ---- the plan: from a file, or searched over a pair table (from a file, or profiled now) ----
+  Layer dag = strand_layer(c, p, links_of(a));
+  PairTable table;
+  std::string plan_source;
+  double search_s = 0;
+  Plan plan;
+  // Layers of the timed shape (built before the plan: profiling needs them).
+  m::Layer la(c, p, *comm_a);
+  la.init_random_weights(17);
+  const double mem_a = used_bytes();
+  m::Layer lb(la, *comm_b);
+  const double mem_b = used_bytes();
+  if (!a.plan.empty()) {
+    std::ifstream f(a.plan);
+    if (!f) throw UsageError("bench strands: cannot read " + a.plan, __FILE__, __LINE__);
+    plan = from_plan_file(dag, read_plan(f));
+    plan_source = "file " + a.plan;
+  } else {
+    if (!a.pairs.empty()) {
+      table = load_pair_table(a.pairs);
+      plan_source = "searched over pair table " + a.pairs;
+    } else {
+      StrandExecutor pex(dag, Plan{}, st.s);
+      table = profile_pairs(team, la, lb, pex, {a.prof_warmup, a.prof_iters}, bench::card_tag(ctx.card, team.size()),
+                            root);
+      plan_source = "searched over pairs profiled now";
+      if (root && !a.out.empty()) save_pair_table(a.out, table);
+    }
+    apply_solo_times(dag, table);
+    plan = search(dag, table, a, &search_s);
+  }
+  if (root) {
+    std::printf("# plan (%s; search %.2f s): predicted %.1f us, single strand %.1f us, comm %.1f us\n",
+                plan_source.c_str(), search_s, plan.total_us, plan.serial_us, plan.comm_us);
+    print_plan(std::cout, dag, plan);
+    if (!a.plan_out.empty()) {
+      std::ofstream f(a.plan_out);
+      write_plan(f, to_plan_file(dag, plan));
+    }
+  }
+  const PlanFile plan_file = to_plan_file(dag, plan);
+
+  // ---- verification on a small shape of the same kind, with the same plan ----
+  bool ok = true;
+  if (a.verify) {
+    const m::ModelConfig sc = small_of(c);
+    m::Layer va(sc, p, *comm_a);
+    va.init_random_weights(5);
+    m::Layer vb(va, *comm_b);
+    const Layer vdag = strand_layer(sc, p, links_of(a));
+    StrandExecutor vex(vdag, from_plan_file(vdag, plan_file), st.s);
+    const Snapshot ref = strands_sequence(team, va, vb, vex, st, 0);
+    const char* names[] = {"single strand", "strands", "strands (CUDA graph)", "round-robin"};
+    for (int v = 1; v <= 3; ++v) {
+      if (v == 2 && !graph) continue;
+      const Snapshot got = strands_sequence(team, va, vb, vex, st, v);
+      const double diff = team.allreduce_max(double(strands_differences(ref, got, sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s, %s): %s vs single strand: %.0f differing values (bitwise) -> %s\n",
+                    sc.name.c_str(), strand_parallel_tag(sc, p).c_str(), names[v], diff, diff == 0 ? "Passed" : "FAILED");
+    }
+    if (!ok) return 3;
+  }
+
+  // ---- timing ----
+  StrandExecutor ex(dag, plan, st.s);
+  fill_inputs(la, 101 + team.rank(), s);
+  fill_inputs(lb, 201 + team.rank(), s);
+  lb.forward(s);
+  la.forward(s);
+  team.synchronize(s, "strands warm-up");
+  const bench::TimingOptions opt{a.warmup, a.iters};
+  auto med = [&](const std::function<void(int)>& fn) {
+    return bench::summarize(bench::time_iterations(&team, s, opt, fn)).median_us;
+  };
+  auto med_graph = [&](const std::function<void(int)>& fn) {
+    return bench::summarize(bench::time_graph_iterations(&team, s, opt, 1, fn)).median_us;
+  };
+  // Communication alone: every collective of the unit, one at a time on the compute stream.
+  double comm_us = 0;
+  for (const auto ph : {m::Phase::kForward, m::Phase::kBackward}) {
+    m::Layer& l = ph == m::Phase::kForward ? la : lb;
+    const auto& ops = l.ops(ph);
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].kind == m::OpKind::kComm) comm_us += med([&](int) { l.run_op(ph, i, s); });
+  }
+  const double compute_us = med([&](int) { run_compute_only(la, lb, s); });
+  struct Variant {
+    std::string name;
+    double us;
+    double mem;  // device bytes the variant needs (allocator accounting)
+  };
+  const double one_set = double(la.memory().total());
+  const double two_sets = one_set + double(lb.memory().total());
+  std::vector<Variant> vs;
+  vs.push_back({"single-strand", med([&](int) { run_single_strand(la, lb, s); }), one_set});
+  if (graph) vs.push_back({"single-strand-graph", med_graph([&](int) { run_single_strand(la, lb, s); }), one_set});
+  vs.push_back({"round-robin", med([&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }), two_sets});
+  vs.push_back({"strands", med([&](int) { ex.run(la, lb); }), two_sets});
+  if (graph) vs.push_back({"strands-graph", med_graph([&](int) { ex.run(la, lb); }), two_sets});
+  const double mem_peak = used_bytes();
+
+  // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.
+  const size_t ag_count = size_t(la.local_tokens()) * c.hidden;
+  void *ag_in = nullptr, *ag_out = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&ag_in, ag_count * 2));
+  BRAID_CUDA_CHECK(cudaMalloc(&ag_out, ag_count * 2 * p.tp));
+  const double ag_us = med([&](int) { comm_a->all_gather(ag_in, ag_out, ag_count, m::DType::kBF16, s); });
+  BRAID_CUDA_CHECK(cudaFree(ag_in));
+  BRAID_CUDA_CHECK(cudaFree(ag_out));
+  const double ag_bytes = double(ag_count) * 2 * p.tp;
+  const double algbw = ag_bytes / (ag_us * 1e-6) / 1e9, busbw = algbw * (p.tp - 1) / p.tp;
+
+  const double flops = (m::layer_model_flops(c, m::Phase::kForward) + m::layer_model_flops(c, m::Phase::kBackward)) / p.tp;
+  const double single_us = vs[0].us;
+  const double exposed_single = std::max(0.0, single_us - compute_us);
+  const double rr_us = [&] {
+    for (const auto& v : vs)
+      if (v.name == "round-robin") return v.us;
+    return 0.0;
+  }();
+  if (root) {
+    std::printf("# %s, %s, tokens per micro-batch %lld, throttle %s: all-gather of %.1f MiB %.1f us = %.1f GB/s algbw, "
+                "%.1f GB/s busbw\n",
+                c.name.c_str(), strand_parallel_tag(c, p).c_str(), (long long)c.tokens(),
+                a.throttle > 0 ? (std::to_string(a.throttle) + " CTAs").c_str() : "off", ag_bytes / 1048576.0, ag_us,
+                algbw, busbw);
+    std::printf("# unit = one micro-batch forward (strand a) + one backward (strand b); compute only %.1f us, "
+                "collectives alone %.1f us\n",
+                compute_us, comm_us);
+    std::printf("# memory: weights %.1f MiB, activation set + grads a %.1f MiB, b %.1f MiB; cudaMemGetInfo: comm a "
+                "%+.1f MiB, comm b %+.1f MiB, layer a %+.1f MiB, layer b %+.1f MiB, after timing %+.1f MiB\n",
+                la.memory().weights / 1048576.0, (la.memory().total() - la.memory().weights) / 1048576.0,
+                lb.memory().total() / 1048576.0, (mem_comm_a - mem0) / 1048576.0, (mem_comm_b - mem_comm_a) / 1048576.0,
+                (mem_a - mem_comm_b) / 1048576.0, (mem_b - mem_a) / 1048576.0, (mem_peak - mem_b) / 1048576.0);
+    std::printf("%-20s %10s %12s %7s %12s %8s %9s %9s %9s\n", "variant", "time(us)", "tokens/s", "MFU", "exposed(us)",
+                "hidden", "vs single", "vs rr", "mem(MiB)");
+  }
+  for (const auto& v : vs) {
+    const double exposed = std::max(0.0, v.us - compute_us);
+    const double hidden = exposed_single > 0 ? 1.0 - exposed / exposed_single : 0.0;
+    const double tok_s = double(c.tokens()) / (v.us * 1e-6);
+    const double mfu = flops / (v.us * 1e-6) / kPeakFlops;
+    if (root) {
+      std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %8.3fx %8.3fx %9.1f\n", v.name.c_str(), v.us, tok_s,
+                  100 * mfu, exposed, 100 * hidden, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0, v.mem / 1048576.0);
+      bench::Json j;
+      j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
+      j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle);
+      j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
+      j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
+      j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
+      j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
+      j.add("ag_busbw_gbs", busbw).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
+      j.add("plan_steps", plan.steps.size()).add("verified", ok);
+      j.add_context(ctx);
+      bench::append_jsonl(a.json, j.str());
+    }
+  }
+  team.synchronize(s, "bench strands end");
+  return 0;
+}
+
+}  // namespace braid::schedule

@@ -1,0 +1,218 @@
+// The DHelix strand executor and its baselines (strands.hpp).
+#include <algorithm>
+#include <string>
+
+#include "braid/errors.hpp"
+#include "braid/model/layer.hpp"
+#include "braid/schedule/strands.hpp"
+
+namespace braid::schedule {
+
+namespace {
+
+model::Phase phase_of(Pass p) { return p == Pass::Forward ? model::Phase::kForward : model::Phase::kBackward; }
+
+// Structural check of a plan against a DAG (times are not checked: a plan file may come from another
+// profile). Empty when fine.
+std::string check_plan(const Layer& dag, const Plan& plan) {
+  for (const Pass p : {Pass::Forward, Pass::Backward}) {
+    const auto& ops = dag.ops(p);
+    const auto& order = p == Pass::Forward ? plan.fwd_order : plan.bwd_order;
+    const char* pn = p == Pass::Forward ? "forward" : "backward";
+    if (order.size() != ops.size()) return std::string(pn) + " order does not hold every operator once";
+    std::vector<int> pos(ops.size(), -1);
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (order[k] < 0 || size_t(order[k]) >= ops.size() || pos[order[k]] >= 0)
+        return std::string(pn) + " order does not hold every operator once";
+      pos[order[k]] = int(k);
+    }
+    for (size_t i = 0; i < ops.size(); ++i)
+      for (int d : ops[i].deps)
+        if (pos[d] > pos[i]) return ops[i].name + " runs before its dependency " + ops[d].name;
+    std::vector<int> cat;
+    for (const auto& st : plan.steps) {
+      const auto& seg = p == Pass::Forward ? st.fwd : st.bwd;
+      cat.insert(cat.end(), seg.begin(), seg.end());
+    }
+    if (cat != order) return std::string("the steps' ") + pn + " segments do not concatenate to the " + pn + " order";
+  }
+  return {};
+}
+
+}  // namespace
+
+StrandExecutor::StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams)
+    : dag_(dag), plan_(plan), s_(streams) {
+  BRAID_REQUIRE(s_.compute && s_.local && s_.cross && s_.compute != s_.local && s_.compute != s_.cross &&
+                    s_.local != s_.cross,
+                "strands: compute, local and cross must be three distinct non-default streams");
+  if (!plan_.steps.empty()) {
+    const std::string why = check_plan(dag_, plan_);
+    if (!why.empty()) throw UsageError("strands: invalid plan: " + why, __FILE__, __LINE__);
+  }
+  // Per run: at most one record per operator, three per step barrier, fork and join.
+  const size_t n = dag_.fwd.size() + dag_.bwd.size() + 3 * (plan_.steps.size() + 2) + 8;
+  events_.resize(n, nullptr);
+  for (auto& e : events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+
+StrandExecutor::~StrandExecutor() {
+  for (auto e : events_)
+    if (e) cudaEventDestroy(e);
+}
+
+cudaEvent_t StrandExecutor::next_event() {
+  BRAID_REQUIRE(next_ < events_.size(), "strands: event pool exhausted (internal error)");
+  return events_[next_++];
+}
+
+cudaStream_t StrandExecutor::stream_of(Pass p, int op) const {
+  switch (dag_.ops(p)[op].link) {
+    case LinkClass::Local: return s_.local;
+    case LinkClass::Cross: return s_.cross;
+    default: return s_.compute;
+  }
+}
+
+void StrandExecutor::fork() {
+  cudaEvent_t e = next_event();
+  BRAID_CUDA_CHECK(cudaEventRecord(e, s_.compute));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s_.local, e, 0));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s_.cross, e, 0));
+}
+
+void StrandExecutor::join() {
+  cudaEvent_t el = next_event(), ex = next_event();
+  BRAID_CUDA_CHECK(cudaEventRecord(el, s_.local));
+  BRAID_CUDA_CHECK(cudaEventRecord(ex, s_.cross));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s_.compute, el, 0));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s_.compute, ex, 0));
+}
+
+std::vector<std::pair<Pass, int>> StrandExecutor::issue_order(const std::vector<int>& fseg,
+                                                               const std::vector<int>& bseg) const {
+  struct Strand {
+    const std::vector<int>* seg;
+    Pass pass;
+    size_t k = 0;
+    double ready = 0;
+  };
+  Strand st[2] = {{&fseg, Pass::Forward}, {&bseg, Pass::Backward}};
+  double free_at[3] = {0, 0, 0};  // compute, local, cross
+  std::vector<std::pair<Pass, int>> order;
+  while (true) {
+    int best = -1;
+    double best_start = 0;
+    bool best_comm = false;
+    for (int s = 0; s < 2; ++s) {
+      if (st[s].k >= st[s].seg->size()) continue;
+      const Op& op = dag_.ops(st[s].pass)[(*st[s].seg)[st[s].k]];
+      const double start = std::max(free_at[int(op.link)], st[s].ready);
+      const bool comm = op.kind == OpKind::Comm;
+      // earliest start; ties: collectives first, then the forward strand (s = 0 comes first)
+      if (best < 0 || start < best_start - 1e-9 || (start <= best_start + 1e-9 && comm && !best_comm)) {
+        best = s, best_start = start, best_comm = comm;
+      }
+    }
+    if (best < 0) break;
+    Strand& s = st[best];
+    const int i = (*s.seg)[s.k++];
+    const Op& op = dag_.ops(s.pass)[i];
+    const double end = best_start + std::max(op.solo_us, 0.0);
+    free_at[int(op.link)] = end;
+    s.ready = end;
+    order.emplace_back(s.pass, i);
+  }
+  return order;
+}
+
+void StrandExecutor::step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd,
+                          const std::vector<int>& bseg) {
+  BRAID_REQUIRE(fseg.empty() || fwd, "strands: a forward segment needs a forward layer");
+  BRAID_REQUIRE(bseg.empty() || bwd, "strands: a backward segment needs a backward layer");
+  const auto order = issue_order(fseg, bseg);
+  // Per strand: the stream and the event after its previous op in this step (the step barrier covers
+  // everything before the step).
+  cudaStream_t last_stream[2] = {nullptr, nullptr};
+  cudaEvent_t last_event[2] = {nullptr, nullptr};
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto [pass, i] = order[k];
+    const int sidx = pass == Pass::Forward ? 0 : 1;
+    model::Layer* layer = sidx == 0 ? fwd : bwd;
+    cudaStream_t st = stream_of(pass, i);
+    if (last_stream[sidx] && last_stream[sidx] != st) {
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, last_event[sidx], 0));
+    }
+    layer->run_op(phase_of(pass), size_t(i), st);
+    // Record only when this strand's next op in the step runs on another stream.
+    cudaStream_t next_stream = nullptr;
+    for (size_t q = k + 1; q < order.size(); ++q)
+      if (order[q].first == pass) {
+        next_stream = stream_of(pass, order[q].second);
+        break;
+      }
+    last_stream[sidx] = st;
+    last_event[sidx] = nullptr;
+    if (next_stream && next_stream != st) {
+      last_event[sidx] = next_event();
+      BRAID_CUDA_CHECK(cudaEventRecord(last_event[sidx], st));
+    }
+  }
+}
+
+void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
+  BRAID_REQUIRE(!plan_.steps.empty(), "strands: run() needs a plan");
+  BRAID_REQUIRE(&fwd != &bwd, "strands: the two strands must be different layers (activation sets)");
+  next_ = 0;
+  fork();
+  for (size_t k = 0; k < plan_.steps.size(); ++k) {
+    if (k > 0) {  // barrier: each stream waits for the other two
+      cudaStream_t ss[3] = {s_.compute, s_.local, s_.cross};
+      cudaEvent_t ev[3];
+      for (int j = 0; j < 3; ++j) {
+        ev[j] = next_event();
+        BRAID_CUDA_CHECK(cudaEventRecord(ev[j], ss[j]));
+      }
+      for (int j = 0; j < 3; ++j)
+        for (int q = 0; q < 3; ++q)
+          if (q != j) BRAID_CUDA_CHECK(cudaStreamWaitEvent(ss[j], ev[q], 0));
+    }
+    step(&fwd, plan_.steps[k].fwd, &bwd, plan_.steps[k].bwd);
+  }
+  join();
+}
+
+void StrandExecutor::run_step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd,
+                              const std::vector<int>& bseg) {
+  next_ = 0;
+  fork();
+  step(fwd, fseg, bwd, bseg);
+  join();
+}
+
+void run_single_strand(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream) {
+  fwd.forward(stream);
+  bwd.backward(stream);
+}
+
+void run_round_robin(model::Layer& fwd, model::Layer& bwd, cudaStream_t s1, cudaStream_t s2, cudaEvent_t ev[2]) {
+  BRAID_CUDA_CHECK(cudaEventRecord(ev[0], s1));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s2, ev[0], 0));
+  // The backward first: an MoE forward blocks the host at its count exchange, and the backward must
+  // already be queued by then to overlap with it.
+  bwd.backward(s2);
+  fwd.forward(s1);
+  BRAID_CUDA_CHECK(cudaEventRecord(ev[1], s2));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s1, ev[1], 0));
+}
+
+void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream) {
+  for (const auto ph : {model::Phase::kForward, model::Phase::kBackward}) {
+    model::Layer& l = ph == model::Phase::kForward ? fwd : bwd;
+    const auto& ops = l.ops(ph);
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].kind != model::OpKind::kComm) l.run_op(ph, i, stream);
+  }
+}
+
+}  // namespace braid::schedule

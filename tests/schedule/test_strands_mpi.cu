@@ -1,0 +1,239 @@
+// Two GPUs: the DHelix strand executor. α's forward co-executed with β's backward (two activation sets,
+// one copy of the weights) must give bitwise the outputs and gradients of running the same micro-batches
+// one after the other on one stream (single strand), for searched and hand-made plans, eagerly and as a
+// replayed CUDA graph; so must the naive round-robin baseline. MoE (EP = TP = 2) is compared with the
+// sequential GPU run (same routing), never with the CPU reference.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../model/layer_check.hpp"
+#include "braid/model.hpp"
+#include "braid/runtime.hpp"
+#include "braid/schedule/strands.hpp"
+
+namespace {
+
+namespace m = braid::model;
+namespace sch = braid::schedule;
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    world_ = std::make_unique<braid::Team>(MPI_COMM_WORLD);
+    comm_a_ = m::make_nccl_comm(*world_);
+    comm_b_ = m::make_nccl_comm_split(*world_);
+  }
+  void TearDown() override {
+    comm_b_.reset();
+    comm_a_.reset();
+    world_.reset();
+  }
+  static std::unique_ptr<braid::Team> world_;
+  static std::unique_ptr<m::Comm> comm_a_, comm_b_;
+};
+std::unique_ptr<braid::Team> Env::world_;
+std::unique_ptr<m::Comm> Env::comm_a_, Env::comm_b_;
+::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+
+struct Streams {
+  sch::StrandStreams s;
+  cudaStream_t extra = nullptr;
+  cudaEvent_t rr[2] = {nullptr, nullptr};
+  Streams() {
+    for (cudaStream_t* p : {&s.compute, &s.local, &s.cross, &extra})
+      EXPECT_EQ(cudaStreamCreateWithFlags(p, cudaStreamNonBlocking), cudaSuccess);
+    for (auto& e : rr) EXPECT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  }
+  ~Streams() {
+    for (auto e : rr) cudaEventDestroy(e);
+    for (cudaStream_t p : {s.compute, s.local, s.cross, extra}) cudaStreamDestroy(p);
+  }
+};
+
+m::ModelConfig shape(bool moe) {
+  m::ModelConfig c = m::preset(moe ? "tiny-moe" : "tiny");
+  c.name = moe ? "moe-d32-s100" : "d32-s100";
+  c.hidden = 256, c.heads = 8, c.kv_heads = 2, c.ffn = moe ? 128 : 512, c.seq = 100, c.micro_batch = 2;
+  return c;
+}
+
+std::vector<uint16_t> bits(const void* p, size_t n) {
+  std::vector<uint16_t> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+void upload(m::Layer& l, const std::vector<double>& x, const std::vector<double>& dy, int rank) {
+  const size_t rows = size_t(l.local_tokens()), H = size_t(l.config().hidden);
+  const size_t off = size_t(rank) * rows * H;
+  const auto xb = layer_check::to_bits(x, off, rows * H), dyb = layer_check::to_bits(dy, off, rows * H);
+  ASSERT_EQ(cudaMemcpy(l.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(l.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+struct Snapshot {
+  std::vector<uint16_t> ya, dxa, yb, dxb;
+  m::LayerWeights ga, gb, gsum;
+};
+
+enum class Variant { kSingle, kStrands, kGraph, kRoundRobin };
+
+// The unit under test: β forward (earlier unit), then {α forward, β backward} as `v`, then α backward and
+// α.grads += β.grads.
+Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st, Variant v,
+                  const std::vector<double> in[4], int rank) {
+  upload(a, in[0], in[1], rank);
+  upload(b, in[2], in[3], rank);
+  cudaStream_t s = st.s.compute;
+  b.forward(s);
+  switch (v) {
+    case Variant::kSingle: sch::run_single_strand(a, b, s); break;
+    case Variant::kStrands: ex->run(a, b); break;
+    case Variant::kRoundRobin: sch::run_round_robin(a, b, s, st.extra, st.rr); break;
+    case Variant::kGraph: {
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      ex->run(a, b);
+      EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+      EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+      for (int rep = 0; rep < 2; ++rep) EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);  // replay twice
+      Env::world_->synchronize(s, "graph replay");
+      cudaGraphExecDestroy(ge);
+      cudaGraphDestroy(g);
+      break;
+    }
+  }
+  Env::world_->synchronize(s, "unit");
+  const size_t n = size_t(a.local_tokens()) * a.config().hidden;
+  Snapshot r;
+  r.ya = bits(a.y(), n);
+  r.yb = bits(b.y(), n);
+  r.dxb = bits(b.dx(), n);
+  r.gb = b.download_grads();
+  a.backward(s);
+  Env::world_->synchronize(s, "alpha backward");
+  r.ga = a.download_grads();
+  a.add_grads(b, s);
+  Env::world_->synchronize(s, "add grads");
+  r.dxa = bits(a.dx(), n);
+  r.gsum = a.download_grads();
+  return r;
+}
+
+void expect_same(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c, const std::string& what) {
+  EXPECT_TRUE(x.ya == y.ya) << what << ": alpha y";
+  EXPECT_TRUE(x.yb == y.yb) << what << ": beta y";
+  EXPECT_TRUE(x.dxb == y.dxb) << what << ": beta dx";
+  EXPECT_TRUE(x.dxa == y.dxa) << what << ": alpha dx";
+  for (const auto& f : m::field_names(c)) {
+    const auto &p = *m::field(x.gb, f), &q = *m::field(y.gb, f);
+    EXPECT_TRUE(p.size() == q.size() && std::memcmp(p.data(), q.data(), p.size() * sizeof(double)) == 0)
+        << what << ": beta d" << f;
+    const auto &r = *m::field(x.gsum, f), &t = *m::field(y.gsum, f);
+    EXPECT_TRUE(r.size() == t.size() && std::memcmp(r.data(), t.data(), r.size() * sizeof(double)) == 0)
+        << what << ": summed d" << f;
+  }
+}
+
+// Canonical orders; step k pairs forward op k with backward op k unless both are collectives on one link.
+sch::Plan interleaved_plan(const sch::Layer& dag) {
+  sch::Plan p;
+  for (int i = 0; i < int(dag.fwd.size()); ++i) p.fwd_order.push_back(i);
+  for (int j = 0; j < int(dag.bwd.size()); ++j) p.bwd_order.push_back(j);
+  const size_t n = std::max(dag.fwd.size(), dag.bwd.size());
+  for (size_t k = 0; k < n; ++k) {
+    sch::PlanStep st;
+    if (k < dag.fwd.size()) st.fwd = {int(k)};
+    if (k < dag.bwd.size()) st.bwd = {int(k)};
+    if (!st.fwd.empty() && !st.bwd.empty() && dag.fwd[k].kind == sch::OpKind::Comm &&
+        dag.bwd[k].kind == sch::OpKind::Comm && dag.fwd[k].link == dag.bwd[k].link) {
+      p.steps.push_back({st.fwd, {}, 0});
+      p.steps.push_back({{}, st.bwd, 0});
+      continue;
+    }
+    p.steps.push_back(st);
+  }
+  return p;
+}
+
+void strands_equal_single(bool moe) {
+  const int rank = Env::world_->rank(), tp = Env::world_->size();
+  const auto c = shape(moe);
+  const m::Parallel par{tp, true};
+  m::Layer a(c, par, *Env::comm_a_);
+  a.load_weights(m::init_weights(c, 51));
+  m::Layer b(a, *Env::comm_b_);
+  ASSERT_TRUE(b.shares_weights());
+  EXPECT_EQ(b.memory().weights, 0u);
+  const size_t n = size_t(c.tokens()) * c.hidden;
+  const std::vector<double> in[4] = {m::random_values(n, 52, 1.0), m::random_values(n, 53, 1.0),
+                                     m::random_values(n, 54, 1.0), m::random_values(n, 55, 1.0)};
+  Streams st;
+  const sch::Layer dag = sch::strand_layer(c, par);
+  const sch::PairTable table = sch::synthetic_pair_table(dag);
+  sch::PairCost cost(dag, table);
+  const sch::Plan searched = sch::search_plan(cost);
+  const sch::Plan inter = interleaved_plan(dag);
+  const Snapshot ref = run_unit(a, b, nullptr, st, Variant::kSingle, in, rank);
+
+  // The weight-sharing layer computes what a layer with its own copy of the weights computes.
+  {
+    m::Layer own(c, par, *Env::comm_b_);
+    own.load_weights(m::init_weights(c, 51));
+    upload(own, in[2], in[3], rank);
+    own.forward(st.s.compute);
+    own.backward(st.s.compute);
+    Env::world_->synchronize(st.s.compute, "own weights");
+    EXPECT_TRUE(bits(own.y(), size_t(own.local_tokens()) * c.hidden) == ref.yb) << "shared weights: y";
+    const auto g = own.download_grads();
+    for (const auto& f : m::field_names(c))
+      EXPECT_TRUE(*m::field(g, f) == *m::field(ref.gb, f)) << "shared weights: d" << f;
+    // the fixed-order sum is the host sum of two bf16 values rounded to bf16 (fp32 for replicated ones)
+    for (const auto& f : m::field_names(c)) {
+      const auto &ga = *m::field(ref.ga, f), &gb = *m::field(ref.gb, f), &gs = *m::field(ref.gsum, f);
+      ASSERT_EQ(ga.size(), gs.size());
+      double worst = 0;
+      for (size_t i = 0; i < gs.size(); ++i)
+        worst = std::max(worst, std::abs(gs[i] - (ga[i] + gb[i])) / std::max(std::abs(ga[i] + gb[i]), 1e-30));
+      EXPECT_LT(worst, 1.0 / 128) << "summed d" << f;  // one bf16 rounding
+    }
+  }
+
+  for (const auto* plan : {&searched, &inter}) {
+    const std::string tag = std::string(moe ? "moe " : "dense ") + (plan == &searched ? "searched plan" : "interleaved plan");
+    sch::StrandExecutor ex(dag, *plan, st.s);
+    const auto order = ex.issue_order(plan->fwd_order, plan->bwd_order);
+    EXPECT_EQ(order.size(), dag.fwd.size() + dag.bwd.size()) << tag;
+    expect_same(ref, run_unit(a, b, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");
+    expect_same(ref, run_unit(a, b, &ex, st, Variant::kStrands, in, rank), c, tag + " strands again");
+    if (!moe) expect_same(ref, run_unit(a, b, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
+  }
+  expect_same(ref, run_unit(a, b, nullptr, st, Variant::kRoundRobin, in, rank), c, "round-robin");
+}
+
+TEST(StrandsMpi, DenseStrandsEqualSingleStrand) { strands_equal_single(false); }
+TEST(StrandsMpi, MoEStrandsEqualSingleStrand) { strands_equal_single(true); }
+
+TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
+  const int rank = Env::world_->rank(), tp = Env::world_->size();
+  auto slow = m::make_nccl_comm_split(*Env::world_, 1);
+  const auto c = shape(false);
+  const m::Parallel par{tp, true};
+  m::Layer a(c, par, *Env::comm_a_), a1(c, par, *slow);
+  const auto w = m::init_weights(c, 61);
+  a.load_weights(w), a1.load_weights(w);
+  const size_t n = size_t(c.tokens()) * c.hidden;
+  const auto x = m::random_values(n, 62, 1.0), dy = m::random_values(n, 63, 1.0);
+  const auto r0 = layer_check::run_layer(a, rank, x, dy, Env::world_->stream());
+  const auto r1 = layer_check::run_layer(a1, rank, x, dy, Env::world_->stream());
+  EXPECT_EQ(r0.y, r1.y);
+  EXPECT_EQ(r0.dx, r1.dx);
+}
+
+}  // namespace

@@ -1,0 +1,86 @@
+// CPU: the GPU layer's operator lists as schedule DAGs (strand_layer), plans over them, plan files.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "braid/model/config.hpp"
+#include "braid/schedule.hpp"
+#include "braid/schedule/strands.hpp"
+
+namespace {
+
+namespace m = braid::model;
+namespace sch = braid::schedule;
+
+m::ModelConfig cfg(const std::string& name, int seq) {
+  auto c = m::preset(name);
+  c.seq = seq;
+  return c;
+}
+
+TEST(StrandsPlan, DagMirrorsTheLayerOperators) {
+  for (const std::string name : {"llama3-8b", "llama3-70b", "mixtral-8x7b"}) {
+    const auto c = cfg(name, 4096);
+    const m::Parallel p{2, true};
+    const auto dag = sch::strand_layer(c, p);
+    for (const auto ph : {m::Phase::kForward, m::Phase::kBackward}) {
+      const auto ops = m::plan_ops(c, p, ph);
+      const auto& d = ph == m::Phase::kForward ? dag.fwd : dag.bwd;
+      ASSERT_EQ(ops.size(), d.size()) << name;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        EXPECT_EQ(d[i].name, std::string(ph == m::Phase::kForward ? "f." : "b.") + ops[i].name);
+        EXPECT_EQ(d[i].kind == sch::OpKind::Comm, ops[i].kind == m::OpKind::kComm);
+        EXPECT_EQ(d[i].link == sch::LinkClass::Compute, d[i].kind == sch::OpKind::Compute);
+        EXPECT_GT(d[i].solo_us, 0) << d[i].name;
+        for (int dep : d[i].deps) EXPECT_LT(dep, int(i));
+      }
+    }
+    // Forward: a chain. Backward: weight-gradient ops have no users but the replicated-grad all-reduce.
+    for (size_t i = 1; i < dag.fwd.size(); ++i) EXPECT_EQ(dag.fwd[i].deps, std::vector<int>{int(i) - 1});
+    std::set<int> used;
+    for (const auto& op : dag.bwd)
+      if (op.name != "b.ar_replicated_grads") used.insert(op.deps.begin(), op.deps.end());
+    for (size_t i = 0; i < dag.bwd.size(); ++i) {
+      const auto& n = dag.bwd[i].name;
+      const bool sink = n.size() > 6 && (n.substr(n.size() - 6) == "_wgrad" || n == "b.router_bwd");
+      if (sink) {
+        EXPECT_EQ(used.count(int(i)), 0u) << n;
+      }
+    }
+    EXPECT_EQ(dag.bwd.back().name, "b.ar_replicated_grads");
+    EXPECT_EQ(dag.bwd.back().deps.size(), dag.bwd.size() - 1);
+  }
+}
+
+TEST(StrandsPlan, SearchedPlansAreValidAndRoundTrip) {
+  for (const std::string name : {"llama3-8b", "mixtral-8x7b"}) {
+    const auto c = cfg(name, 2048);
+    const m::Parallel p{2, true};
+    auto dag = sch::strand_layer(c, p);
+    const auto table = sch::synthetic_pair_table(dag);
+    sch::apply_solo_times(dag, table);
+    sch::PairCost cost(dag, table);
+    const auto plan = sch::search_plan(cost);  // exhaustive, as the GPU test and the bench do
+    EXPECT_EQ(sch::validate_plan(cost, plan), "") << name;
+    EXPECT_LE(plan.total_us, plan.serial_us + 1e-6) << name;
+    std::stringstream ss;
+    sch::write_plan(ss, sch::to_plan_file(dag, plan));
+    const auto back = sch::from_plan_file(dag, sch::read_plan(ss));
+    EXPECT_EQ(back.fwd_order, plan.fwd_order);
+    EXPECT_EQ(back.bwd_order, plan.bwd_order);
+    ASSERT_EQ(back.steps.size(), plan.steps.size());
+    // A plan's operator names do not depend on the shape: it resolves against another sequence length.
+    const auto other = sch::strand_layer(cfg(name, 512), p);
+    std::stringstream s2;
+    sch::write_plan(s2, sch::to_plan_file(dag, plan));
+    EXPECT_NO_THROW(sch::from_plan_file(other, sch::read_plan(s2)));
+  }
+}
+
+TEST(StrandsPlan, ParallelTag) {
+  EXPECT_EQ(sch::strand_parallel_tag(cfg("mixtral-8x7b", 4096), {2, true}), "tp=2,sp=1,ep=2,seq=4096,mb=1");
+}
+
+}  // namespace
