@@ -152,6 +152,24 @@ if has sweep-t3; then
   T=400 mpi bench t3-gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --json "$out/t3-gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
   T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
+if has gemm-swizzle; then  # braid GEMM vs cuBLAS at large K under the scheduler's swizzle
+  echo "== gemm-rs, BRAID_GEMM_SWIZZLE" | tee -a "$log"
+  for sw in 1 2 4 8; do
+    echo "-- BRAID_GEMM_SWIZZLE=$sw" | tee -a "$log"
+    E="BRAID_GEMM_SWIZZLE=$sw" T=120 mpi bench gemm-rs --shape 8192,8192,14336 --shape 4096,8192,16384 \
+      --shape 16384,8192,8192 --shape 16384,8192,1024 --iters 10 --json "$out/gemm-swizzle-$sw.jsonl" 2>&1 | tee -a "$log"
+  done
+fi
+if has peers-tp; then  # PyTorch async TP on the sweep shapes
+  echo "== peers: torch async TP (fused_matmul_reduce_scatter, fused_all_gather_matmul)" | tee -a "$log"
+  timeout "$(left)" python3 -m torch.distributed.run --nproc-per-node "$ngpu" bench/peers/async_tp_symm_mem.py \
+    --shapes bench/shapes/sweep.txt --json "$out/peers-async-tp.jsonl" 2>&1 | grep -vE "^(W|I)[0-9]{4}|warn" | tee -a "$log"
+fi
+if has layer-more; then  # the 8B dense and Mixtral MoE layers (70B: the attn item)
+  echo "== bench layer (8B, Mixtral)" | tee -a "$log"
+  T=200 mpi bench layer --model llama3-8b --tp 2 --seq 8192 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
+  T=200 mpi bench layer --model mixtral-8x7b --tp 2 --seq 8192 --moe --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
+fi
 # The device tool returns at most 8 files: bundle the JSON lines and tables.
-(cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv 2>/dev/null) 2>/dev/null)
+(cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv *.txt 2>/dev/null) 2>/dev/null)
 echo "== done" | tee -a "$log"

@@ -137,6 +137,9 @@ class SignalGemm {
   int sm_count_;
 };
 
+// The persistent scheduler's swizzle for braid's GEMMs (BRAID_GEMM_SWIZZLE, default 1).
+int gemm_swizzle();
+
 // Picks a tile configuration for a shape (larger tiles unless that leaves under ~2 waves).
 TileConfig choose_tile_config(int64_t m, int64_t n, int64_t k, int sm_count);
 

@@ -5,6 +5,7 @@
 // costs minutes of CI compile time).
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "braid/errors.hpp"
@@ -21,6 +22,23 @@ namespace braid::overlap {
 namespace {
 
 using namespace cute;
+
+}  // namespace
+
+// BRAID_GEMM_SWIZZLE=1|2|4|8: the persistent scheduler's swizzle (m-blocks interleaved along N for L2
+// reuse of B at large K); 1 (default) keeps the plain AlongN order. The host model of the execution
+// order (execution_order) follows it through TileGrid::log_swizzle.
+int gemm_swizzle() {
+  static const int s = [] {
+    const char* e = std::getenv("BRAID_GEMM_SWIZZLE");
+    const int v = e ? std::atoi(e) : 1;
+    if (v != 1 && v != 2 && v != 4 && v != 8) throw UsageError("BRAID_GEMM_SWIZZLE: 1, 2, 4 or 8", __FILE__, __LINE__);
+    return v;
+  }();
+  return s;
+}
+
+namespace {
 
 // One kernel per tile configuration.
 template <int BM, int BN, int BK, int CM, int CN>
@@ -64,7 +82,7 @@ struct Kernel {
     args.hw_info.device_id = 0;
     args.hw_info.sm_count = sm_count;
     // Fixed scheduling so that the host model of the execution order (execution_order()) holds.
-    args.scheduler.max_swizzle_size = 1;
+    args.scheduler.max_swizzle_size = gemm_swizzle();
     args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
     return args;
   }
