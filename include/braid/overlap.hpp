@@ -275,7 +275,8 @@ class CublasGemm {
   ~CublasGemm();
   CublasGemm(const CublasGemm&) = delete;
   CublasGemm& operator=(const CublasGemm&) = delete;
-  void run(const void* a, const void* b, void* d, int64_t m, int64_t n, int64_t k, cudaStream_t s);
+  // D = A·Bᵀ + beta·D (beta 0: D is write-only; beta 1 accumulates in fp32 before the one rounding).
+  void run(const void* a, const void* b, void* d, int64_t m, int64_t n, int64_t k, cudaStream_t s, float beta = 0.f);
 
  private:
   void* handle_ = nullptr;

@@ -31,6 +31,7 @@ struct Context;
 }
 namespace overlap {
 class SignalGemm;
+class CublasGemm;
 }
 }  // namespace braid
 
@@ -46,7 +47,11 @@ namespace braid::t3 {
 //        tiles are stored locally (landing slot 0) and tracked; a finished region is pushed to the next
 //        hop by cudaMemcpyAsync, so no SM stores to a peer at all (at W = 2 the only SM work besides
 //        the GEMM is the fused add of the own chunk's last stage).
-enum class Variant { kRing, kDirect, kRingDma };
+// kRingCublas: the same ring and copy-engine forwarding at region granularity, but each region's
+//        GEMM is a cuBLAS call (tracking by stream events instead of tile counters; cuBLAS cannot
+//        signal per tile), and a received partial is accumulated by the next stage's GEMM itself
+//        (beta = 1 on the landing region). The result stays in the symmetric landing buffer (result()).
+enum class Variant { kRing, kDirect, kRingDma, kRingCublas };
 const char* variant_name(Variant v);
 inline bool is_ring(Variant v) { return v != Variant::kDirect; }
 
@@ -173,6 +178,9 @@ class GemmReduceScatter {
   int slot_ = 0;                               // team signal slot of the start barrier
   cudaStream_t ce_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  void run_cublas(const void* a, const void* b, cudaStream_t stream);
+  std::unique_ptr<overlap::CublasGemm> cublas_;  // kRingCublas
+  std::vector<cudaEvent_t> region_done_;          // kRingCublas: stage s region q computed
   void* wait_value_ = nullptr, *write_value_ = nullptr;  // driver entry points
   unsigned wait_flags_ = 0;
   void* err_host_ = nullptr;
@@ -193,6 +201,7 @@ class GemmReduceScatter {
 struct AgOptions {
   int64_t m = 0, n = 0, k = 0;  // full M (gathered); this rank's shard is M/world rows
   int sm_count = 0;
+  bool cublas = true;           // the per-chunk GEMMs: cuBLAS (default), or braid's sm90 GEMM
 };
 class AllGatherGemm {
  public:
@@ -211,6 +220,7 @@ class AllGatherGemm {
   Team& team_;
   AgOptions opt_;
   std::unique_ptr<overlap::SignalGemm> gemm_;
+  std::unique_ptr<overlap::CublasGemm> cublas_;
   std::unique_ptr<SymmetricBuffer> gathered_;  // M x K
   std::unique_ptr<SymmetricBuffer> arrival_;   // world uint32 per rank
   int slot_ = 0;

@@ -47,7 +47,7 @@ const char* kUsage =
     "                    [--json FILE]     Chimera: fused vs unfused parallelism transitions, verified\n"
     "  bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--measure FILE] [--cache FILE]\n"
     "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
-    "  bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-ring-dma,t3-direct --shape M,N,K | ag-gemm --algo sequential,t3\n"
+    "  bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-ring-dma,t3-ring-cublas,t3-direct --shape M,N,K | ag-gemm --algo sequential,t3\n"
     "                                    T3: track-and-trigger GEMM+RS and AG+GEMM (no SMs for communication)\n"
     "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--backward] [--json FILE]\n"
     "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"

@@ -399,10 +399,11 @@ CublasGemm::~CublasGemm() {
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
   cudaFree(workspace_);
 }
-void CublasGemm::run(const void* a, const void* b, void* d, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
+void CublasGemm::run(const void* a, const void* b, void* d, int64_t m, int64_t n, int64_t k, cudaStream_t s,
+                     float beta) {
   auto h = static_cast<cublasHandle_t>(handle_);
   BRAID_CUBLAS_CHECK(cublasSetStream(h, s));
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f;
   // Column-major view: Dᵀ (N x M) = op_T(B as K x N col-major) · A (K x M col-major).
   BRAID_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
                                   static_cast<int>(k), &alpha, b, CUDA_R_16BF, static_cast<int>(k), a, CUDA_R_16BF,

@@ -51,7 +51,7 @@ Args parse(int argc, char** argv) {
   const std::string what = argv[0];
   if (what == "t3-gemm-rs") {
     a.rs = true;
-    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-direct"};
+    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct"};
   } else if (what == "ag-gemm") {
     a.rs = false;
     a.algos = {"sequential", "t3"};
@@ -77,7 +77,7 @@ Args parse(int argc, char** argv) {
     else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
   }
   const std::vector<std::string> known =
-      a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-direct"}
+      a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct"}
            : std::vector<std::string>{"sequential", "t3"};
   for (const auto& x : a.algos)
     if (std::find(known.begin(), known.end(), x) == known.end())
@@ -224,7 +224,10 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
             atol, overlap::kGemmRtol, nullptr, &r.max_err);
       } else {
         RsOptions o;
-        o.variant = algo == "t3-ring" ? Variant::kRing : algo == "t3-ring-dma" ? Variant::kRingDma : Variant::kDirect;
+        o.variant = algo == "t3-ring"          ? Variant::kRing
+                    : algo == "t3-ring-dma"    ? Variant::kRingDma
+                    : algo == "t3-ring-cublas" ? Variant::kRingCublas
+                                               : Variant::kDirect;
         o.m = sh.m, o.n = sh.n, o.k = sh.k;
         o.regions = a.regions;
         auto op = std::make_unique<GemmReduceScatter>(team, o);

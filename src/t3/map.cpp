@@ -11,6 +11,7 @@ const char* variant_name(Variant v) {
     case Variant::kRing: return "t3-ring";
     case Variant::kDirect: return "t3-direct";
     case Variant::kRingDma: return "t3-ring-dma";
+    case Variant::kRingCublas: return "t3-ring-cublas";
   }
   return "?";
 }
@@ -104,7 +105,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
         t.op = TileOp::kStoreFinal;
         t.dest_rank = rank;
         t.dest_buf = Buf::kOut;
-      } else if (s == 0 && v == Variant::kRingDma) {
+      } else if (s == 0 && (v == Variant::kRingDma || v == Variant::kRingCublas)) {
         t.op = TileOp::kStoreLocal;
         t.dest_rank = rank;
         t.dest_buf = Buf::kLanding;
@@ -143,7 +144,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   } else {
     for (int s = 1; s < W; ++s)
       for (int q = 0; q < regions; ++q) a.expected[a.land_counter(s, q)] = rt;  // stage 1: per tile; later: one DMA write of rt
-    for (int s = v == Variant::kRingDma ? 0 : 1; s + 1 < W; ++s)
+    for (int s = v == Variant::kRing ? 1 : 0; s + 1 < W; ++s)
       for (int q = 0; q < regions; ++q) {
         a.expected[a.done_counter(s, q)] = rt;
         DmaTrigger d;

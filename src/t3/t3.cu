@@ -108,7 +108,11 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.k % 64 == 0, "T3: bad shape (K % 64)");
   BRAID_REQUIRE(opt.m % (int64_t(W) * 2 * detail::kBM) == 0, "T3: M must be a multiple of world*256");
   const int chunk_mblocks = int(opt.m / W / detail::kBM);
-  const int regions = pick_regions(opt.m / W * opt.n * 2, chunk_mblocks, opt.regions);
+  // cuBLAS regions are whole GEMM calls: fewer and larger (at most 4 per chunk, >= 1024 rows each).
+  const int want = opt.regions > 0 || opt.variant != Variant::kRingCublas
+                       ? opt.regions
+                       : int(std::max<int64_t>(1, std::min<int64_t>(4, opt.m / W / 1024)));
+  const int regions = pick_regions(opt.m / W * opt.n * 2, chunk_mblocks, want);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
   const size_t slots = is_ring(opt.variant) ? size_t(W) : 1;
@@ -118,6 +122,11 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  if (opt.variant == Variant::kRingCublas) {
+    cublas_ = std::make_unique<overlap::CublasGemm>();
+    region_done_.resize(size_t(W) * map_.regions);
+    for (auto& e : region_done_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   wait_value_ = entry_point("cuStreamWaitValue32");
   write_value_ = entry_point("cuStreamWriteValue32");
   wait_flags_ = wait_flags();
@@ -134,6 +143,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
 
 GemmReduceScatter::~GemmReduceScatter() {
   if (ce_) cudaStreamSynchronize(ce_);
+  for (auto e : region_done_) cudaEventDestroy(e);
   if (err_host_) cudaFreeHost(err_host_);
   cudaFree(sigval_);
   if (fork_) cudaEventDestroy(fork_);
@@ -168,8 +178,9 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   // (2) Nobody writes into a peer before that peer has reset (and finished reading the last run).
   start_barrier(team_, slot_, stream);
 
-  // (3) dma_map: the copy-engine stream forwards each finished ring region to the next hop.
   auto* cnt = counters_->local_as<uint32_t>();
+  if (m.variant == Variant::kRingCublas) return run_cublas(a, b, stream);
+  // (3) dma_map: the copy-engine stream forwards each finished ring region to the next hop.
   if (ring && !m.dma.empty()) {
     BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, fork_, 0));
@@ -228,6 +239,49 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   if (ring && !m.dma.empty()) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
 }
 
+// kRingCublas, after the reset and the start handshake. Stage s computes chunk order[s] region by region
+// with cuBLAS into landing slot s (stage 0: D = A·Bᵀ; later stages first wait, on the stream, for the
+// region to have arrived from the previous hop, then D = A·Bᵀ + D: the reduction is the GEMM's own
+// beta = 1 epilogue). A finished region (an event on `stream`) is forwarded to the next hop's slot s+1
+// by the copy engine, which then writes the next hop's land counter (cuStreamWriteValue32, with its
+// memory barrier after the copy). No SM moves or adds a byte outside the GEMMs. Result: slot W-1.
+void GemmReduceScatter::run_cublas(const void* a, const void* b, cudaStream_t stream) {
+  const AddressMap& m = map_;
+  const int W = m.world;
+  const int64_t K = opt_.k, N = m.n, Mc = m.m / W, rows = Mc / m.regions;
+  const uint32_t rt = sigval_host_;
+  auto* cnt = counters_->local_as<uint32_t>();
+  auto* land = landing_->local_as<uint16_t>();
+  const auto* A = static_cast<const uint16_t*>(a);
+  BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, fork_, 0));
+  size_t di = 0;
+  for (int s = 0; s < W; ++s) {
+    const int c = m.order[s];
+    for (int q = 0; q < m.regions; ++q) {
+      if (s > 0) stream_wait(wait_value_, stream, cnt + m.land_counter(s, q), rt, wait_flags_);
+      uint16_t* dst = land + int64_t(s) * m.chunk_elems + int64_t(q) * m.region_elems;  // (rows, N)
+      cublas_->run(A + (int64_t(c) * Mc + int64_t(q) * rows) * K, b, dst, rows, N, K, stream, s > 0 ? 1.f : 0.f);
+      if (s + 1 < W) {
+        BRAID_REQUIRE(di < m.dma.size() && m.dma[di].stage == s && m.dma[di].region == q, "T3: DMA table order");
+        const DmaTrigger& d = m.dma[di++];
+        cudaEvent_t ev = region_done_[size_t(s) * m.regions + q];
+        BRAID_CUDA_CHECK(cudaEventRecord(ev, stream));
+        BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, ev, 0));
+        auto* peer = landing_->peer_as<uint16_t>(d.dst_rank);
+        BRAID_CUDA_CHECK(cudaMemcpyAsync(peer + d.dst_slot * m.chunk_elems + d.offset,
+                                         land + d.src_slot * m.chunk_elems + d.offset, size_t(d.elems) * 2,
+                                         cudaMemcpyDefault, ce_));
+        signal_peer(by_copy_, write_value_, sigval_, ce_, counters_->peer_as<uint32_t>(d.dst_rank) + d.signal_counter,
+                    d.signal_value);
+      }
+    }
+  }
+  BRAID_CUDA_CHECK(cudaEventRecord(join_, ce_));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  result_ = land + int64_t(W - 1) * m.chunk_elems;
+}
+
 // ========================================== AG + GEMM ==========================================
 AllGatherGemm::AllGatherGemm(Team& team, const AgOptions& opt) : team_(team), opt_(opt) {
   const int W = team.size();
@@ -236,7 +290,10 @@ AllGatherGemm::AllGatherGemm(Team& team, const AgOptions& opt) : team_(team), op
   BRAID_REQUIRE(opt.k % 64 == 0 && opt.n % 128 == 0, "T3 AG+GEMM: K % 64 and N % 128 must be 0");
   const int sms = opt.sm_count > 0 ? opt.sm_count : device_sms();
   const auto cfg = overlap::choose_tile_config(opt.m / W, opt.n, opt.k, sms);
-  gemm_ = std::make_unique<overlap::SignalGemm>(cfg, sms);
+  // The consumer GEMMs wait per chunk on the stream (a chunk is whole once its copy has signalled), so
+  // they need no signalling epilogue: cuBLAS by default (faster than braid's GEMM at large K).
+  if (opt.cublas) cublas_ = std::make_unique<overlap::CublasGemm>();
+  else gemm_ = std::make_unique<overlap::SignalGemm>(cfg, sms);
   gathered_ = std::make_unique<SymmetricBuffer>(team, size_t(opt.m) * opt.k * 2);
   arrival_ = std::make_unique<SymmetricBuffer>(team, 256);
   slot_ = team.reserve_slots(1);
@@ -303,7 +360,8 @@ void AllGatherGemm::run(const void* a_shard, const void* b, void* c, cudaStream_
     }
     e.d = C + int64_t(j) * mc * n;
     e.ldd = n;
-    gemm_->run(a, b, mc, n, k, e, stream);
+    if (cublas_) cublas_->run(a, b, C + int64_t(j) * mc * n, mc, n, k, stream);
+    else gemm_->run(a, b, mc, n, k, e, stream);
   }
   if (W > 1) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
 }

@@ -80,6 +80,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, T3RsMpi,
                                            RsCase{t3::Variant::kRing, 4096, 1024, 512, 2, 16},
                                            RsCase{t3::Variant::kRingDma, 2048, 512, 256, 1, 0},
                                            RsCase{t3::Variant::kRingDma, 4096, 1024, 512, 2, 16},
+                                           RsCase{t3::Variant::kRingCublas, 2048, 512, 256, 1, 0},
+                                           RsCase{t3::Variant::kRingCublas, 4096, 1024, 512, 2, 0},
                                            RsCase{t3::Variant::kDirect, 2048, 512, 256, 1, 0},
                                            RsCase{t3::Variant::kDirect, 4096, 1024, 512, 2, 16}));
 
@@ -98,9 +100,11 @@ TEST(T3AgMpi, MatchesNcclPlusCublas) {
   team.synchronize("reference");
   const auto r = download_bf16(ref.p, m * n);
   // Both ways a copy-engine stream signals a peer: cuStreamWriteValue32 on IPC memory, 4-byte copy.
-  for (const char* mode : {"memop", "copy"}) {
+  // And both consumer GEMMs (cuBLAS, braid's sm90 GEMM).
+  for (const char* mode : {"memop", "copy"})
+  for (bool use_cublas : {true, false}) {
   setenv("BRAID_T3_SIGNAL", mode, 1);
-  t3::AllGatherGemm op(team, {m, n, k, 16});
+  t3::AllGatherGemm op(team, {m, n, k, 16, use_cublas});
   unsetenv("BRAID_T3_SIGNAL");
   for (int rep = 0; rep < 3; ++rep) {
     ASSERT_EQ(cudaMemsetAsync(c.p, 0xff, m * n * 2, s), cudaSuccess);
@@ -108,7 +112,7 @@ TEST(T3AgMpi, MatchesNcclPlusCublas) {
     team.synchronize("t3 ag-gemm");
     const size_t bad =
         count_mismatch(r, download_bf16(c.p, m * n), [](int64_t i) { return i; }, gemm_atol(k, 1), kGemmRtol);
-    EXPECT_EQ(bad, 0u) << "rank " << rank << " rep " << rep << " signal " << mode;
+    EXPECT_EQ(bad, 0u) << "rank " << rank << " rep " << rep << " signal " << mode << " cublas " << use_cublas;
   }
   }
 }
