@@ -170,6 +170,14 @@ if has layer-more; then  # the 8B dense and Mixtral MoE layers (70B: the attn it
   T=200 mpi bench layer --model llama3-8b --tp 2 --seq 8192 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
   T=200 mpi bench layer --model mixtral-8x7b --tp 2 --seq 8192 --moe --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
 fi
+if has overlap-probe; then  # is the NCCL/GEMM interference SM sharing or the memory system?
+  echo "== gemm-rs probes" | tee -a "$log"
+  for v in "BRAID_OVERLAP_DEBUG=nowait|--reserve-sms 66" "|--reserve-sms 66" "NCCL_P2P_USE_CUDA_MEMCPY=1|--reserve-sms 16"; do
+    echo "-- variant env=[${v%%|*}] opts=[${v#*|}]" | tee -a "$log"
+    # shellcheck disable=SC2086
+    E="${v%%|*}" T=90 mpi bench gemm-rs --shape 16384,8192,1024 ${v#*|} --iters 10 2>&1 | tee -a "$log"
+  done
+fi
 # The device tool returns at most 8 files: bundle the JSON lines and tables.
 (cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv *.txt 2>/dev/null) 2>/dev/null)
 echo "== done" | tee -a "$log"
