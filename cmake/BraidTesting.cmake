@@ -47,3 +47,15 @@ function(braid_mpi_test name np)
   set_tests_properties(${name} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE ${BRAID_SKIP_CODE}
                        TIMEOUT 600 PROCESSORS ${np})
 endfunction()
+
+# braid_mpi_test_worlds(NAME W...): the same multi-rank test binary again at W ranks (ctest entries
+# NAME_npW), for the tests written for any world size; skipped (77) on nodes with fewer than W GPUs, so
+# a 4- or 8-GPU node runs them with plain `ctest` (issue 10).
+function(braid_mpi_test_worlds name)
+  foreach(w ${ARGN})
+    add_test(NAME ${name}_np${w}
+             COMMAND ${CMAKE_SOURCE_DIR}/tests/common/run_mpi.sh ${w} $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}_np${w} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE ${BRAID_SKIP_CODE}
+                         TIMEOUT 900 PROCESSORS ${w})
+  endforeach()
+endfunction()

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
-# nccl qar ctest-new ctest-mod overlap overlap-diag t3 layer attn sweep-rs sweep-t3 (default: build test allreduce
-# peers transitions). Uses .deps carried from this machine (scripts/setup.sh --stage).
+# nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
+# sweep-rs sweep-t3 gemm-swizzle peers-tp (default: build test allreduce peers transitions). Every item
+# uses all GPUs of the node (`test` includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs).
+# 4/8-GPU runs (issue 10), one call each (10 min limit): `build test`, `nccl allreduce`,
+# `sweep-rs sweep-t3`, `layer-tp transitions`. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -177,6 +180,10 @@ if has overlap-probe; then  # is the NCCL/GEMM interference SM sharing or the me
     # shellcheck disable=SC2086
     E="${v%%|*}" T=90 mpi bench gemm-rs --shape 16384,8192,1024 ${v#*|} --iters 10 2>&1 | tee -a "$log"
   done
+fi
+if has layer-tp; then  # issue 10: the layer at TP = every GPU of the node (Llama-3-70B shapes)
+  echo "== bench layer, tp $ngpu" | tee -a "$log"
+  T=240 mpi bench layer --model llama3-70b --tp "$ngpu" --seq 8192 --backward --json "$out/layer-tp$ngpu.jsonl" 2>&1 | tee -a "$log"
 fi
 # The device tool returns at most 8 files: bundle the JSON lines and tables.
 (cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv *.txt 2>/dev/null) 2>/dev/null)

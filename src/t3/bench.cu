@@ -168,6 +168,11 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
                 "times: median of %d iterations (slowest rank), µs\n",
                 W, a.timing.iters);
   for (const Shape& sh : a.shapes) {
+    if (sh.m % (int64_t(W) * 256) != 0 || sh.n % 256 != 0 || sh.k % 64 != 0) {  // a sweep for another W
+      if (rank == 0) std::printf("%lld,%lld,%lld: skipped (T3 at %d ranks needs M %% %d == 0, N %% 256, K %% 64)\n",
+                                 (long long)sh.m, (long long)sh.n, (long long)sh.k, W, W * 256);
+      continue;
+    }
     const int64_t mn = sh.m * sh.n, mc = sh.m / W;
     DevBuf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(size_t(mn) * 2), Dref(size_t(mn) * 2),
         out(size_t(mn) * 2 / W);
@@ -262,6 +267,11 @@ int bench_ag(Team& team, const Args& a, const bench::Context& ctx) {
                 "iterations (slowest rank), µs\n",
                 W, a.timing.iters);
   for (const Shape& sh : a.shapes) {
+    if (sh.m % (int64_t(W) * 256) != 0 || sh.n % 128 != 0 || sh.k % 64 != 0) {
+      if (rank == 0) std::printf("%lld,%lld,%lld: skipped (AG+GEMM at %d ranks needs M %% %d == 0, N %% 128, K %% 64)\n",
+                                 (long long)sh.m, (long long)sh.n, (long long)sh.k, W, W * 256);
+      continue;
+    }
     const int64_t mc = sh.m / W, mn = sh.m * sh.n;
     DevBuf shard(size_t(mc) * sh.k * 2), full(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2),
         C(size_t(mn) * 2), Cref(size_t(mn) * 2);

@@ -190,6 +190,9 @@ TEST(T3Map, RingDmaDeliversEveryPartialOnceAnyWorld) {
       std::string why;
       EXPECT_TRUE(simulate(Variant::kRingDma, W, int64_t(W) * 2 * 128 * regions * 2, 512, regions, &why))
           << "world " << W << " regions " << regions << ": " << why;
+      // ring-cublas runs the same address map (regions forwarded by copy engines from slot s to s+1).
+      EXPECT_TRUE(simulate(Variant::kRingCublas, W, int64_t(W) * 2 * 128 * regions * 2, 512, regions, &why))
+          << "ring-cublas world " << W << " regions " << regions << ": " << why;
     }
   // Stage 0 stays local and is forwarded by a copy engine: W-1 hops per region, all on copy engines.
   const auto a = make_address_map(Variant::kRingDma, 2, 0, 2048, 512, 128, 256, 2);
