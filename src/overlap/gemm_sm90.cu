@@ -12,18 +12,10 @@
 #include "braid/overlap.hpp"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "signal_epilogue.cuh"
+#include "sm90_gemm.cuh"
 
 namespace braid::overlap {
-namespace {
-
-using namespace cute;
-
-}  // namespace
 
 // BRAID_GEMM_SWIZZLE=1|2|4|8: the persistent scheduler's swizzle (m-blocks interleaved along N for L2
 // reuse of B at large K); 1 (default) keeps the plain AlongN order. The host model of the execution
@@ -40,57 +32,16 @@ int gemm_swizzle() {
 
 namespace {
 
-// One kernel per tile configuration.
+// One kernel per tile configuration: the shared composition (sm90_gemm.cuh) with the signalling epilogue.
 template <int BM, int BN, int BK, int CM, int CN>
-struct Kernel {
-  using Element = cutlass::bfloat16_t;
-  using TileShape = Shape<Int<BM>, Int<BN>, Int<BK>>;
-  using ClusterShape = Shape<Int<CM>, Int<CN>, _1>;
-  using Epilogue = detail::SignalEpilogue<BM, BN>;
-  // A (M,K) row-major; B stored (N,K) row-major = (K,N) column-major in BLAS terms ("TN").
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
-      cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                          cutlass::gemm::PersistentScheduler>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-  // The epilogue's shared-memory stage (32 KiB) must not cost the main loop a pipeline stage.
-  static_assert(BN != 256 || Mainloop::DispatchPolicy::Stages >= 4, "128x256x64 main loop needs 4 stages");
-  static_assert(size(typename GemmKernel::TiledMma{}) == 256, "cooperative: two consumer warpgroups");
-
-  static typename Gemm::Arguments arguments(const void* a, const void* b, int m, int n, int k,
-                                            const detail::SignalEpilogueParams& epi, int sm_count) {
-    using StrideA = typename Gemm::GemmKernel::StrideA;
-    using StrideB = typename Gemm::GemmKernel::StrideB;
-    typename Gemm::Arguments args{};
-    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    args.problem_shape = {m, n, k, 1};
-    args.mainloop.ptr_A = static_cast<const Element*>(a);
-    // Both operands are K-contiguous: (rows, K, L) with strides (K, 1, rows*K).
-    StrideA dA{};
-    get<0>(dA) = int64_t(k);
-    get<2>(dA) = int64_t(m) * k;
-    args.mainloop.dA = dA;
-    args.mainloop.ptr_B = static_cast<const Element*>(b);
-    StrideB dB{};
-    get<0>(dB) = int64_t(k);
-    get<2>(dB) = int64_t(n) * k;
-    args.mainloop.dB = dB;
-    args.epilogue = epi;
-    args.hw_info.device_id = 0;
-    args.hw_info.sm_count = sm_count;
-    // Fixed scheduling so that the host model of the execution order (execution_order()) holds.
-    args.scheduler.max_swizzle_size = gemm_swizzle();
-    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
-    return args;
-  }
+struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN> {
+  using Base = detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN>;
+  using GemmKernel = typename Base::GemmKernel;
 
   static TileGrid plan(int m, int n, int k, int sm_count) {
     detail::SignalEpilogueParams epi{};
     epi.d = reinterpret_cast<__nv_bfloat16*>(16);  // not dereferenced
-    auto args = arguments(nullptr, nullptr, m, n, k, epi, sm_count);
+    auto args = Base::arguments(nullptr, nullptr, m, n, k, epi, sm_count, gemm_swizzle());
     auto params = GemmKernel::to_underlying_arguments(args, nullptr);
     const dim3 grid = GemmKernel::get_grid_shape(params);
     TileGrid g;
@@ -108,21 +59,7 @@ struct Kernel {
 
   static void run(const void* a, const void* b, int m, int n, int k, const detail::SignalEpilogueParams& epi,
                   int sm_count, cudaStream_t stream) {
-    auto args = arguments(a, b, m, n, k, epi, sm_count);
-    Gemm gemm;
-    cutlass::Status st = gemm.can_implement(args);
-    BRAID_REQUIRE(st == cutlass::Status::kSuccess,
-                  std::string("CUTLASS cannot implement this GEMM: ") + cutlassGetStatusString(st));
-    BRAID_REQUIRE(Gemm::get_workspace_size(args) == 0, "unexpected CUTLASS workspace");
-    st = gemm.initialize(args, nullptr, stream);
-    if (st != cutlass::Status::kSuccess)
-      throw CudaError(std::string("CUTLASS initialize: ") + cutlassGetStatusString(st), __FILE__, __LINE__);
-    st = gemm.run(stream);
-    if (st != cutlass::Status::kSuccess)
-      throw CudaError(std::string("CUTLASS run: ") + cutlassGetStatusString(st) + " (" +
-                          cudaGetErrorString(cudaGetLastError()) + ")",
-                      __FILE__, __LINE__);
-    BRAID_CHECK_LAUNCH();
+    Base::run(Base::arguments(a, b, m, n, k, epi, sm_count, gemm_swizzle()), stream, "this GEMM");
   }
 };
 
