@@ -158,14 +158,24 @@ struct SearchInputs {
   double bytes_per_wave = 0;  // output bytes of one full wave (ctas * bm * bn * 2)
   double last_wave_fraction = 1;   // tiles in the last wave / ctas
   double signal_overhead_us = 2;   // per-group cost: stream wait + NCCL launch gap
+  // Contention (measured by `--measure`): rho = (t_together - max(t_gemm, t_coll)) / min(t_gemm, t_coll)
+  // for the GEMM and the whole collective started at once with no dependency. 0: they overlap
+  // perfectly; 1: no better than in sequence; > 1: worse (seen on 2x H200, docs/flashoverlap.md).
+  double interference = 0;
+  double sequential_us = 0;        // cuBLAS + the collective in sequence (0: unknown, never fall back)
 };
 struct SearchResult {
   std::vector<int> group_waves;
-  double predicted_us = 0;
+  double predicted_us = 0;    // of the chosen partition, contention included
   int candidates = 0;         // partitions evaluated after pruning
+  bool sequential = false;    // fall back: predicted overlap >= 0.97 x sequential_us
 };
-// Predicted end-to-end time of one partition.
+// Predicted end-to-end time of one partition (the paper's recurrence; no contention).
 double predict_us(const SearchInputs& in, const std::vector<int>& group_waves);
+// The same with contention: P0 + interference * (S - P0), where P0 = predict_us and S is the time of
+// the same partition run in sequence (GEMM, then every group's collective and overhead). Equals P0 at
+// interference 0 and S at 1; for one group started with no dependency it is the measured rho's model.
+double predict_contended_us(const SearchInputs& in, const std::vector<int>& group_waves);
 // Exhaustive over compositions of `waves` with pruning: the first group is at most max_first waves,
 // groups never shrink by more than the pruning rule allows (see docs); returns the best.
 SearchResult search_partition(const SearchInputs& in, int max_groups = 8);
@@ -179,13 +189,14 @@ struct CachedDecision {
   int sm_count = 0;
   std::vector<int> group_waves;
   double predicted_us = 0;
+  bool sequential = false;  // the search chose the fallback (one group after the whole GEMM)
 };
 class DecisionCache {
  public:
   void put(const CachedDecision& d);
   // Same (coll, world, n, k); nearest m (ties: the larger). Null if nothing matches.
   const CachedDecision* lookup(Collective coll, int world, int64_t m, int64_t n, int64_t k) const;
-  // Text format, one decision per line: coll world m n k cfg sms pred_us w0,w1,...
+  // Text format, one decision per line: coll world m n k cfg sms pred_us w0,w1,... [sequential]
   void load(const std::string& path);  // missing file: empty cache
   void save(const std::string& path) const;
   const std::vector<CachedDecision>& entries() const { return v_; }
@@ -216,6 +227,9 @@ struct OverlapOptions {
   const DecisionCache* cache = nullptr;
   bool use_stream_wait_value = true;  // cuStreamWaitValue32 (driver entry point) if available, else
                                       // a bounded spin kernel
+  // Fallback (also taken from a cached decision): the GEMM on every SM into the one-group layout, then
+  // one collective on the same stream. Same output layout and consumers as the overlapped op.
+  bool sequential = false;
 };
 
 class GemmOverlap {
@@ -242,8 +256,11 @@ class GemmOverlap {
   // block-cyclic row order (rs_original_row).
   void rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const;
 
-  // Re-plan with another partition (same shape); device tables are rewritten.
+  // Re-plan with another partition (same shape); device tables are rewritten. Leaves the fallback.
   void set_partition(const std::vector<int>& group_waves);
+  // Switch to (or leave) the sequential fallback (one group; see OverlapOptions::sequential).
+  void set_sequential(bool on);
+  bool sequential() const { return sequential_; }
   // Throws TimeoutError if a spin wait of this op timed out (call after synchronizing the stream).
   void check_error() const;
   const SignalGemm& gemm() const { return *gemm_; }
@@ -253,6 +270,8 @@ class GemmOverlap {
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;
+  std::unique_ptr<SignalGemm> gemm_all_;  // the fallback's GEMM on every SM
+  bool sequential_ = false;
   Mapping map_;
   void* d_ = nullptr;                 // reordered GEMM output
   int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first | slot_tile

@@ -110,8 +110,8 @@ void host_rmsnorm(const uint16_t* x, const std::vector<uint16_t>& gamma, int64_t
 
 // Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
 // group can have, GEMM time per wave with the SMs left to NCCL).
-MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOverlap& op, const void* A,
-                              const void* B, void* scratch_in, void* scratch_out) {
+MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOverlap& op, CublasGemm& cublas,
+                              const void* A, const void* B, void* scratch_in, void* scratch_out) {
   MeasuredInputs mi;
   mi.coll = a.coll;
   mi.world = team.size();
@@ -145,6 +145,39 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
     mi.in.comm.us.push_back(t);
     if (bb >= full) break;
   }
+  // Contention: the GEMM (reserved SMs) and the whole collective started together with no dependency
+  // (the collective on its own buffer, a second stream); rho as defined in SearchInputs.
+  const size_t mn = size_t(sh.m) * sh.n, W = size_t(team.size());
+  DevBuf other(mn * 2), other_out(mn * 2 / W);
+  cudaStream_t s2 = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  auto collective = [&](void* in, void* out, cudaStream_t st) {
+    if (a.coll == Collective::kReduceScatter)
+      BRAID_NCCL_CHECK(ncclReduceScatter(in, out, mn / W, ncclBfloat16, ncclSum, team.nccl(), st));
+    else
+      BRAID_NCCL_CHECK(ncclAllReduce(in, in, mn, ncclBfloat16, ncclSum, team.nccl(), st));
+  };
+  const double t_coll = mi.in.comm.us.back();
+  const double t_both = median_us(team, a.timing, [&](int) {
+    BRAID_CUDA_CHECK(cudaEventRecord(fork, team.stream()));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(s2, fork, 0));
+    gemm.run(A, B, sh.m, sh.n, sh.k, e, team.stream());
+    collective(other.p, other_out.p, s2);
+    BRAID_CUDA_CHECK(cudaEventRecord(join, s2));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(team.stream(), join, 0));
+  });
+  mi.in.interference = std::max(0.0, (t_both - std::max(t_gemm, t_coll)) / std::max(1e-9, std::min(t_gemm, t_coll)));
+  mi.in.sequential_us = median_us(team, a.timing, [&](int) {
+    cublas.run(A, B, scratch_in, sh.m, sh.n, sh.k, team.stream());
+    collective(scratch_in, scratch_out, team.stream());
+  });
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(s2));
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  cudaStreamDestroy(s2);
   return mi;
 }
 
@@ -184,14 +217,18 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
 
     std::string searched;
     if (!a.measure.empty()) {
-      MeasuredInputs mi = measure_inputs(team, a, sh, op, A.p, B.p, D.p, out.p);
+      MeasuredInputs mi = measure_inputs(team, a, sh, op, cublas, A.p, B.p, D.p, out.p);
       if (rank == 0) save_inputs(a.measure, {mi});
       const SearchResult r = search_partition(mi.in);
-      if (a.groups.empty()) op.set_partition(r.group_waves);
+      if (a.groups.empty()) {
+        if (r.sequential) op.set_sequential(true);
+        else op.set_partition(r.group_waves);
+      }
       CachedDecision d;
       d.coll = a.coll, d.world = W, d.m = sh.m, d.n = sh.n, d.k = sh.k;
       d.tile_config = mi.tile_config, d.sm_count = mi.sm_count, d.group_waves = r.group_waves;
       d.predicted_us = r.predicted_us;
+      d.sequential = r.sequential;
       cache.put(d);
       if (rank == 0 && !a.cache.empty()) cache.save(a.cache);
       searched = std::to_string(r.predicted_us);
@@ -302,6 +339,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     const double bound = std::max(t_gemm, t_comm);
     std::ostringstream gs;
     for (size_t i = 0; i < map.group_waves.size(); ++i) gs << (i ? "," : "") << map.group_waves[i];
+    if (op.sequential()) gs << " sequential-fallback";
     const std::string groups = gs.str();
     if (rank == 0) {
       std::printf("%8s %6s %6s | %8s %8s %8s | %8s | %8s %8s %8s | %8s %7s %6s | %s\n", "M", "N", "K", "cublas",
@@ -324,6 +362,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add("gemm_ctas", map.grid.ctas)
           .add("waves", map.grid.num_waves())
           .add("groups", groups)
+          .add("decision", op.sequential() ? "sequential" : "overlap")
           .add("wait", op.uses_stream_wait_value() ? "cuStreamWaitValue32" : "spin-kernel")
           .add("cublas_us", t_cublas)
           .add("braid_gemm_us", t_braid)

@@ -214,15 +214,18 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   const int gemm_sms = std::max(8, sms - std::max(0, opt.reserve_sms));
   TileConfig cfg = opt.tile;
   std::vector<int> waves = opt.group_waves;
+  sequential_ = opt.sequential;
   if (waves.empty() && opt.cache) {
     if (const CachedDecision* d = opt.cache->lookup(opt.coll, team.size(), opt.m, opt.n, opt.k)) {
       if (cfg == TileConfig::kAuto) cfg = static_cast<TileConfig>(d->tile_config);
       waves = d->group_waves;  // may not fit an unseen M: rescaled below
+      sequential_ = sequential_ || d->sequential;
     }
   }
   if (cfg == TileConfig::kAuto) cfg = choose_tile_config(opt.m, opt.n, opt.k, gemm_sms);
   opt_.tile = cfg;
   gemm_ = std::make_unique<SignalGemm>(cfg, gemm_sms);
+  if (sequential_) gemm_all_ = std::make_unique<SignalGemm>(cfg, 0);
   const TileGrid grid = gemm_->plan(opt.m, opt.n, opt.k);
   const int parts = opt.coll == Collective::kReduceScatter ? team.size() : 1;
   BRAID_REQUIRE(grid.bm % parts == 0 && (grid.bm / parts) % 8 == 0, "GemmOverlap: too many ranks for the tile");
@@ -239,7 +242,9 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     if (fit.empty()) fit.push_back(T - sum);
     else fit.back() += T - sum;
   }
-  if (waves.empty()) {
+  if (sequential_) {
+    fit.assign(1, T);  // the fallback: one group of every wave
+  } else if (waves.empty()) {
     // Default without measurements: a 1-wave head, then groups of 2 waves, a last group of at most 4.
     fit.clear();
     int left = T;
@@ -290,7 +295,18 @@ void GemmOverlap::upload() {
 void GemmOverlap::set_partition(const std::vector<int>& group_waves) {
   BRAID_CUDA_CHECK(cudaStreamSynchronize(comm_));
   map_ = make_mapping(map_.grid, group_waves, map_.parts);
+  sequential_ = false;
   upload();
+}
+
+void GemmOverlap::set_sequential(bool on) {
+  if (!on) {
+    sequential_ = false;
+    return;
+  }
+  set_partition({map_.grid.num_waves()});  // one group: slots are the scheduler's linear tile order,
+  sequential_ = true;                      // which does not depend on the grid size
+  if (!gemm_all_) gemm_all_ = std::make_unique<SignalGemm>(opt_.tile, 0);
 }
 
 size_t GemmOverlap::out_elems() const {
@@ -329,6 +345,20 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   e.group_first = group_first;
   e.counters = counters_;
   e.parts = map_.parts;
+  if (sequential_) {
+    // Fallback: the GEMM on every SM into the one-group layout, then one collective on `stream`.
+    gemm_all_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
+    const size_t count = map_.group_elems(0);
+    auto* d = static_cast<__nv_bfloat16*>(d_);
+    if (rs)
+      BRAID_NCCL_CHECK(ncclReduceScatter(d, out, count / team_.size(), kBf16, ncclSum, team_.nccl(), stream));
+    else
+      BRAID_NCCL_CHECK(ncclAllReduce(d, d, count, kBf16, ncclSum, team_.nccl(), stream));
+    // Keep the fork/join shape of the overlapped path (the comm stream joins empty).
+    BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+    return;
+  }
   gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
 
   const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);

@@ -57,6 +57,18 @@ double predict_us(const SearchInputs& in, const std::vector<int>& group_waves) {
   return tm;
 }
 
+double predict_contended_us(const SearchInputs& in, const std::vector<int>& group_waves) {
+  const double p0 = predict_us(in, group_waves);
+  if (in.interference <= 0) return p0;
+  double serial = group_compute(in, 0, in.waves);
+  int w = 0;
+  for (int gw : group_waves) {
+    serial += in.comm.latency_us(group_bytes(in, w, w + gw)) + in.signal_overhead_us;
+    w += gw;
+  }
+  return p0 + in.interference * (serial - p0);
+}
+
 SearchResult search_partition(const SearchInputs& in, int max_groups) {
   const int T = in.waves;
   BRAID_REQUIRE(T >= 1, "search_partition: no waves");
@@ -98,7 +110,17 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
   }
   std::reverse(gw.begin(), gw.end());
   res.group_waves = gw;
-  res.predicted_us = bt;
+  res.predicted_us = predict_contended_us(in, gw);
+  // Under contention fewer groups can win (the DP minimises the uncontended time): compare with one
+  // group of all waves, then with the sequential fallback.
+  const std::vector<int> one{T};
+  const double p_one = predict_contended_us(in, one);
+  if (p_one < res.predicted_us) res.group_waves = one, res.predicted_us = p_one;
+  if (in.sequential_us > 0 && res.predicted_us >= 0.97 * in.sequential_us) {
+    res.sequential = true;
+    res.group_waves = one;
+    res.predicted_us = in.sequential_us;
+  }
   return res;
 }
 
@@ -174,6 +196,11 @@ void DecisionCache::load(const std::string& path) {
     CachedDecision d;
     if (!(is >> coll >> d.world >> d.m >> d.n >> d.k >> d.tile_config >> d.sm_count >> d.predicted_us >> waves))
       throw UsageError(path + ":" + std::to_string(ln) + ": malformed decision", __FILE__, __LINE__);
+    std::string flag;
+    if (is >> flag) {
+      if (flag != "sequential") throw UsageError(path + ":" + std::to_string(ln) + ": unknown flag " + flag, __FILE__, __LINE__);
+      d.sequential = true;
+    }
     d.coll = parse_coll(coll);
     d.group_waves = split_ints(waves);
     put(d);
@@ -183,14 +210,15 @@ void DecisionCache::load(const std::string& path) {
 void DecisionCache::save(const std::string& path) const {
   std::ofstream f(path);
   if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
-  f << "# coll world m n k tile_config sm_count predicted_us group_waves\n";
+  f << "# coll world m n k tile_config sm_count predicted_us group_waves [sequential]\n";
   for (const auto& d : v_)
     f << collective_name(d.coll) << ' ' << d.world << ' ' << d.m << ' ' << d.n << ' ' << d.k << ' ' << d.tile_config
-      << ' ' << d.sm_count << ' ' << d.predicted_us << ' ' << join(d.group_waves) << '\n';
+      << ' ' << d.sm_count << ' ' << d.predicted_us << ' ' << join(d.group_waves) << (d.sequential ? " sequential" : "")
+      << '\n';
 }
 
 // One line per shape: coll world m n k cfg sms waves wave_us first_extra bytes_per_wave last_frac
-//                     overhead curve_bytes(csv) curve_us(csv)
+//                     overhead curve_bytes(csv) curve_us(csv) [interference sequential_us]
 void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) {
   std::ofstream f(path, std::ios::app);
   if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
@@ -199,7 +227,8 @@ void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) 
     f << collective_name(x.coll) << ' ' << x.world << ' ' << x.m << ' ' << x.n << ' ' << x.k << ' ' << x.tile_config
       << ' ' << x.sm_count << ' ' << x.in.waves << ' ' << x.in.wave_us << ' ' << x.in.first_wave_extra_us << ' '
       << x.in.bytes_per_wave << ' ' << x.in.last_wave_fraction << ' ' << x.in.signal_overhead_us << ' '
-      << join_d(x.in.comm.bytes) << ' ' << join_d(x.in.comm.us) << '\n';
+      << join_d(x.in.comm.bytes) << ' ' << join_d(x.in.comm.us) << ' ' << x.in.interference << ' '
+      << x.in.sequential_us << '\n';
 }
 
 std::vector<MeasuredInputs> load_inputs(const std::string& path) {
@@ -218,6 +247,8 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
           x.in.first_wave_extra_us >> x.in.bytes_per_wave >> x.in.last_wave_fraction >> x.in.signal_overhead_us >> cb >>
           cu))
       throw UsageError(path + ":" + std::to_string(ln) + ": malformed inputs", __FILE__, __LINE__);
+    double rho = 0, seq = 0;
+    if (is >> rho >> seq) x.in.interference = rho, x.in.sequential_us = seq;  // optional (older files)
     x.coll = parse_coll(coll);
     x.in.comm.bytes = split_doubles(cb);
     x.in.comm.us = split_doubles(cu);

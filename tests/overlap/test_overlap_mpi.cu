@@ -33,6 +33,7 @@ struct Case {
   int64_t m, n, k;
   bool wait_value;
   bool graph;
+  bool sequential = false;  // the fallback path (one group, GEMM on every SM, then one collective)
 };
 
 class OverlapMpi : public ::testing::TestWithParam<Case> {};
@@ -58,8 +59,10 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   o.m = m, o.n = n, o.k = k;
   o.reserve_sms = 90;  // ~40 CTAs: several waves at these sizes
   o.use_stream_wait_value = c.wait_value;
+  o.sequential = c.sequential;
   GemmOverlap op(team, o);
-  EXPECT_GT(op.mapping().groups(), 1);
+  if (c.sequential) EXPECT_EQ(op.mapping().groups(), 1);
+  else EXPECT_GT(op.mapping().groups(), 1);
   const bool rs = c.coll == Collective::kReduceScatter;
   const void* x = rs ? out.p : op.reordered();
   cudaGraphExec_t exec = nullptr;
@@ -137,7 +140,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true},
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false},
                       Case{Collective::kAllReduce, 2048, 2048, 512, false, true},
-                      Case{Collective::kAllReduce, 4096, 1024, 1024, true, true}));
+                      Case{Collective::kAllReduce, 4096, 1024, 1024, true, true},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, true},
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false, true}));
 
 TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
   braid::Team team(MPI_COMM_WORLD);

@@ -69,6 +69,38 @@ TEST(OverlapSearch, PredictorFollowsTheRecurrence) {
   EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 35.0);
 }
 
+TEST(OverlapSearch, ContentionModelAndFallback) {
+  SearchInputs in;
+  in.waves = 3;
+  in.wave_us = 10;
+  in.bytes_per_wave = 1000;
+  in.signal_overhead_us = 0;
+  in.comm.bytes = {1000, 3000};
+  in.comm.us = {5, 15};
+  // (1,2): P0 40, in sequence 30 + 5 + 10 = 45: rho 0 -> 40, rho 1 -> 45, rho 2 -> 50.
+  EXPECT_DOUBLE_EQ(predict_contended_us(in, {1, 2}), 40.0);
+  in.interference = 1;
+  EXPECT_DOUBLE_EQ(predict_contended_us(in, {1, 2}), 45.0);
+  in.interference = 2;
+  EXPECT_DOUBLE_EQ(predict_contended_us(in, {1, 2}), 50.0);
+  // Under heavy contention one group (no overlap at all) is the best partition...
+  SearchResult r = search_partition(in);
+  EXPECT_EQ(r.group_waves, (std::vector<int>{3}));
+  EXPECT_DOUBLE_EQ(r.predicted_us, 45.0);
+  EXPECT_FALSE(r.sequential);  // sequential_us unknown: never fall back
+  // ...and with a measured sequential time it is not worth it: fall back.
+  in.sequential_us = 44;
+  r = search_partition(in);
+  EXPECT_TRUE(r.sequential);
+  EXPECT_EQ(r.group_waves, (std::vector<int>{3}));
+  EXPECT_DOUBLE_EQ(r.predicted_us, 44.0);
+  // Without contention the overlap wins against the same sequential time.
+  in.interference = 0;
+  r = search_partition(in);
+  EXPECT_FALSE(r.sequential);
+  EXPECT_LT(r.predicted_us, 0.97 * 44);
+}
+
 TEST(OverlapSearch, DynamicProgramMatchesEnumeration) {
   for (int waves : {1, 2, 3, 5, 8, 11}) {
     for (double wave_us : {5.0, 15.0, 40.0}) {
@@ -115,7 +147,7 @@ TEST(OverlapSearch, CacheNearestM) {
   cache.put(d);
   d.m = 16384, d.group_waves = {2, 4, 4};
   cache.put(d);
-  d.m = 8192, d.k = 2048, d.group_waves = {9};
+  d.m = 8192, d.k = 2048, d.group_waves = {9}, d.sequential = true;
   cache.put(d);
   EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 2, 5000, 8192, 1024)->m, 4096);
   EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 2, 12000, 8192, 1024)->m, 16384);
@@ -131,6 +163,8 @@ TEST(OverlapSearch, CacheNearestM) {
   back.load(path);
   ASSERT_EQ(back.entries().size(), 3u);
   EXPECT_EQ(back.lookup(Collective::kReduceScatter, 2, 16384, 8192, 1024)->group_waves, (std::vector<int>{2, 4, 4}));
+  EXPECT_FALSE(back.lookup(Collective::kReduceScatter, 2, 16384, 8192, 1024)->sequential);
+  EXPECT_TRUE(back.lookup(Collective::kReduceScatter, 2, 8192, 8192, 2048)->sequential);
   std::remove(path);
 }
 
@@ -139,6 +173,8 @@ TEST(OverlapSearch, InputsRoundTrip) {
   mi.coll = Collective::kAllReduce;
   mi.m = 16384, mi.n = 8192, mi.k = 1024, mi.sm_count = 116;
   mi.in = inputs(36, 12.5, 30, 300);
+  mi.in.interference = 1.32;
+  mi.in.sequential_us = 969.5;
   char path[] = "/tmp/braid_overlap_inputsXXXXXX";
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
@@ -151,6 +187,8 @@ TEST(OverlapSearch, InputsRoundTrip) {
   EXPECT_DOUBLE_EQ(v[1].in.wave_us, 12.5);
   ASSERT_EQ(v[1].in.comm.bytes.size(), mi.in.comm.bytes.size());
   EXPECT_NEAR(v[1].in.comm.us.back(), mi.in.comm.us.back(), 1e-6 * mi.in.comm.us.back());
+  EXPECT_DOUBLE_EQ(v[1].in.interference, 1.32);
+  EXPECT_DOUBLE_EQ(v[1].in.sequential_us, 969.5);
   std::remove(path);
 }
 
