@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/run.sh BUILD — the main job (`make run`).
-# On a node with >= 2 GPUs: NCCL baselines for four collectives and the peer bandwidth table, one
-# process per GPU, JSON lines under $BRAID_RESULTS (default BUILD/results/<card>x<n>/).
+# On a node with >= 2 GPUs: NCCL baselines for four collectives and the peer bandwidth table, braid's
+# all-reduce modes, Chimera's transitions, GEMM + reduce-scatter / all-gather + GEMM overlap (T3,
+# FlashOverlap) on tensor-parallel shapes, and the Llama-3-70B layer at TP = all GPUs; one process per
+# GPU, every row verified first, JSON lines under $BRAID_RESULTS (default BUILD/results/<card>x<n>/).
 # Without GPUs: `braid info` and the list of what would run on a GPU node.
 set -euo pipefail
 build=${1:-build}
@@ -19,12 +21,15 @@ jobs=(
   "bench p2p --bytes 256M"
   "bench allreduce --algo nccl,oneshot-ll,oneshot,twoshot,int8,int6,int4 -b 64K -e 256M -f 4"
   "bench transitions --dtype bf16"
+  "bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring-dma,t3-ring-cublas --shape 16384,8192,1024 --shape 8192,8192,4096 --shape 8192,8192,14336"
+  "bench ag-gemm --algo sequential,t3 --shape 16384,8192,1024 --shape 8192,8192,4096"
+  "bench layer --model llama3-70b --tp NGPU --seq 8192 --backward"  # NGPU: the process count
 )
 "$braid" info
 if [ "$ngpu" -lt 2 ]; then
   echo
   echo "No multi-GPU node here ($ngpu GPU(s)). On a node with N >= 2 GPUs, make run executes:"
-  for j in "${jobs[@]}"; do echo "  mpirun -np N braid $j --json <results>/<job>.jsonl"; done
+  for j in "${jobs[@]}"; do echo "  mpirun -np N braid ${j//NGPU/N} --json <results>/<job>.jsonl"; done
   echo
   echo "What needs no GPU: Chimera's communication plan for a Llama-3-70B layer (TP=SP=8, PP=2):"
   "$braid" plan --model llama3-70b --parallel tp=8,sp=8,pp=2 --seq 8192
@@ -42,8 +47,12 @@ card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H
 out=${BRAID_RESULTS:-$build/results/${card}x${ngpu}}
 mkdir -p "$out"
 for j in "${jobs[@]}"; do
+  j=${j//NGPU/$ngpu}
   name=$(echo "$j" | awk '{print $2"-"$4}' | sed 's/-$//')
-  case "$name" in p2p-*) name=p2p ;; allreduce-*) name=allreduce ;; transitions-*) name=transitions ;; esac
+  case "$name" in
+    p2p-*) name=p2p ;; allreduce-*) name=allreduce ;; transitions-*) name=transitions ;;
+    t3-gemm-rs-*) name=t3-gemm-rs ;; ag-gemm-*) name=ag-gemm ;; layer-*) name=layer ;;
+  esac
   echo
   # shellcheck disable=SC2086
   mpi $j --json "$out/$name.jsonl"
