@@ -2,7 +2,7 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 gemm-swizzle peers-tp (default: build test allreduce peers transitions). Every item
+# sweep-rs sweep-t3 gemm-swizzle peers-tp t3-cases (default: build test allreduce peers transitions). Every item
 # uses all GPUs of the node (`test` includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs).
 # 4/8-GPU runs (issue 10), one call each (10 min limit): `build test`, `nccl allreduce`,
 # `sweep-rs sweep-t3`, `layer-tp transitions`. Uses .deps carried from this machine (setup.sh --stage).
@@ -30,9 +30,27 @@ if has build; then
   echo "== build" | tee -a "$log"
   make build JOBS=32 > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 fi
+if has t3-cases; then  # each T3 case alone at every GPU, bounded (a stuck case names itself)
+  echo "== test_t3_mpi case by case, $ngpu ranks" | tee -a "$log"
+  cases="$(for i in 0 1 2 3 4 5 6 7; do echo Shapes/T3RsMpi.MatchesCublasPlusNccl/$i; done) T3AgMpi.MatchesNcclPlusCublas"
+  for c in $cases; do
+    for conn in "" 32; do
+      [[ -n $conn ]] && ! grep -q "FAILED\|rc=[1-9]" "$out/t3-case.log" 2>/dev/null && continue
+      : > "$out/t3-case.log"
+      CUDA_DEVICE_MAX_CONNECTIONS=$conn timeout 60 mpirun -np "$ngpu" --oversubscribe --bind-to none \
+        -x NCCL_NVLS_ENABLE -x CUDA_DEVICE_MAX_CONNECTIONS build/tests/t3/test_t3_mpi --gtest_filter="$c" \
+        > "$out/t3-case.log" 2>&1
+      rc=$?
+      echo "rc=$rc" >> "$out/t3-case.log"
+      echo "-- $c conn=[${conn:-default}] rc=$rc" | tee -a "$log"
+      grep -E "FAILED|Failure|counters|timed out|rank [0-9]|braid:" "$out/t3-case.log" | sort -u | head -20 | tee -a "$log"
+    done
+  done
+  rm -f "$out/t3-case.log"
+fi
 if has test; then
   echo "== ctest" | tee -a "$log"
-  (cd build && ctest --output-on-failure --timeout 300 > "$out/ctest.log" 2>&1)
+  (cd build && timeout "$(left)" ctest --output-on-failure --timeout 300 ${CTEST_E:+-E "$CTEST_E"} > "$out/ctest.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*" "$out/ctest.log" | tee -a "$log"
 fi

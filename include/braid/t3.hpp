@@ -165,9 +165,19 @@ class GemmReduceScatter {
   void run(const void* a, const void* b, void* out, cudaStream_t stream);
   // Where the reduced rows are after run(): `out` (ring) or result() (direct).
   const void* result() const;
-  // Throws TimeoutError if an in-kernel wait of this op timed out (after synchronizing the stream).
+  // Throws TimeoutError if an in-kernel wait of this op timed out (after synchronizing the stream);
+  // first releases every wait still queued on this rank (release_waits), so no stream stays blocked.
   void check_error() const;
   int comm_sms() const { return 0; }  // SMs that move or reduce data for communication
+  // Abort path: sets every counter of this rank to 0xffffffff (from a private stream), so that every
+  // in-kernel wait and every cuStreamWaitValue32 (copy-engine stream, compute stream) of this rank is
+  // satisfied and its streams drain; the output is garbage. Stream memory-operation waits have no
+  // timeout of their own: the destructor calls this when the copy-engine stream has not finished
+  // within the team's timeout, so a failed run turns into an error, never a hang. Each rank releases
+  // its own counters (every wait is on a local counter).
+  void release_waits() const;
+  // "counter i: observed/expected" for every counter of this rank (diagnostics after a timeout).
+  std::string counter_report() const;
 
  private:
   Team& team_;
@@ -178,6 +188,7 @@ class GemmReduceScatter {
   int slot_ = 0;                               // team signal slot of the start barrier
   cudaStream_t ce_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  cudaEvent_t end_ = nullptr;  // recorded on the compute stream at the end of run() (destructor: bounded wait)
   void run_cublas(const void* a, const void* b, cudaStream_t stream);
   std::unique_ptr<overlap::CublasGemm> cublas_;  // kRingCublas
   std::vector<cudaEvent_t> region_done_;          // kRingCublas: stage s region q computed
@@ -212,6 +223,8 @@ class AllGatherGemm {
   // a_shard: (M/world) x K, b: (N,K), c: (M,N) row-major. After run(), gathered() (M x K) holds every
   // peer's shard at its rows; this rank's own rows are not written there (its shard is used in place).
   void run(const void* a_shard, const void* b, void* c, cudaStream_t stream);
+  // As GemmReduceScatter::release_waits: sets this rank's arrival flags so no queued wait can block.
+  void release_waits() const;
   const void* gathered() const;
   std::vector<int> chunk_order() const;  // own first, then rank+1, ...
   int comm_sms() const { return 0; }
@@ -226,6 +239,8 @@ class AllGatherGemm {
   int slot_ = 0;
   cudaStream_t ce_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool ran_ = false;
+  cudaEvent_t end_ = nullptr;  // recorded on the compute stream at the end of run() (destructor: bounded wait)
   void* wait_value_ = nullptr, *write_value_ = nullptr;
   unsigned wait_flags_ = 0;
   bool by_copy_ = false;

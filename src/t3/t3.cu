@@ -5,9 +5,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
@@ -84,6 +87,53 @@ void start_barrier(Team& team, int slot, cudaStream_t s) {
   BRAID_CHECK_LAUNCH();
 }
 
+// Polls `done` (cudaEventQuery / cudaStreamQuery) until it reports completion or `timeout_s` passes.
+template <class Query>
+bool wait_bounded(Query done, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = done();
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Writes 0xffffffff to `count` local words with cuStreamWriteValue32 from a private non-blocking
+// stream: a front-end operation (no SM, so it runs even while a persistent kernel spins), ordered
+// after nothing that could be stuck. Every GEQ wait on those words is then satisfied.
+void release_words(void* write_value, uint32_t* words, int count, double timeout_s) {
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  for (int i = 0; i < count; ++i)
+    if (reinterpret_cast<WriteValueFn>(write_value)(reinterpret_cast<CUstream>(s),
+                                                    reinterpret_cast<CUdeviceptr>(words + i), 0xffffffffu,
+                                                    0u) != CUDA_SUCCESS)
+      break;
+  wait_bounded([&] { return cudaStreamQuery(s); }, timeout_s);
+  cudaStreamDestroy(s);
+}
+
+// Destructor side of the no-hang contract: wait (bounded) for the end of the last run; if it has not
+// come, release this rank's waits and wait again. Never throws.
+template <class Release>
+void drain_or_release(cudaEvent_t end, bool ran, double timeout_s, const char* what, int rank, Release release) {
+  if (!ran) return;
+  if (wait_bounded([&] { return cudaEventQuery(end); }, timeout_s)) return;
+  std::fprintf(stderr, "braid: rank %d: %s did not finish within %.0f s; releasing its waits\n", rank, what,
+               timeout_s);
+  release();
+  if (!wait_bounded([&] { return cudaEventQuery(end); }, timeout_s))
+    std::fprintf(stderr, "braid: rank %d: %s still not finished after releasing its waits\n", rank, what);
+}
+
 int device_sms() {
   int dev = 0, sms = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
@@ -122,6 +172,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
   if (opt.variant == Variant::kRingCublas) {
     cublas_ = std::make_unique<overlap::CublasGemm>();
     region_done_.resize(size_t(W) * map_.regions);
@@ -142,7 +193,13 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
 }
 
 GemmReduceScatter::~GemmReduceScatter() {
-  if (ce_) cudaStreamSynchronize(ce_);
+  drain_or_release(end_, result_ != nullptr, team_.options().timeout_s, "T3 GEMM+RS", team_.rank(),
+                   [this] { release_waits(); });
+  if (ce_ && !wait_bounded([&] { return cudaStreamQuery(ce_); }, team_.options().timeout_s)) {
+    release_waits();
+    wait_bounded([&] { return cudaStreamQuery(ce_); }, team_.options().timeout_s);
+  }
+  if (end_) cudaEventDestroy(end_);
   for (auto e : region_done_) cudaEventDestroy(e);
   if (err_host_) cudaFreeHost(err_host_);
   cudaFree(sigval_);
@@ -153,8 +210,30 @@ GemmReduceScatter::~GemmReduceScatter() {
 
 const void* GemmReduceScatter::result() const { return result_; }
 
+void GemmReduceScatter::release_waits() const {
+  release_words(write_value_, counters_->local_as<uint32_t>(), map_.num_counters, team_.options().timeout_s);
+}
+
+std::string GemmReduceScatter::counter_report() const {
+  std::vector<uint32_t> v(size_t(map_.num_counters));
+  cudaStream_t s = nullptr;
+  std::string r;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMemcpyAsync(v.data(), counters_->local(), v.size() * 4, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+      !wait_bounded([&] { return cudaStreamQuery(s); }, 5.0)) {
+    cudaGetLastError();
+    r = "(counters unreadable)";
+  } else {
+    for (size_t i = 0; i < v.size(); ++i)
+      r += (i ? " " : "") + std::to_string(i) + ":" + std::to_string(v[i]) + "/" + std::to_string(map_.expected[i]);
+  }
+  if (s) cudaStreamDestroy(s);
+  return "rank " + std::to_string(team_.rank()) + " counters (observed/expected) " + r;
+}
+
 void GemmReduceScatter::check_error() const {
   const auto* e = static_cast<const volatile detail::WaitError*>(err_host_);
+  if (e->code != 0) release_waits();
   if (e->code != 0)
     throw TimeoutError("rank " + std::to_string(team_.rank()) + ": T3 " + variant_name(opt_.variant) +
                            " wait on counter " + std::to_string(e->counter) + " timed out (" +
@@ -237,6 +316,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   if (!ring)
     for (int c : m.final_counters) stream_wait(wait_value_, stream, cnt + c, m.expected[c], wait_flags_);
   if (ring && !m.dma.empty()) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  BRAID_CUDA_CHECK(cudaEventRecord(end_, stream));
 }
 
 // kRingCublas, after the reset and the start handshake. Stage s computes chunk order[s] region by region
@@ -279,6 +359,7 @@ void GemmReduceScatter::run_cublas(const void* a, const void* b, cudaStream_t st
   }
   BRAID_CUDA_CHECK(cudaEventRecord(join_, ce_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  BRAID_CUDA_CHECK(cudaEventRecord(end_, stream));
   result_ = land + int64_t(W - 1) * m.chunk_elems;
 }
 
@@ -300,6 +381,7 @@ AllGatherGemm::AllGatherGemm(Team& team, const AgOptions& opt) : team_(team), op
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
   wait_value_ = entry_point("cuStreamWaitValue32");
   write_value_ = entry_point("cuStreamWriteValue32");
   wait_flags_ = wait_flags();
@@ -312,8 +394,17 @@ AllGatherGemm::AllGatherGemm(Team& team, const AgOptions& opt) : team_(team), op
   team.barrier();
 }
 
+void AllGatherGemm::release_waits() const {
+  release_words(write_value_, arrival_->local_as<uint32_t>(), team_.size(), team_.options().timeout_s);
+}
+
 AllGatherGemm::~AllGatherGemm() {
-  if (ce_) cudaStreamSynchronize(ce_);
+  drain_or_release(end_, ran_, team_.options().timeout_s, "T3 AG+GEMM", team_.rank(), [this] { release_waits(); });
+  if (ce_ && !wait_bounded([&] { return cudaStreamQuery(ce_); }, team_.options().timeout_s)) {
+    release_waits();
+    wait_bounded([&] { return cudaStreamQuery(ce_); }, team_.options().timeout_s);
+  }
+  if (end_) cudaEventDestroy(end_);
   cudaFree(sigval_);
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
@@ -364,6 +455,8 @@ void AllGatherGemm::run(const void* a_shard, const void* b, void* c, cudaStream_
     else gemm_->run(a, b, mc, n, k, e, stream);
   }
   if (W > 1) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  BRAID_CUDA_CHECK(cudaEventRecord(end_, stream));
+  ran_ = true;
 }
 
 }  // namespace braid::t3

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
 #include "braid/runtime.hpp"
@@ -39,7 +40,9 @@ struct RsCase {
 class T3RsMpi : public ::testing::TestWithParam<RsCase> {};
 
 TEST_P(T3RsMpi, MatchesCublasPlusNccl) {
-  braid::Team team(MPI_COMM_WORLD);
+  braid::TeamOptions topt;
+  topt.timeout_s = 15;  // small shapes: a wait longer than this is a hang
+  braid::Team team(MPI_COMM_WORLD, topt);
   if (!usable(team)) GTEST_SKIP() << "needs sm_90a GPUs with peer access";
   const RsCase c = GetParam();
   const int W = team.size(), rank = team.rank();
@@ -64,8 +67,14 @@ TEST_P(T3RsMpi, MatchesCublasPlusNccl) {
   for (int rep = 0; rep < 3; ++rep) {
     ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess);  // NaN: stale output is caught
     op.run(a.p, b.p, out.p, s);
-    team.synchronize("t3 gemm-rs");
-    op.check_error();
+    try {  // a stuck wait must fail the case, with the counters, and leave no stream blocked
+      team.synchronize("t3 gemm-rs");
+      op.check_error();
+    } catch (const braid::Error& e) {
+      const std::string report = op.counter_report();
+      op.release_waits();
+      FAIL() << t3::variant_name(c.variant) << " rep " << rep << ": " << e.what() << "\n" << report;
+    }
     int64_t first = -1;
     double max_err = 0;
     const size_t bad = count_mismatch(r, download_bf16(op.result(), mn / W), [](int64_t i) { return i; }, atol,
@@ -86,7 +95,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, T3RsMpi,
                                            RsCase{t3::Variant::kDirect, 4096, 1024, 512, 2, 16}));
 
 TEST(T3AgMpi, MatchesNcclPlusCublas) {
-  braid::Team team(MPI_COMM_WORLD);
+  braid::TeamOptions topt;
+  topt.timeout_s = 15;
+  braid::Team team(MPI_COMM_WORLD, topt);
   if (!usable(team)) GTEST_SKIP() << "needs sm_90a GPUs with peer access";
   const int W = team.size(), rank = team.rank();
   const int64_t m = 4096, n = 1024, k = 512, mc = m / W;
@@ -109,7 +120,12 @@ TEST(T3AgMpi, MatchesNcclPlusCublas) {
   for (int rep = 0; rep < 3; ++rep) {
     ASSERT_EQ(cudaMemsetAsync(c.p, 0xff, m * n * 2, s), cudaSuccess);
     op.run(shard.p, b.p, c.p, s);
-    team.synchronize("t3 ag-gemm");
+    try {
+      team.synchronize("t3 ag-gemm");
+    } catch (const braid::Error& e) {
+      op.release_waits();
+      FAIL() << "signal " << mode << " cublas " << use_cublas << " rep " << rep << ": " << e.what();
+    }
     const size_t bad =
         count_mismatch(r, download_bf16(c.p, m * n), [](int64_t i) { return i; }, gemm_atol(k, 1), kGemmRtol);
     EXPECT_EQ(bad, 0u) << "rank " << rank << " rep " << rep << " signal " << mode << " cublas " << use_cublas;
