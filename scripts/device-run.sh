@@ -27,8 +27,16 @@ mpi() {
     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT "${xs[@]}" build/braid "$@"
 }
 if has build; then
-  echo "== build" | tee -a "$log"
+  echo "== build ($(date +%T))" | tee -a "$log"
   make build JOBS=32 > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+fi
+if has t3-diag; then  # one ring case at every GPU, line-buffered so a kill keeps what was printed
+  echo "== t3 ring diagnostics, $ngpu ranks" | tee -a "$log"
+  for c in Shapes/T3RsMpi.MatchesCublasPlusNccl/0 Shapes/T3RsMpi.MatchesCublasPlusNccl/2; do
+    timeout 75 mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE \
+      stdbuf -oL -eL build/tests/t3/test_t3_mpi --gtest_filter="$c" 2>&1 | grep -vE "^\[ *(RUN|OK) *\]" | tail -40 | tee -a "$log"
+    echo "-- $c rc=${PIPESTATUS[0]}" | tee -a "$log"
+  done
 fi
 if has t3-cases; then  # each T3 case alone at every GPU, bounded (a stuck case names itself)
   echo "== test_t3_mpi case by case, $ngpu ranks" | tee -a "$log"
@@ -49,7 +57,7 @@ if has t3-cases; then  # each T3 case alone at every GPU, bounded (a stuck case 
   rm -f "$out/t3-case.log"
 fi
 if has test; then
-  echo "== ctest" | tee -a "$log"
+  echo "== ctest ($(date +%T))" | tee -a "$log"
   (cd build && timeout "$(left)" ctest --output-on-failure --timeout 300 ${CTEST_E:+-E "$CTEST_E"} > "$out/ctest.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*" "$out/ctest.log" | tee -a "$log"
