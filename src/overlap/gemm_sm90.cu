@@ -106,6 +106,7 @@ TileConfig choose_tile_config(int64_t m, int64_t n, int64_t k, int sm_count) {
 SignalGemm::SignalGemm(TileConfig cfg, int sm_count) : cfg_(cfg), sm_count_(sm_count) {
   BRAID_REQUIRE(cfg == TileConfig::k128x256 || cfg == TileConfig::k128x128, "SignalGemm: pick a tile config");
   if (sm_count_ <= 0) sm_count_ = device_sm_count();
+  BRAID_OVERLAP_DISPATCH(cfg_, K, K::preload());  // no lazy load inside a run (sm90_gemm.cuh)
 }
 SignalGemm::~SignalGemm() = default;
 

@@ -66,6 +66,19 @@ struct Sm90PersistentGemm {
     return args;
   }
 
+  // Loads the kernel now (CUDA lazy loading would otherwise load it at its first launch, and a load
+  // may synchronize the context). Contract for every braid op that enqueues a front-end wait
+  // (cuStreamWaitValue32) whose release depends on this kernel: call preload() before the first run,
+  // when no such wait can be pending — a wait pending on any stream during the load deadlocks the
+  // host thread inside the launch, where no timeout applies (seen with T3 rings at 4 ranks).
+  static void preload() {
+    cudaFuncAttributes attr{};
+    BRAID_CUDA_CHECK(cudaFuncGetAttributes(&attr, cutlass::device_kernel<GemmKernel>));
+    BRAID_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<GemmKernel>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(GemmKernel::SharedStorageSize)));
+  }
+
   static void run(const typename Gemm::Arguments& args, cudaStream_t stream, const char* what) {
     Gemm gemm;
     cutlass::Status st = gemm.can_implement(args);

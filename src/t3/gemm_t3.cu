@@ -24,6 +24,8 @@ using K128x256 = Kernel<kBM, kBN, 64, 2, 1>;
 
 }  // namespace
 
+void preload_t3_gemm() { K128x256::preload(); }
+
 void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpiParams& p, int sm_count,
                  cudaStream_t stream) {
   BRAID_REQUIRE(m > 0 && m % (2 * kBM) == 0 && n % kBN == 0 && k % 64 == 0,

@@ -44,6 +44,8 @@ struct EpiParams {
 
 // D rows [row_begin, row_begin + m) of the full problem: a points at A's row row_begin; the epilogue
 // sees m-blocks offset by p.mb_offset. Requirements: m % 256 == 0, n % 256 == 0, k % 64 == 0.
+// Loads the T3 kernel (call before any run: see Sm90PersistentGemm::preload in overlap/sm90_gemm.cuh).
+void preload_t3_gemm();
 void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpiParams& p, int sm_count,
                  cudaStream_t stream);
 

@@ -173,6 +173,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
+  if (opt.variant != Variant::kRingCublas) detail::preload_t3_gemm();  // before any wait can be pending
   if (opt.variant == Variant::kRingCublas) {
     cublas_ = std::make_unique<overlap::CublasGemm>();
     region_done_.resize(size_t(W) * map_.regions);
@@ -259,25 +260,9 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
 
   auto* cnt = counters_->local_as<uint32_t>();
   if (m.variant == Variant::kRingCublas) return run_cublas(a, b, stream);
-  // (3) dma_map: the copy-engine stream forwards each finished ring region to the next hop.
-  if (ring && !m.dma.empty()) {
-    BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
-    BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, fork_, 0));
-    auto* land = landing_->local_as<uint16_t>();
-    for (const DmaTrigger& d : m.dma) {
-      auto* dst = landing_->peer_as<uint16_t>(d.dst_rank);
-      stream_wait(wait_value_, ce_, cnt + d.wait_counter, d.wait_value, wait_flags_);
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst + d.dst_slot * m.chunk_elems + d.offset,
-                                       land + d.src_slot * m.chunk_elems + d.offset, size_t(d.elems) * 2,
-                                       cudaMemcpyDefault, ce_));
-      BRAID_REQUIRE(d.signal_value == sigval_host_, "T3: DMA signal values differ");
-      signal_peer(by_copy_, write_value_, sigval_, ce_, counters_->peer_as<uint32_t>(d.dst_rank) + d.signal_counter,
-                  d.signal_value);
-    }
-    BRAID_CUDA_CHECK(cudaEventRecord(join_, ce_));
-  }
-
-  // (4) remote_map: the GEMM, in the staggered order (1 or 2 launches).
+  // (3) remote_map: the GEMM, in the staggered order (1 or 2 launches). The CE stream forks here, before
+  // the launches, so its copies run while the GEMM does.
+  if (ring && !m.dma.empty()) BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
   detail::EpiParams p;
   p.mode = !ring ? detail::kModeDirect : m.variant == Variant::kRingDma ? detail::kModeRingDma : detail::kModeRing;
   p.rank = r;
@@ -308,6 +293,25 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   for (const Launch& l : m.launches) {
     p.mb_offset = int(l.row_begin / m.bm);
     detail::run_t3_gemm(A + l.row_begin * opt_.k, b, l.rows, m.n, opt_.k, p, sm_count_, stream);
+  }
+
+  // (4) dma_map: the copy-engine stream forwards each finished ring region to the next hop. Enqueued
+  // after the GEMM launches (host order only: the CE stream forked before them), so no front-end wait
+  // is pending while a launch runs on the host (see Sm90PersistentGemm::preload).
+  if (ring && !m.dma.empty()) {
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, fork_, 0));
+    auto* land = landing_->local_as<uint16_t>();
+    for (const DmaTrigger& d : m.dma) {
+      auto* dst = landing_->peer_as<uint16_t>(d.dst_rank);
+      stream_wait(wait_value_, ce_, cnt + d.wait_counter, d.wait_value, wait_flags_);
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst + d.dst_slot * m.chunk_elems + d.offset,
+                                       land + d.src_slot * m.chunk_elems + d.offset, size_t(d.elems) * 2,
+                                       cudaMemcpyDefault, ce_));
+      BRAID_REQUIRE(d.signal_value == sigval_host_, "T3: DMA signal values differ");
+      signal_peer(by_copy_, write_value_, sigval_, ce_, counters_->peer_as<uint32_t>(d.dst_rank) + d.signal_counter,
+                  d.signal_value);
+    }
+    BRAID_CUDA_CHECK(cudaEventRecord(join_, ce_));
   }
 
   // (5) Completion. Direct: this rank's rows are final once every rank's tiles of every region have
