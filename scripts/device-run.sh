@@ -2,10 +2,11 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 gemm-swizzle peers-tp t3-cases (default: build test allreduce peers transitions). Every item
+# sweep-rs sweep-t3 sweep-a2a sweep-ar gemm-swizzle peers-tp t3-cases t3-diag (default: build test allreduce peers transitions). Every item
 # uses all GPUs of the node (`test` includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs).
-# 4/8-GPU runs (issue 10), one call each (10 min limit): `build test`, `nccl allreduce`,
-# `sweep-rs sweep-t3`, `layer-tp transitions`. Uses .deps carried from this machine (setup.sh --stage).
+# 4/8-GPU runs (issue 10), one call each (10 min limit; a fresh x4 machine builds in ~1 min):
+# `build test` (CTEST_E= to skip a suite), `allreduce transitions`, `sweep-rs sweep-a2a`, `sweep-t3`,
+# `layer-tp sweep-ar`. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -180,6 +181,14 @@ if has sweep-t3; then
   echo "== t3-gemm-rs sweep (bench/shapes/sweep.txt)" | tee -a "$log"
   T=400 mpi bench t3-gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --json "$out/t3-gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
   T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
+fi
+if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
+  echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"
+  T=300 mpi bench gemm-a2a --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-a2a-sweep.jsonl" 2>&1 | tee -a "$log"
+fi
+if has sweep-ar; then
+  echo "== gemm-ar sweep (bench/shapes/sweep.txt)" | tee -a "$log"
+  T=300 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has gemm-swizzle; then  # braid GEMM vs cuBLAS at large K under the scheduler's swizzle
   echo "== gemm-rs, BRAID_GEMM_SWIZZLE" | tee -a "$log"

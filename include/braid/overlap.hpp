@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace braid {
@@ -114,6 +115,12 @@ struct EpilogueArgs {
   uint32_t* counters = nullptr;         // device, one per group; null: no signalling
   int parts = 1;
   int32_t* wave_log = nullptr;          // device, debug: tile id -> the CTA-local iteration that ran it
+  // All-to-all layout (GemmAllToAll; overrides parts): row r of the tile goes to
+  //   a2a_tile_dest_base[tile * a2a_world + dest] + rank * BN + c,  code = a2a_row_code[mb * bm + r],
+  //   dest = code & 15, rank = code >> 4 (see A2aPlan). tile_slot / tile_group still give the group.
+  const int32_t* a2a_row_code = nullptr;       // device, M entries
+  const int64_t* a2a_tile_dest_base = nullptr; // device, tiles * a2a_world entries
+  int a2a_world = 0;
 };
 
 class SignalGemm {
@@ -282,6 +289,93 @@ class GemmOverlap {
   void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record
 };
 
+class CublasGemm;
+
+// ---- GEMM + all-to-all (FlashOverlap's third collective; MoE token routing) ----
+// Row i of D = A·Bᵀ (M, N) is sent to rank dest[i] (one destination per row: e.g. an expert's output
+// going back to the token's rank). The reordering puts, inside each wave group, the rows of the group's
+// tiles by destination: group g = [dest p][tile of g in slot order][rows of that tile's m-block with
+// dest p, increasing][BN columns]. Segment (g, p) is contiguous, so one ncclSend per (group, peer) inside
+// an NCCL group; the receiver gets [g][source q][pieces], a piece being BN contiguous elements of one
+// row, and the consumer (a gather) writes the normal layout: out row = rows of source 0 in its row
+// order, then source 1, ... — what a packed all-to-all-v (ncclSend/ncclRecv per peer) delivers.
+// Counts are data-dependent: the host plans them (as every NCCL all-to-all-v must) from all ranks'
+// routing, exchanged once per routing with MPI.
+struct A2aPlan {
+  int world = 1, rank = 0;
+  int64_t m = 0, n = 0;
+  // sender side
+  std::vector<int32_t> row_code;          // M: (rank of the row among its m-block's rows to dest) << 4 | dest
+  std::vector<int64_t> tile_dest_base;    // tiles * world: element offset of (tile, dest)'s first row
+  std::vector<int64_t> send_off, send_cnt;  // groups * world (elements), into the reordered buffer
+  // receiver side
+  std::vector<int64_t> recv_off, recv_cnt;  // groups * world (source), into the receive buffer
+  std::vector<int32_t> piece_dst;         // per received piece (receive order): out_row * tiles_n + nb
+  int64_t recv_rows = 0;                  // rows of `out` (sum over sources)
+  // the baseline's packed all-to-all-v
+  std::vector<int32_t> pack_rows;         // M: packed row j <- D row pack_rows[j] (stable by dest)
+  std::vector<int64_t> send_rows, recv_rows_from;  // world each
+};
+// dest_all[q] = rank q's routing (M entries in [0, world)); every rank has the same M and grid.
+A2aPlan make_a2a_plan(const Mapping& m, int world, int rank, const std::vector<std::vector<int32_t>>& dest_all);
+// (source rank, source row) of every output row of `rank`, in output order (by source, then row).
+std::vector<std::pair<int, int64_t>> a2a_sources(const std::vector<std::vector<int32_t>>& dest_all, int rank);
+
+struct A2aOptions {
+  int64_t m = 0, n = 0, k = 0;
+  TileConfig tile = TileConfig::kAuto;
+  int reserve_sms = 16;
+  std::vector<int> group_waves;  // empty: the GemmOverlap default (1-wave head, 2-wave groups)
+  bool use_stream_wait_value = true;
+};
+
+class GemmAllToAll {
+ public:
+  GemmAllToAll(Team& team, const A2aOptions& opt);
+  ~GemmAllToAll();
+  GemmAllToAll(const GemmAllToAll&) = delete;
+  GemmAllToAll& operator=(const GemmAllToAll&) = delete;
+
+  // Collective (MPI all-gather of every rank's routing): plans counts and tables for `dest` (M entries).
+  // Synchronous; call when the routing changes, not per run.
+  void set_routing(const std::vector<int32_t>& dest);
+  const A2aPlan& plan() const { return plan_; }
+  const Mapping& mapping() const { return map_; }
+  int64_t recv_rows() const { return plan_.recv_rows; }
+  const std::vector<std::vector<int32_t>>& routing() const { return dest_all_; }
+  // GEMM + per-group all-to-all + the gather into `out` (recv_rows() x N, normal layout). Enqueued on
+  // `stream` (comm stream forked and joined); capturable once the routing is set.
+  void run(const void* a, const void* b, void* out, cudaStream_t stream);
+  // The baseline in the same binary: cuBLAS GEMM into d (M x N), pack rows by destination into
+  // `packed` (M x N), ncclSend/ncclRecv per peer into `out` (same layout as run()).
+  void run_sequential(CublasGemm& gemm, const void* a, const void* b, void* d, void* packed, void* out,
+                      cudaStream_t stream) const;
+  void check_error() const;
+  const SignalGemm& gemm() const { return *gemm_; }
+  const A2aOptions& options() const { return opt_; }
+
+ private:
+  Team& team_;
+  A2aOptions opt_;
+  std::unique_ptr<SignalGemm> gemm_;
+  Mapping map_;
+  A2aPlan plan_;
+  std::vector<std::vector<int32_t>> dest_all_;
+  void* d_ = nullptr;                 // reordered GEMM output (send buffer), M x N
+  void* recv_ = nullptr;              // receive buffer, recv_cap_ x N
+  int64_t recv_cap_ = 0;
+  int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first
+  int32_t* row_code_ = nullptr;       // M
+  int32_t* pack_rows_ = nullptr;      // M
+  int64_t* tile_dest_base_ = nullptr; // tiles * world
+  int32_t* piece_dst_ = nullptr;      // recv_cap_ * tiles_n
+  uint32_t* counters_ = nullptr;
+  cudaStream_t comm_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  void* wait_value_ = nullptr;
+  void* err_host_ = nullptr;
+};
+
 // Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of
 // M/world rows, rank-major): dst row mb*bm + p*sub + r <- src row p*(M/world) + mb*sub + r.
 void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, int world, cudaStream_t s);
@@ -327,5 +421,8 @@ class Decomposition {
 //   [--groups w0,w1,..] [--reserve-sms S] [--tile 128x256|128x128] [--cache FILE] [--measure FILE]`
 // argv[0] is the target (gemm-rs | gemm-ar). Returns 0 if every row verified, 3 otherwise.
 int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx);
+// `braid bench gemm-a2a --shape M,N,K | --shapes FILE [--json FILE] [--iters N] [--warmup N]
+//   [--groups w0,..] [--reserve-sms S] [--tile ...] [--seed S]`: uniform random routing per row.
+int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
 }  // namespace braid::overlap

@@ -47,6 +47,7 @@ const char* kUsage =
     "                    [--json FILE]     Chimera: fused vs unfused parallelism transitions, verified\n"
     "  bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--measure FILE] [--cache FILE]\n"
     "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
+    "  bench gemm-a2a --shape M,N,K | --shapes FILE [--json FILE] [--groups w0,..] [--seed S]  (FlashOverlap GEMM + all-to-all)\n"
     "  bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-ring-dma,t3-ring-cublas,t3-direct --shape M,N,K | ag-gemm --algo sequential,t3\n"
     "                                    T3: track-and-trigger GEMM+RS and AG+GEMM (no SMs for communication)\n"
     "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--backward] [--json FILE]\n"
@@ -168,7 +169,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   if (what == "transitions") return braid::fusion::bench_transitions(team, argc, argv, ctx);
   if (what == "layer") return braid::model::bench_layer_main(team, argc, argv, ctx);
   if (what == "strands") return braid::schedule::bench_strands_main(team, argc, argv, ctx);
-  if (what == "gemm-rs" || what == "gemm-ar" || what == "t3-gemm-rs" || what == "ag-gemm") {
+  if (what == "gemm-rs" || what == "gemm-ar" || what == "gemm-a2a" || what == "t3-gemm-rs" || what == "ag-gemm") {
     // These bench_main functions take argv[0] = the bench name, then its options.
     std::vector<char*> args;
     bool seen = false;
@@ -178,6 +179,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     }
     const int n = static_cast<int>(args.size());
     if (what == "t3-gemm-rs" || what == "ag-gemm") return braid::t3::bench_main(team, n, args.data(), ctx);
+    if (what == "gemm-a2a") return braid::overlap::bench_a2a_main(team, n, args.data(), ctx);
     return braid::overlap::bench_main(team, n, args.data(), ctx);
   }
   if (what == "p2p") {

@@ -146,6 +146,13 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
   int lp = 0;
   while ((1 << lp) < e.parts) ++lp;
   p.log2_parts = lp;
+  if (e.a2a_row_code != nullptr) {
+    BRAID_REQUIRE(e.a2a_tile_dest_base != nullptr && e.a2a_world >= 1 && e.a2a_world <= 16 && e.tile_group,
+                  "GEMM: incomplete all-to-all tables");
+    p.a2a_row_code = e.a2a_row_code;
+    p.a2a_tile_dest_base = e.a2a_tile_dest_base;
+    p.a2a_world = e.a2a_world;
+  }
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
 }
 

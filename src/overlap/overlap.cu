@@ -16,50 +16,17 @@
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
 #include "braid/runtime.hpp"
+#include "comm_wait.cuh"
 
 namespace braid::overlap {
 
 // =============================================== kernels ===============================================
 namespace {
 
-struct WaitError {
-  uint32_t code;      // 0 none, 1 timeout
-  uint32_t group;
-  uint32_t expected;
-  uint32_t observed;
-};
-
-// Bounded wait of the comm stream for one group: acquire at gpu scope pairs with the GEMM epilogue's
-// red.release.gpu, so NCCL (launched after this kernel on the same stream) reads the finished group.
-__global__ void wait_counter_kernel(const uint32_t* counter, uint32_t expected, uint32_t group, uint64_t timeout_ns,
-                                    WaitError* err) {
-  uint32_t seen;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-  if (seen >= expected) return;
-  uint64_t start;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  for (uint32_t it = 1;; ++it) {
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    if (seen >= expected) {
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      return;
-    }
-    if ((it & 1023u) == 0u) {
-      uint64_t now;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      if (now - start > timeout_ns) {
-        if (atomicCAS(&err->code, 0u, 1u) == 0u) {
-          err->group = group;
-          err->expected = expected;
-          err->observed = seen;
-          __threadfence_system();
-        }
-        return;
-      }
-      __nanosleep(200);
-    }
-  }
-}
+using detail::WaitError;
+using detail::WaitValueFn;
+using detail::wait_counter_kernel;
+using detail::wait_value_entry_point;
 
 // RMSNorm over rows gathered through the slot table. Row j of the output reads, for each column block nb,
 // BN contiguous elements at x[(slot(mb, nb) * rows_per_tile + rr) * BN], mb = j / rows_per_tile,
@@ -141,19 +108,6 @@ __global__ void fill_uniform_kernel(__nv_bfloat16* p, size_t count, uint64_t see
 __global__ void fill_const_kernel(__nv_bfloat16* p, size_t count, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16_rn(v);
-}
-
-// cuStreamWaitValue32 (CUDA 12 ABI), fetched through the runtime: libcuda is never linked.
-using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-void* wait_value_entry_point() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return fn;
 }
 
 ncclDataType_t kBf16 = ncclBfloat16;
@@ -377,7 +331,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
       auto fn = reinterpret_cast<WaitValueFn>(wait_value_);
       const CUresult rc = fn(reinterpret_cast<CUstream>(comm_), reinterpret_cast<CUdeviceptr>(counters_ + g), expected,
                              CU_STREAM_WAIT_VALUE_GEQ);
-      if (rc != CUDA_SUCCESS) detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
+      if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
     } else {
       WaitError* err_dev = nullptr;
       BRAID_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev), err_host_, 0));

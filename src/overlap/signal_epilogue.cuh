@@ -41,6 +41,10 @@ struct SignalEpilogueParams {
   int32_t* wave_log;        // null: no log
   int tiles_n;
   int log2_parts;
+  // All-to-all layout (overlap.hpp, A2aPlan): non-null replaces the parts layout by per-row addresses.
+  const int32_t* a2a_row_code;        // M: (rank among the m-block's rows to dest) << 4 | dest
+  const int64_t* a2a_tile_dest_base;  // tiles * a2a_world
+  int a2a_world;
 };
 
 __device__ __forceinline__ void signal_add_release_gpu(uint32_t* p, uint32_t v) {
@@ -126,7 +130,13 @@ class SignalEpilogue {
     int64_t base, part_stride, ld;
     int log2_sub;
     int group = -1;
-    if (params_.tile_slot == nullptr) {
+    const bool a2a = params_.a2a_row_code != nullptr;
+    const int32_t* row_code = a2a ? params_.a2a_row_code + int64_t(mb) * BM : nullptr;       // (BM)
+    const int64_t* dest_base = a2a ? params_.a2a_tile_dest_base + int64_t(tile) * params_.a2a_world : nullptr;
+    if (a2a) {
+      base = 0, part_stride = 0, ld = BN, log2_sub = 30;  // unused: per-row addresses below
+      group = params_.tile_group[tile];
+    } else if (params_.tile_slot == nullptr) {
       base = int64_t(mb) * BM * params_.ldd + int64_t(nb) * BN;
       ld = params_.ldd;
       log2_sub = 30;  // one part
@@ -156,7 +166,13 @@ class SignalEpilogue {
     __nv_bfloat16* d = params_.d;
     staged_store<BM, BN, kStageCols, kThreads>(
         smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int c, const float(&f)[8]) {
-          const int64_t off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
+          int64_t off;
+          if (a2a) {  // row r goes to its destination's segment (rows of one tile and dest are consecutive)
+            const int code = __ldg(row_code + r);
+            off = __ldg(dest_base + (code & 15)) + int64_t(code >> 4) * BN + c;
+          } else {
+            off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
+          }
           *reinterpret_cast<uint4*>(d + off) = pack_bf16x8(f);  // 16-byte aligned: ld, BN, c % 8 == 0
         });
 

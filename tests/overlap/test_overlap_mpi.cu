@@ -1,9 +1,10 @@
 // Two ranks (one GPU each): FlashOverlap GEMM+RS and GEMM+AR equal cuBLAS + NCCL on every rank, with
 // both waits (cuStreamWaitValue32 and the spin kernel), eagerly and replayed from a CUDA graph; the
 // RMSNorm consumer and the row un-permutation after an all-gather give the original row order; the
-// decomposition baseline is right too.
+// decomposition baseline is right too; GEMM + all-to-all delivers every routed row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -168,6 +169,66 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
     std::copy_n(r.begin() + ((j / Rw) * R + int64_t(rank) * Rw + j % Rw) * n, n, want.begin() + j * n);
   EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
             0u);
+}
+
+// GEMM + all-to-all: every rank regenerates every rank's A and computes its D with cuBLAS, so the
+// expected rows of each receiver are known exactly; FlashOverlap (both waits) and the packed baseline
+// must deliver them, repeatedly, for a uniform and a skewed routing (most rows to rank 0).
+TEST(OverlapMpiAllToAll, DeliversEveryRoutedRow) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = 2048, n = 1024, k = 256, mn = m * n;
+  cudaStream_t s = team.stream();
+  Buf b(n * k * 2), aq(m * k * 2), dq(mn * 2), d(mn * 2), packed(mn * 2);
+  fill_uniform_bf16(b.p, n * k, 700, 1.f, s);  // one weight everywhere
+  CublasGemm cublas;
+  std::vector<std::vector<uint16_t>> dall(W);
+  for (int q = 0; q < W; ++q) {  // D_q = A_q · Bᵀ for every rank q, locally
+    fill_uniform_bf16(aq.p, m * k, 800 + q, 1.f, s);
+    cublas.run(aq.p, b.p, dq.p, m, n, k, s);
+    team.synchronize("reference");
+    dall[q] = download_bf16(dq.p, mn);
+  }
+  Buf a(m * k * 2);
+  fill_uniform_bf16(a.p, m * k, 800 + rank, 1.f, s);
+  for (int skew : {0, 1})
+  for (bool wait_value : {true, false}) {
+    A2aOptions o;
+    o.m = m, o.n = n, o.k = k;
+    o.reserve_sms = 90;  // several waves
+    o.use_stream_wait_value = wait_value;
+    GemmAllToAll op(team, o);
+    ASSERT_GE(op.mapping().groups(), 2);
+    std::vector<int32_t> dest(m);
+    uint64_t x = 12345 + rank * 77 + skew;
+    for (auto& v : dest) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      v = skew && (x >> 60) < 12 ? 0 : int32_t((x >> 33) % uint64_t(W));
+    }
+    op.set_routing(dest);
+    const int64_t rows = op.recv_rows();
+    const auto src = a2a_sources(op.routing(), rank);
+    std::vector<uint16_t> want(size_t(rows * n));
+    for (int64_t j = 0; j < rows; ++j)
+      std::copy_n(dall[src[j].first].begin() + src[j].second * n, n, want.begin() + j * n);
+    Buf out(std::max<int64_t>(rows, 1) * n * 2);
+    for (int rep = 0; rep < 2; ++rep) {
+      ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, rows * n * 2, s), cudaSuccess);
+      op.run(a.p, b.p, out.p, s);
+      team.synchronize("gemm-a2a");
+      op.check_error();
+      EXPECT_EQ(count_mismatch(want, download_bf16(out.p, rows * n), [](int64_t i) { return i; }, gemm_atol(k, 1),
+                               kGemmRtol),
+                0u)
+          << "flashoverlap rank " << rank << " skew " << skew << " wait_value " << wait_value << " rep " << rep;
+    }
+    ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, rows * n * 2, s), cudaSuccess);
+    op.run_sequential(cublas, a.p, b.p, d.p, packed.p, out.p, s);
+    team.synchronize("gemm-a2a baseline");
+    EXPECT_EQ(count_mismatch(want, download_bf16(out.p, rows * n), [](int64_t i) { return i; }, 0.0, 0.0), 0u)
+        << "baseline rank " << rank << " skew " << skew;
+  }
 }
 
 }  // namespace

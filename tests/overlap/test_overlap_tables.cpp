@@ -113,3 +113,102 @@ TEST(OverlapTables, ReorderedLayoutIsABijectionReduceScatter4) {
 }
 
 }  // namespace
+
+// GEMM + all-to-all: a host model of the whole data path (epilogue addresses -> per-group NCCL segments ->
+// the receiver's gather), and of the baseline (pack -> per-peer segments), delivers every rank exactly
+// the rows routed to it, ordered by source then row, for skewed and empty routings.
+namespace {
+using Cell = int64_t;  // encodes (source rank, row, column)
+Cell cell(int q, int64_t row, int64_t col) { return (int64_t(q) << 40) | (row << 20) | col; }
+
+void check_a2a(const TileGrid& g, const std::vector<int>& waves, int W, uint64_t seed, int skew_to) {
+  const Mapping map = make_mapping(g, waves, 1);
+  const int64_t M = int64_t(g.tiles_m) * g.bm, N = int64_t(g.tiles_n) * g.bn;
+  std::vector<std::vector<int32_t>> dest(W, std::vector<int32_t>(size_t(M)));
+  uint64_t x = seed;
+  for (int q = 0; q < W; ++q)
+    for (auto& d : dest[q]) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      d = skew_to >= 0 && (x >> 60) < 12 ? skew_to : int32_t((x >> 33) % uint64_t(W));
+    }
+  std::vector<A2aPlan> plans;
+  for (int r = 0; r < W; ++r) plans.push_back(make_a2a_plan(map, W, r, dest));
+  // Senders: the epilogue's addresses (every element of every tile).
+  std::vector<std::vector<Cell>> send(W, std::vector<Cell>(size_t(M * N), -1));
+  for (int q = 0; q < W; ++q) {
+    const A2aPlan& p = plans[q];
+    for (int tile = 0; tile < g.num_tiles(); ++tile) {
+      const int mb = tile / g.tiles_n, nb = tile % g.tiles_n;
+      for (int r = 0; r < g.bm; ++r) {
+        const int64_t row = int64_t(mb) * g.bm + r;
+        const int code = p.row_code[size_t(row)];
+        ASSERT_EQ(code & 15, dest[q][size_t(row)]);
+        for (int c = 0; c < g.bn; ++c) {
+          const int64_t off = p.tile_dest_base[size_t(tile) * W + (code & 15)] + int64_t(code >> 4) * g.bn + c;
+          ASSERT_GE(off, 0);
+          ASSERT_LT(off, M * N);
+          ASSERT_EQ(send[q][size_t(off)], -1) << "two elements at one address";
+          // The element lies inside its group's range (the group's counter covers it).
+          const int grp = map.tile_group[tile];
+          ASSERT_GE(off, map.group_offset(grp));
+          ASSERT_LT(off, map.group_offset(grp) + map.group_elems(grp));
+          send[q][size_t(off)] = cell(q, row, int64_t(nb) * g.bn + c);
+        }
+      }
+    }
+  }
+  // NCCL per group: segment (g, r) of sender q lands at receiver r's (g, q) offset; counts must agree.
+  for (int r = 0; r < W; ++r) {
+    const A2aPlan& p = plans[r];
+    std::vector<Cell> recv(size_t(p.recv_rows * N), -1);
+    for (int grp = 0; grp < map.groups(); ++grp)
+      for (int q = 0; q < W; ++q) {
+        const size_t si = size_t(grp) * W + r, ri = size_t(grp) * W + q;
+        ASSERT_EQ(plans[q].send_cnt[si], p.recv_cnt[ri]) << "group " << grp << " " << q << "->" << r;
+        for (int64_t e = 0; e < p.recv_cnt[ri]; ++e)
+          recv[size_t(p.recv_off[ri] + e)] = send[q][size_t(plans[q].send_off[si] + e)];
+      }
+    // The gather.
+    std::vector<Cell> out(size_t(p.recv_rows * N), -1);
+    ASSERT_EQ(int64_t(p.piece_dst.size()), p.recv_rows * g.tiles_n);
+    for (size_t k = 0; k < p.piece_dst.size(); ++k) {
+      const int64_t row = p.piece_dst[k] / g.tiles_n, nb = p.piece_dst[k] % g.tiles_n;
+      for (int c = 0; c < g.bn; ++c) out[size_t(row * N + nb * g.bn + c)] = recv[k * g.bn + c];
+    }
+    const auto src = a2a_sources(dest, r);
+    ASSERT_EQ(int64_t(src.size()), p.recv_rows);
+    for (int64_t j = 0; j < p.recv_rows; ++j)
+      for (int64_t c = 0; c < N; ++c)
+        ASSERT_EQ(out[size_t(j * N + c)], cell(src[j].first, src[j].second, c)) << "rank " << r << " row " << j;
+    // The baseline: pack by destination, per-peer segments, same output.
+    int64_t off = 0;
+    for (int q = 0; q < W; ++q) {
+      int64_t before = 0;
+      for (int d = 0; d < r; ++d) before += plans[q].send_rows[d];
+      ASSERT_EQ(plans[q].send_rows[r], p.recv_rows_from[q]);
+      for (int64_t j = 0; j < p.recv_rows_from[q]; ++j) {
+        const int64_t row = plans[q].pack_rows[size_t(before + j)];
+        EXPECT_EQ(dest[q][size_t(row)], r);
+        EXPECT_EQ(src[size_t(off + j)], std::make_pair(q, row));
+      }
+      off += p.recv_rows_from[q];
+    }
+  }
+}
+}  // namespace
+
+TEST(OverlapTables, AllToAllPlanDeliversEveryRowOnce) {
+  check_a2a(grid(8, 3, 6, 2, 1, false, 0, 64, 16), {1, 2, 1}, 2, 1, -1);
+  check_a2a(grid(8, 3, 6, 2, 1, false, 0, 64, 16), {}, 3, 2, -1);
+  check_a2a(grid(6, 4, 5, 2, 1, false, 0, 32, 8), {2, 3}, 4, 3, 1);  // skewed: most rows to rank 1
+  check_a2a(grid(4, 2, 3, 2, 1, false, 0, 16, 8), {}, 8, 4, -1);     // some (tile, dest) segments empty
+}
+
+TEST(OverlapTables, AllToAllPlanRejectsBadRouting) {
+  const Mapping map = make_mapping(grid(4, 2, 3, 2, 1, false, 0, 16, 8), {}, 1);
+  std::vector<std::vector<int32_t>> dest(2, std::vector<int32_t>(64, 0));
+  dest[1][5] = 2;  // no rank 2
+  EXPECT_THROW(make_a2a_plan(map, 2, 0, dest), braid::UsageError);
+  dest[1].resize(63);
+  EXPECT_THROW(make_a2a_plan(map, 2, 0, dest), braid::UsageError);
+}

@@ -1,0 +1,214 @@
+// a2a.cu — FlashOverlap GEMM + all-to-all (include/braid/overlap.hpp, GemmAllToAll): the GEMM's
+// epilogue writes each row into its destination's segment of its wave group and signals the group;
+// the comm stream waits per group and sends every (group, peer) segment with ncclSend/ncclRecv inside
+// one NCCL group; the consumer gather writes the normal layout. Plus the packed all-to-all-v baseline.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+#include "braid/runtime.hpp"
+#include "comm_wait.cuh"
+
+namespace braid::overlap {
+namespace {
+
+// out[row][nb*bn + c] = recv[k*bn + c] for piece k (piece_dst[k] = row * tiles_n + nb): one warp per
+// piece, 16-byte accesses (bn % 8 == 0). recv: (pieces, bn); out: (rows, tiles_n*bn).
+__global__ void a2a_gather_kernel(const uint4* __restrict__ recv, uint4* __restrict__ out,
+                                  const int32_t* __restrict__ piece_dst, int64_t pieces, int tiles_n, int vecs) {
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= pieces) return;
+  const int32_t code = piece_dst[warp];
+  const int64_t row = code / tiles_n, nb = code % tiles_n;
+  const uint4* src = recv + warp * vecs;
+  uint4* dst = out + (row * tiles_n + nb) * vecs;
+  for (int v = lane; v < vecs; v += 32) dst[v] = src[v];
+}
+
+// packed[j] = d[pack_rows[j]] (rows of n elements, 16-byte vectors): the baseline's pack by destination.
+__global__ void pack_rows_kernel(const uint4* __restrict__ d, uint4* __restrict__ packed,
+                                 const int32_t* __restrict__ rows, int vecs) {
+  const int64_t j = blockIdx.x;
+  const int64_t i = rows[j];
+  for (int v = threadIdx.x; v < vecs; v += blockDim.x) packed[j * vecs + v] = d[i * vecs + v];
+}
+
+const ncclDataType_t kBf16 = ncclBfloat16;
+
+// One all-to-all-v step: every peer's segment sent and received inside one NCCL group (self included).
+void send_recv(const __nv_bfloat16* send, const int64_t* send_off, const int64_t* send_cnt, __nv_bfloat16* recv,
+               const int64_t* recv_off, const int64_t* recv_cnt, int world, ncclComm_t comm, cudaStream_t s) {
+  BRAID_NCCL_CHECK(ncclGroupStart());
+  for (int p = 0; p < world; ++p) {
+    if (send_cnt[p] > 0) BRAID_NCCL_CHECK(ncclSend(send + send_off[p], size_t(send_cnt[p]), kBf16, p, comm, s));
+    if (recv_cnt[p] > 0) BRAID_NCCL_CHECK(ncclRecv(recv + recv_off[p], size_t(recv_cnt[p]), kBf16, p, comm, s));
+  }
+  BRAID_NCCL_CHECK(ncclGroupEnd());
+}
+
+}  // namespace
+
+GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt_(opt) {
+  BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0, "GemmAllToAll: empty shape");
+  BRAID_REQUIRE(team.size() <= 16, "GemmAllToAll: at most 16 ranks");
+  int dev = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int gemm_sms = std::max(8, sms - std::max(0, opt.reserve_sms));
+  if (opt_.tile == TileConfig::kAuto) opt_.tile = choose_tile_config(opt.m, opt.n, opt.k, gemm_sms);
+  gemm_ = std::make_unique<SignalGemm>(opt_.tile, gemm_sms);
+  const TileGrid grid = gemm_->plan(opt.m, opt.n, opt.k);
+  const int T = grid.num_waves();
+  std::vector<int> waves = opt.group_waves;
+  if (waves.empty()) {  // GemmOverlap's default without measurements
+    int left = T;
+    if (left > 0) waves.push_back(1), left -= 1;
+    while (left > 4) waves.push_back(2), left -= 2;
+    if (left > 0) waves.push_back(left);
+  }
+  map_ = make_mapping(grid, waves, 1);
+  const size_t tiles = grid.num_tiles();
+  const int G = map_.groups();
+  BRAID_CUDA_CHECK(cudaMalloc(&d_, size_t(opt.m) * opt.n * 2));
+  BRAID_CUDA_CHECK(cudaMalloc(&tables_, (2 * tiles + size_t(G) + 1) * sizeof(int32_t)));
+  std::vector<int32_t> h;
+  h.insert(h.end(), map_.tile_slot.begin(), map_.tile_slot.end());
+  h.insert(h.end(), map_.tile_group.begin(), map_.tile_group.end());
+  h.insert(h.end(), map_.group_first.begin(), map_.group_first.end());
+  BRAID_CUDA_CHECK(cudaMemcpy(tables_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaMalloc(&row_code_, size_t(opt.m) * sizeof(int32_t)));
+  BRAID_CUDA_CHECK(cudaMalloc(&pack_rows_, size_t(opt.m) * sizeof(int32_t)));
+  BRAID_CUDA_CHECK(cudaMalloc(&tile_dest_base_, tiles * team.size() * sizeof(int64_t)));
+  BRAID_CUDA_CHECK(cudaMalloc(&counters_, (size_t(G) + 1) * sizeof(uint32_t)));
+  BRAID_CUDA_CHECK(cudaMemset(counters_, 0, (size_t(G) + 1) * sizeof(uint32_t)));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  if (opt.use_stream_wait_value) wait_value_ = detail::wait_value_entry_point();
+  BRAID_CUDA_CHECK(cudaHostAlloc(&err_host_, sizeof(detail::WaitError), cudaHostAllocMapped));
+  std::memset(err_host_, 0, sizeof(detail::WaitError));
+}
+
+GemmAllToAll::~GemmAllToAll() {
+  if (comm_) cudaStreamSynchronize(comm_);  // its waits are released by the GEMM, which has no waits
+  cudaFree(d_);
+  cudaFree(recv_);
+  cudaFree(tables_);
+  cudaFree(row_code_);
+  cudaFree(pack_rows_);
+  cudaFree(tile_dest_base_);
+  cudaFree(piece_dst_);
+  cudaFree(counters_);
+  if (err_host_) cudaFreeHost(err_host_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (comm_) cudaStreamDestroy(comm_);
+}
+
+void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
+  const int W = team_.size();
+  BRAID_REQUIRE(int64_t(dest.size()) == opt_.m, "GemmAllToAll::set_routing: one destination per row");
+  std::vector<int32_t> all(size_t(opt_.m) * W);
+  BRAID_MPI_CHECK(MPI_Allgather(dest.data(), int(opt_.m), MPI_INT32_T, all.data(), int(opt_.m), MPI_INT32_T,
+                                team_.mpi()));
+  dest_all_.assign(size_t(W), {});
+  for (int q = 0; q < W; ++q) dest_all_[q].assign(all.begin() + int64_t(q) * opt_.m, all.begin() + int64_t(q + 1) * opt_.m);
+  plan_ = make_a2a_plan(map_, W, team_.rank(), dest_all_);
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(comm_));  // no run still reads the old tables
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  const size_t tiles = map_.grid.num_tiles();
+  BRAID_CUDA_CHECK(cudaMemcpy(row_code_, plan_.row_code.data(), plan_.row_code.size() * 4, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaMemcpy(pack_rows_, plan_.pack_rows.data(), plan_.pack_rows.size() * 4, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaMemcpy(tile_dest_base_, plan_.tile_dest_base.data(), tiles * W * 8, cudaMemcpyHostToDevice));
+  if (plan_.recv_rows > recv_cap_) {
+    cudaFree(recv_);
+    cudaFree(piece_dst_);
+    recv_ = nullptr, piece_dst_ = nullptr;
+    recv_cap_ = plan_.recv_rows;
+    BRAID_CUDA_CHECK(cudaMalloc(&recv_, std::max<size_t>(16, size_t(recv_cap_) * opt_.n * 2)));
+    BRAID_CUDA_CHECK(cudaMalloc(&piece_dst_, std::max<size_t>(16, size_t(recv_cap_) * map_.grid.tiles_n * 4)));
+  }
+  if (!plan_.piece_dst.empty())
+    BRAID_CUDA_CHECK(cudaMemcpy(piece_dst_, plan_.piece_dst.data(), plan_.piece_dst.size() * 4, cudaMemcpyHostToDevice));
+}
+
+void GemmAllToAll::check_error() const {
+  const auto* e = static_cast<const volatile detail::WaitError*>(err_host_);
+  if (e->code != 0)
+    throw TimeoutError("rank " + std::to_string(team_.rank()) + ": FlashOverlap all-to-all wait for group " +
+                           std::to_string(e->group) + " timed out (counter " + std::to_string(e->observed) + " of " +
+                           std::to_string(e->expected) + ")",
+                       __FILE__, __LINE__);
+}
+
+void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  BRAID_REQUIRE(!dest_all_.empty(), "GemmAllToAll::run: set_routing first");
+  const int W = team_.size(), G = map_.groups();
+  const size_t tiles = map_.grid.num_tiles();
+  BRAID_CUDA_CHECK(cudaMemsetAsync(counters_, 0, G * sizeof(uint32_t), stream));
+  BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, fork_, 0));
+
+  EpilogueArgs e;
+  e.d = d_;
+  e.tile_slot = tables_;
+  e.tile_group = tables_ + tiles;
+  e.group_first = tables_ + 2 * tiles;
+  e.counters = counters_;
+  e.a2a_row_code = row_code_;
+  e.a2a_tile_dest_base = tile_dest_base_;
+  e.a2a_world = W;
+  gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);  // launched before the comm stream's waits
+
+  const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
+  const auto* d = static_cast<const __nv_bfloat16*>(d_);
+  auto* r = static_cast<__nv_bfloat16*>(recv_);
+  for (int g = 0; g < G; ++g) {
+    detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, uint32_t(map_.tiles_in_group(g)), g, timeout_ns,
+                               err_host_);
+    const size_t o = size_t(g) * W;
+    send_recv(d, plan_.send_off.data() + o, plan_.send_cnt.data() + o, r, plan_.recv_off.data() + o,
+              plan_.recv_cnt.data() + o, W, team_.nccl(), comm_);
+  }
+  BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  // The consumer: the inverse reordering (gather into the normal layout).
+  const int64_t pieces = plan_.recv_rows * map_.grid.tiles_n;
+  if (pieces > 0) {
+    const int threads = 256;
+    const int64_t blocks = (pieces * 32 + threads - 1) / threads;
+    a2a_gather_kernel<<<unsigned(blocks), threads, 0, stream>>>(static_cast<const uint4*>(recv_),
+                                                                static_cast<uint4*>(out), piece_dst_, pieces,
+                                                                map_.grid.tiles_n, map_.grid.bn / 8);
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+void GemmAllToAll::run_sequential(CublasGemm& gemm, const void* a, const void* b, void* d, void* packed, void* out,
+                                  cudaStream_t stream) const {
+  BRAID_REQUIRE(!dest_all_.empty(), "GemmAllToAll::run_sequential: set_routing first");
+  BRAID_REQUIRE(opt_.n % 8 == 0, "GemmAllToAll: N % 8");
+  const int W = team_.size();
+  gemm.run(a, b, d, opt_.m, opt_.n, opt_.k, stream);
+  pack_rows_kernel<<<unsigned(opt_.m), 128, 0, stream>>>(static_cast<const uint4*>(d), static_cast<uint4*>(packed),
+                                                         pack_rows_, int(opt_.n / 8));
+  BRAID_CHECK_LAUNCH();
+  std::vector<int64_t> so(W), sc(W), ro(W), rc(W);
+  int64_t s_off = 0, r_off = 0;
+  for (int p = 0; p < W; ++p) {
+    so[p] = s_off, sc[p] = plan_.send_rows[p] * opt_.n, s_off += sc[p];
+    ro[p] = r_off, rc[p] = plan_.recv_rows_from[p] * opt_.n, r_off += rc[p];
+  }
+  send_recv(static_cast<const __nv_bfloat16*>(packed), so.data(), sc.data(), static_cast<__nv_bfloat16*>(out),
+            ro.data(), rc.data(), W, team_.nccl(), stream);
+}
+
+}  // namespace braid::overlap
