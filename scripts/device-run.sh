@@ -41,7 +41,7 @@ if has t3-diag; then  # one ring case at every GPU, line-buffered so a kill keep
 fi
 if has t3-cases; then  # each T3 case alone at every GPU, bounded (a stuck case names itself)
   echo "== test_t3_mpi case by case, $ngpu ranks" | tee -a "$log"
-  cases="$(for i in 0 1 2 3 4 5 6 7; do echo Shapes/T3RsMpi.MatchesCublasPlusNccl/$i; done) T3AgMpi.MatchesNcclPlusCublas"
+  cases="$(for i in 0 1 2 3 4 5 6 7 8; do echo Shapes/T3RsMpi.MatchesCublasPlusNccl/$i; done) T3AgMpi.MatchesNcclPlusCublas"
   for c in $cases; do
     for conn in "" 32; do
       [[ -n $conn ]] && ! grep -q "FAILED\|rc=[1-9]" "$out/t3-case.log" 2>/dev/null && continue

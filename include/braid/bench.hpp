@@ -52,6 +52,18 @@ struct TimingOptions {
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn);
 
+// Median of time_iterations (the slowest rank per iteration) on the team's stream.
+double median_us(Team& team, const TimingOptions& opt, const std::function<void(int)>& fn);
+
+// A device allocation owned for one benchmark case (at least 16 bytes, so empty shapes stay valid).
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
 // The same with the `calls` calls enqueue(0..calls-1) captured once into a CUDA graph: each iteration
 // replays the graph, and the per-call time (replay / calls) is returned. No host launch cost is timed.
 std::vector<double> time_graph_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt, int calls,

@@ -92,6 +92,8 @@ struct Mapping {
   int64_t group_offset(int g) const;    // first element of group g
   int32_t tiles_in_group(int g) const { return group_first[g + 1] - group_first[g]; }
 };
+// The partition used without measurements: a 1-wave head, groups of 2 waves, a last group of at most 4.
+std::vector<int> default_group_waves(int waves);
 // group_waves empty: one group per wave. Throws UsageError if the partition does not cover the waves or
 // bm is not divisible by parts.
 Mapping make_mapping(const TileGrid& grid, std::vector<int> group_waves, int parts);

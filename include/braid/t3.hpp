@@ -51,7 +51,10 @@ namespace braid::t3 {
 //        GEMM is a cuBLAS call (tracking by stream events instead of tile counters; cuBLAS cannot
 //        signal per tile), and a received partial is accumulated by the next stage's GEMM itself
 //        (beta = 1 on the landing region). The result stays in the symmetric landing buffer (result()).
-enum class Variant { kRing, kDirect, kRingDma, kRingCublas };
+// kAuto: a ring-cublas and a ring-dma op side by side; run() uses the one a rule picks (ring-cublas when
+// M / world >= 2048 rows, the better of the two on the 2x H200 sweep for most shapes) until tune() has
+// timed both on real inputs and kept the faster (the same choice on every rank).
+enum class Variant { kRing, kDirect, kRingDma, kRingCublas, kAuto };
 const char* variant_name(Variant v);
 inline bool is_ring(Variant v) { return v != Variant::kDirect; }
 
@@ -178,6 +181,12 @@ class GemmReduceScatter {
   void release_waits() const;
   // "counter i: observed/expected" for every counter of this rank (diagnostics after a timeout).
   std::string counter_report() const;
+  // kAuto only (else returns the op's variant): times every candidate `reps` times on these inputs
+  // (after one warm-up run each), takes the slowest rank's median, keeps the fastest. Collective and
+  // synchronous; `out` receives garbage-free results of the last candidate run. Returns the choice.
+  Variant tune(const void* a, const void* b, void* out, cudaStream_t stream, int reps = 5);
+  // The variant run() executes (kAuto: the current choice).
+  Variant active_variant() const { return active_ ? active_->active_variant() : opt_.variant; }
 
  private:
   Team& team_;
@@ -200,6 +209,8 @@ class GemmReduceScatter {
   bool by_copy_ = false;                       // BRAID_T3_SIGNAL=copy: signal peers by a 4-byte copy
   uint32_t* sigval_ = nullptr;                 // device word holding the DMA signal value
   uint32_t sigval_host_ = 0;
+  std::vector<std::unique_ptr<GemmReduceScatter>> cand_;  // kAuto: the candidates
+  GemmReduceScatter* active_ = nullptr;                   // kAuto: the one run() uses
 };
 
 // ---- all-gather fused with the following GEMM (T3 §7.2, consumer side) ----

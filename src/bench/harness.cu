@@ -101,6 +101,13 @@ double busbw_factor(const std::string& op, int n) {
   return 1.0;
 }
 
+double median_us(Team& team, const TimingOptions& opt, const std::function<void(int)>& fn) {
+  return summarize(time_iterations(&team, team.stream(), opt, fn)).median_us;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, bytes < 16 ? 16 : bytes)); }
+DeviceBuffer::~DeviceBuffer() { cudaFree(p); }
+
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn) {
   for (int i = 0; i < opt.warmup; ++i) fn(i);

@@ -68,12 +68,7 @@ GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt
   const TileGrid grid = gemm_->plan(opt.m, opt.n, opt.k);
   const int T = grid.num_waves();
   std::vector<int> waves = opt.group_waves;
-  if (waves.empty()) {  // GemmOverlap's default without measurements
-    int left = T;
-    if (left > 0) waves.push_back(1), left -= 1;
-    while (left > 4) waves.push_back(2), left -= 2;
-    if (left > 0) waves.push_back(left);
-  }
+  if (waves.empty()) waves = default_group_waves(T);
   map_ = make_mapping(grid, waves, 1);
   const size_t tiles = grid.num_tiles();
   const int G = map_.groups();
@@ -140,14 +135,7 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
     BRAID_CUDA_CHECK(cudaMemcpy(piece_dst_, plan_.piece_dst.data(), plan_.piece_dst.size() * 4, cudaMemcpyHostToDevice));
 }
 
-void GemmAllToAll::check_error() const {
-  const auto* e = static_cast<const volatile detail::WaitError*>(err_host_);
-  if (e->code != 0)
-    throw TimeoutError("rank " + std::to_string(team_.rank()) + ": FlashOverlap all-to-all wait for group " +
-                           std::to_string(e->group) + " timed out (counter " + std::to_string(e->observed) + " of " +
-                           std::to_string(e->expected) + ")",
-                       __FILE__, __LINE__);
-}
+void GemmAllToAll::check_error() const { detail::throw_if_wait_timed_out(err_host_, team_.rank(), "FlashOverlap all-to-all"); }
 
 void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   BRAID_REQUIRE(!dest_all_.empty(), "GemmAllToAll::run: set_routing first");

@@ -85,17 +85,8 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
-double median_us(Team& team, const bench::TimingOptions& t, const std::function<void(int)>& fn) {
-  return bench::summarize(bench::time_iterations(&team, team.stream(), t, fn)).median_us;
-}
+using DevBuf = bench::DeviceBuffer;
+using bench::median_us;
 
 // RMSNorm of one row (fp64) into out.
 void host_rmsnorm(const uint16_t* x, const std::vector<uint16_t>& gamma, int64_t n, float eps, double* out) {

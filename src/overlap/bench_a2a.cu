@@ -18,17 +18,8 @@
 namespace braid::overlap {
 namespace {
 
-struct Buf {
-  void* p = nullptr;
-  explicit Buf(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-};
-
-double median_us(Team& team, const bench::TimingOptions& t, const std::function<void(int)>& fn) {
-  return bench::summarize(bench::time_iterations(&team, team.stream(), t, fn)).median_us;
-}
+using Buf = bench::DeviceBuffer;
+using bench::median_us;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "braid/errors.hpp"
 
@@ -61,6 +62,16 @@ inline void* wait_value_entry_point() {
     return nullptr;
   }
   return fn;
+}
+
+// Throws TimeoutError if a spin wait recorded a timeout in `err_host` (`what`: the op, for the message).
+inline void throw_if_wait_timed_out(const void* err_host, int rank, const char* what) {
+  const auto* e = static_cast<const volatile WaitError*>(err_host);
+  if (e->code != 0)
+    throw TimeoutError("rank " + std::to_string(rank) + ": " + what + " wait for group " + std::to_string(e->group) +
+                           " timed out (counter " + std::to_string(e->observed) + " of " +
+                           std::to_string(e->expected) + ")",
+                       __FILE__, __LINE__);
 }
 
 // Enqueues the wait of `comm` for counter >= expected: cuStreamWaitValue32 if `wait_value` (its entry

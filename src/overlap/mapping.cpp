@@ -49,6 +49,15 @@ int64_t Mapping::group_elems(int g) const {
 }
 int64_t Mapping::group_offset(int g) const { return int64_t(group_first[g]) * grid.bm * grid.bn; }
 
+std::vector<int> default_group_waves(int waves) {
+  std::vector<int> v;
+  int left = waves;
+  if (left > 0) v.push_back(1), left -= 1;
+  while (left > 4) v.push_back(2), left -= 2;
+  if (left > 0) v.push_back(left);
+  return v;
+}
+
 Mapping make_mapping(const TileGrid& grid, std::vector<int> group_waves, int parts) {
   BRAID_REQUIRE(grid.ctas > 0, "make_mapping: grid has no CTAs");
   BRAID_REQUIRE(parts >= 1 && grid.bm % parts == 0, "make_mapping: tile rows not divisible by parts");

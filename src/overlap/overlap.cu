@@ -199,12 +199,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   if (sequential_) {
     fit.assign(1, T);  // the fallback: one group of every wave
   } else if (waves.empty()) {
-    // Default without measurements: a 1-wave head, then groups of 2 waves, a last group of at most 4.
-    fit.clear();
-    int left = T;
-    if (left > 0) fit.push_back(1), left -= 1;
-    while (left > 4) fit.push_back(2), left -= 2;
-    if (left > 0) fit.push_back(left);
+    fit = default_group_waves(T);  // no measurements
   }
   map_ = make_mapping(grid, fit, parts);
 
@@ -268,14 +263,7 @@ size_t GemmOverlap::out_elems() const {
   return opt_.coll == Collective::kReduceScatter ? mn / team_.size() : mn;
 }
 
-void GemmOverlap::check_error() const {
-  const auto* e = static_cast<const volatile WaitError*>(err_host_);
-  if (e->code != 0)
-    throw TimeoutError("rank " + std::to_string(team_.rank()) + ": FlashOverlap wait for group " +
-                           std::to_string(e->group) + " timed out (counter " + std::to_string(e->observed) + " of " +
-                           std::to_string(e->expected) + ")",
-                       __FILE__, __LINE__);
-}
+void GemmOverlap::check_error() const { detail::throw_if_wait_timed_out(err_host_, team_.rank(), "FlashOverlap"); }
 
 void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   const int G = map_.groups();

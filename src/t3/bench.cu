@@ -51,7 +51,7 @@ Args parse(int argc, char** argv) {
   const std::string what = argv[0];
   if (what == "t3-gemm-rs") {
     a.rs = true;
-    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct"};
+    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct", "t3-auto"};
   } else if (what == "ag-gemm") {
     a.rs = false;
     a.algos = {"sequential", "t3"};
@@ -77,7 +77,8 @@ Args parse(int argc, char** argv) {
     else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
   }
   const std::vector<std::string> known =
-      a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct"}
+      a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct",
+                                      "t3-auto"}
            : std::vector<std::string>{"sequential", "t3"};
   for (const auto& x : a.algos)
     if (std::find(known.begin(), known.end(), x) == known.end())
@@ -86,14 +87,7 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-};
-
+using DevBuf = bench::DeviceBuffer;
 struct Row {
   std::string algo;
   int comm_sms = 0;        // -1: NCCL kernels after the GEMM (all SMs are theirs then)
@@ -232,6 +226,7 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
         o.variant = algo == "t3-ring"          ? Variant::kRing
                     : algo == "t3-ring-dma"    ? Variant::kRingDma
                     : algo == "t3-ring-cublas" ? Variant::kRingCublas
+                    : algo == "t3-auto"        ? Variant::kAuto
                                                : Variant::kDirect;
         o.m = sh.m, o.n = sh.n, o.k = sh.k;
         o.regions = a.regions;
@@ -241,6 +236,10 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
         r.comm_note = "0";
         auto* p = op.get();
         r.run = [&, p] { p->run(A.p, B.p, out.p, s); };
+        if (o.variant == Variant::kAuto) {  // times both candidates on these inputs, keeps the faster
+          const Variant chosen = p->tune(A.p, B.p, out.p, s);
+          r.comm_note = std::string("0(chose ") + variant_name(chosen) + ")";
+        }
         BRAID_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, size_t(mn / W) * 2, s));
         r.run();
         team.synchronize(s, "t3 check");

@@ -12,6 +12,7 @@ const char* variant_name(Variant v) {
     case Variant::kDirect: return "t3-direct";
     case Variant::kRingDma: return "t3-ring-dma";
     case Variant::kRingCublas: return "t3-ring-cublas";
+    case Variant::kAuto: return "t3-auto";
   }
   return "?";
 }

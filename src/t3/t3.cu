@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -153,6 +154,16 @@ int pick_regions(int64_t chunk_bytes, int chunk_mblocks, int want) {
 // ============================================ GEMM + RS ============================================
 GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(team), opt_(opt) {
   const int W = team.size();
+  if (opt.variant == Variant::kAuto) {  // the candidates, built in the same order on every rank
+    for (Variant v : {Variant::kRingCublas, Variant::kRingDma}) {
+      RsOptions o = opt;
+      o.variant = v;
+      cand_.push_back(std::make_unique<GemmReduceScatter>(team, o));
+    }
+    active_ = cand_[opt.m / W >= 2048 ? 0 : 1].get();
+    map_ = active_->map_;
+    return;
+  }
   BRAID_REQUIRE(team.peer_ok(), "T3 needs peer access between all ranks: " + team.peer_status());
   BRAID_REQUIRE(W <= detail::kMaxRanks, "T3: at most 8 ranks");
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.k % 64 == 0, "T3: bad shape (K % 64)");
@@ -209,13 +220,58 @@ GemmReduceScatter::~GemmReduceScatter() {
   if (ce_) cudaStreamDestroy(ce_);
 }
 
-const void* GemmReduceScatter::result() const { return result_; }
+const void* GemmReduceScatter::result() const { return active_ ? active_->result() : result_; }
+
+Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStream_t stream, int reps) {
+  if (!active_) return opt_.variant;
+  BRAID_REQUIRE(reps >= 1, "T3 tune: reps >= 1");
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  BRAID_CUDA_CHECK(cudaEventCreate(&e0));
+  BRAID_CUDA_CHECK(cudaEventCreate(&e1));
+  double best = 0;
+  GemmReduceScatter* pick = nullptr;
+  try {
+    for (auto& c : cand_) {
+      c->run(a, b, out, stream);  // warm-up (and first-use costs)
+      team_.synchronize(stream, "t3 tune");
+      c->check_error();
+      std::vector<double> t;
+      for (int i = 0; i < reps; ++i) {
+        BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
+        c->run(a, b, out, stream);
+        BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));
+        team_.synchronize(stream, "t3 tune");
+        c->check_error();
+        float ms = 0;
+        BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms);
+      }
+      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+      const double med = team_.allreduce_max(t[t.size() / 2]);  // the same number on every rank
+      if (!pick || med < best) best = med, pick = c.get();
+    }
+  } catch (...) {
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    throw;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  active_ = pick;
+  map_ = pick->map_;
+  return pick->opt_.variant;
+}
 
 void GemmReduceScatter::release_waits() const {
+  if (active_) {
+    for (const auto& c : cand_) c->release_waits();
+    return;
+  }
   release_words(write_value_, counters_->local_as<uint32_t>(), map_.num_counters, team_.options().timeout_s);
 }
 
 std::string GemmReduceScatter::counter_report() const {
+  if (active_) return active_->counter_report();
   std::vector<uint32_t> v(size_t(map_.num_counters));
   cudaStream_t s = nullptr;
   std::string r;
@@ -233,6 +289,10 @@ std::string GemmReduceScatter::counter_report() const {
 }
 
 void GemmReduceScatter::check_error() const {
+  if (active_) {
+    for (const auto& c : cand_) c->check_error();
+    return;
+  }
   const auto* e = static_cast<const volatile detail::WaitError*>(err_host_);
   if (e->code != 0) release_waits();
   if (e->code != 0)
@@ -244,6 +304,7 @@ void GemmReduceScatter::check_error() const {
 }
 
 void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  if (active_) return active_->run(a, b, out, stream);
   const AddressMap& m = map_;
   const int W = m.world, r = m.rank;
   const bool ring = is_ring(m.variant);
