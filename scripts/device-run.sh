@@ -24,8 +24,10 @@ mpi() {
   local xs=() kv t
   for kv in ${E:-}; do xs+=(-x "$kv"); done
   t=${T:-300}; (( t > $(left) )) && t=$(left)
+  # The watchdog (BRAID_DEADLINE_S) ends a hung run with a message naming it, before `timeout` kills it.
   timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE \
-    -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT "${xs[@]}" build/braid "$@"
+    -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT -x BRAID_DEADLINE_S=$(( t > 10 ? t - 5 : t )) \
+    "${xs[@]}" build/braid "$@"
 }
 if has build; then
   echo "== build ($(date +%T))" | tee -a "$log"

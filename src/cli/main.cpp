@@ -7,6 +7,7 @@
 // Multi-GPU commands run one process per GPU: mpirun -np <GPUs> braid bench ...
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -27,6 +28,7 @@
 #include "braid/sim.hpp"
 #endif
 #include "braid/runtime.hpp"
+#include "braid/watchdog.hpp"
 
 namespace {
 
@@ -67,7 +69,9 @@ const char* kUsage =
     "  pipeline --stages 2,4,8 --microbatches M --schedule 1f1b|w|both\n"
     "                                    DHelix: W-shaped vs 1F1B pipeline simulation (bubble, memory)\n"
     "                                    rank0<->rank1 bandwidth: copy engine, SM push, SM pull\n"
-    "Multi-GPU commands: mpirun -np <GPUs> braid bench ...\n";
+    "Multi-GPU commands: mpirun -np <GPUs> braid bench ...\n"
+    "Environment: BRAID_DEADLINE_S=S ends the whole job (exit 124, naming the command) if it runs longer than S\n"
+    "  seconds: a hang that no bounded wait catches becomes an error.\n";
 
 // --key value / --flag options after the subcommand words.
 struct Options {
@@ -196,6 +200,14 @@ int cmd_bench(int argc, char** argv, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // BRAID_DEADLINE_S: the whole command's budget (off by default). A hang that no bounded wait catches
+  // (a host thread blocked in a driver call, a dead peer) then ends the job with exit code 124 and a
+  // message naming the command, instead of running until a scheduler kills it.
+  std::string what = "braid";
+  for (int i = 1; i < argc; ++i) what += std::string(" ") + argv[i];
+  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
+  braid::Watchdog watchdog(0, rank_env ? std::atoi(rank_env) : 0);
+  watchdog.rearm(braid::Watchdog::seconds_from_env("BRAID_DEADLINE_S", 0), what);
   try {
     const Options o = parse(argc, argv, {"--graph", "--count", "--no-probe", "--help", "-h"});
     if (o.words.empty() || o.has("--help") || o.has("-h") || o.words[0] == "help") {

@@ -7,6 +7,8 @@
 #include <cstdlib>
 
 #include "braid/runtime.hpp"
+#include "braid/watchdog.hpp"
+#include "watchdog_listener.hpp"
 
 int main(int argc, char** argv) {
   if (braid::visible_gpu_count() == 0) {
@@ -18,5 +20,7 @@ int main(int argc, char** argv) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   ::testing::InitGoogleTest(&argc, argv);
   braid::Runtime rt(&argc, &argv);
+  braid::Watchdog wd(0, rt.rank());
+  braid::test_support::arm_per_test(wd);
   return RUN_ALL_TESTS();
 }

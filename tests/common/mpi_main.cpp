@@ -6,8 +6,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "braid/runtime.hpp"
+#include "braid/watchdog.hpp"
+#include "watchdog_listener.hpp"
 
 namespace {
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
@@ -42,6 +45,8 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new RankFailurePrinter(rt.rank()));
   }
+  braid::Watchdog wd(0, rt.rank());
+  braid::test_support::arm_per_test(wd);
   int rc = RUN_ALL_TESTS();
   MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   return rc;
