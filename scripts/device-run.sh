@@ -2,7 +2,7 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 sweep-a2a sweep-ar gemm-swizzle peers-tp t3-cases t3-diag (default: build test allreduce peers transitions). Every item
+# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs gemm-swizzle peers-tp t3-cases t3-diag (default: build test allreduce peers transitions). Every item
 # uses all GPUs of the node (`test` includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs).
 # 4/8-GPU runs (issue 10), one call each (10 min limit; a fresh x4 machine builds in ~1 min):
 # `build test` (CTEST_E= to skip a suite), `allreduce transitions`, `sweep-rs sweep-a2a`, `sweep-t3`,
@@ -191,6 +191,12 @@ fi
 if has sweep-ar; then
   echo "== gemm-ar sweep (bench/shapes/sweep.txt)" | tee -a "$log"
   T=300 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
+fi
+if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
+  echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
+  T=500 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --measure "$out/inputs.txt" \
+    --cache "$out/cache.txt" --json "$out/gemm-rs-measured.jsonl" 2>&1 | tee -a "$log"
+  python3 scripts/predictor_error.py "$out/gemm-rs-measured.jsonl" --json "$out/predictor-error.jsonl" 2>&1 | tail -3 | tee -a "$log"
 fi
 if has gemm-swizzle; then  # braid GEMM vs cuBLAS at large K under the scheduler's swizzle
   echo "== gemm-rs, BRAID_GEMM_SWIZZLE" | tee -a "$log"
