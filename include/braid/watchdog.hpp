@@ -2,8 +2,9 @@
 // and Team::synchronize is bounded, but a host thread can still block where no timeout applies: inside
 // a driver call (e.g. a lazily loaded kernel whose load waits for a stream that waits for that kernel,
 // docs/t3.md), or in a collective whose peer process died. A Watchdog runs a thread that, if it is not
-// re-armed or destroyed within `seconds`, reports what was running and ends the job with exit code 124
-// (MPI_Abort over MPI_COMM_WORLD when MPI is up, so no rank is left waiting for the dead one).
+// re-armed or destroyed within `seconds`, reports what was running and ends the process with exit code
+// 124 (std::_Exit; under mpirun a rank that exits without MPI_Finalize ends the whole job, so no rank is
+// left waiting for the dead one).
 //
 //   braid::Watchdog wd(braid::Watchdog::seconds_from_env("BRAID_DEADLINE_S", 0), rank);
 //   wd.rearm(60, "bench gemm-rs 16384x8192x1024");   // each phase gets its own budget

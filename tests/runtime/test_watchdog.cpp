@@ -71,3 +71,17 @@ TEST(Watchdog, SecondsFromEnvironment) {
 }
 
 }  // namespace
+
+namespace {
+TEST(WatchdogDeathTest, EndsTheProcessWith124AndAReport) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        braid::Watchdog wd(0, 5);
+        wd.rearm(0.1, "a stuck phase");
+        std::this_thread::sleep_for(5s);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(124), "rank 5: 'a stuck phase' still running");
+}
+}  // namespace
