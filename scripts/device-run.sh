@@ -2,7 +2,7 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs gemm-swizzle peers-tp t3-cases t3-diag (default: build test allreduce peers transitions). Every item
+# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag (default: build test allreduce peers transitions). Every item
 # uses all GPUs of the node (`test` includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs).
 # 4/8-GPU runs (issue 10), one call each (10 min limit; a fresh x4 machine builds in ~1 min):
 # `build test` (CTEST_E= to skip a suite), `allreduce transitions`, `sweep-rs sweep-a2a`, `sweep-t3`,
@@ -155,6 +155,11 @@ if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless c
     E="$v" T=200 mpi bench allreduce --algo nccl,int8-pipe,int6-pipe,int4-pipe -b 16M -e 64M -f 4 \
       --json "$out/allreduce-qar-variants.jsonl" 2>&1 | tee -a "$log"
   done
+fi
+if has ar-phases; then  # Flash Communication ablation: each phase of the NCCL-transport path alone
+  echo "== bench allreduce --phases" | tee -a "$log"
+  T=200 mpi bench allreduce --algo nccl,int8,int6,int4,int8-nccl,int6-nccl,int4-nccl -b 4M -e 256M -f 4 --phases \
+    --json "$out/allreduce-phases.jsonl" 2>&1 | tee -a "$log"
 fi
 if has peers; then
   echo "== peers: torch symmetric memory" | tee -a "$log"

@@ -58,7 +58,19 @@ struct AllReduceOptions {
   int group = 128;                          // quantization group size: 32, 64, 128 or 256
   QuantImpl quant_impl = QuantImpl::kDefault;  // kernel of kQuantP2P (kDefault: the reducer's config)
   bool debug_check_counts = false;          // host check that every rank passed the same count
+  // Ablation (`braid bench allreduce --phases`): kQuantNccl enqueues only these phases (QuantPhase bits),
+  // so each can be timed alone; the output is meaningless unless every phase runs.
+  unsigned quant_phases = ~0u;
 };
+// The phases of the quantized two-step all-reduce over the NCCL transport.
+enum QuantPhase : unsigned {
+  kPhaseQuantize = 1,  // stage 1: quantize this rank's input, one chunk per destination
+  kPhaseExchange = 2,  // ncclSend/ncclRecv of the stage-1 chunks (all-to-all)
+  kPhaseReduce = 4,    // stage 2: dequantize the received chunks, sum, requantize the own chunk
+  kPhaseGather = 8,    // ncclAllGather of the requantized chunks
+  kPhaseDequant = 16,  // stage 3: dequantize every chunk into the output
+};
+const char* quant_phase_name(unsigned phase);
 
 struct AllReducerConfig {
   size_t oneshot_max_bytes = size_t(16) << 20;   // largest message the one-shot workspace holds
@@ -105,7 +117,7 @@ class AllReducer {
   void run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                      int group, QuantImpl impl);
   void run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
-                      int group);
+                      int group, unsigned phases);
 
   Team& team_;
   AllReducerConfig cfg_;

@@ -167,6 +167,7 @@ struct AllReduceBenchArgs {
   TimingOptions timing;
   std::string json;
   std::string write_table;      // write the fastest exact algorithm per size as a tuning table
+  bool phases = false;          // --phases: also time each phase of the *-nccl quantized modes alone
   Context ctx;
 };
 // Returns the number of rows that failed verification.

@@ -272,6 +272,34 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
             .add("buffer_sets", sets).add("graph", a.graph).add_context(a.ctx);
         append_jsonl(a.json, j.str());
       }
+      // ---- ablation: each phase of the NCCL-transport quantized path alone (same buffers, same grid)
+      if (a.phases && al == ArAlgo::kQuantNccl && !a.graph) {
+        double sum = 0;
+        std::string line;
+        for (unsigned ph : {kPhaseQuantize, kPhaseExchange, kPhaseReduce, kPhaseGather, kPhaseDequant}) {
+          AllReduceOptions po = opt;
+          po.quant_phases = ph;
+          const Stats ps = summarize(time_iterations(&team, s, a.timing, [&](int i) {
+            const int k = i % sets;
+            ar.run(in_pool + k * stride, out_pool + k * stride, n, a.dtype, s, po);
+          }));
+          sum += ps.median_us;
+          char buf[64];
+          std::snprintf(buf, sizeof buf, " %s %.2f", quant_phase_name(ph), ps.median_us);
+          line += buf;
+          if (rank == 0) {
+            Json j;
+            j.add("op", "allreduce-phase").add("algo", name + ":" + quant_phase_name(ph)).add("dtype", dtype_name(a.dtype))
+                .add("world", W).add("bytes", n * es).add("count", n).add("time_us", ps.median_us)
+                .add("p10_us", ps.p10_us).add("p90_us", ps.p90_us).add("iters", ps.iters).add("full_time_us", st.median_us)
+                .add("precision", precision_name(prec)).add("group", a.group).add("buffer_sets", sets).add_context(a.ctx);
+            append_jsonl(a.json, j.str());
+          }
+        }
+        if (rank == 0)
+          std::printf("  %10s phases (us, each alone):%s; sum %.2f vs %.2f together\n", "", line.c_str(), sum,
+                      st.median_us);
+      }
     }
     fastest_exact.emplace_back(n * es, best_exact_name);
     if (bytes >= a.max_bytes) break;

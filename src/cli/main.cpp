@@ -41,7 +41,7 @@ const char* kUsage =
     "             [--graph] [--json FILE]  NCCL baseline sweep (OP: allreduce reducescatter allgather alltoall)\n"
     "  bench allreduce [--algo nccl,oneshot,twoshot,int8,int6,int4,int8-nccl,...] -b MIN -e MAX -f F\n"
     "                  [--dtype bf16|fp16] [--dist normal|student-t|outlier] [--group 128] [--json FILE]\n"
-    "                  [--write-table tuning/allreduce.tsv]\n"
+    "                  [--write-table tuning/allreduce.tsv] [--phases (time each phase of *-nccl alone)]\n"
     "                                    braid all-reduce vs NCCL, verified (quantized: vs CPU reference)\n"
     "                                    int8-pipe / int8-classic (int6, int4 too): that fused kernel; plain\n"
     "                                    int8 follows BRAID_AR_QUANT_IMPL=classic|pipelined (default classic)\n"
@@ -167,6 +167,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     a.json = o.get("--json", "");
     a.write_table = o.get("--write-table", "");
     a.graph = o.has("--graph");
+    a.phases = o.has("--phases");
     a.ctx = ctx;
     return braid::bench::run_allreduce_bench(team, a) == 0 ? 0 : 3;
   }
@@ -209,7 +210,7 @@ int main(int argc, char** argv) {
   braid::Watchdog watchdog(0, rank_env ? std::atoi(rank_env) : 0);
   watchdog.rearm(braid::Watchdog::seconds_from_env("BRAID_DEADLINE_S", 0), what);
   try {
-    const Options o = parse(argc, argv, {"--graph", "--count", "--no-probe", "--help", "-h"});
+    const Options o = parse(argc, argv, {"--graph", "--phases", "--count", "--no-probe", "--help", "-h"});
     if (o.words.empty() || o.has("--help") || o.has("-h") || o.words[0] == "help") {
       std::cout << kUsage;
       return o.words.empty() && !o.has("--help") && !o.has("-h") ? 1 : 0;

@@ -295,7 +295,7 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
       if (a == ArAlgo::kQuantP2P)
         run_quant_p2p(in, out, count, dtype, s, b1, b2, opt.group,
                       opt.quant_impl == QuantImpl::kDefault ? cfg_.quant_impl : opt.quant_impl);
-      else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group);
+      else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group, opt.quant_phases);
       return;
     }
     case ArAlgo::kAuto: break;
@@ -389,8 +389,19 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
   }
 }
 
+const char* quant_phase_name(unsigned phase) {
+  switch (phase) {
+    case kPhaseQuantize: return "quantize";
+    case kPhaseExchange: return "exchange";
+    case kPhaseReduce: return "reduce";
+    case kPhaseGather: return "gather";
+    case kPhaseDequant: return "dequantize";
+  }
+  return "?";
+}
+
 void AllReducer::run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,
-                                int group) {
+                                int group, unsigned phases) {
   const int W = team_.size();
   for (size_t off = 0; off < count; off += cfg_.piece_elems) {
     const size_t n = std::min(cfg_.piece_elems, count - off);
@@ -407,24 +418,32 @@ void AllReducer::run_quant_nccl(const void* in, void* out, size_t count, DType d
     auto* ag_send = static_cast<uint8_t*>(nccl_ag_);
     auto* ag_recv = ag_send + nccl_slot_;
     ar::QuantGeom q1{n, stride, W, team_.rank(), 0, m1};
-    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
-        ar::quant_stage1_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(x, q1, send, bytes1)))));
-    BRAID_CHECK_LAUNCH();
-    BRAID_NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < W; ++r) {
-      BRAID_NCCL_CHECK(ncclSend(send + r * bytes1, bytes1, ncclUint8, r, team_.nccl(), s));
-      BRAID_NCCL_CHECK(ncclRecv(recv + r * bytes1, bytes1, ncclUint8, r, team_.nccl(), s));
+    if (phases & kPhaseQuantize) {
+      BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+          ar::quant_stage1_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(x, q1, send, bytes1)))));
+      BRAID_CHECK_LAUNCH();
     }
-    BRAID_NCCL_CHECK(ncclGroupEnd());
+    if (phases & kPhaseExchange) {
+      BRAID_NCCL_CHECK(ncclGroupStart());
+      for (int r = 0; r < W; ++r) {
+        BRAID_NCCL_CHECK(ncclSend(send + r * bytes1, bytes1, ncclUint8, r, team_.nccl(), s));
+        BRAID_NCCL_CHECK(ncclRecv(recv + r * bytes1, bytes1, ncclUint8, r, team_.nccl(), s));
+      }
+      BRAID_NCCL_CHECK(ncclGroupEnd());
+    }
     ar::QuantGeom q2{n, stride, W, team_.rank(), m1, m2};
-    BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
-        ar::quant_stage2_kernel<B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(q2, recv, bytes1, ag_send))));
-    BRAID_CHECK_LAUNCH();
-    BRAID_NCCL_CHECK(ncclAllGather(ag_send, ag_recv, bytes2, ncclUint8, team_.nccl(), s));
+    if (phases & kPhaseReduce) {
+      BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+          ar::quant_stage2_kernel<B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(q2, recv, bytes1, ag_send))));
+      BRAID_CHECK_LAUNCH();
+    }
+    if (phases & kPhaseGather) BRAID_NCCL_CHECK(ncclAllGather(ag_send, ag_recv, bytes2, ncclUint8, team_.nccl(), s));
     ar::QuantGeom q3{n, stride, W, team_.rank(), m2, 0};
-    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
-        ar::quant_stage3_kernel<DT, B2, G><<<blocks, cfg_.threads, 0, s>>>(y, q3, ag_recv, bytes2)))));
-    BRAID_CHECK_LAUNCH();
+    if (phases & kPhaseDequant) {
+      BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+          ar::quant_stage3_kernel<DT, B2, G><<<blocks, cfg_.threads, 0, s>>>(y, q3, ag_recv, bytes2)))));
+      BRAID_CHECK_LAUNCH();
+    }
   }
 }
 
