@@ -379,6 +379,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         std::printf("# verification (%s, %s): %s vs single strand: %.0f differing values (bitwise) -> %s\n",
                     sc.name.c_str(), strand_parallel_tag(sc, p).c_str(), names[v], diff, diff == 0 ? "Passed" : "FAILED");
     }
+    {  // the step-barrier executor timed below, too
+      StrandExecutor vexb(vdag, from_plan_file(vdag, plan_file), st.s, /*step_barrier=*/true);
+      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexb, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): strands with step barriers vs single strand: %.0f differing values -> %s\n",
+                    sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    }
     if (!ok) return 3;
   }
 
@@ -418,6 +426,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   vs.push_back({"round-robin", med([&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }), two_sets});
   vs.push_back({"strands", med([&](int) { ex.run(la, lb); }), two_sets});
   if (graph) vs.push_back({"strands-graph", med_graph([&](int) { ex.run(la, lb); }), two_sets});
+  // The earlier executor (a three-stream barrier after every plan step), for comparison.
+  StrandExecutor ex_barrier(dag, plan, st.s, /*step_barrier=*/true);
+  vs.push_back({"strands-step-barrier", med([&](int) { ex_barrier.run(la, lb); }), two_sets});
+  if (graph)
+    vs.push_back({"strands-step-barrier-graph", med_graph([&](int) { ex_barrier.run(la, lb); }), two_sets});
   const double mem_peak = used_bytes();
 
   // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.

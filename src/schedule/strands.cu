@@ -41,8 +41,8 @@ std::string check_plan(const Layer& dag, const Plan& plan) {
 
 }  // namespace
 
-StrandExecutor::StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams)
-    : dag_(dag), plan_(plan), s_(streams) {
+StrandExecutor::StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams, bool step_barrier)
+    : dag_(dag), plan_(plan), s_(streams), step_barrier_(step_barrier) {
   BRAID_REQUIRE(s_.compute && s_.local && s_.cross && s_.compute != s_.local && s_.compute != s_.cross &&
                     s_.local != s_.cross,
                 "strands: compute, local and cross must be three distinct non-default streams");
@@ -130,9 +130,12 @@ void StrandExecutor::step(model::Layer* fwd, const std::vector<int>& fseg, model
                           const std::vector<int>& bseg) {
   BRAID_REQUIRE(fseg.empty() || fwd, "strands: a forward segment needs a forward layer");
   BRAID_REQUIRE(bseg.empty() || bwd, "strands: a backward segment needs a backward layer");
-  const auto order = issue_order(fseg, bseg);
-  // Per strand: the stream and the event after its previous op in this step (the step barrier covers
-  // everything before the step).
+  issue(fwd, bwd, issue_order(fseg, bseg));
+}
+
+void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order) {
+  // Per strand: the stream and the event after its previous op in `order` (what precedes `order` is
+  // ordered by the caller: the fork, or a step barrier).
   cudaStream_t last_stream[2] = {nullptr, nullptr};
   cudaEvent_t last_event[2] = {nullptr, nullptr};
   for (size_t k = 0; k < order.size(); ++k) {
@@ -144,7 +147,7 @@ void StrandExecutor::step(model::Layer* fwd, const std::vector<int>& fseg, model
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, last_event[sidx], 0));
     }
     layer->run_op(phase_of(pass), size_t(i), st);
-    // Record only when this strand's next op in the step runs on another stream.
+    // Record only when this strand's next op runs on another stream.
     cudaStream_t next_stream = nullptr;
     for (size_t q = k + 1; q < order.size(); ++q)
       if (order[q].first == pass) {
@@ -165,6 +168,16 @@ void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
   BRAID_REQUIRE(&fwd != &bwd, "strands: the two strands must be different layers (activation sets)");
   next_ = 0;
   fork();
+  if (!step_barrier_) {  // one chained sequence: the steps' issue orders back to back
+    std::vector<std::pair<Pass, int>> order;
+    for (const auto& st : plan_.steps) {
+      const auto o = issue_order(st.fwd, st.bwd);
+      order.insert(order.end(), o.begin(), o.end());
+    }
+    issue(&fwd, &bwd, order);
+    join();
+    return;
+  }
   for (size_t k = 0; k < plan_.steps.size(); ++k) {
     if (k > 0) {  // barrier: each stream waits for the other two
       cudaStream_t ss[3] = {s_.compute, s_.local, s_.cross};

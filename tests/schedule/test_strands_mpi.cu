@@ -205,9 +205,11 @@ void strands_equal_single(bool moe) {
     }
   }
 
-  for (const auto* plan : {&searched, &inter}) {
-    const std::string tag = std::string(moe ? "moe " : "dense ") + (plan == &searched ? "searched plan" : "interleaved plan");
-    sch::StrandExecutor ex(dag, *plan, st.s);
+  for (const auto* plan : {&searched, &inter})
+  for (const bool barrier : {false, true}) {  // chained strands (default) and the step-barrier executor
+    const std::string tag = std::string(moe ? "moe " : "dense ") + (plan == &searched ? "searched plan" : "interleaved plan") +
+                            (barrier ? " step-barrier" : "");
+    sch::StrandExecutor ex(dag, *plan, st.s, barrier);
     const auto order = ex.issue_order(plan->fwd_order, plan->bwd_order);
     EXPECT_EQ(order.size(), dag.fwd.size() + dag.bwd.size()) << tag;
     expect_same(ref, run_unit(a, b, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");

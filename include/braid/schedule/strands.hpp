@@ -77,7 +77,11 @@ class StrandExecutor {
  public:
   /// The plan must be valid for `dag` (validate_plan with any cost); throws UsageError otherwise.
   /// The streams must be distinct and outlive the executor.
-  StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams);
+  /// step_barrier: the plan's steps are separated by a barrier among the three streams (each waits
+  /// for the other two); without it (default) an op waits only for its own strand's previous op, and
+  /// the plan's pairing survives as the issue order on each stream, so a slow collective holds only
+  /// its own strand, not the next step's compute.
+  StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams, bool step_barrier = false);
   ~StrandExecutor();
   StrandExecutor(const StrandExecutor&) = delete;
   StrandExecutor& operator=(const StrandExecutor&) = delete;
@@ -102,12 +106,16 @@ class StrandExecutor {
   void fork();
   void join();
   void step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd, const std::vector<int>& bseg);
+  // Issues `order` ((pass, op) pairs), chaining each strand's ops: an op on another stream than its
+  // strand's previous op waits for that op's event (recorded only when needed).
+  void issue(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order);
 
   Layer dag_;
   Plan plan_;
   StrandStreams s_;
   std::vector<cudaEvent_t> events_;
   size_t next_ = 0;
+  bool step_barrier_ = false;
 };
 
 /// Baselines, same unit of work (fwd's forward + bwd's backward):
