@@ -54,7 +54,9 @@ namespace braid::t3 {
 // kAuto: a ring-cublas and a ring-dma op side by side; run() uses the one a rule picks (ring-cublas when
 // M / world >= 2048 rows, the better of the two on the 2x H200 sweep for most shapes) until tune() has
 // timed both on real inputs and kept the faster (the same choice on every rank).
-enum class Variant { kRing, kDirect, kRingDma, kRingCublas, kAuto };
+// kSequential: cuBLAS into a scratch M x N buffer, then ncclReduceScatter into `out` — the baseline as a
+// variant, so kAuto can fall back to it (tune() tries it too and keeps it only when it is the fastest).
+enum class Variant { kRing, kDirect, kRingDma, kRingCublas, kAuto, kSequential };
 const char* variant_name(Variant v);
 inline bool is_ring(Variant v) { return v != Variant::kDirect; }
 
@@ -210,6 +212,7 @@ class GemmReduceScatter {
   uint32_t* sigval_ = nullptr;                 // device word holding the DMA signal value
   uint32_t sigval_host_ = 0;
   std::vector<std::unique_ptr<GemmReduceScatter>> cand_;  // kAuto: the candidates
+  void* scratch_ = nullptr;                               // kSequential: the GEMM's M x N output
   GemmReduceScatter* active_ = nullptr;                   // kAuto: the one run() uses
 };
 

@@ -13,6 +13,7 @@ const char* variant_name(Variant v) {
     case Variant::kRingDma: return "t3-ring-dma";
     case Variant::kRingCublas: return "t3-ring-cublas";
     case Variant::kAuto: return "t3-auto";
+    case Variant::kSequential: return "sequential";
   }
   return "?";
 }

@@ -164,6 +164,15 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
     map_ = active_->map_;
     return;
   }
+  if (opt.variant == Variant::kSequential) {  // cuBLAS, then NCCL reduce-scatter (no symmetric memory)
+    BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.m % W == 0, "T3 sequential: bad shape");
+    cublas_ = std::make_unique<overlap::CublasGemm>();
+    BRAID_CUDA_CHECK(cudaMalloc(&scratch_, size_t(opt.m) * opt.n * 2));
+    map_.variant = opt.variant;
+    map_.world = W, map_.rank = team.rank(), map_.m = opt.m, map_.n = opt.n, map_.regions = 1;
+    map_.chunk_elems = opt.m / W * opt.n;
+    return;
+  }
   BRAID_REQUIRE(team.peer_ok(), "T3 needs peer access between all ranks: " + team.peer_status());
   BRAID_REQUIRE(W <= detail::kMaxRanks, "T3: at most 8 ranks");
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.k % 64 == 0, "T3: bad shape (K % 64)");
@@ -205,13 +214,14 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
 }
 
 GemmReduceScatter::~GemmReduceScatter() {
-  drain_or_release(end_, result_ != nullptr, team_.options().timeout_s, "T3 GEMM+RS", team_.rank(),
+  drain_or_release(end_, result_ != nullptr && end_ != nullptr, team_.options().timeout_s, "T3 GEMM+RS", team_.rank(),
                    [this] { release_waits(); });
   if (ce_ && !wait_bounded([&] { return cudaStreamQuery(ce_); }, team_.options().timeout_s)) {
     release_waits();
     wait_bounded([&] { return cudaStreamQuery(ce_); }, team_.options().timeout_s);
   }
   if (end_) cudaEventDestroy(end_);
+  cudaFree(scratch_);
   for (auto e : region_done_) cudaEventDestroy(e);
   if (err_host_) cudaFreeHost(err_host_);
   cudaFree(sigval_);
@@ -230,8 +240,16 @@ Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStr
   BRAID_CUDA_CHECK(cudaEventCreate(&e1));
   double best = 0;
   GemmReduceScatter* pick = nullptr;
+  // The fallback, built only for the tuning: kept when it beats both overlapped variants.
+  RsOptions so = opt_;
+  so.variant = Variant::kSequential;
+  auto seq = std::make_unique<GemmReduceScatter>(team_, so);
+  std::vector<GemmReduceScatter*> all;
+  for (auto& c : cand_)
+    if (c->opt_.variant != Variant::kSequential) all.push_back(c.get());
+  all.push_back(seq.get());
   try {
-    for (auto& c : cand_) {
+    for (GemmReduceScatter* c : all) {
       c->run(a, b, out, stream);  // warm-up (and first-use costs)
       team_.synchronize(stream, "t3 tune");
       c->check_error();
@@ -248,7 +266,7 @@ Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStr
       }
       std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
       const double med = team_.allreduce_max(t[t.size() / 2]);  // the same number on every rank
-      if (!pick || med < best) best = med, pick = c.get();
+      if (!pick || med < best) best = med, pick = c;
     }
   } catch (...) {
     cudaEventDestroy(e0);
@@ -257,6 +275,11 @@ Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStr
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  if (pick == seq.get()) {
+    cand_.push_back(std::move(seq));  // (a tuned op that fell back once keeps the fallback around)
+  } else {
+    team_.synchronize(stream, "t3 tune");  // nothing of the discarded fallback is still queued
+  }
   active_ = pick;
   map_ = pick->map_;
   return pick->opt_.variant;
@@ -267,11 +290,13 @@ void GemmReduceScatter::release_waits() const {
     for (const auto& c : cand_) c->release_waits();
     return;
   }
+  if (!counters_) return;  // kSequential: no counters
   release_words(write_value_, counters_->local_as<uint32_t>(), map_.num_counters, team_.options().timeout_s);
 }
 
 std::string GemmReduceScatter::counter_report() const {
   if (active_) return active_->counter_report();
+  if (!counters_) return "rank " + std::to_string(team_.rank()) + ": no counters (" + variant_name(opt_.variant) + ")";
   std::vector<uint32_t> v(size_t(map_.num_counters));
   cudaStream_t s = nullptr;
   std::string r;
@@ -293,6 +318,7 @@ void GemmReduceScatter::check_error() const {
     for (const auto& c : cand_) c->check_error();
     return;
   }
+  if (!err_host_) return;  // kSequential: no in-kernel waits
   const auto* e = static_cast<const volatile detail::WaitError*>(err_host_);
   if (e->code != 0) release_waits();
   if (e->code != 0)
@@ -305,6 +331,14 @@ void GemmReduceScatter::check_error() const {
 
 void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   if (active_) return active_->run(a, b, out, stream);
+  if (opt_.variant == Variant::kSequential) {
+    BRAID_REQUIRE(out != nullptr, "T3 sequential: needs an output buffer");
+    cublas_->run(a, b, scratch_, opt_.m, opt_.n, opt_.k, stream);
+    BRAID_NCCL_CHECK(ncclReduceScatter(scratch_, out, size_t(map_.chunk_elems), ncclBfloat16, ncclSum, team_.nccl(),
+                                       stream));
+    result_ = out;
+    return;
+  }
   const AddressMap& m = map_;
   const int W = m.world, r = m.rank;
   const bool ring = is_ring(m.variant);
