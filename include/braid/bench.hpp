@@ -76,6 +76,10 @@ struct GemmShape {
 };
 GemmShape parse_gemm_shape(const std::string& s);
 std::vector<GemmShape> read_gemm_shapes(const std::string& path);
+// Handles `--shape M,N,K` and `--shapes FILE` for the GEMM benches: appends to `shapes` and returns true
+// when `key` is one of them (`value` fetches the option's argument).
+bool parse_shape_option(const std::string& key, const std::function<std::string()>& value,
+                        std::vector<GemmShape>& shapes);
 
 // Number of buffer sets to rotate so that `bytes_per_set` * sets spans at least twice the L2 cache.
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes = size_t(8) << 30);

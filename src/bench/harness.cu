@@ -167,6 +167,18 @@ GemmShape parse_gemm_shape(const std::string& s) {
   return {v[0], v[1], v[2]};
 }
 
+bool parse_shape_option(const std::string& key, const std::function<std::string()>& value,
+                        std::vector<GemmShape>& shapes) {
+  if (key == "--shape") {
+    shapes.push_back(parse_gemm_shape(value()));
+    return true;
+  }
+  if (key != "--shapes") return false;
+  const auto more = read_gemm_shapes(value());
+  shapes.insert(shapes.end(), more.begin(), more.end());
+  return true;
+}
+
 std::vector<GemmShape> read_gemm_shapes(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);

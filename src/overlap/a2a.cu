@@ -117,8 +117,7 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
   dest_all_.assign(size_t(W), {});
   for (int q = 0; q < W; ++q) dest_all_[q].assign(all.begin() + int64_t(q) * opt_.m, all.begin() + int64_t(q + 1) * opt_.m);
   plan_ = make_a2a_plan(map_, W, team_.rank(), dest_all_);
-  BRAID_CUDA_CHECK(cudaStreamSynchronize(comm_));  // no run still reads the old tables
-  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // no run still reads the old tables
   const size_t tiles = map_.grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMemcpy(row_code_, plan_.row_code.data(), plan_.row_code.size() * 4, cudaMemcpyHostToDevice));
   BRAID_CUDA_CHECK(cudaMemcpy(pack_rows_, plan_.pack_rows.data(), plan_.pack_rows.size() * 4, cudaMemcpyHostToDevice));

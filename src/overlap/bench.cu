@@ -60,10 +60,7 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
       return argv[++i];
     };
-    if (k == "--shape") a.shapes.push_back(bench::parse_gemm_shape(val()));
-    else if (k == "--shapes") {
-      const auto more = bench::read_gemm_shapes(val());
-      a.shapes.insert(a.shapes.end(), more.begin(), more.end());
+    if (bench::parse_shape_option(k, val, a.shapes)) {
     } else if (k == "--json") a.json = val();
     else if (k == "--cache") a.cache = val();
     else if (k == "--measure") a.measure = val();

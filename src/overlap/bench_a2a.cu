@@ -35,10 +35,7 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
       if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
       return argv[++i];
     };
-    if (k == "--shape") shapes.push_back(bench::parse_gemm_shape(val()));
-    else if (k == "--shapes") {
-      const auto more = bench::read_gemm_shapes(val());
-      shapes.insert(shapes.end(), more.begin(), more.end());
+    if (bench::parse_shape_option(k, val, shapes)) {
     } else if (k == "--json") json = val();
     else if (k == "--iters") timing.iters = std::stoi(val());
     else if (k == "--warmup") timing.warmup = std::stoi(val());

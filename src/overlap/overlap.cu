@@ -24,8 +24,6 @@ namespace braid::overlap {
 namespace {
 
 using detail::WaitError;
-using detail::WaitValueFn;
-using detail::wait_counter_kernel;
 using detail::wait_value_entry_point;
 
 // RMSNorm over rows gathered through the slot table. Row j of the output reads, for each column block nb,
@@ -314,18 +312,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   }();
   for (int g = 0; g < G; ++g) {
     const uint32_t expected = static_cast<uint32_t>(map_.tiles_in_group(g));
-    if (debug == "nowait") {
-    } else if (wait_value_) {
-      auto fn = reinterpret_cast<WaitValueFn>(wait_value_);
-      const CUresult rc = fn(reinterpret_cast<CUstream>(comm_), reinterpret_cast<CUdeviceptr>(counters_ + g), expected,
-                             CU_STREAM_WAIT_VALUE_GEQ);
-      if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
-    } else {
-      WaitError* err_dev = nullptr;
-      BRAID_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev), err_host_, 0));
-      wait_counter_kernel<<<1, 1, 0, comm_>>>(counters_ + g, expected, g, timeout_ns, err_dev);
-      BRAID_CHECK_LAUNCH();
-    }
+    if (debug != "nowait") detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, expected, g, timeout_ns, err_host_);
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
     if (debug == "nocomm") continue;
     if (rs) {

@@ -64,10 +64,7 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
       return argv[++i];
     };
-    if (k == "--shape") a.shapes.push_back(bench::parse_gemm_shape(val()));
-    else if (k == "--shapes") {
-      const auto more = bench::read_gemm_shapes(val());
-      a.shapes.insert(a.shapes.end(), more.begin(), more.end());
+    if (bench::parse_shape_option(k, val, a.shapes)) {
     } else if (k == "--algo") a.algos = split(val(), ',');
     else if (k == "--json") a.json = val();
     else if (k == "--regions") a.regions = std::stoi(val());

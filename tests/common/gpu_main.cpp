@@ -7,7 +7,6 @@
 #include <cstdlib>
 
 #include "braid/runtime.hpp"
-#include "braid/watchdog.hpp"
 #include "watchdog_listener.hpp"
 
 int main(int argc, char** argv) {

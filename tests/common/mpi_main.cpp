@@ -9,7 +9,6 @@
 #include <string>
 
 #include "braid/runtime.hpp"
-#include "braid/watchdog.hpp"
 #include "watchdog_listener.hpp"
 
 namespace {
