@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -103,6 +104,16 @@ __global__ void fill_uniform_kernel(__nv_bfloat16* p, size_t count, uint64_t see
     p[i] = __float2bfloat16_rn((2.f * u - 1.f) * scale);
   }
 }
+// x[i] (bf16) -> v[i] = x, a[i] = |x| (float32), the inputs of sum_reference's two all-reduces.
+__global__ void split_abs_kernel(const __nv_bfloat16* __restrict__ x, float* __restrict__ v, float* __restrict__ a,
+                                 size_t count) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const float f = __bfloat162float(x[i]);
+    v[i] = f;
+    a[i] = fabsf(f);
+  }
+}
+
 __global__ void fill_const_kernel(__nv_bfloat16* p, size_t count, float v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16_rn(v);
@@ -132,6 +143,52 @@ std::vector<uint16_t> download_bf16(const void* p, size_t count) {
   BRAID_CUDA_CHECK(cudaMemcpy(h.data(), p, count * 2, cudaMemcpyDeviceToHost));
   return h;
 }
+SumRef sum_reference(Team& team, const void* d, size_t count, cudaStream_t s) {
+  float* buf = nullptr;  // [2][count]: values, magnitudes
+  BRAID_CUDA_CHECK(cudaMallocAsync(&buf, 2 * count * sizeof(float), s));
+  split_abs_kernel<<<1024, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(d), buf, buf + count, count);
+  BRAID_CUDA_CHECK(cudaGetLastError());
+  BRAID_NCCL_CHECK(ncclAllReduce(buf, buf, 2 * count, ncclFloat32, ncclSum, team.nccl(), s));
+  SumRef r;
+  r.sum.resize(count);
+  r.mag.resize(count);
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(r.sum.data(), buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(r.mag.data(), buf + count, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+  BRAID_CUDA_CHECK(cudaFreeAsync(buf, s));
+  team.synchronize(s, "sum reference");
+  return r;
+}
+
+size_t count_mismatch(const SumRef& ref, const std::function<int64_t(int64_t)>& ref_index, int64_t count,
+                      const std::vector<uint16_t>& test, const std::function<int64_t(int64_t)>& test_index, int world,
+                      double atol, int64_t* first, double* max_err, std::string* detail) {
+  size_t bad = 0;
+  double mx = 0;
+  if (first) *first = -1;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t r = ref_index(i), t = test_index(i);
+    const bool in = r >= 0 && r < static_cast<int64_t>(ref.sum.size()) && t >= 0 &&
+                    t < static_cast<int64_t>(test.size());
+    const double v = in ? bf16_to_float(test[t]) : NAN, want = in ? ref.sum[r] : 0, mag = in ? ref.mag[r] : 0;
+    const double e = std::fabs(v - want);
+    if (!(e <= sum_tolerance(mag, world, atol))) {  // NaN counts as wrong
+      if (!bad) {
+        if (first) *first = i;
+        if (detail) {
+          char line[200];
+          std::snprintf(line, sizeof line, "first at %lld: got %.6g, sum %.6g, magnitude %.6g, bound %.3g",
+                        static_cast<long long>(i), v, want, mag, sum_tolerance(mag, world, atol));
+          *detail = line;
+        }
+      }
+      ++bad;
+    }
+    if (e > mx || e != e) mx = e;
+  }
+  if (max_err) *max_err = mx;
+  return bad;
+}
+
 size_t count_mismatch(const std::vector<uint16_t>& ref, const std::vector<uint16_t>& test,
                       const std::function<int64_t(int64_t)>& index, double atol, double rtol, int64_t* first,
                       double* max_err) {
