@@ -188,8 +188,11 @@ if has sweep-rs; then
 fi
 if has sweep-t3; then
   echo "== t3-gemm-rs sweep (bench/shapes/sweep.txt)" | tee -a "$log"
-  T=400 mpi bench t3-gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --json "$out/t3-gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
-  T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
+  # T3_ALGOS: a subset of the algorithms (default: all); T3_AG=0 skips the AG+GEMM sweep.
+  T=400 mpi bench t3-gemm-rs --shapes bench/shapes/sweep.txt --iters 10 ${T3_ALGOS:+--algo $T3_ALGOS} \
+    --json "$out/t3-gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
+  [[ ${T3_AG:-1} == 1 ]] && T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 \
+    --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
   echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"
