@@ -14,6 +14,9 @@ TEST(AllReduceTable, BuiltinTableParsesAndPicks) {
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL);
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kOneShot);
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, size_t(1) << 30), ArAlgo::kNccl);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kTwoShot);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 64 << 20), ArAlgo::kNccl);
   EXPECT_EQ(braid::pick_from_table(t, 8, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kNccl);  // unmeasured
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantP2P);
   for (size_t b = 1; b < (size_t(1) << 34); b *= 4) {
