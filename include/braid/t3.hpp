@@ -183,10 +183,14 @@ class GemmReduceScatter {
   void release_waits() const;
   // "counter i: observed/expected" for every counter of this rank (diagnostics after a timeout).
   std::string counter_report() const;
-  // kAuto only (else returns the op's variant): times every candidate `reps` times on these inputs
-  // (after one warm-up run each), takes the slowest rank's median, keeps the fastest. Collective and
-  // synchronous; `out` receives garbage-free results of the last candidate run. Returns the choice.
-  Variant tune(const void* a, const void* b, void* out, cudaStream_t stream, int reps = 5);
+  // kAuto only (else returns the op's variant): times the candidates on these inputs the way they run in
+  // a training step — `kTuneBatch` runs back to back per measurement, not one synchronised run — in
+  // `reps` interleaved rounds (A, B, C, A, B, C, ...: drift in clocks or temperature hits every candidate
+  // alike), after one warm-up run each; takes the slowest rank's median per candidate, keeps the fastest.
+  // Collective and synchronous; `out` holds a correct result of the last candidate timed (call run()
+  // before reading result()). Returns the choice.
+  Variant tune(const void* a, const void* b, void* out, cudaStream_t stream, int reps = 7);
+  static constexpr int kTuneBatch = 4;
   // The variant run() executes (kAuto: the current choice).
   Variant active_variant() const { return active_ ? active_->active_variant() : opt_.variant; }
 

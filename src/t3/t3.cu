@@ -253,20 +253,23 @@ Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStr
       c->run(a, b, out, stream);  // warm-up (and first-use costs)
       team_.synchronize(stream, "t3 tune");
       c->check_error();
-      std::vector<double> t;
-      for (int i = 0; i < reps; ++i) {
+    }
+    std::vector<std::vector<double>> t(all.size());  // [candidate][round]: µs per run
+    for (int r = 0; r < reps; ++r)
+      for (size_t i = 0; i < all.size(); ++i) {
         BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
-        c->run(a, b, out, stream);
+        for (int j = 0; j < kTuneBatch; ++j) all[i]->run(a, b, out, stream);
         BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));
         team_.synchronize(stream, "t3 tune");
-        c->check_error();
+        all[i]->check_error();
         float ms = 0;
         BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        t.push_back(ms);
+        t[i].push_back(1e3 * ms / kTuneBatch);
       }
-      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-      const double med = team_.allreduce_max(t[t.size() / 2]);  // the same number on every rank
-      if (!pick || med < best) best = med, pick = c;
+    for (size_t i = 0; i < all.size(); ++i) {
+      std::nth_element(t[i].begin(), t[i].begin() + t[i].size() / 2, t[i].end());
+      const double med = team_.allreduce_max(t[i][t[i].size() / 2]);  // the same number on every rank
+      if (!pick || med < best) best = med, pick = all[i];
     }
   } catch (...) {
     cudaEventDestroy(e0);
