@@ -194,6 +194,18 @@ if has sweep-t3; then
   [[ ${T3_AG:-1} == 1 ]] && T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 \
     --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
+if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo, app-range replay, bounded
+  echo "== ncu: DRAM traffic per op (t3-gemm-rs --profile-range)" | tee -a "$log"
+  for sh in 8192,8192,4096 16384,8192,1024 4096,8192,14336; do
+    t=$(( $(left) < 120 ? $(left) : 120 ))
+    timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_DEADLINE_S=$(( t - 5 )) \
+      ncu --clock-control none --replay-mode app-range --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+      --csv build/braid bench t3-gemm-rs --shape "$sh" --algo sequential,t3-ring-cublas,t3-ring-dma,t3-direct,flashoverlap \
+      --iters 1 --warmup 0 --profile-range > "$out/ncu-t3-$sh.txt" 2>&1
+    echo "-- $sh rc=$?" | tee -a "$log"
+    grep -E "dram__|ERROR|Disposition" "$out/ncu-t3-$sh.txt" | head -20 | tee -a "$log"
+  done
+fi
 if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
   echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"
   T=300 mpi bench gemm-a2a --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-a2a-sweep.jsonl" 2>&1 | tee -a "$log"

@@ -1,5 +1,6 @@
 // bench.cu — `braid bench t3-gemm-rs` and `braid bench ag-gemm`: T3 against cuBLAS+NCCL in sequence
 // and FlashOverlap, with SMs used by communication and the correctness verdict printed before times.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +43,7 @@ struct Args {
   std::string json;
   int regions = 0;
   int reserve_sms = 16;
+  bool profile_range = false;  // one run of each row between cudaProfilerStart/Stop (Nsight Compute ranges)
   bench::TimingOptions timing{5, 20};
 };
 
@@ -71,6 +73,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
     else if (k == "--iters") a.timing.iters = std::stoi(val());
     else if (k == "--warmup") a.timing.warmup = std::stoi(val());
+    else if (k == "--profile-range") a.profile_range = true;
     else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
   }
   const std::vector<std::string> known =
@@ -116,6 +119,19 @@ int finish_rows(Team& team, const Args& a, const Shape& sh, std::vector<Row>& ro
     std::printf("\n");
     std::fflush(stdout);
   }
+  // --profile-range: one run of every row as its own profiler range, every rank in step, for DRAM traffic
+  // per op under `ncu --replay-mode app-range` (kernel-level profiling serialises kernels, and the fused
+  // ops' kernels wait on each other across streams: they cannot finish under it). Ranges are numbered in
+  // row order; the copy-engine transfers of T3 count in a range's DRAM bytes, not in any kernel's.
+  if (a.profile_range)
+    for (auto& r : rows) {
+      team.synchronize(team.stream(), "profile range");
+      team.barrier();
+      BRAID_CUDA_CHECK(cudaProfilerStart());
+      r.run();
+      team.synchronize(team.stream(), "profile range");
+      BRAID_CUDA_CHECK(cudaProfilerStop());
+    }
   for (auto& r : rows)
     r.us = bench::summarize(bench::time_iterations(&team, team.stream(), a.timing, [&](int) { r.run(); })).median_us;
   if (team.rank() == 0) {
