@@ -52,6 +52,13 @@ struct TimingOptions {
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn);
 
+// Several variants compared with each other: `rounds` passes, each pass timing every fn in turn for
+// about iters / rounds iterations (warm-up `opt.warmup` in the first pass, 2 in later ones), so that
+// clock or thermal drift during the run hits every variant alike instead of the last ones timed.
+// Returns, per fn, its per-iteration microseconds over all passes (slowest rank per iteration).
+std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t stream, const TimingOptions& opt,
+                                                  int rounds, const std::vector<std::function<void(int)>>& fns);
+
 // Median of time_iterations (the slowest rank per iteration) on the team's stream.
 double median_us(Team& team, const TimingOptions& opt, const std::function<void(int)>& fn);
 

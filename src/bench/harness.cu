@@ -135,6 +135,22 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
   return us;
 }
 
+std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t stream, const TimingOptions& opt,
+                                                  int rounds, const std::vector<std::function<void(int)>>& fns) {
+  BRAID_REQUIRE(rounds >= 1, "time_interleaved: rounds >= 1");
+  std::vector<std::vector<double>> us(fns.size());
+  const int per = std::max(1, (opt.iters + rounds - 1) / rounds);
+  for (int r = 0; r < rounds; ++r)
+    for (size_t f = 0; f < fns.size(); ++f) {
+      TimingOptions o;
+      o.warmup = r == 0 ? opt.warmup : std::min(opt.warmup, 2);
+      o.iters = per;
+      const auto t = time_iterations(team, stream, o, fns[f]);
+      us[f].insert(us[f].end(), t.begin(), t.end());
+    }
+  return us;
+}
+
 std::vector<double> time_graph_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt, int calls,
                                           const std::function<void(int)>& enqueue) {
   cudaGraph_t g;

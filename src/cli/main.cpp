@@ -51,7 +51,7 @@ const char* kUsage =
     "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
     "  bench gemm-a2a --shape M,N,K | --shapes FILE [--json FILE] [--groups w0,..] [--seed S]  (FlashOverlap GEMM + all-to-all)\n"
     "  bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-ring-dma,t3-ring-cublas,t3-direct,t3-auto --shape M,N,K\n"
-    "        [--profile-range] | ag-gemm --algo sequential,t3\n"
+    "        [--rounds R] [--profile-range] | ag-gemm --algo sequential,t3\n"
     "                                    T3: track-and-trigger GEMM+RS and AG+GEMM (no SMs for communication);\n"
     "                                    --profile-range: one run per algo as a profiler range (ncu app-range)\n"
     "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--backward] [--json FILE]\n"

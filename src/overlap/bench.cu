@@ -317,11 +317,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       else
         BRAID_NCCL_CHECK(ncclAllReduce(D.p, D.p, mn, ncclBfloat16, ncclSum, team.nccl(), s));
     });
-    const double t_seq = median_us(
-        team, t, [&](int) { run_sequential(team, cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); });
-    const double t_dec =
-        median_us(team, t, [&](int) { dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); });
-    const double t_fo = median_us(team, t, [&](int) { op.run(A.p, B.p, out.p, s); });
+    // The three compared end to end are timed interleaved (5 rounds): drift hits them alike.
+    const auto cmp = bench::time_interleaved(
+        &team, s, t, 5,
+        {[&](int) { run_sequential(team, cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); },
+         [&](int) { dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); },
+         [&](int) { op.run(A.p, B.p, out.p, s); }});
+    const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
+                 t_fo = bench::summarize(cmp[2]).median_us;
     op.check_error();
     const double t_gemm = std::min(t_cublas, t_braid);
     const double bound = std::max(t_gemm, t_comm);

@@ -145,9 +145,11 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
       }
       BRAID_NCCL_CHECK(ncclGroupEnd());
     });
-    const double t_seq =
-        median_us(team, timing, [&](int) { op.run_sequential(cublas, A.p, B.p, D.p, P.p, out_seq.p, s); });
-    const double t_fo = median_us(team, timing, [&](int) { op.run(A.p, B.p, out_fo.p, s); });
+    // Sequential and FlashOverlap timed interleaved (5 rounds): drift hits both alike.
+    const auto cmp = bench::time_interleaved(&team, s, timing, 5,
+                                             {[&](int) { op.run_sequential(cublas, A.p, B.p, D.p, P.p, out_seq.p, s); },
+                                              [&](int) { op.run(A.p, B.p, out_fo.p, s); }});
+    const double t_seq = bench::summarize(cmp[0]).median_us, t_fo = bench::summarize(cmp[1]).median_us;
     op.check_error();
     const double bound = std::max(std::min(t_cublas, t_braid), t_comm);
     std::string groups;

@@ -44,6 +44,7 @@ struct Args {
   int regions = 0;
   int reserve_sms = 16;
   bool profile_range = false;  // one run of each row between cudaProfilerStart/Stop (Nsight Compute ranges)
+  int rounds = 5;               // timing passes over the rows (bench::time_interleaved)
   bench::TimingOptions timing{5, 20};
 };
 
@@ -74,6 +75,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--iters") a.timing.iters = std::stoi(val());
     else if (k == "--warmup") a.timing.warmup = std::stoi(val());
     else if (k == "--profile-range") a.profile_range = true;
+    else if (k == "--rounds") a.rounds = std::max(1, std::stoi(val()));
     else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
   }
   const std::vector<std::string> known =
@@ -132,8 +134,11 @@ int finish_rows(Team& team, const Args& a, const Shape& sh, std::vector<Row>& ro
       team.synchronize(team.stream(), "profile range");
       BRAID_CUDA_CHECK(cudaProfilerStop());
     }
-  for (auto& r : rows)
-    r.us = bench::summarize(bench::time_iterations(&team, team.stream(), a.timing, [&](int) { r.run(); })).median_us;
+  // Rows are compared with each other: their iterations are interleaved in rounds (drift hits all alike).
+  std::vector<std::function<void(int)>> fns;
+  for (auto& r : rows) fns.push_back([&r](int) { r.run(); });
+  const auto samples = bench::time_interleaved(&team, team.stream(), a.timing, a.rounds, fns);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].us = bench::summarize(samples[i]).median_us;
   if (team.rank() == 0) {
     std::printf("%8s %6s %6s |", "M", "N", "K");
     for (auto& r : rows) std::printf(" %12s", r.algo.c_str());
@@ -159,6 +164,7 @@ int finish_rows(Team& team, const Args& a, const Shape& sh, std::vector<Row>& ro
             .add("wrong", r.wrong)
             .add("max_err", r.max_err)
             .add("tolerance", tolerance)
+            .add("timing_rounds", a.rounds)
             .add("correct", r.ok);
         if (!extra_json_key.empty()) j.add(extra_json_key, extra_json_value);
         j.add_context(ctx);
@@ -174,8 +180,8 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
   int failures = 0;
   if (rank == 0)
     std::printf("# braid bench t3-gemm-rs: %d ranks, bf16, fp32 accumulate; D = A·Bᵀ reduce-scattered by rows; "
-                "times: median of %d iterations (slowest rank), µs\n",
-                W, a.timing.iters);
+                "times: median of %d iterations (slowest rank) in %d rounds interleaving the algorithms, µs\n",
+                W, a.timing.iters, a.rounds);
   for (const Shape& sh : a.shapes) {
     if (sh.m % (int64_t(W) * 256) != 0 || sh.n % 256 != 0 || sh.k % 64 != 0) {  // a sweep for another W
       if (rank == 0) std::printf("%lld,%lld,%lld: skipped (T3 at %d ranks needs M %% %d == 0, N %% 256, K %% 64)\n",
@@ -279,8 +285,8 @@ int bench_ag(Team& team, const Args& a, const bench::Context& ctx) {
   int failures = 0;
   if (rank == 0)
     std::printf("# braid bench ag-gemm: %d ranks, bf16, fp32 accumulate; C = allgather(A)·Bᵀ; times: median of %d "
-                "iterations (slowest rank), µs\n",
-                W, a.timing.iters);
+                "iterations (slowest rank) in %d rounds interleaving the algorithms, µs\n",
+                W, a.timing.iters, a.rounds);
   for (const Shape& sh : a.shapes) {
     if (sh.m % (int64_t(W) * 256) != 0 || sh.n % 128 != 0 || sh.k % 64 != 0) {
       if (rank == 0) std::printf("%lld,%lld,%lld: skipped (AG+GEMM at %d ranks needs M %% %d == 0, N %% 128, K %% 64)\n",
