@@ -2,11 +2,15 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag (default: build test allreduce peers transitions). Every item
-# uses all GPUs of the node (`test` includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs).
-# 4/8-GPU runs (issue 10), one call each (10 min limit; a fresh x4 machine builds in ~1 min):
-# `build test` (CTEST_E= to skip a suite), `allreduce transitions`, `sweep-rs sweep-a2a`, `sweep-t3`,
-# `layer-tp sweep-ar`. Uses .deps carried from this machine (setup.sh --stage).
+# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
+# (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
+# includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
+# Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
+# t3-cases ~2 min; allreduce + sweep-a2a ~2 min; sweep-rs + sweep-ar + layer-tp ~4 min; ar-phases +
+# sweep-t3 (5 algos, T3_ALGOS=..., T3_AG=0) + sweep-a2a ~3 min; strands + measure-rs ~3 min.
+# Next GPU session: x2 `build test ncu-t3 sweep-t3` (tune() and interleaved timing vs 1.25x; DRAM per
+# op by profiler ranges), then x4 `build transitions strands`; x8 when lent: `build test allreduce
+# transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
