@@ -1,12 +1,17 @@
 // Host model of the persistent scheduler's order and the reordering tables: every tile is scheduled
 // once, groups are contiguous, the reordered layout is a bijection, reduce-scatter parts are whole rows.
+// Also the host side of the reduced-output check (SumRef, sum_tolerance).
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
+#include "braid/overlap/verify.hpp"
 
 using namespace braid::overlap;
 
@@ -211,4 +216,32 @@ TEST(OverlapTables, AllToAllPlanRejectsBadRouting) {
   EXPECT_THROW(make_a2a_plan(map, 2, 0, dest), braid::UsageError);
   dest[1].resize(63);
   EXPECT_THROW(make_a2a_plan(map, 2, 0, dest), braid::UsageError);
+}
+
+// The reduced-output check: the bound follows the partials' magnitudes, not the result.
+TEST(OverlapVerify, SumBoundFollowsThePartials) {
+  auto bf16 = [](float f) {  // round to nearest even, as the GPU converts
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  };
+  SumRef ref;
+  ref.sum = {0.265625f, 10.f, 0.f};
+  ref.mag = {45.390625f, 10.f, 0.f};
+  const auto id = [](int64_t i) { return i; };
+  // The 4-rank case seen on 4x H200: ring 0.09375, NCCL 0.375 — both within (4 + 2)/256 * 45.4.
+  for (float got : {0.09375f, 0.375f}) {
+    const std::vector<uint16_t> t = {bf16(got), bf16(10.f), bf16(0.f)};
+    EXPECT_EQ(count_mismatch(ref, id, 3, t, id, 4, sum_atol(512)), 0u) << got;
+  }
+  // Beyond the bound, and NaN, are wrong; the detail names the first.
+  std::string detail;
+  int64_t first = -1;
+  const std::vector<uint16_t> bad = {bf16(2.f), 0x7fc0, bf16(0.f)};
+  EXPECT_EQ(count_mismatch(ref, id, 3, bad, id, 4, sum_atol(512), &first, nullptr, &detail), 2u);
+  EXPECT_EQ(first, 0);
+  EXPECT_NE(detail.find("magnitude 45.39"), std::string::npos) << detail;
+  // A test index outside the buffer is wrong, not a crash.
+  EXPECT_EQ(count_mismatch(ref, id, 3, std::vector<uint16_t>(2, bf16(0.f)), id, 4, 1.0), 2u);  // 10 != 0, index 2
+  EXPECT_NEAR(sum_tolerance(45.390625, 4, 0.0), 6 * 45.390625 / 256, 1e-12);
 }
