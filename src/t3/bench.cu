@@ -90,6 +90,31 @@ Args parse(int argc, char** argv) {
 }
 
 using DevBuf = bench::DeviceBuffer;
+
+// Copies of a case's two inputs, enough sets to span twice the L2 (bench::rotation_sets); set 0 is the
+// caller's buffers, the others hold the same values, so every set gives the verified result.
+class InputSets {
+ public:
+  InputSets(void* a, size_t a_bytes, void* b, size_t b_bytes, cudaStream_t s) {
+    const int n = bench::rotation_sets(a_bytes + b_bytes, size_t(16) << 30);
+    a_.push_back(a), b_.push_back(b);
+    for (int i = 1; i < n; ++i) {
+      own_.push_back(std::make_unique<DevBuf>(a_bytes));
+      a_.push_back(own_.back()->p);
+      own_.push_back(std::make_unique<DevBuf>(b_bytes));
+      b_.push_back(own_.back()->p);
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(a_.back(), a, a_bytes, cudaMemcpyDeviceToDevice, s));
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(b_.back(), b, b_bytes, cudaMemcpyDeviceToDevice, s));
+    }
+  }
+  const void* a(int i) const { return a_[size_t(i) % a_.size()]; }
+  const void* b(int i) const { return b_[size_t(i) % b_.size()]; }
+  int sets() const { return int(a_.size()); }
+
+ private:
+  std::vector<void*> a_, b_;
+  std::vector<std::unique_ptr<DevBuf>> own_;
+};
 struct Row {
   std::string algo;
   int comm_sms = 0;        // -1: NCCL kernels after the GEMM (all SMs are theirs then)
@@ -98,12 +123,12 @@ struct Row {
   double max_err = 0;      // worst rank
   double us = 0;
   bool ok = false;
-  std::function<void()> run;
+  std::function<void(int)> run;  // iteration i uses input set i % sets
 };
 
 int finish_rows(Team& team, const Args& a, const Shape& sh, std::vector<Row>& rows, const bench::Context& ctx,
                 const char* name, const std::string& tolerance, const std::string& extra_json_key,
-                int extra_json_value) {
+                int extra_json_value, int buffer_sets) {
   int failures = 0;
   for (auto& r : rows) {
     r.wrong = size_t(team.allreduce_max(double(r.wrong)));
@@ -130,13 +155,13 @@ int finish_rows(Team& team, const Args& a, const Shape& sh, std::vector<Row>& ro
       team.synchronize(team.stream(), "profile range");
       team.barrier();
       BRAID_CUDA_CHECK(cudaProfilerStart());
-      r.run();
+      r.run(0);
       team.synchronize(team.stream(), "profile range");
       BRAID_CUDA_CHECK(cudaProfilerStop());
     }
   // Rows are compared with each other: their iterations are interleaved in rounds (drift hits all alike).
   std::vector<std::function<void(int)>> fns;
-  for (auto& r : rows) fns.push_back([&r](int) { r.run(); });
+  for (auto& r : rows) fns.push_back([&r](int i) { r.run(i); });
   const auto samples = bench::time_interleaved(&team, team.stream(), a.timing, a.rounds, fns);
   for (size_t i = 0; i < rows.size(); ++i) rows[i].us = bench::summarize(samples[i]).median_us;
   if (team.rank() == 0) {
@@ -165,6 +190,7 @@ int finish_rows(Team& team, const Args& a, const Shape& sh, std::vector<Row>& ro
             .add("max_err", r.max_err)
             .add("tolerance", tolerance)
             .add("timing_rounds", a.rounds)
+            .add("buffer_sets", buffer_sets)
             .add("correct", r.ok);
         if (!extra_json_key.empty()) j.add(extra_json_key, extra_json_value);
         j.add_context(ctx);
@@ -193,6 +219,8 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
         out(size_t(mn) * 2 / W);
     overlap::fill_uniform_bf16(A.p, size_t(sh.m) * sh.k, 1000 + rank, 1.f, s);
     overlap::fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 2000 + rank, 1.f, s);
+    // Timed iterations rotate over copies of (A, B) spanning twice the L2 (set 0 is A, B themselves).
+    const InputSets in(A.p, size_t(sh.m) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);
     overlap::CublasGemm cublas;
     // Reference: the float32 sum over ranks of cuBLAS's D and the sum of magnitudes, which bounds every
     // partial sum a bf16 reduction rounds (overlap::sum_tolerance); rank p's rows [p*Mc, (p+1)*Mc) for T3.
@@ -212,11 +240,11 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
       if (algo == "sequential") {
         r.comm_sms = -1;
         r.comm_note = "nccl-after-gemm";
-        r.run = [&] {
-          overlap::run_sequential(team, cublas, overlap::Collective::kReduceScatter, A.p, B.p, D.p, out.p, sh.m, sh.n,
-                                  sh.k, s);
+        r.run = [&](int i) {
+          overlap::run_sequential(team, cublas, overlap::Collective::kReduceScatter, in.a(i), in.b(i), D.p, out.p,
+                                  sh.m, sh.n, sh.k, s);
         };
-        r.run();
+        r.run(0);
         team.synchronize(s, "sequential check");
         r.wrong = overlap::count_mismatch(ref, own_ref, mn / W, download_bf16(out.p, size_t(mn / W)), same, W, atol,
                                           nullptr, &r.max_err);
@@ -229,8 +257,8 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
         r.comm_sms = a.reserve_sms;
         r.comm_note = std::to_string(a.reserve_sms) + "(reserved-for-nccl)";
         auto* op = fo.get();
-        r.run = [&, op] { op->run(A.p, B.p, out.p, s); };
-        r.run();
+        r.run = [&, op](int i) { op->run(in.a(i), in.b(i), out.p, s); };
+        r.run(0);
         team.synchronize(s, "flashoverlap check");
         op->check_error();
         const auto& map = op->mapping();
@@ -255,13 +283,13 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
         r.comm_sms = op->comm_sms();
         r.comm_note = "0";
         auto* p = op.get();
-        r.run = [&, p] { p->run(A.p, B.p, out.p, s); };
+        r.run = [&, p](int i) { p->run(in.a(i), in.b(i), out.p, s); };
         if (o.variant == Variant::kAuto) {  // times both candidates on these inputs, keeps the faster
           const Variant chosen = p->tune(A.p, B.p, out.p, s);
           r.comm_note = std::string("0(chose ") + variant_name(chosen) + ")";
         }
         BRAID_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, size_t(mn / W) * 2, s));
-        r.run();
+        r.run(0);
         team.synchronize(s, "t3 check");
         p->check_error();
         r.wrong = overlap::count_mismatch(ref, own_ref, mn / W, download_bf16(p->result(), size_t(mn / W)), same, W,
@@ -272,7 +300,7 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
     }
     char tol[120];
     std::snprintf(tol, sizeof tol, "|got - fp32 sum| <= %.2g + %d/256 * sum of |partials|", atol, W + 2);
-    failures += finish_rows(team, a, sh, rows, ctx, "t3-gemm-rs", tol, "regions", regions);
+    failures += finish_rows(team, a, sh, rows, ctx, "t3-gemm-rs", tol, "regions", regions, in.sets());
     for (const auto& op : t3ops) op->check_error();
     if (fo) fo->check_error();
   }
@@ -298,12 +326,13 @@ int bench_ag(Team& team, const Args& a, const bench::Context& ctx) {
         C(size_t(mn) * 2), Cref(size_t(mn) * 2);
     overlap::fill_uniform_bf16(shard.p, size_t(mc) * sh.k, 3000 + rank, 1.f, s);
     overlap::fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 4000 + rank, 1.f, s);
+    const InputSets in(shard.p, size_t(mc) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);  // rotated (set 0: these)
     overlap::CublasGemm cublas;
-    auto sequential = [&](void* c) {
-      BRAID_NCCL_CHECK(ncclAllGather(shard.p, full.p, size_t(mc) * sh.k, ncclBfloat16, team.nccl(), s));
-      cublas.run(full.p, B.p, c, sh.m, sh.n, sh.k, s);
+    auto sequential = [&](void* c, int i) {
+      BRAID_NCCL_CHECK(ncclAllGather(in.a(i), full.p, size_t(mc) * sh.k, ncclBfloat16, team.nccl(), s));
+      cublas.run(full.p, in.b(i), c, sh.m, sh.n, sh.k, s);
     };
-    sequential(Cref.p);
+    sequential(Cref.p, 0);
     team.synchronize(s, "reference");
     const auto ref = download_bf16(Cref.p, size_t(mn));
     const double atol = overlap::gemm_atol(sh.k, 1);
@@ -315,16 +344,16 @@ int bench_ag(Team& team, const Args& a, const bench::Context& ctx) {
       if (algo == "sequential") {
         r.comm_sms = -1;
         r.comm_note = "nccl-before-gemm";
-        r.run = [&] { sequential(C.p); };
+        r.run = [&](int i) { sequential(C.p, i); };
       } else {
         op = std::make_unique<AllGatherGemm>(team, AgOptions{sh.m, sh.n, sh.k, 0});
         r.comm_sms = 0;
         r.comm_note = "0";
         auto* p = op.get();
-        r.run = [&, p] { p->run(shard.p, B.p, C.p, s); };
+        r.run = [&, p](int i) { p->run(in.a(i), in.b(i), C.p, s); };
       }
       BRAID_CUDA_CHECK(cudaMemsetAsync(C.p, 0xff, size_t(mn) * 2, s));
-      r.run();
+      r.run(0);
       team.synchronize(s, "ag-gemm check");
       r.wrong = overlap::count_mismatch(ref, download_bf16(C.p, size_t(mn)), [](int64_t i) { return i; }, atol,
                                         overlap::kGemmRtol, nullptr, &r.max_err);
@@ -332,7 +361,7 @@ int bench_ag(Team& team, const Args& a, const bench::Context& ctx) {
     }
     char tol[80];
     std::snprintf(tol, sizeof tol, "atol %.3g rtol %.3g", atol, overlap::kGemmRtol);
-    failures += finish_rows(team, a, sh, rows, ctx, "ag-gemm", tol, "", 0);
+    failures += finish_rows(team, a, sh, rows, ctx, "ag-gemm", tol, "", 0, in.sets());
   }
   return failures;
 }
