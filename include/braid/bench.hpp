@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +91,21 @@ bool parse_shape_option(const std::string& key, const std::function<std::string(
 
 // Number of buffer sets to rotate so that `bytes_per_set` * sets spans at least twice the L2 cache.
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes = size_t(8) << 30);
+
+// Copies of a case's two inputs, enough sets to span twice the L2 (rotation_sets, at most 16 GiB); set
+// 0 is the caller's buffers, the others are device copies made on `s`, so every set gives the verified
+// result. Timed iteration i uses set i % sets().
+class InputSets {
+ public:
+  InputSets(void* a, size_t a_bytes, void* b, size_t b_bytes, cudaStream_t s);
+  const void* a(int i) const { return a_[size_t(i) % a_.size()]; }
+  const void* b(int i) const { return b_[size_t(i) % b_.size()]; }
+  int sets() const { return int(a_.size()); }
+
+ private:
+  std::vector<void*> a_, b_;
+  std::vector<std::unique_ptr<DeviceBuffer>> own_;
+};
 
 // Device-side deterministic random data. value(i, rank, seed) is a half-integer in [-15.5, 15.5]: sums
 // of up to 8 ranks are exact in bf16/fp16/fp32, so collectives are verified bit for bit.

@@ -208,6 +208,19 @@ std::vector<GemmShape> read_gemm_shapes(const std::string& path) {
   return shapes;
 }
 
+InputSets::InputSets(void* a, size_t a_bytes, void* b, size_t b_bytes, cudaStream_t s) {
+  const int n = rotation_sets(a_bytes + b_bytes, size_t(16) << 30);
+  a_.push_back(a), b_.push_back(b);
+  for (int i = 1; i < n; ++i) {
+    own_.push_back(std::make_unique<DeviceBuffer>(a_bytes));
+    a_.push_back(own_.back()->p);
+    own_.push_back(std::make_unique<DeviceBuffer>(b_bytes));
+    b_.push_back(own_.back()->p);
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(a_.back(), a, a_bytes, cudaMemcpyDeviceToDevice, s));
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(b_.back(), b, b_bytes, cudaMemcpyDeviceToDevice, s));
+  }
+}
+
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes) {
   int dev = 0;
   int l2 = 50 << 20;

@@ -307,10 +307,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     EpilogueArgs plain;
     plain.d = D.p;
     SignalGemm braid_reserved(op.options().tile, op.gemm().sm_count());
-    const double t_cublas = median_us(team, t, [&](int) { cublas.run(A.p, B.p, D.p, sh.m, sh.n, sh.k, s); });
-    const double t_braid = median_us(team, t, [&](int) { braid_full.run(A.p, B.p, sh.m, sh.n, sh.k, plain, s); });
+    // Timed iterations rotate over copies of (A, B) spanning twice the L2 (set 0: A, B themselves).
+    const bench::InputSets in(A.p, size_t(sh.m) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);
+    const double t_cublas =
+        median_us(team, t, [&](int i) { cublas.run(in.a(i), in.b(i), D.p, sh.m, sh.n, sh.k, s); });
+    const double t_braid =
+        median_us(team, t, [&](int i) { braid_full.run(in.a(i), in.b(i), sh.m, sh.n, sh.k, plain, s); });
     const double t_braid_res =
-        median_us(team, t, [&](int) { braid_reserved.run(A.p, B.p, sh.m, sh.n, sh.k, plain, s); });
+        median_us(team, t, [&](int i) { braid_reserved.run(in.a(i), in.b(i), sh.m, sh.n, sh.k, plain, s); });
     const double t_comm = median_us(team, t, [&](int) {
       if (a.coll == Collective::kReduceScatter)
         BRAID_NCCL_CHECK(ncclReduceScatter(D.p, out.p, mn / W, ncclBfloat16, ncclSum, team.nccl(), s));
@@ -320,9 +324,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // The three compared end to end are timed interleaved (5 rounds): drift hits them alike.
     const auto cmp = bench::time_interleaved(
         &team, s, t, 5,
-        {[&](int) { run_sequential(team, cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); },
-         [&](int) { dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s); },
-         [&](int) { op.run(A.p, B.p, out.p, s); }});
+        {[&](int i) { run_sequential(team, cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
+         [&](int i) { dec.run(cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
+         [&](int i) { op.run(in.a(i), in.b(i), out.p, s); }});
     const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
                  t_fo = bench::summarize(cmp[2]).median_us;
     op.check_error();
@@ -366,6 +370,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add("bound_us", bound)
           .add("speedup", t_seq / t_fo)
           .add("fraction_of_bound", bound / t_fo)
+          .add("buffer_sets", in.sets())
           .add("braid_vs_cublas", t_cublas / t_braid)
           .add("correct", ok)
           .add_context(ctx);

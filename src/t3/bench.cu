@@ -91,30 +91,6 @@ Args parse(int argc, char** argv) {
 
 using DevBuf = bench::DeviceBuffer;
 
-// Copies of a case's two inputs, enough sets to span twice the L2 (bench::rotation_sets); set 0 is the
-// caller's buffers, the others hold the same values, so every set gives the verified result.
-class InputSets {
- public:
-  InputSets(void* a, size_t a_bytes, void* b, size_t b_bytes, cudaStream_t s) {
-    const int n = bench::rotation_sets(a_bytes + b_bytes, size_t(16) << 30);
-    a_.push_back(a), b_.push_back(b);
-    for (int i = 1; i < n; ++i) {
-      own_.push_back(std::make_unique<DevBuf>(a_bytes));
-      a_.push_back(own_.back()->p);
-      own_.push_back(std::make_unique<DevBuf>(b_bytes));
-      b_.push_back(own_.back()->p);
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(a_.back(), a, a_bytes, cudaMemcpyDeviceToDevice, s));
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(b_.back(), b, b_bytes, cudaMemcpyDeviceToDevice, s));
-    }
-  }
-  const void* a(int i) const { return a_[size_t(i) % a_.size()]; }
-  const void* b(int i) const { return b_[size_t(i) % b_.size()]; }
-  int sets() const { return int(a_.size()); }
-
- private:
-  std::vector<void*> a_, b_;
-  std::vector<std::unique_ptr<DevBuf>> own_;
-};
 struct Row {
   std::string algo;
   int comm_sms = 0;        // -1: NCCL kernels after the GEMM (all SMs are theirs then)
@@ -220,7 +196,7 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
     overlap::fill_uniform_bf16(A.p, size_t(sh.m) * sh.k, 1000 + rank, 1.f, s);
     overlap::fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 2000 + rank, 1.f, s);
     // Timed iterations rotate over copies of (A, B) spanning twice the L2 (set 0 is A, B themselves).
-    const InputSets in(A.p, size_t(sh.m) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);
+    const bench::InputSets in(A.p, size_t(sh.m) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);
     overlap::CublasGemm cublas;
     // Reference: the float32 sum over ranks of cuBLAS's D and the sum of magnitudes, which bounds every
     // partial sum a bf16 reduction rounds (overlap::sum_tolerance); rank p's rows [p*Mc, (p+1)*Mc) for T3.
@@ -326,7 +302,7 @@ int bench_ag(Team& team, const Args& a, const bench::Context& ctx) {
         C(size_t(mn) * 2), Cref(size_t(mn) * 2);
     overlap::fill_uniform_bf16(shard.p, size_t(mc) * sh.k, 3000 + rank, 1.f, s);
     overlap::fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 4000 + rank, 1.f, s);
-    const InputSets in(shard.p, size_t(mc) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);  // rotated (set 0: these)
+    const bench::InputSets in(shard.p, size_t(mc) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);  // rotated (set 0: these)
     overlap::CublasGemm cublas;
     auto sequential = [&](void* c, int i) {
       BRAID_NCCL_CHECK(ncclAllGather(in.a(i), full.p, size_t(mc) * sh.k, ncclBfloat16, team.nccl(), s));
