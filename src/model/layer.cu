@@ -48,6 +48,7 @@ struct Layer::Impl {
   void* blas_ws = nullptr;
   std::vector<void*> allocations;
   const Impl* owner = nullptr;  // weights come from this layer (Layer(owner, comm))
+  bool share_scratch = false;   // Share::kWeightsAndScratch: one-phase buffers are the owner's too
   size_t* account = nullptr;    // which Memory field alloc() charges
   size_t mem_weights = 0, mem_grads = 0, mem_act = 0, mem_ws = 0;
   std::vector<OpInfo> plan[2];
@@ -80,6 +81,12 @@ struct Layer::Impl {
   int64_t R = 0;                                    // rows received in the last forward
 
   Impl(const ModelConfig& cfg, const Parallel& par, Comm& cm) : c(cfg), p(par), comm(cm) {}
+
+  // A buffer only one phase touches: the owner's with Share::kWeightsAndScratch, else a new one.
+  template <class Tp>
+  Tp* one_phase(Tp* Impl::*field, size_t n) {
+    return share_scratch ? owner->*field : alloc<Tp>(n);
+  }
 
   template <class Tp>
   Tp* alloc(size_t n) {
@@ -165,36 +172,42 @@ void Layer::Impl::setup() {
   norm_partial = alloc<float>(size_t(norm_chunks) * H);
   account = &mem_act;
 
-  // activations: "f" buffers hold all T rows (aliases of the local ones without sp)
+  // activations: "f" buffers hold all T rows (aliases of the local ones without sp). one_phase(): buffers
+  // only the forward (and not read by the backward) or only the backward touches — shared with the owner
+  // under Share::kWeightsAndScratch. An alias takes whatever its target is; h1, a and mo are transient
+  // only with sp (without it they alias h1f, attn_part and mlp_part), dyf and dh2p are scratch only with sp.
   x = alloc<bf16>(Tl * H), y = alloc<bf16>(Tl * H), x1 = alloc<bf16>(Tl * H);
-  h1 = alloc<bf16>(Tl * H), h1f = sp ? alloc<bf16>(T * H) : h1;
+  h1 = sp ? one_phase(&Impl::h1, Tl * H) : alloc<bf16>(Tl * H), h1f = sp ? alloc<bf16>(T * H) : h1;
   qkv = alloc<bf16>(T * nqkv), o = alloc<bf16>(T * qd);
-  lse = alloc<float>(B * hq * S), delta = alloc<float>(B * hq * S);
-  attn_part = alloc<bf16>(T * H), a = sp ? alloc<bf16>(Tl * H) : attn_part;
+  lse = alloc<float>(B * hq * S), delta = one_phase(&Impl::delta, B * hq * S);
+  attn_part = one_phase(&Impl::attn_part, T * H), a = sp ? one_phase(&Impl::a, Tl * H) : attn_part;
   rstd1 = alloc<float>(Tl), rstd2 = alloc<float>(Tl);
   h2 = alloc<bf16>(Tl * H);
-  dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H), dx1 = alloc<bf16>(Tl * H), dh2 = alloc<bf16>(Tl * H);
-  dx1f = sp ? alloc<bf16>(T * H) : dx1;
-  dO = alloc<bf16>(T * qd), dqkv = alloc<bf16>(T * nqkv);
-  dh1p = alloc<bf16>(T * H), dh1 = sp ? alloc<bf16>(Tl * H) : dh1p;
+  dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H), dx1 = one_phase(&Impl::dx1, Tl * H);
+  dh2 = one_phase(&Impl::dh2, Tl * H);
+  dx1f = sp ? one_phase(&Impl::dx1f, T * H) : dx1;
+  dO = one_phase(&Impl::dO, T * qd), dqkv = one_phase(&Impl::dqkv, T * nqkv);
+  dh1p = one_phase(&Impl::dh1p, T * H), dh1 = sp ? one_phase(&Impl::dh1, Tl * H) : dh1p;
   if (!moe) {
     h2f = sp ? alloc<bf16>(T * H) : h2;
     gu = alloc<bf16>(T * 2 * Fl), act = alloc<bf16>(T * Fl);
-    mlp_part = alloc<bf16>(T * H), mo = sp ? alloc<bf16>(Tl * H) : mlp_part;
-    dyf = sp ? alloc<bf16>(T * H) : dy;
-    dact = alloc<bf16>(T * Fl), dgu = alloc<bf16>(T * 2 * Fl);
-    dh2p = sp ? alloc<bf16>(T * H) : dh2;
+    mlp_part = one_phase(&Impl::mlp_part, T * H), mo = sp ? one_phase(&Impl::mo, Tl * H) : mlp_part;
+    dyf = sp ? one_phase(&Impl::dyf, T * H) : dy;
+    dact = one_phase(&Impl::dact, T * Fl), dgu = one_phase(&Impl::dgu, T * 2 * Fl);
+    dh2p = sp ? one_phase(&Impl::dh2p, T * H) : dh2;
   } else {
-    logits = alloc<float>(Tl * E), dlogits = alloc<float>(Tl * E), prob = alloc<float>(Tl * K);
+    logits = one_phase(&Impl::logits, Tl * E), dlogits = one_phase(&Impl::dlogits, Tl * E);
+    prob = alloc<float>(Tl * K);
     counts = alloc<float>(E), rcounts = alloc<float>(tp * El);
     route = alloc<int>(Tl * K), pos = alloc<int>(Tl * K);
     sort_map = alloc<int>(Rmax), unsort_map = alloc<int>(Rmax);
-    send = alloc<bf16>(Tl * K * H), ret = alloc<bf16>(Tl * K * H), dret = alloc<bf16>(Tl * K * H);
-    drow = alloc<bf16>(Tl * K * H);
-    recv = alloc<bf16>(Rmax * H), xs = alloc<bf16>(Rmax * H), egu = alloc<bf16>(Rmax * 2 * F);
-    eact = alloc<bf16>(Rmax * F), eout = alloc<bf16>(Rmax * H), eout_u = alloc<bf16>(Rmax * H);
-    drecv = alloc<bf16>(Rmax * H), dout_s = alloc<bf16>(Rmax * H), deact = alloc<bf16>(Rmax * F);
-    degu = alloc<bf16>(Rmax * 2 * F), dxs = alloc<bf16>(Rmax * H), dxr = alloc<bf16>(Rmax * H);
+    send = one_phase(&Impl::send, Tl * K * H), ret = alloc<bf16>(Tl * K * H);
+    dret = one_phase(&Impl::dret, Tl * K * H), drow = one_phase(&Impl::drow, Tl * K * H);
+    recv = one_phase(&Impl::recv, Rmax * H), xs = alloc<bf16>(Rmax * H), egu = alloc<bf16>(Rmax * 2 * F);
+    eact = alloc<bf16>(Rmax * F), eout = one_phase(&Impl::eout, Rmax * H), eout_u = one_phase(&Impl::eout_u, Rmax * H);
+    drecv = one_phase(&Impl::drecv, Rmax * H), dout_s = one_phase(&Impl::dout_s, Rmax * H);
+    deact = one_phase(&Impl::deact, Rmax * F), degu = one_phase(&Impl::degu, Rmax * 2 * F);
+    dxs = one_phase(&Impl::dxs, Rmax * H), dxr = one_phase(&Impl::dxr, Rmax * H);
     BRAID_CUDA_CHECK(cudaMallocHost(&counts_h, E * sizeof(float)));
     BRAID_CUDA_CHECK(cudaMallocHost(&rcounts_h, tp * El * sizeof(float)));
     BRAID_CUDA_CHECK(cudaMallocHost(&maps_h, 2 * Rmax * sizeof(int)));
@@ -396,11 +409,14 @@ Layer::Layer(const ModelConfig& c, const Parallel& p, Comm& comm) : impl_(std::m
   impl_->setup();
 }
 
-Layer::Layer(const Layer& owner, Comm& comm)
+Layer::Layer(const Layer& owner, Comm& comm) : Layer(owner, comm, Share::kWeights) {}
+
+Layer::Layer(const Layer& owner, Comm& comm, Share share)
     : impl_(std::make_unique<Impl>(owner.impl_->c, owner.impl_->p, comm)) {
   BRAID_REQUIRE(comm.rank() == owner.impl_->comm.rank() && comm.size() == owner.impl_->comm.size(),
                 "layer: a weight-sharing layer needs a comm of the same ranks as its owner");
   impl_->owner = owner.impl_.get();
+  impl_->share_scratch = share == Share::kWeightsAndScratch;
   impl_->setup();
 }
 

@@ -387,6 +387,16 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         std::printf("# verification (%s): strands with step barriers vs single strand: %.0f differing values -> %s\n",
                     sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
     }
+    {  // β sharing α's one-phase buffers (Layer::Share::kWeightsAndScratch), timed below as strands-shared
+      m::Layer vbs(va, *comm_b, m::Layer::Share::kWeightsAndScratch);
+      for (int v = 0; v <= 1; ++v) {
+        const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vbs, vex, st, v), sc)));
+        ok = ok && diff == 0;
+        if (root)
+          std::printf("# verification (%s): %s with shared one-phase buffers vs single strand: %.0f differing values -> %s\n",
+                      sc.name.c_str(), v == 0 ? "single strand" : "strands", diff, diff == 0 ? "Passed" : "FAILED");
+      }
+    }
     if (!ok) return 3;
   }
 
@@ -431,6 +441,18 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   vs.push_back({"strands-step-barrier", med([&](int) { ex_barrier.run(la, lb); }), two_sets});
   if (graph)
     vs.push_back({"strands-step-barrier-graph", med_graph([&](int) { ex_barrier.run(la, lb); }), two_sets});
+  // β sharing α's one-phase buffers (backward scratch, forward transients): memory is α's set + β's saved
+  // activations, interfaces and workspace. β's forward (the earlier unit) fills its saved activations.
+  {
+    m::Layer lbs(la, *comm_b, m::Layer::Share::kWeightsAndScratch);
+    fill_inputs(lbs, 201 + team.rank(), s);
+    lbs.forward(s);
+    la.forward(s);
+    team.synchronize(s, "strands-shared warm-up");
+    const double shared_set = one_set + double(lbs.memory().total());
+    vs.push_back({"strands-shared", med([&](int) { ex.run(la, lbs); }), shared_set});
+    if (graph) vs.push_back({"strands-shared-graph", med_graph([&](int) { ex.run(la, lbs); }), shared_set});
+  }
   const double mem_peak = used_bytes();
 
   // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.

@@ -217,6 +217,20 @@ void strands_equal_single(bool moe) {
     if (!moe) expect_same(ref, run_unit(a, b, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
   }
   expect_same(ref, run_unit(a, b, nullptr, st, Variant::kRoundRobin, in, rank), c, "round-robin");
+
+  // β sharing α's one-phase buffers (backward scratch, forward transients): the same bits in every schedule
+  // that pairs one strand's forward with the other's backward.
+  {
+    m::Layer bs(a, *Env::comm_b_, m::Layer::Share::kWeightsAndScratch);
+    ASSERT_TRUE(bs.shares_weights());
+    EXPECT_LT(bs.memory().activations, b.memory().activations);
+    const std::string tag = moe ? "moe shared scratch" : "dense shared scratch";
+    expect_same(ref, run_unit(a, bs, nullptr, st, Variant::kSingle, in, rank), c, tag + " single strand");
+    sch::StrandExecutor ex(dag, searched, st.s);
+    expect_same(ref, run_unit(a, bs, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");
+    if (!moe) expect_same(ref, run_unit(a, bs, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
+    expect_same(ref, run_unit(a, bs, nullptr, st, Variant::kRoundRobin, in, rank), c, tag + " round-robin");
+  }
 }
 
 TEST(StrandsMpi, DenseStrandsEqualSingleStrand) { strands_equal_single(false); }

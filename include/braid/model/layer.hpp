@@ -40,6 +40,19 @@ class Layer {
   // owner's or another communicator of the same team). `owner` must outlive this layer; load_weights /
   // init_random_weights through either layer write the one shared copy.
   Layer(const Layer& owner, Comm& comm);
+  // What a second layer shares with its owner beyond the weights.
+  enum class Share {
+    kWeights,            // the constructor above: own activations, scratch and weight gradients
+    kWeightsAndScratch,  // also the buffers only one phase touches: the backward's scratch (dyf, dact, dgu,
+                         // dh2p/dh2, dx1/dx1f, dO, dqkv, delta, dh1p/dh1 and the MoE backward buffers) and
+                         // the forward's transients, which the backward never reads (h1 and a/mo with SP,
+                         // attn_part, mlp_part, the MoE router logits, send/recv and expert outputs).
+                         // Saved activations, x/y/dy/dx and weight gradients stay per layer.
+  };
+  // Contract for kWeightsAndScratch: the two layers never run their forwards at the same time, nor their
+  // backwards (two strands, one forward paired with the other's backward, as DHelix pairs them); the
+  // caller orders the streams so. Each layer's backward still reads its own saved activations.
+  Layer(const Layer& owner, Comm& comm, Share share);
   ~Layer();
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
