@@ -48,7 +48,14 @@ struct Layer::Impl {
   void* blas_ws = nullptr;
   std::vector<void*> allocations;
   const Impl* owner = nullptr;  // weights come from this layer (Layer(owner, comm))
-  bool share_scratch = false;   // Share::kWeightsAndScratch: one-phase buffers are the owner's too
+  bool share_scratch = false;   // Share::kWeightsAndScratch / kAll: one-phase buffers are the owner's too
+  bool share_grads = false;     // Share::kAll: weight gradients are the owner's (and accumulate)
+  bool accumulate = false;      // set_accumulate_grads: backward adds to the gradients
+  float* rep_step = nullptr;    // accumulate: this backward's replicated gradients before the add (scratch)
+  int64_t rep_elems = 0;        // 2H + H·E
+  // Where this backward writes the replicated gradients [dnorm1 H | dnorm2 H | drouter H·E].
+  float* rep_out() const { return accumulate ? rep_step : rep; }
+  float wgrad_beta() const { return accumulate ? 1.f : 0.f; }
   size_t* account = nullptr;    // which Memory field alloc() charges
   size_t mem_weights = 0, mem_grads = 0, mem_act = 0, mem_ws = 0;
   std::vector<OpInfo> plan[2];
@@ -99,14 +106,15 @@ struct Layer::Impl {
   }
 
   // Row-major C[M,N] = op(A)·op(B), op(A) [M,K]; ta: A is stored [K,M]; tb: B is stored [N,K].
+  // beta = 1 accumulates into C (weight gradients under set_accumulate_grads).
   void gemm(cudaStream_t s, bool ta, bool tb, int64_t M, int64_t N, int64_t Kd, const bf16* A, int64_t lda,
-            const bf16* Bm, int64_t ldb, bf16* C, int64_t ldc) {
+            const bf16* Bm, int64_t ldb, bf16* C, int64_t ldc, float beta = 0.f) {
     if (M == 0 || N == 0) return;
-    if (Kd == 0) {
-      BRAID_CUDA_CHECK(cudaMemset2DAsync(C, ldc * sizeof(bf16), 0, N * sizeof(bf16), M, s));  // empty expert
+    if (Kd == 0) {  // an empty expert: C = 0 (or unchanged when accumulating)
+      if (beta == 0.f) BRAID_CUDA_CHECK(cudaMemset2DAsync(C, ldc * sizeof(bf16), 0, N * sizeof(bf16), M, s));
       return;
     }
-    const float alpha = 1.f, beta = 0.f;
+    const float alpha = 1.f;
     BRAID_CUBLAS_CHECK(cublasSetStream(blas, s));
     BRAID_CUBLAS_CHECK(cublasGemmEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
                                     int(M), int(Kd), &alpha, Bm, CUDA_R_16BF, int(ldb), A, CUDA_R_16BF, int(lda), &beta,
@@ -164,12 +172,18 @@ void Layer::Impl::setup() {
     else w13 = alloc<bf16>(H * 2 * Fl), w2 = alloc<bf16>(Fl * H);
   }
   account = &mem_grads;
-  dwqkv = alloc<bf16>(H * nqkv), dwo = alloc<bf16>(qd * H);
-  if (moe) dw13 = alloc<bf16>(El * H * 2 * F), dw2 = alloc<bf16>(El * F * H);
-  else dw13 = alloc<bf16>(H * 2 * Fl), dw2 = alloc<bf16>(Fl * H);
-  rep = alloc<float>(2 * H + H * E);
+  rep_elems = 2 * H + H * E;
   norm_chunks = k::norm_chunks(Tl);
-  norm_partial = alloc<float>(size_t(norm_chunks) * H);
+  if (share_grads) {
+    dwqkv = owner->dwqkv, dwo = owner->dwo, dw13 = owner->dw13, dw2 = owner->dw2, rep = owner->rep;
+    rep_step = owner->rep_step, accumulate = true;
+  } else {
+    dwqkv = alloc<bf16>(H * nqkv), dwo = alloc<bf16>(qd * H);
+    if (moe) dw13 = alloc<bf16>(El * H * 2 * F), dw2 = alloc<bf16>(El * F * H);
+    else dw13 = alloc<bf16>(H * 2 * Fl), dw2 = alloc<bf16>(Fl * H);
+    rep = alloc<float>(rep_elems);
+  }
+  norm_partial = one_phase(&Impl::norm_partial, size_t(norm_chunks) * H);
   account = &mem_act;
 
   // activations: "f" buffers hold all T rows (aliases of the local ones without sp). one_phase(): buffers
@@ -325,14 +339,14 @@ void Layer::Impl::build_forward() {
 void Layer::Impl::build_backward() {
   const Phase B_ = Phase::kBackward;
   const float theta = float(c.rope_theta);
-  float *dnorm1 = rep, *dnorm2 = rep + H, *drouter = rep + 2 * H;
+  // The replicated gradients go to rep_out() (rep, or rep_step when accumulating), read at call time.
   if (!moe) {
     if (sp) add_op(B_, "ag_dy", [=, this](cudaStream_t s) { comm.all_gather(dy, dyf, Tl * H, DType::kBF16, s); });
     add_op(B_, "down_proj_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, Fl, H, dyf, H, w2, H, dact, Fl); });
-    add_op(B_, "down_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, Fl, H, T, act, Fl, dyf, H, dw2, H); });
+    add_op(B_, "down_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, Fl, H, T, act, Fl, dyf, H, dw2, H, wgrad_beta()); });
     add_op(B_, "swiglu_bwd", [=, this](cudaStream_t s) { k::swiglu_bwd(gu, dact, dgu, T, int(Fl), s); });
     add_op(B_, "gate_up_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, H, 2 * Fl, dgu, 2 * Fl, w13, 2 * Fl, dh2p, H); });
-    add_op(B_, "gate_up_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, 2 * Fl, T, h2f, H, dgu, 2 * Fl, dw13, 2 * Fl); });
+    add_op(B_, "gate_up_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, 2 * Fl, T, h2f, H, dgu, 2 * Fl, dw13, 2 * Fl, wgrad_beta()); });
     if (sp)
       add_op(B_, "rs_dh2", [=, this](cudaStream_t s) { comm.reduce_scatter(dh2p, dh2, Tl * H, DType::kBF16, s); });
     else
@@ -355,7 +369,7 @@ void Layer::Impl::build_backward() {
     add_op(B_, "expert_down_wgrad", [=, this](cudaStream_t s) {
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
-        gemm(s, true, false, F, H, expert_rows[e], eact + r0 * F, F, dout_s + r0 * H, H, dw2 + e * F * H, H);
+        gemm(s, true, false, F, H, expert_rows[e], eact + r0 * F, F, dout_s + r0 * H, H, dw2 + e * F * H, H, wgrad_beta());
         r0 += expert_rows[e];
       }
     });
@@ -370,7 +384,8 @@ void Layer::Impl::build_backward() {
     add_op(B_, "expert_gate_up_wgrad", [=, this](cudaStream_t s) {
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
-        gemm(s, true, false, H, 2 * F, expert_rows[e], xs + r0 * H, H, degu + r0 * 2 * F, 2 * F, dw13 + e * H * 2 * F, 2 * F);
+        gemm(s, true, false, H, 2 * F, expert_rows[e], xs + r0 * H, H, degu + r0 * 2 * F, 2 * F, dw13 + e * H * 2 * F, 2 * F,
+             wgrad_beta());
         r0 += expert_rows[e];
       }
     });
@@ -379,29 +394,35 @@ void Layer::Impl::build_backward() {
       comm.all_to_all_v(dxr, rc.data(), rd.data(), drow, sc.data(), sd.data(), DType::kBF16, s);
     });
     add_op(B_, "route_bwd", [=, this](cudaStream_t s) { k::route_bwd(drow, pos, dlogits, wr, dh2, Tl, int(K), int(E), int(H), s); });
-    add_op(B_, "router_bwd", [=, this](cudaStream_t s) { k::router_wgrad(h2, dlogits, drouter, Tl, int(H), int(E), s); });
+    add_op(B_, "router_bwd", [=, this](cudaStream_t s) { k::router_wgrad(h2, dlogits, rep_out() + 2 * H, Tl, int(H), int(E), s); });
   }
   bf16* dh2_in = moe ? dh2 : (sp ? dh2 : dh2p);
   add_op(B_, "norm2_bwd", [=, this](cudaStream_t s) {
-    k::rmsnorm_bwd(x1, g2, rstd2, dh2_in, dy, dx1, dnorm2, norm_partial, norm_chunks, Tl, int(H), s);
+    k::rmsnorm_bwd(x1, g2, rstd2, dh2_in, dy, dx1, rep_out() + H, norm_partial, norm_chunks, Tl, int(H), s);
   });
   if (sp) add_op(B_, "ag_dx1", [=, this](cudaStream_t s) { comm.all_gather(dx1, dx1f, Tl * H, DType::kBF16, s); });
   add_op(B_, "out_proj_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, qd, H, dx1f, H, wo, H, dO, qd); });
-  add_op(B_, "out_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, qd, H, T, o, qd, dx1f, H, dwo, H); });
+  add_op(B_, "out_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, qd, H, T, o, qd, dx1f, H, dwo, H, wgrad_beta()); });
   add_op(B_, "attention_bwd", [=, this](cudaStream_t s) { attention->backward(qkv, o, dO, lse, delta, dqkv, s); });
   add_op(B_, "rope_bwd", [=, this](cudaStream_t s) { k::rope(dqkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, true, s); });
   add_op(B_, "qkv_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, H, nqkv, dqkv, nqkv, wqkv, nqkv, dh1p, H); });
-  add_op(B_, "qkv_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, nqkv, T, h1f, H, dqkv, nqkv, dwqkv, nqkv); });
+  add_op(B_, "qkv_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, nqkv, T, h1f, H, dqkv, nqkv, dwqkv, nqkv, wgrad_beta()); });
   if (sp)
     add_op(B_, "rs_dh1", [=, this](cudaStream_t s) { comm.reduce_scatter(dh1p, dh1, Tl * H, DType::kBF16, s); });
   else
     add_op(B_, "ar_dh1", [=, this](cudaStream_t s) { comm.all_reduce(dh1p, dh1p, T * H, DType::kBF16, s); });
   add_op(B_, "norm1_bwd", [=, this](cudaStream_t s) {
-    k::rmsnorm_bwd(x, g1, rstd1, dh1, dx1, dx, dnorm1, norm_partial, norm_chunks, Tl, int(H), s);
+    k::rmsnorm_bwd(x, g1, rstd1, dh1, dx1, dx, rep_out(), norm_partial, norm_chunks, Tl, int(H), s);
+    // Without sp the replicated gradients are complete here (every rank saw every token): add them now.
+    if (!sp && accumulate) k::add_f32(rep, rep_step, rep, 2 * H + (moe ? H * E : 0), s);
   });
   if (sp) {
     const size_t n = size_t(2 * H + (moe ? H * E : 0));
-    add_op(B_, "ar_replicated_grads", [=, this](cudaStream_t s) { comm.all_reduce(rep, rep, n, DType::kFP32, s); });
+    add_op(B_, "ar_replicated_grads", [=, this](cudaStream_t s) {
+      float* r = rep_out();
+      comm.all_reduce(r, r, n, DType::kFP32, s);
+      if (accumulate) k::add_f32(rep, r, rep, int64_t(n), s);
+    });
   }
 }
 
@@ -415,8 +436,11 @@ Layer::Layer(const Layer& owner, Comm& comm, Share share)
     : impl_(std::make_unique<Impl>(owner.impl_->c, owner.impl_->p, comm)) {
   BRAID_REQUIRE(comm.rank() == owner.impl_->comm.rank() && comm.size() == owner.impl_->comm.size(),
                 "layer: a weight-sharing layer needs a comm of the same ranks as its owner");
+  BRAID_REQUIRE(share != Share::kAll || owner.impl_->accumulate,
+                "layer: Share::kAll needs an owner with set_accumulate_grads(true)");
   impl_->owner = owner.impl_.get();
-  impl_->share_scratch = share == Share::kWeightsAndScratch;
+  impl_->share_scratch = share == Share::kWeightsAndScratch || share == Share::kAll;
+  impl_->share_grads = share == Share::kAll;
   impl_->setup();
 }
 
@@ -430,12 +454,34 @@ void Layer::add_grads(const Layer& other, cudaStream_t s) {
   const Impl& o = *other.impl_;
   BRAID_REQUIRE(m.H == o.H && m.nqkv == o.nqkv && m.Fl == o.Fl && m.El == o.El && m.E == o.E && m.moe == o.moe,
                 "layer: add_grads needs two layers of one configuration");
+  BRAID_REQUIRE(m.dwqkv != o.dwqkv, "layer: add_grads on layers sharing their gradients (Share::kAll accumulates)");
   const int64_t ne = m.moe ? m.El : 1;
   k::add(m.dwqkv, o.dwqkv, m.dwqkv, m.H * m.nqkv, s);
   k::add(m.dwo, o.dwo, m.dwo, m.qd * m.H, s);
   k::add(m.dw13, o.dw13, m.dw13, ne * m.H * 2 * m.Fl, s);
   k::add(m.dw2, o.dw2, m.dw2, ne * m.Fl * m.H, s);
   k::add_f32(m.rep, o.rep, m.rep, 2 * m.H + m.H * m.E, s);
+}
+
+void Layer::set_accumulate_grads(bool on) {
+  Impl& m = *impl_;
+  BRAID_REQUIRE(!m.share_grads || on, "layer: a Share::kAll layer always accumulates");
+  if (on && !m.rep_step) {
+    m.account = &m.mem_grads;
+    m.rep_step = m.alloc<float>(size_t(m.rep_elems));
+  }
+  m.accumulate = on;
+}
+bool Layer::accumulates_grads() const { return impl_->accumulate; }
+
+void Layer::zero_grads(cudaStream_t s) {
+  Impl& m = *impl_;
+  const int64_t ne = m.moe ? m.El : 1;
+  BRAID_CUDA_CHECK(cudaMemsetAsync(m.dwqkv, 0, size_t(m.H * m.nqkv) * 2, s));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(m.dwo, 0, size_t(m.qd * m.H) * 2, s));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(m.dw13, 0, size_t(ne * m.H * 2 * m.Fl) * 2, s));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(m.dw2, 0, size_t(ne * m.Fl * m.H) * 2, s));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(m.rep, 0, size_t(m.rep_elems) * 4, s));
 }
 
 Layer::~Layer() {

@@ -179,6 +179,46 @@ Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& 
   return r;
 }
 
+// The sequence with β sharing α's accumulating gradients (Layer::Share::kAll): zero them, the unit leaves
+// β's contribution, α's backward adds its own — no add_grads.
+Snapshot strands_sequence_accumulating(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, Streams& st,
+                                       int variant) {
+  cudaStream_t s = st.s.compute;
+  fill_inputs(a, 11, s);
+  fill_inputs(b, 21, s);
+  a.zero_grads(s);
+  b.forward(s);
+  if (variant == 0) run_single_strand(a, b, s);
+  else ex.run(a, b);
+  team.synchronize(s, "strands verification unit");
+  Snapshot r;
+  const size_t n = size_t(a.local_tokens()) * a.config().hidden;
+  r.ya = bits_of(a.y(), n);
+  r.dxb = bits_of(b.dx(), n);
+  r.gb = b.download_grads();
+  a.backward(s);
+  team.synchronize(s, "strands verification grads");
+  r.dxa = bits_of(a.dx(), n);
+  r.gsum = a.download_grads();
+  return r;
+}
+
+// Activations bitwise; gradients within what accumulating in the GEMM (one rounding of fp32 α + bf16 β)
+// instead of adding two rounded bf16 values allows: 2^-7 (|want| + |β's|) + 1e-6.
+size_t accumulating_differences(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
+  size_t n = count_diff(x.ya, y.ya) + count_diff(x.dxa, y.dxa) + count_diff(x.dxb, y.dxb);
+  for (const auto& f : m::field_names(c)) {
+    const auto &gb = *m::field(x.gb, f), &gb2 = *m::field(y.gb, f);
+    const auto &gs = *m::field(x.gsum, f), &gs2 = *m::field(y.gsum, f);
+    if (gb.size() != gb2.size() || gs.size() != gs2.size()) return n + gb.size() + gs.size() + 1;
+    for (size_t i = 0; i < gb.size(); ++i) {
+      n += !(std::abs(gb2[i] - gb[i]) <= std::abs(gb[i]) / 128 + 1e-6);
+      n += !(std::abs(gs2[i] - gs[i]) <= (std::abs(gs[i]) + std::abs(gb[i])) / 128 + 1e-6);
+    }
+  }
+  return n;
+}
+
 }  // namespace
 
 // ---- profiler ---------------------------------------------------------------------------------------
@@ -397,6 +437,22 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                       sc.name.c_str(), v == 0 ? "single strand" : "strands", diff, diff == 0 ? "Passed" : "FAILED");
       }
     }
+    {  // β sharing α's accumulating gradients too (Share::kAll), timed below as strands-shared-grads
+      va.set_accumulate_grads(true);
+      {
+        m::Layer vball(va, *comm_b, m::Layer::Share::kAll);
+        for (int v = 0; v <= 1; ++v) {
+          const double diff = team.allreduce_max(
+              double(accumulating_differences(ref, strands_sequence_accumulating(team, va, vball, vex, st, v), sc)));
+          ok = ok && diff == 0;
+          if (root)
+            std::printf("# verification (%s): %s with shared, accumulating gradients vs single strand: %.0f values "
+                        "beyond 2^-7 (gradients) or differing (activations) -> %s\n",
+                        sc.name.c_str(), v == 0 ? "single strand" : "strands", diff, diff == 0 ? "Passed" : "FAILED");
+        }
+      }
+      va.set_accumulate_grads(false);
+    }
     if (!ok) return 3;
   }
 
@@ -453,6 +509,20 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     vs.push_back({"strands-shared", med([&](int) { ex.run(la, lbs); }), shared_set});
     if (graph) vs.push_back({"strands-shared-graph", med_graph([&](int) { ex.run(la, lbs); }), shared_set});
   }
+  // ... and α's gradients, accumulating (wgrad GEMMs with beta = 1): α's set + β's saved activations.
+  la.set_accumulate_grads(true);
+  {
+    m::Layer lball(la, *comm_b, m::Layer::Share::kAll);
+    fill_inputs(lball, 201 + team.rank(), s);
+    la.zero_grads(s);
+    lball.forward(s);
+    la.forward(s);
+    team.synchronize(s, "strands-shared-grads warm-up");
+    const double all_set = double(la.memory().total()) + double(lball.memory().total());
+    vs.push_back({"strands-shared-grads", med([&](int) { ex.run(la, lball); }), all_set});
+    if (graph) vs.push_back({"strands-shared-grads-graph", med_graph([&](int) { ex.run(la, lball); }), all_set});
+  }
+  la.set_accumulate_grads(false);
   const double mem_peak = used_bytes();
 
   // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.

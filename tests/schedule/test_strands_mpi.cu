@@ -4,6 +4,8 @@
 // replayed CUDA graph; so must the naive round-robin baseline. MoE (EP = TP = 2) is compared with the
 // sequential GPU run (same routing), never with the CPU reference.
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <mpi.h>
 
 #include <cstring>
@@ -126,6 +128,54 @@ Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st
   return r;
 }
 
+// The same unit with β sharing α's (accumulating) gradients, Layer::Share::kAll: zero the gradients,
+// then the unit leaves β's contribution (gb) and α's backward adds its own (gsum); no add_grads.
+Snapshot run_unit_accumulating(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st, Variant v,
+                               const std::vector<double> in[4], int rank) {
+  upload(a, in[0], in[1], rank);
+  upload(b, in[2], in[3], rank);
+  cudaStream_t s = st.s.compute;
+  a.zero_grads(s);
+  b.forward(s);
+  if (v == Variant::kSingle) sch::run_single_strand(a, b, s);
+  else if (v == Variant::kStrands) ex->run(a, b);
+  else sch::run_round_robin(a, b, s, st.extra, st.rr);
+  Env::world_->synchronize(s, "unit");
+  const size_t n = size_t(a.local_tokens()) * a.config().hidden;
+  Snapshot r;
+  r.ya = bits(a.y(), n);
+  r.yb = bits(b.y(), n);
+  r.dxb = bits(b.dx(), n);
+  r.gb = b.download_grads();
+  a.backward(s);
+  Env::world_->synchronize(s, "alpha backward");
+  r.dxa = bits(a.dx(), n);
+  r.gsum = a.download_grads();
+  return r;
+}
+
+// Activations bitwise; gradients within the rounding that accumulating in the GEMM (fp32 α + bf16 β, one
+// rounding) instead of adding two rounded bf16 values allows: 2^-7 (|want| + |β's|), plus cuBLAS's choice
+// of another kernel for beta = 1.
+void expect_close_grads(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c, const std::string& what) {
+  EXPECT_TRUE(x.ya == y.ya) << what << ": alpha y";
+  EXPECT_TRUE(x.dxb == y.dxb) << what << ": beta dx";
+  EXPECT_TRUE(x.dxa == y.dxa) << what << ": alpha dx";
+  for (const auto& f : m::field_names(c)) {
+    const auto &gb = *m::field(x.gb, f), &gb2 = *m::field(y.gb, f);
+    const auto &gs = *m::field(x.gsum, f), &gs2 = *m::field(y.gsum, f);
+    ASSERT_EQ(gb.size(), gb2.size()) << what << " d" << f;
+    ASSERT_EQ(gs.size(), gs2.size()) << what << " d" << f;
+    size_t bad_b = 0, bad_s = 0;
+    for (size_t i = 0; i < gb.size(); ++i) {
+      bad_b += !(std::abs(gb2[i] - gb[i]) <= std::abs(gb[i]) / 128 + 1e-6);
+      bad_s += !(std::abs(gs2[i] - gs[i]) <= (std::abs(gs[i]) + std::abs(gb[i])) / 128 + 1e-6);
+    }
+    EXPECT_EQ(bad_b, 0u) << what << ": beta d" << f;
+    EXPECT_EQ(bad_s, 0u) << what << ": summed d" << f;
+  }
+}
+
 void expect_same(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c, const std::string& what) {
   EXPECT_TRUE(x.ya == y.ya) << what << ": alpha y";
   EXPECT_TRUE(x.yb == y.yb) << what << ": beta y";
@@ -230,6 +280,25 @@ void strands_equal_single(bool moe) {
     expect_same(ref, run_unit(a, bs, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");
     if (!moe) expect_same(ref, run_unit(a, bs, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
     expect_same(ref, run_unit(a, bs, nullptr, st, Variant::kRoundRobin, in, rank), c, tag + " round-robin");
+  }
+  // β sharing α's gradients too (Share::kAll, accumulating): the summed gradients without add_grads.
+  {
+    EXPECT_THROW({ m::Layer tmp(a, *Env::comm_b_, m::Layer::Share::kAll); }, braid::Error);  // owner must accumulate
+    a.set_accumulate_grads(true);
+    {
+      m::Layer ba(a, *Env::comm_b_, m::Layer::Share::kAll);
+      EXPECT_TRUE(ba.accumulates_grads());
+      EXPECT_EQ(ba.memory().grads, 0u);
+      EXPECT_THROW(a.add_grads(ba, st.s.compute), braid::Error);
+      const std::string tag = moe ? "moe shared gradients" : "dense shared gradients";
+      expect_close_grads(ref, run_unit_accumulating(a, ba, nullptr, st, Variant::kSingle, in, rank), c,
+                         tag + " single strand");
+      sch::StrandExecutor ex(dag, searched, st.s);
+      expect_close_grads(ref, run_unit_accumulating(a, ba, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");
+      expect_close_grads(ref, run_unit_accumulating(a, ba, nullptr, st, Variant::kRoundRobin, in, rank), c,
+                         tag + " round-robin");
+    }
+    a.set_accumulate_grads(false);
   }
 }
 

@@ -48,6 +48,9 @@ class Layer {
                          // the forward's transients, which the backward never reads (h1 and a/mo with SP,
                          // attn_part, mlp_part, the MoE router logits, send/recv and expert outputs).
                          // Saved activations, x/y/dy/dx and weight gradients stay per layer.
+    kAll,                // also the weight gradients, which then accumulate: the owner must have called
+                         // set_accumulate_grads(true) first; this layer accumulates too. Each backward adds
+                         // its contribution (no add_grads: the sum is already there).
   };
   // Contract for kWeightsAndScratch: the two layers never run their forwards at the same time, nor their
   // backwards (two strands, one forward paired with the other's backward, as DHelix pairs them); the
@@ -67,6 +70,12 @@ class Layer {
   void init_random_weights(uint64_t seed);
   // This rank's weight gradients in the shard layout (shard_of), as float64.
   LayerWeights download_grads() const;
+  // Gradient accumulation: every backward adds its weight gradients to the buffers (wgrad GEMMs with
+  // beta = 1; the replicated fp32 ones are computed apart, all-reduced, then added) instead of overwriting
+  // them. zero_grads() clears them (stream-ordered). Off by default.
+  void set_accumulate_grads(bool on);
+  bool accumulates_grads() const;
+  void zero_grads(cudaStream_t stream);
   // this layer's weight gradients += other's (same configuration), stream-ordered on `stream`: bf16
   // elementwise sums for the sharded gradients, fp32 for the replicated ones (norms, router). Summing
   // strand gradients always in the order (α += β) makes the result independent of how they overlapped.
