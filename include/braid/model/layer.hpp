@@ -50,7 +50,8 @@ class Layer {
                          // Saved activations, x/y/dy/dx and weight gradients stay per layer.
     kAll,                // also the weight gradients, which then accumulate: the owner must have called
                          // set_accumulate_grads(true) first; this layer accumulates too. Each backward adds
-                         // its contribution (no add_grads: the sum is already there).
+                         // its contribution (no add_grads: the sum is already there). The owner keeps
+                         // accumulating while such a layer exists.
   };
   // Contract for kWeightsAndScratch: the two layers never run their forwards at the same time, nor their
   // backwards (two strands, one forward paired with the other's backward, as DHelix pairs them); the
