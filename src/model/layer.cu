@@ -56,6 +56,11 @@ struct Layer::Impl {
   // Where this backward writes the replicated gradients [dnorm1 H | dnorm2 H | drouter H·E].
   float* rep_out() const { return accumulate ? rep_step : rep; }
   float wgrad_beta() const { return accumulate ? 1.f : 0.f; }
+  // Intra-batch decomposition (set_decomposition): each all-gather -> GEMM and GEMM -> reduce-scatter pair
+  // runs in `decompose` row chunks, the collective of one chunk on `dstream` beside the GEMM of another.
+  int decompose = 0;
+  cudaStream_t dstream = nullptr;
+  std::vector<cudaEvent_t> devents;  // [0] fork, [1 + c] chunk c, [decompose + 1] join
   size_t* account = nullptr;    // which Memory field alloc() charges
   size_t mem_weights = 0, mem_grads = 0, mem_act = 0, mem_ws = 0;
   std::vector<OpInfo> plan[2];
@@ -119,6 +124,56 @@ struct Layer::Impl {
     BRAID_CUBLAS_CHECK(cublasGemmEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
                                     int(M), int(Kd), &alpha, Bm, CUDA_R_16BF, int(ldb), A, CUDA_R_16BF, int(lda), &beta,
                                     C, CUDA_R_16BF, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Row-major C_b[M,N] = A_b[M,K]·op(B) for b < batch (A, C with batch strides sA, sC; B shared).
+  void gemm_batched(cudaStream_t s, bool tb, int64_t M, int64_t N, int64_t Kd, const bf16* A, int64_t lda, int64_t sA,
+                    const bf16* Bm, int64_t ldb, bf16* C, int64_t ldc, int64_t sC, int batch) {
+    if (M == 0 || N == 0 || batch == 0) return;
+    const float alpha = 1.f, beta = 0.f;
+    BRAID_CUBLAS_CHECK(cublasSetStream(blas, s));
+    BRAID_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M),
+                                                  int(Kd), &alpha, Bm, CUDA_R_16BF, int(ldb), 0, A, CUDA_R_16BF,
+                                                  int(lda), sA, &beta, C, CUDA_R_16BF, int(ldc), sC, batch,
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Decomposed all-gather -> GEMM. x [Tl, H] local rows; xf [T, H] gathered (token order, kept for the
+  // backward); tmp [T, H] scratch. Chunk c (rows c·R .. of every rank, R = Tl / decompose) is gathered on
+  // dstream into tmp [tp][R][H], copied into xf, then gemm_chunk(s, c·R, R) runs on `s` once it arrived.
+  void ag_then_gemm(cudaStream_t s, const bf16* x, bf16* xf, bf16* tmp,
+                    const std::function<void(cudaStream_t, int64_t, int64_t)>& gemm_chunk) {
+    const int K = decompose;
+    const int64_t R = Tl / K;
+    BRAID_CUDA_CHECK(cudaEventRecord(devents[0], s));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(dstream, devents[0], 0));
+    for (int c = 0; c < K; ++c) {
+      bf16* t = tmp + int64_t(c) * tp * R * H;
+      comm.all_gather(x + int64_t(c) * R * H, t, size_t(R * H), DType::kBF16, dstream);
+      BRAID_CUDA_CHECK(cudaMemcpy2DAsync(xf + int64_t(c) * R * H, size_t(Tl * H) * 2, t, size_t(R * H) * 2,
+                                         size_t(R * H) * 2, size_t(tp), cudaMemcpyDeviceToDevice, dstream));
+      BRAID_CUDA_CHECK(cudaEventRecord(devents[1 + c], dstream));
+    }
+    for (int c = 0; c < K; ++c) {
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, devents[1 + c], 0));
+      gemm_chunk(s, int64_t(c) * R, R);
+    }
+  }
+  // Decomposed GEMM -> reduce-scatter. gemm_chunk(s, c·R, R, dst) writes chunk c's partial sums as
+  // [tp][R][H] at dst = part + c·T/K·H; dstream reduce-scatters it into out rows c·R .. as soon as it is done.
+  void gemm_then_rs(cudaStream_t s, bf16* part, bf16* out,
+                    const std::function<void(cudaStream_t, int64_t, int64_t, bf16*)>& gemm_chunk) {
+    const int K = decompose;
+    const int64_t R = Tl / K;
+    for (int c = 0; c < K; ++c) {
+      bf16* dst = part + int64_t(c) * tp * R * H;
+      gemm_chunk(s, int64_t(c) * R, R, dst);
+      BRAID_CUDA_CHECK(cudaEventRecord(devents[1 + c], s));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(dstream, devents[1 + c], 0));
+      comm.reduce_scatter(dst, out + int64_t(c) * R * H, size_t(R * H), DType::kBF16, dstream);
+    }
+    BRAID_CUDA_CHECK(cudaEventRecord(devents[K + 1], dstream));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, devents[K + 1], 0));
   }
 
   k::AttnShape attn_shape() const {
@@ -282,23 +337,61 @@ void Layer::Impl::build_forward() {
   const Phase F_ = Phase::kForward;
   const float eps = float(c.norm_eps), theta = float(c.rope_theta);
   add_op(F_, "norm1", [=, this](cudaStream_t s) { k::rmsnorm_fwd(x, nullptr, nullptr, g1, h1, rstd1, Tl, H, eps, s); });
-  if (sp) add_op(F_, "ag_h1", [=, this](cudaStream_t s) { comm.all_gather(h1, h1f, Tl * H, DType::kBF16, s); });
-  add_op(F_, "qkv_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, nqkv, H, h1f, H, wqkv, nqkv, qkv, nqkv); });
+  // With set_decomposition(K) the first op of each collective/GEMM pair runs both, chunked; the second is empty.
+  if (sp) add_op(F_, "ag_h1", [=, this](cudaStream_t s) {
+    if (decompose > 1)
+      return ag_then_gemm(s, h1, h1f, attn_part, [this](cudaStream_t st, int64_t r0, int64_t rows) {
+        gemm_batched(st, false, rows, nqkv, H, h1f + r0 * H, H, Tl * H, wqkv, nqkv, qkv + r0 * nqkv, nqkv, Tl * nqkv, tp);
+      });
+    comm.all_gather(h1, h1f, Tl * H, DType::kBF16, s);
+  });
+  add_op(F_, "qkv_proj", [=, this](cudaStream_t s) {
+    if (decompose > 1) return;
+    gemm(s, false, false, T, nqkv, H, h1f, H, wqkv, nqkv, qkv, nqkv);
+  });
   add_op(F_, "rope", [=, this](cudaStream_t s) { k::rope(qkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, false, s); });
   add_op(F_, "attention", [=, this](cudaStream_t s) { attention->forward(qkv, o, lse, s); });
-  add_op(F_, "out_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, H, qd, o, qd, wo, H, attn_part, H); });
+  add_op(F_, "out_proj", [=, this](cudaStream_t s) {
+    if (decompose > 1)
+      return gemm_then_rs(s, attn_part, a, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
+        gemm_batched(st, false, rows, H, qd, o + r0 * qd, qd, Tl * qd, wo, H, dst, H, rows * H, tp);
+      });
+    gemm(s, false, false, T, H, qd, o, qd, wo, H, attn_part, H);
+  });
   if (sp)
-    add_op(F_, "rs_attn", [=, this](cudaStream_t s) { comm.reduce_scatter(attn_part, a, Tl * H, DType::kBF16, s); });
+    add_op(F_, "rs_attn", [=, this](cudaStream_t s) {
+      if (decompose > 1) return;
+      comm.reduce_scatter(attn_part, a, Tl * H, DType::kBF16, s);
+    });
   else
     add_op(F_, "ar_attn", [=, this](cudaStream_t s) { comm.all_reduce(attn_part, attn_part, T * H, DType::kBF16, s); });
   add_op(F_, "residual_norm2", [=, this](cudaStream_t s) { k::rmsnorm_fwd(x, a, x1, g2, h2, rstd2, Tl, H, eps, s); });
   if (!moe) {
-    if (sp) add_op(F_, "ag_h2", [=, this](cudaStream_t s) { comm.all_gather(h2, h2f, Tl * H, DType::kBF16, s); });
-    add_op(F_, "gate_up_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, 2 * Fl, H, h2f, H, w13, 2 * Fl, gu, 2 * Fl); });
+    if (sp) add_op(F_, "ag_h2", [=, this](cudaStream_t s) {
+      if (decompose > 1)
+        return ag_then_gemm(s, h2, h2f, mlp_part, [this](cudaStream_t st, int64_t r0, int64_t rows) {
+          gemm_batched(st, false, rows, 2 * Fl, H, h2f + r0 * H, H, Tl * H, w13, 2 * Fl, gu + r0 * 2 * Fl, 2 * Fl,
+                       Tl * 2 * Fl, tp);
+        });
+      comm.all_gather(h2, h2f, Tl * H, DType::kBF16, s);
+    });
+    add_op(F_, "gate_up_proj", [=, this](cudaStream_t s) {
+      if (decompose > 1) return;
+      gemm(s, false, false, T, 2 * Fl, H, h2f, H, w13, 2 * Fl, gu, 2 * Fl);
+    });
     add_op(F_, "swiglu", [=, this](cudaStream_t s) { k::swiglu_fwd(gu, act, T, int(Fl), s); });
-    add_op(F_, "down_proj", [=, this](cudaStream_t s) { gemm(s, false, false, T, H, Fl, act, Fl, w2, H, mlp_part, H); });
+    add_op(F_, "down_proj", [=, this](cudaStream_t s) {
+      if (decompose > 1)
+        return gemm_then_rs(s, mlp_part, mo, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
+          gemm_batched(st, false, rows, H, Fl, act + r0 * Fl, Fl, Tl * Fl, w2, H, dst, H, rows * H, tp);
+        });
+      gemm(s, false, false, T, H, Fl, act, Fl, w2, H, mlp_part, H);
+    });
     if (sp)
-      add_op(F_, "rs_mlp", [=, this](cudaStream_t s) { comm.reduce_scatter(mlp_part, mo, Tl * H, DType::kBF16, s); });
+      add_op(F_, "rs_mlp", [=, this](cudaStream_t s) {
+        if (decompose > 1) return;
+        comm.reduce_scatter(mlp_part, mo, Tl * H, DType::kBF16, s);
+      });
     else
       add_op(F_, "ar_mlp", [=, this](cudaStream_t s) { comm.all_reduce(mlp_part, mlp_part, T * H, DType::kBF16, s); });
     add_op(F_, "residual2", [=, this](cudaStream_t s) { k::add(x1, mo, y, Tl * H, s); });
@@ -341,14 +434,32 @@ void Layer::Impl::build_backward() {
   const float theta = float(c.rope_theta);
   // The replicated gradients go to rep_out() (rep, or rep_step when accumulating), read at call time.
   if (!moe) {
-    if (sp) add_op(B_, "ag_dy", [=, this](cudaStream_t s) { comm.all_gather(dy, dyf, Tl * H, DType::kBF16, s); });
-    add_op(B_, "down_proj_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, Fl, H, dyf, H, w2, H, dact, Fl); });
+    if (sp) add_op(B_, "ag_dy", [=, this](cudaStream_t s) {
+      if (decompose > 1)
+        return ag_then_gemm(s, dy, dyf, dh2p, [this](cudaStream_t st, int64_t r0, int64_t rows) {
+          gemm_batched(st, true, rows, Fl, H, dyf + r0 * H, H, Tl * H, w2, H, dact + r0 * Fl, Fl, Tl * Fl, tp);
+        });
+      comm.all_gather(dy, dyf, Tl * H, DType::kBF16, s);
+    });
+    add_op(B_, "down_proj_dgrad", [=, this](cudaStream_t s) {
+      if (decompose > 1) return;
+      gemm(s, false, true, T, Fl, H, dyf, H, w2, H, dact, Fl);
+    });
     add_op(B_, "down_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, Fl, H, T, act, Fl, dyf, H, dw2, H, wgrad_beta()); });
     add_op(B_, "swiglu_bwd", [=, this](cudaStream_t s) { k::swiglu_bwd(gu, dact, dgu, T, int(Fl), s); });
-    add_op(B_, "gate_up_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, H, 2 * Fl, dgu, 2 * Fl, w13, 2 * Fl, dh2p, H); });
+    add_op(B_, "gate_up_dgrad", [=, this](cudaStream_t s) {
+      if (decompose > 1)
+        return gemm_then_rs(s, dh2p, dh2, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
+          gemm_batched(st, true, rows, H, 2 * Fl, dgu + r0 * 2 * Fl, 2 * Fl, Tl * 2 * Fl, w13, 2 * Fl, dst, H, rows * H, tp);
+        });
+      gemm(s, false, true, T, H, 2 * Fl, dgu, 2 * Fl, w13, 2 * Fl, dh2p, H);
+    });
     add_op(B_, "gate_up_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, 2 * Fl, T, h2f, H, dgu, 2 * Fl, dw13, 2 * Fl, wgrad_beta()); });
     if (sp)
-      add_op(B_, "rs_dh2", [=, this](cudaStream_t s) { comm.reduce_scatter(dh2p, dh2, Tl * H, DType::kBF16, s); });
+      add_op(B_, "rs_dh2", [=, this](cudaStream_t s) {
+        if (decompose > 1) return;
+        comm.reduce_scatter(dh2p, dh2, Tl * H, DType::kBF16, s);
+      });
     else
       add_op(B_, "ar_dh2", [=, this](cudaStream_t s) { comm.all_reduce(dh2p, dh2p, T * H, DType::kBF16, s); });
   } else {
@@ -400,15 +511,33 @@ void Layer::Impl::build_backward() {
   add_op(B_, "norm2_bwd", [=, this](cudaStream_t s) {
     k::rmsnorm_bwd(x1, g2, rstd2, dh2_in, dy, dx1, rep_out() + H, norm_partial, norm_chunks, Tl, int(H), s);
   });
-  if (sp) add_op(B_, "ag_dx1", [=, this](cudaStream_t s) { comm.all_gather(dx1, dx1f, Tl * H, DType::kBF16, s); });
-  add_op(B_, "out_proj_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, qd, H, dx1f, H, wo, H, dO, qd); });
+  if (sp) add_op(B_, "ag_dx1", [=, this](cudaStream_t s) {
+    if (decompose > 1)
+      return ag_then_gemm(s, dx1, dx1f, dh1p, [this](cudaStream_t st, int64_t r0, int64_t rows) {
+        gemm_batched(st, true, rows, qd, H, dx1f + r0 * H, H, Tl * H, wo, H, dO + r0 * qd, qd, Tl * qd, tp);
+      });
+    comm.all_gather(dx1, dx1f, Tl * H, DType::kBF16, s);
+  });
+  add_op(B_, "out_proj_dgrad", [=, this](cudaStream_t s) {
+    if (decompose > 1) return;
+    gemm(s, false, true, T, qd, H, dx1f, H, wo, H, dO, qd);
+  });
   add_op(B_, "out_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, qd, H, T, o, qd, dx1f, H, dwo, H, wgrad_beta()); });
   add_op(B_, "attention_bwd", [=, this](cudaStream_t s) { attention->backward(qkv, o, dO, lse, delta, dqkv, s); });
   add_op(B_, "rope_bwd", [=, this](cudaStream_t s) { k::rope(dqkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, true, s); });
-  add_op(B_, "qkv_dgrad", [=, this](cudaStream_t s) { gemm(s, false, true, T, H, nqkv, dqkv, nqkv, wqkv, nqkv, dh1p, H); });
+  add_op(B_, "qkv_dgrad", [=, this](cudaStream_t s) {
+    if (decompose > 1)
+      return gemm_then_rs(s, dh1p, dh1, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
+        gemm_batched(st, true, rows, H, nqkv, dqkv + r0 * nqkv, nqkv, Tl * nqkv, wqkv, nqkv, dst, H, rows * H, tp);
+      });
+    gemm(s, false, true, T, H, nqkv, dqkv, nqkv, wqkv, nqkv, dh1p, H);
+  });
   add_op(B_, "qkv_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, nqkv, T, h1f, H, dqkv, nqkv, dwqkv, nqkv, wgrad_beta()); });
   if (sp)
-    add_op(B_, "rs_dh1", [=, this](cudaStream_t s) { comm.reduce_scatter(dh1p, dh1, Tl * H, DType::kBF16, s); });
+    add_op(B_, "rs_dh1", [=, this](cudaStream_t s) {
+      if (decompose > 1) return;
+      comm.reduce_scatter(dh1p, dh1, Tl * H, DType::kBF16, s);
+    });
   else
     add_op(B_, "ar_dh1", [=, this](cudaStream_t s) { comm.all_reduce(dh1p, dh1p, T * H, DType::kBF16, s); });
   add_op(B_, "norm1_bwd", [=, this](cudaStream_t s) {
@@ -474,6 +603,24 @@ void Layer::set_accumulate_grads(bool on) {
 }
 bool Layer::accumulates_grads() const { return impl_->accumulate; }
 
+void Layer::set_decomposition(int chunks) {
+  Impl& m = *impl_;
+  BRAID_REQUIRE(chunks >= 0, "layer: decomposition chunks >= 0");
+  if (chunks > 1) {
+    BRAID_REQUIRE(m.sp, "layer: the intra-batch decomposition needs sequence parallelism (all-gather / reduce-scatter)");
+    BRAID_REQUIRE(m.Tl % chunks == 0, "layer: the decomposition's chunks must divide the local tokens (" +
+                                          std::to_string(m.Tl) + ")");
+    if (!m.dstream) BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&m.dstream, cudaStreamNonBlocking));
+    while (int(m.devents.size()) < chunks + 2) {
+      cudaEvent_t e = nullptr;
+      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      m.devents.push_back(e);
+    }
+  }
+  m.decompose = chunks > 1 ? chunks : 0;
+}
+int Layer::decomposition() const { return impl_->decompose; }
+
 void Layer::zero_grads(cudaStream_t s) {
   Impl& m = *impl_;
   const int64_t ne = m.moe ? m.El : 1;
@@ -493,6 +640,8 @@ Layer::~Layer() {
   if (impl_->counts_h) cudaFreeHost(impl_->counts_h);
   if (impl_->rcounts_h) cudaFreeHost(impl_->rcounts_h);
   if (impl_->maps_h) cudaFreeHost(impl_->maps_h);
+  for (cudaEvent_t e : impl_->devents) cudaEventDestroy(e);
+  if (impl_->dstream) cudaStreamDestroy(impl_->dstream);
 }
 
 const ModelConfig& Layer::config() const { return impl_->c; }

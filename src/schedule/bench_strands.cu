@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../model/kernels.cuh"
+#include "braid/overlap/verify.hpp"
 #include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/model.hpp"
@@ -28,6 +29,7 @@ struct Args {
   std::string model = "llama3-8b", plan, pairs, json, out, plan_out, a2a_link = "local";
   int tp = 0, ep = 0, seq = 0, mb = 0, iters = 10, warmup = 3, throttle = 0, prof_iters = 3, prof_warmup = 1;
   int max_seg = 4, max_shift = -1;
+  int decompose = 4;  // chunks of the intra-batch decomposition baseline (0: not timed)
   bool graph = true, verify = true;
 };
 
@@ -58,6 +60,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--a2a-link") a.a2a_link = val();
     else if (k == "--no-graph") a.graph = false;
     else if (k == "--no-verify") a.verify = false;
+    else if (k == "--decompose") a.decompose = std::stoi(val());
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
   if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1)
@@ -217,6 +220,34 @@ size_t accumulating_differences(const Snapshot& x, const Snapshot& y, const m::M
     }
   }
   return n;
+}
+
+// Relative L2 distance of two snapshots, per tensor (activations from bf16 bits, every gradient field);
+// returns how many tensors exceed `tol`.
+size_t relative_l2_failures(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c, double tol,
+                            double* worst) {
+  size_t bad = 0;
+  auto check = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    double num = 0, den = 0;
+    if (a.size() != b.size()) num = 1, den = 0;
+    for (size_t i = 0; i < a.size() && a.size() == b.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += a[i] * a[i];
+    const double r = den > 0 ? std::sqrt(num / den) : (num > 0 ? 1.0 : 0.0);
+    *worst = std::max(*worst, r);
+    bad += !(r <= tol);
+  };
+  auto val = [](const std::vector<uint16_t>& h) {
+    std::vector<double> v(h.size());
+    for (size_t i = 0; i < h.size(); ++i) v[i] = overlap::bf16_to_float(h[i]);
+    return v;
+  };
+  check(val(x.ya), val(y.ya));
+  check(val(x.dxa), val(y.dxa));
+  check(val(x.dxb), val(y.dxb));
+  for (const auto& f : m::field_names(c)) {
+    check(*m::field(x.gb, f), *m::field(y.gb, f));
+    check(*m::field(x.gsum, f), *m::field(y.gsum, f));
+  }
+  return bad;
 }
 
 }  // namespace
@@ -453,6 +484,19 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       }
       va.set_accumulate_grads(false);
     }
+    if (p.sp && p.tp > 1 && va.local_tokens() % 2 == 0) {  // the intra-batch decomposition baseline
+      va.set_decomposition(2), vb.set_decomposition(2);
+      double worst = 0;
+      const size_t bad = size_t(team.allreduce_max(
+          double(relative_l2_failures(ref, strands_sequence(team, va, vb, vex, st, 0), sc, 1e-2, &worst))));
+      worst = team.allreduce_max(worst);
+      va.set_decomposition(0), vb.set_decomposition(0);
+      ok = ok && bad == 0;
+      if (root)
+        std::printf("# verification (%s): single strand with intra-batch decomposition (2 chunks) vs plain: worst "
+                    "relative L2 %.2e over activations and gradients (tolerance 1e-2) -> %s\n",
+                    sc.name.c_str(), worst, bad == 0 ? "Passed" : "FAILED");
+    }
     if (!ok) return 3;
   }
 
@@ -497,6 +541,15 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   vs.push_back({"strands-step-barrier", med([&](int) { ex_barrier.run(la, lb); }), two_sets});
   if (graph)
     vs.push_back({"strands-step-barrier-graph", med_graph([&](int) { ex_barrier.run(la, lb); }), two_sets});
+  // Intra-batch decomposition (one strand; each AG/RS chunked beside the neighbouring GEMM's chunks).
+  const int dchunks = a.decompose;
+  if (p.sp && p.tp > 1 && dchunks > 1 && la.local_tokens() % dchunks == 0) {
+    la.set_decomposition(dchunks), lb.set_decomposition(dchunks);
+    const std::string name = "decomposition-" + std::to_string(dchunks);
+    vs.push_back({name, med([&](int) { run_single_strand(la, lb, s); }), one_set});
+    if (graph) vs.push_back({name + "-graph", med_graph([&](int) { run_single_strand(la, lb, s); }), one_set});
+    la.set_decomposition(0), lb.set_decomposition(0);
+  }
   // β sharing α's one-phase buffers (backward scratch, forward transients): memory is α's set + β's saved
   // activations, interfaces and workspace. β's forward (the earlier unit) fills its saved activations.
   {

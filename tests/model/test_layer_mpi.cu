@@ -95,6 +95,34 @@ TEST(LayerMpi, DenseSequenceParallelEqualsTp1) { tp_vs_tp1(false, true); }
 TEST(LayerMpi, DensePlainTpEqualsTp1) { tp_vs_tp1(false, false); }
 TEST(LayerMpi, MoEExpertParallelEqualsTp1) { tp_vs_tp1(true, true); }
 
+// The intra-batch decomposition (chunked AG -> GEMM and GEMM -> RS on two streams) computes the same layer:
+// against the float64 reference with the plain layer's tolerance, forward and backward.
+TEST(LayerMpi, DenseDecompositionEqualsReference) {
+  const int tp = Env::world_->size(), rank = Env::world_->rank();
+  for (const auto& c : shapes(false)) {
+    const m::Parallel p{tp, true};
+    const auto w = m::init_weights(c, 41);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 42, 1.0), dy = m::random_values(n, 43, 1.0);
+    const auto ref = m::reference_layer(c, w, x, dy);
+    m::Layer layer(c, p, *Env::comm_);
+    layer.load_weights(w);
+    for (int chunks : {2, 4}) {
+      if (layer.local_tokens() % chunks != 0) continue;
+      SCOPED_TRACE(c.describe() + " decomposition " + std::to_string(chunks));
+      layer.set_decomposition(chunks);
+      EXPECT_EQ(layer.decomposition(), chunks);
+      const auto got = run_layer(layer, rank, x, dy, Env::world_->stream());
+      expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol, c.name + " decomposed vs reference");
+    }
+    layer.set_decomposition(0);
+    EXPECT_EQ(layer.decomposition(), 0);
+  }
+  const auto c = shapes(false).front();
+  m::Layer plain(c, m::Parallel{tp, false}, *Env::comm_);
+  if (tp > 1) EXPECT_THROW(plain.set_decomposition(2), braid::Error);  // needs sequence parallelism
+}
+
 TEST(LayerMpi, AllReducerCommForInference) {
   // Plain TP forward with the all-reduce through braid::AllReducer (exact algorithms).
   const auto c = shapes(false)[1];

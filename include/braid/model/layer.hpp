@@ -77,6 +77,15 @@ class Layer {
   void set_accumulate_grads(bool on);
   bool accumulates_grads() const;
   void zero_grads(cudaStream_t stream);
+  // Intra-batch decomposition (the DHelix paper's baseline, Megatron's chunked TP overlap): with chunks >
+  // 1, every all-gather -> GEMM and GEMM -> reduce-scatter pair (ag_h1/qkv_proj, out_proj/rs_attn,
+  // ag_h2/gate_up_proj, down_proj/rs_mlp; backward ag_dy/down_proj_dgrad, gate_up_dgrad/rs_dh2,
+  // ag_dx1/out_proj_dgrad, qkv_dgrad/rs_dh1) runs in `chunks` row chunks, each chunk's collective on a
+  // stream of the layer's beside another chunk's GEMM (strided-batched cuBLAS over the ranks' row blocks).
+  // The pair's first operator does the whole pair, the second is empty. Needs sp and chunks | local
+  // tokens; 0 or 1 turns it off. Results equal the plain layer up to the GEMMs' and reductions' rounding.
+  void set_decomposition(int chunks);
+  int decomposition() const;
   // this layer's weight gradients += other's (same configuration), stream-ordered on `stream`: bf16
   // elementwise sums for the sharded gradients, fp32 for the replicated ones (norms, router). Summing
   // strand gradients always in the order (α += β) makes the result independent of how they overlapped.
