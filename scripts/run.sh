@@ -21,7 +21,7 @@ jobs=(
   "bench p2p --bytes 256M"
   "bench allreduce --algo nccl,oneshot-ll,oneshot,twoshot,int8,int6,int4 -b 64K -e 256M -f 4"
   "bench transitions --dtype bf16"
-  "bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring-dma,t3-ring-cublas --shape 16384,8192,1024 --shape 8192,8192,4096 --shape 8192,8192,14336"
+  "bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring-dma,t3-ring-cublas,t3-auto --shape 16384,8192,1024 --shape 8192,8192,4096 --shape 8192,8192,14336"
   "bench ag-gemm --algo sequential,t3 --shape 16384,8192,1024 --shape 8192,8192,4096"
   "bench layer --model llama3-70b --tp NGPU --seq 8192 --backward"  # NGPU: the process count
 )
