@@ -145,10 +145,14 @@ size_t strands_differences(const Snapshot& x, const Snapshot& y, const m::ModelC
 }
 
 // variant: 0 single strand, 1 strands (eager), 2 strands (CUDA graph), 3 round-robin.
-Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, Streams& st, int variant) {
+// accumulating: β shares α's accumulating gradients (Layer::Share::kAll): they are zeroed first, the unit
+// leaves β's contribution and α's backward adds its own — no add_grads.
+Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, Streams& st, int variant,
+                          bool accumulating = false) {
   cudaStream_t s = st.s.compute;
   fill_inputs(a, 11, s);
   fill_inputs(b, 21, s);
+  if (accumulating) a.zero_grads(s);
   b.forward(s);  // β's forward ran in an earlier unit
   if (variant == 0) {
     run_single_strand(a, b, s);
@@ -175,31 +179,7 @@ Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& 
   r.dxb = bits_of(b.dx(), n);
   r.gb = b.download_grads();
   a.backward(s);  // α's backward: the next unit
-  a.add_grads(b, s);
-  team.synchronize(s, "strands verification grads");
-  r.dxa = bits_of(a.dx(), n);
-  r.gsum = a.download_grads();
-  return r;
-}
-
-// The sequence with β sharing α's accumulating gradients (Layer::Share::kAll): zero them, the unit leaves
-// β's contribution, α's backward adds its own — no add_grads.
-Snapshot strands_sequence_accumulating(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, Streams& st,
-                                       int variant) {
-  cudaStream_t s = st.s.compute;
-  fill_inputs(a, 11, s);
-  fill_inputs(b, 21, s);
-  a.zero_grads(s);
-  b.forward(s);
-  if (variant == 0) run_single_strand(a, b, s);
-  else ex.run(a, b);
-  team.synchronize(s, "strands verification unit");
-  Snapshot r;
-  const size_t n = size_t(a.local_tokens()) * a.config().hidden;
-  r.ya = bits_of(a.y(), n);
-  r.dxb = bits_of(b.dx(), n);
-  r.gb = b.download_grads();
-  a.backward(s);
+  if (!accumulating) a.add_grads(b, s);
   team.synchronize(s, "strands verification grads");
   r.dxa = bits_of(a.dx(), n);
   r.gsum = a.download_grads();
@@ -474,7 +454,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         m::Layer vball(va, *comm_b, m::Layer::Share::kAll);
         for (int v = 0; v <= 1; ++v) {
           const double diff = team.allreduce_max(
-              double(accumulating_differences(ref, strands_sequence_accumulating(team, va, vball, vex, st, v), sc)));
+              double(accumulating_differences(ref, strands_sequence(team, va, vball, vex, st, v, true), sc)));
           ok = ok && diff == 0;
           if (root)
             std::printf("# verification (%s): %s with shared, accumulating gradients vs single strand: %.0f values "

@@ -87,11 +87,14 @@ enum class Variant { kSingle, kStrands, kGraph, kRoundRobin };
 
 // The unit under test: β forward (earlier unit), then {α forward, β backward} as `v`, then α backward and
 // α.grads += β.grads.
+// accumulating: β shares α's accumulating gradients (Layer::Share::kAll): they are zeroed first, the unit
+// leaves β's contribution (gb) and α's backward adds its own (gsum, also in ga); no add_grads.
 Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st, Variant v,
-                  const std::vector<double> in[4], int rank) {
+                  const std::vector<double> in[4], int rank, bool accumulating = false) {
   upload(a, in[0], in[1], rank);
   upload(b, in[2], in[3], rank);
   cudaStream_t s = st.s.compute;
+  if (accumulating) a.zero_grads(s);
   b.forward(s);
   switch (v) {
     case Variant::kSingle: sch::run_single_strand(a, b, s); break;
@@ -121,34 +124,8 @@ Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st
   a.backward(s);
   Env::world_->synchronize(s, "alpha backward");
   r.ga = a.download_grads();
-  a.add_grads(b, s);
+  if (!accumulating) a.add_grads(b, s);
   Env::world_->synchronize(s, "add grads");
-  r.dxa = bits(a.dx(), n);
-  r.gsum = a.download_grads();
-  return r;
-}
-
-// The same unit with β sharing α's (accumulating) gradients, Layer::Share::kAll: zero the gradients,
-// then the unit leaves β's contribution (gb) and α's backward adds its own (gsum); no add_grads.
-Snapshot run_unit_accumulating(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st, Variant v,
-                               const std::vector<double> in[4], int rank) {
-  upload(a, in[0], in[1], rank);
-  upload(b, in[2], in[3], rank);
-  cudaStream_t s = st.s.compute;
-  a.zero_grads(s);
-  b.forward(s);
-  if (v == Variant::kSingle) sch::run_single_strand(a, b, s);
-  else if (v == Variant::kStrands) ex->run(a, b);
-  else sch::run_round_robin(a, b, s, st.extra, st.rr);
-  Env::world_->synchronize(s, "unit");
-  const size_t n = size_t(a.local_tokens()) * a.config().hidden;
-  Snapshot r;
-  r.ya = bits(a.y(), n);
-  r.yb = bits(b.y(), n);
-  r.dxb = bits(b.dx(), n);
-  r.gb = b.download_grads();
-  a.backward(s);
-  Env::world_->synchronize(s, "alpha backward");
   r.dxa = bits(a.dx(), n);
   r.gsum = a.download_grads();
   return r;
@@ -291,11 +268,11 @@ void strands_equal_single(bool moe) {
       EXPECT_EQ(ba.memory().grads, 0u);
       EXPECT_THROW(a.add_grads(ba, st.s.compute), braid::Error);
       const std::string tag = moe ? "moe shared gradients" : "dense shared gradients";
-      expect_close_grads(ref, run_unit_accumulating(a, ba, nullptr, st, Variant::kSingle, in, rank), c,
+      expect_close_grads(ref, run_unit(a, ba, nullptr, st, Variant::kSingle, in, rank, true), c,
                          tag + " single strand");
       sch::StrandExecutor ex(dag, searched, st.s);
-      expect_close_grads(ref, run_unit_accumulating(a, ba, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");
-      expect_close_grads(ref, run_unit_accumulating(a, ba, nullptr, st, Variant::kRoundRobin, in, rank), c,
+      expect_close_grads(ref, run_unit(a, ba, &ex, st, Variant::kStrands, in, rank, true), c, tag + " strands");
+      expect_close_grads(ref, run_unit(a, ba, nullptr, st, Variant::kRoundRobin, in, rank, true), c,
                          tag + " round-robin");
     }
     a.set_accumulate_grads(false);
