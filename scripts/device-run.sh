@@ -195,15 +195,17 @@ fi
 if has sweep-t3; then
   echo "== t3-gemm-rs sweep (bench/shapes/sweep.txt)" | tee -a "$log"
   # T3_ALGOS: a subset of the algorithms (default: all); T3_AG=0 skips the AG+GEMM sweep.
-  T=400 mpi bench t3-gemm-rs --shapes bench/shapes/sweep.txt --iters 10 ${T3_ALGOS:+--algo $T3_ALGOS} \
+  # T3_RS=0 skips the GEMM+RS sweep.
+  [[ ${T3_RS:-1} == 1 ]] && T=400 mpi bench t3-gemm-rs --shapes bench/shapes/sweep.txt --iters 10 ${T3_ALGOS:+--algo $T3_ALGOS} \
     --json "$out/t3-gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
   [[ ${T3_AG:-1} == 1 ]] && T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 \
     --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo, app-range replay, bounded
   echo "== ncu: DRAM traffic per op (t3-gemm-rs --profile-range)" | tee -a "$log"
-  for sh in 8192,8192,4096 16384,8192,1024 4096,8192,14336; do
-    t=$(( $(left) < 120 ? $(left) : 120 ))
+  # Shapes where GEMM and reduce-scatter times are within 2x of each other (the acceptance's set).
+  for sh in ${NCU_SHAPES:-8192,8192,2048 16384,8192,1024 4096,8192,2048 16384,4096,2048}; do
+    t=$(( $(left) < 100 ? $(left) : 100 ))
     timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_DEADLINE_S=$(( t - 5 )) \
       ncu --clock-control none --replay-mode app-range --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
       --csv build/braid bench t3-gemm-rs --shape "$sh" --algo sequential,t3-ring-cublas,t3-ring-dma,t3-direct,flashoverlap \
@@ -237,7 +239,7 @@ fi
 if has peers-tp; then  # PyTorch async TP on the sweep shapes
   echo "== peers: torch async TP (fused_matmul_reduce_scatter, fused_all_gather_matmul)" | tee -a "$log"
   timeout "$(left)" python3 -m torch.distributed.run --nproc-per-node "$ngpu" bench/peers/async_tp_symm_mem.py \
-    --shapes bench/shapes/sweep.txt --json "$out/peers-async-tp.jsonl" 2>&1 | grep -vE "^(W|I)[0-9]{4}|warn" | tee -a "$log"
+    --shapes bench/shapes/sweep.txt --which "${PEERS_WHICH:-rs,ag}" --json "$out/peers-async-tp.jsonl" 2>&1 | grep -vE "^(W|I)[0-9]{4}|warn" | tee -a "$log"
 fi
 if has layer-more; then  # the 8B dense and Mixtral MoE layers (70B: the attn item)
   echo "== bench layer (8B, Mixtral)" | tee -a "$log"

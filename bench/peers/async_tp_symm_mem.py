@@ -9,7 +9,9 @@ torch's own sequential mm + NCCL, on the same node and shapes as braid's sweeps,
 Shapes as in braid: GEMM+RS: A (M,K) x B (N,K)^T -> D (M,N), reduce-scattered by rows (M/W rows each);
 AG+GEMM: A_shard (M/W,K) all-gathered to (M,K), times B (N,K)^T. Inputs are random; each fused op is
 checked against the sequential result on every rank before timing; times are per-call medians over
-CUDA events (slowest rank).
+CUDA events (slowest rank). As in braid's benches, timed calls rotate over copies of the inputs spanning
+twice the L2 (`buffer_sets` in the rows) and the sequential and fused ops are timed in interleaved rounds
+(`--rounds`, `timing_rounds`), so both see the same cache state and the same drift.
 """
 import argparse, datetime, json, os, statistics, sys
 
@@ -30,20 +32,40 @@ def read_shapes(path):
     return out
 
 
-def timed(op, iters, warmup, dev):
-    for _ in range(warmup):
-        op()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    torch.cuda.synchronize()
-    dist.barrier()
-    for a, b in ev:
-        a.record()
-        op()
-        b.record()
-    torch.cuda.synchronize()
-    us = torch.tensor([a.elapsed_time(b) * 1000.0 for a, b in ev], device=dev)
-    dist.all_reduce(us, op=dist.ReduceOp.MAX)
-    return statistics.median(us.tolist())
+def rotation_sets(bytes_per_set, max_total=16 << 30):
+    """braid's bench::rotation_sets: enough input copies to span twice the L2 (at most 256, 16 GiB)."""
+    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 50 << 20)
+    sets = max(1, min((2 * l2 + bytes_per_set - 1) // bytes_per_set, 256))
+    while sets > 1 and sets * bytes_per_set > max_total:
+        sets -= 1
+    return sets
+
+
+def timed_interleaved(ops, iters, warmup, rounds, dev):
+    """braid's bench::time_interleaved: `rounds` rounds, each timing every op for ceil(iters / rounds)
+    calls (after `warmup` calls in the first round, at most 2 later); op(i) takes the call index (input
+    set). Returns each op's per-call median (slowest rank)."""
+    per = max(1, -(-iters // rounds))
+    samples = [[] for _ in ops]
+    for r in range(rounds):
+        for j, op in enumerate(ops):
+            for w in range(warmup if r == 0 else min(warmup, 2)):
+                op(w)
+            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(per)]
+            torch.cuda.synchronize()
+            dist.barrier()
+            for i, (a, b) in enumerate(ev):
+                a.record()
+                op(r * per + i)
+                b.record()
+            torch.cuda.synchronize()
+            samples[j] += [a.elapsed_time(b) * 1000.0 for a, b in ev]
+    out = []
+    for s in samples:
+        us = torch.tensor(s, device=dev)
+        dist.all_reduce(us, op=dist.ReduceOp.MAX)
+        out.append(statistics.median(us.tolist()))
+    return out
 
 
 def agree(x, y, atol, rtol, dev):
@@ -59,6 +81,7 @@ def main():
     ap.add_argument("--shape", action="append", default=[])
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default="")
     ap.add_argument("--which", default="rs,ag")
     ap.add_argument("--commit", default=os.environ.get("BRAID_COMMIT", "unknown"))
@@ -80,10 +103,10 @@ def main():
     which = args.which.split(",")
     rows = []
 
-    def row(bench, algo, m, n, k, us, base_us, ok):
+    def row(bench, algo, m, n, k, us, base_us, ok, sets):
         r = {"bench": bench, "algo": algo, "m": m, "n": n, "k": k, "dtype": "bf16", "world": world, "us": us,
-             "speedup_vs_sequential": base_us / us, "correct": ok, "card": card, "date": date,
-             "commit": args.commit, "command": cmd}
+             "speedup_vs_sequential": base_us / us, "correct": ok, "timing_rounds": args.rounds,
+             "buffer_sets": sets, "card": card, "date": date, "commit": args.commit, "command": cmd}
         rows.append(r)
         if rank == 0:
             print("%-12s %-28s %6d %6d %6d %10.1f us  %.3fx  %s" % (bench, algo, m, n, k, us, base_us / us,
@@ -97,46 +120,52 @@ def main():
         if "rs" in which and m % world == 0:
             A = (torch.rand(m, k, device=dev, dtype=torch.bfloat16) * 2 - 1)
             out = torch.empty(m // world, n, device=dev, dtype=torch.bfloat16)
+            sets = rotation_sets((m * k + n * k) * 2)
+            As_ = [A] + [A.clone() for _ in range(sets - 1)]  # timed call i uses set i % sets
+            Bts = [Bt] + [B.clone().t() for _ in range(sets - 1)]
 
-            def seq():
-                d = torch.mm(A, Bt)
+            def seq(i=0):
+                d = torch.mm(As_[i % sets], Bts[i % sets])
                 dist.reduce_scatter_tensor(out, d)
                 return out
 
             ref = seq().clone()
-            fused = lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(A, Bt, "sum", 0, gname)
+            fused = lambda i=0: torch.ops.symm_mem.fused_matmul_reduce_scatter(As_[i % sets], Bts[i % sets], "sum",
+                                                                               0, gname)
             try:
                 got = fused()
                 ok = agree(got, ref, atol * world, rtol, dev)
-                t_seq = timed(seq, args.iters, args.warmup, dev)
-                t_f = timed(fused, args.iters, args.warmup, dev)
-                row("peer-gemm-rs", "torch-sequential", m, n, k, t_seq, t_seq, True)
-                row("peer-gemm-rs", "torch-fused-matmul-rs", m, n, k, t_f, t_seq, ok)
+                t_seq, t_f = timed_interleaved([seq, fused], args.iters, args.warmup, args.rounds, dev)
+                row("peer-gemm-rs", "torch-sequential", m, n, k, t_seq, t_seq, True, sets)
+                row("peer-gemm-rs", "torch-fused-matmul-rs", m, n, k, t_f, t_seq, ok, sets)
             except Exception as e:  # report, keep going
                 if rank == 0:
                     print("peer-gemm-rs %d,%d,%d: %s" % (m, n, k, e), flush=True)
-            del A, out
+            del A, As_, Bts, out
         if "ag" in which and m % world == 0:
             As = (torch.rand(m // world, k, device=dev, dtype=torch.bfloat16) * 2 - 1)
             gathered = torch.empty(m, k, device=dev, dtype=torch.bfloat16)
+            sets = rotation_sets((m // world * k + n * k) * 2)
+            Ass = [As] + [As.clone() for _ in range(sets - 1)]
+            Bts = [Bt] + [B.clone().t() for _ in range(sets - 1)]
 
-            def seq_ag():
-                dist.all_gather_into_tensor(gathered, As)
-                return torch.mm(gathered, Bt)
+            def seq_ag(i=0):
+                dist.all_gather_into_tensor(gathered, Ass[i % sets])
+                return torch.mm(gathered, Bts[i % sets])
 
             ref = seq_ag().clone()
-            fused = lambda: torch.ops.symm_mem.fused_all_gather_matmul(As, [Bt], 0, gname)[1][0]
+            fused = lambda i=0: torch.ops.symm_mem.fused_all_gather_matmul(Ass[i % sets], [Bts[i % sets]], 0,
+                                                                           gname)[1][0]
             try:
                 got = fused()
                 ok = agree(got, ref, atol, rtol, dev)
-                t_seq = timed(seq_ag, args.iters, args.warmup, dev)
-                t_f = timed(fused, args.iters, args.warmup, dev)
-                row("peer-ag-gemm", "torch-sequential", m, n, k, t_seq, t_seq, True)
-                row("peer-ag-gemm", "torch-fused-all-gather-matmul", m, n, k, t_f, t_seq, ok)
+                t_seq, t_f = timed_interleaved([seq_ag, fused], args.iters, args.warmup, args.rounds, dev)
+                row("peer-ag-gemm", "torch-sequential", m, n, k, t_seq, t_seq, True, sets)
+                row("peer-ag-gemm", "torch-fused-all-gather-matmul", m, n, k, t_f, t_seq, ok, sets)
             except Exception as e:
                 if rank == 0:
                     print("peer-ag-gemm %d,%d,%d: %s" % (m, n, k, e), flush=True)
-            del As, gathered
+            del As, Ass, Bts, gathered
         torch.cuda.empty_cache()
     if rank == 0 and args.json:
         with open(args.json, "a") as f:

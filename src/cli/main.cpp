@@ -95,10 +95,12 @@ Options parse(int argc, char** argv, const std::vector<std::string>& flags) {
       std::string k = a;
       bool is_flag = false;
       for (const auto& f : flags) is_flag |= (f == k);
-      if (is_flag) {
+      // A bench's own flags (--profile-range, --no-verify, ...) are not listed here: an option followed by
+      // nothing or by another "--" option is a flag; the bench parses its arguments again itself.
+      const bool next_is_option = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) == 0;
+      if (is_flag || i + 1 >= argc || next_is_option) {
         o.kv[k] = "1";
       } else {
-        if (i + 1 >= argc) throw UsageError("option " + k + " needs a value", __FILE__, __LINE__);
         o.kv[k] = argv[++i];
       }
     } else {
