@@ -203,16 +203,21 @@ if has sweep-t3; then
 fi
 if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo, app-range replay, bounded
   echo "== ncu: DRAM traffic per op (t3-gemm-rs --profile-range)" | tee -a "$log"
-  # Shapes where GEMM and reduce-scatter times are within 2x of each other (the acceptance's set).
-  for sh in ${NCU_SHAPES:-8192,8192,2048 16384,8192,1024 4096,8192,2048 16384,4096,2048}; do
-    t=$(( $(left) < 100 ? $(left) : 100 ))
+  # Default: the shapes where GEMM and reduce-scatter times are within 2x of each other (the acceptance's
+  # set); NCU_SHAPES / NCU_ALGOS override. ~10 s per shape on 2x H200.
+  algos=${NCU_ALGOS:-sequential,t3-auto,t3-ring-cublas,t3-ring-dma,t3-direct,flashoverlap}
+  shapes=${NCU_SHAPES:-$(sed -e 's/#.*//' bench/shapes/within2x-h200x2.txt | tr -d ' ' | grep -v '^$')}
+  for sh in $shapes; do
+    t=$(( $(left) < 60 ? $(left) : 60 ))
+    (( t <= 10 )) && { echo "-- $sh not run (deadline)" | tee -a "$log"; continue; }
     timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_DEADLINE_S=$(( t - 5 )) \
       ncu --clock-control none --replay-mode app-range --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
-      --csv build/braid bench t3-gemm-rs --shape "$sh" --algo sequential,t3-ring-cublas,t3-ring-dma,t3-direct,flashoverlap \
-      --iters 1 --warmup 0 --profile-range > "$out/ncu-t3-$sh.txt" 2>&1
+      --csv build/braid bench t3-gemm-rs --shape "$sh" --algo "$algos" --profile-range \
+      --iters 1 --warmup 0 > "$out/ncu-t3-$sh.txt" 2>&1
     echo "-- $sh rc=$?" | tee -a "$log"
-    grep -E "dram__|ERROR|Disposition" "$out/ncu-t3-$sh.txt" | head -20 | tee -a "$log"
+    grep -E "ERROR|Disposition" "$out/ncu-t3-$sh.txt" | head -5 | tee -a "$log"
   done
+  python3 scripts/ncu_dram.py --algos "$algos" --json "$out/t3-dram.jsonl" "$out"/ncu-t3-*.txt 2>&1 | tee -a "$log"
 fi
 if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
   echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"

@@ -54,6 +54,10 @@ def timed_interleaved(ops, iters, warmup, rounds, dev):
             ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(per)]
             torch.cuda.synchronize()
             dist.barrier()
+            # The GPU idles ~2 ms while the host queues the timed calls: torch's ops are host-heavy (async TP
+            # launches many kernels from Python), and this keeps launch latency out of their GPU times —
+            # torch's best case. (braid's harness does not do this for itself: its numbers are conservative.)
+            torch.cuda._sleep(4_000_000)
             for i, (a, b) in enumerate(ev):
                 a.record()
                 op(r * per + i)
