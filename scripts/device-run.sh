@@ -217,7 +217,7 @@ if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo,
     echo "-- $sh rc=$?" | tee -a "$log"
     grep -E "ERROR|Disposition" "$out/ncu-t3-$sh.txt" | head -5 | tee -a "$log"
   done
-  python3 scripts/ncu_dram.py --algos "$algos" --json "$out/t3-dram.jsonl" "$out"/ncu-t3-*.txt 2>&1 | tee -a "$log"
+  BRAID_CARD="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu" python3 scripts/ncu_dram.py --algos "$algos" --json "$out/t3-dram.jsonl" "$out"/ncu-t3-*.txt 2>&1 | tee -a "$log"
 fi
 if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
   echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"
