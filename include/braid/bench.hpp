@@ -46,10 +46,15 @@ double busbw_factor(const std::string& op, int world);
 struct TimingOptions {
   int warmup = 10;
   int iters = 50;
+  // Before the timed iterations the stream idles this long on the GPU (a bounded spin on the global
+  // timer), so the host queues the first timed calls ahead of the GPU: times are GPU times, not host
+  // launch latency, for braid and for the baselines alike (bench/peers/ scripts do the same). 0: off.
+  int lead_us = 2000;
 };
-// Enqueues fn(i) on `stream` `warmup` times, then `iters` times, each iteration between two CUDA
-// events. Returns per-iteration microseconds; when `team` is given, each entry is the maximum over its
-// ranks (an iteration is as slow as its slowest rank). Synchronises with the team's bounded wait.
+// Enqueues fn(i) on `stream` `warmup` times, then (after opt.lead_us of GPU idle) `iters` times, each
+// iteration between two CUDA events. Returns per-iteration microseconds; when `team` is given, each entry
+// is the maximum over its ranks (an iteration is as slow as its slowest rank). Synchronises with the
+// team's bounded wait.
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn);
 

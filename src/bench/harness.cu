@@ -108,6 +108,18 @@ double median_us(Team& team, const TimingOptions& opt, const std::function<void(
 DeviceBuffer::DeviceBuffer(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, bytes < 16 ? 16 : bytes)); }
 DeviceBuffer::~DeviceBuffer() { cudaFree(p); }
 
+namespace {
+// One thread spins until `ns` have passed on the GPU's global timer: bounded by construction.
+__global__ void idle_for_ns(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+}  // namespace
+
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn) {
   for (int i = 0; i < opt.warmup; ++i) fn(i);
@@ -116,6 +128,10 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
   if (team) {
     if (team) team->synchronize(stream, "benchmark warm-up");
     team->barrier();  // ranks start the timed loop together
+  }
+  if (opt.lead_us > 0) {
+    idle_for_ns<<<1, 1, 0, stream>>>(uint64_t(opt.lead_us) * 1000);
+    BRAID_CUDA_CHECK(cudaGetLastError());
   }
   for (int i = 0; i < opt.iters; ++i) {
     BRAID_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
@@ -142,7 +158,7 @@ std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t strea
   const int per = std::max(1, (opt.iters + rounds - 1) / rounds);
   for (int r = 0; r < rounds; ++r)
     for (size_t f = 0; f < fns.size(); ++f) {
-      TimingOptions o;
+      TimingOptions o = opt;
       o.warmup = r == 0 ? opt.warmup : std::min(opt.warmup, 2);
       o.iters = per;
       const auto t = time_iterations(team, stream, o, fns[f]);
