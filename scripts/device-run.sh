@@ -3,6 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
+# strands-quick
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -134,6 +135,13 @@ if has strands; then  # DHelix: strands vs single strand vs round-robin (verifie
     --plan-out "$out/plan-llama3-70b.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
   T=120 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --iters 5 --warmup 2 --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
   T=120 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters 5 --warmup 2 --no-verify \
+    --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+fi
+if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B case only (~1.5 min)
+  echo "== strands (quick: tests + throttled llama3-70b)" | tee -a "$log"
+  (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
+  grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
+  T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters 5 --warmup 2 \
     --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
 fi
 if has allreduce; then

@@ -409,6 +409,13 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     }
   }
   const PlanFile plan_file = to_plan_file(dag, plan);
+  // The whole-pass plan: one step per pass, interleaved operator by operator by the executor's list
+  // schedule (no segment boundaries from the DP). Both plans under the executor's model (solo times):
+  const Plan whole = whole_pass_plan(dag, plan);
+  const PlanFile whole_file = to_plan_file(dag, whole);
+  if (root)
+    std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",
+                plan_makespan_us(dag, plan), whole.total_us);
 
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;
@@ -429,6 +436,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       if (root)
         std::printf("# verification (%s, %s): %s vs single strand: %.0f differing values (bitwise) -> %s\n",
                     sc.name.c_str(), strand_parallel_tag(sc, p).c_str(), names[v], diff, diff == 0 ? "Passed" : "FAILED");
+    }
+    StrandExecutor vexw(vdag, from_plan_file(vdag, whole_file), st.s);
+    {  // the whole-pass plan timed below as strands-whole
+      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexw, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): strands with the whole-pass plan vs single strand: %.0f differing values -> %s\n",
+                    sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
     }
     {  // the step-barrier executor timed below, too
       StrandExecutor vexb(vdag, from_plan_file(vdag, plan_file), st.s, /*step_barrier=*/true);
@@ -461,6 +476,13 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                         "beyond 2^-7 (gradients) or differing (activations) -> %s\n",
                         sc.name.c_str(), v == 0 ? "single strand" : "strands", diff, diff == 0 ? "Passed" : "FAILED");
         }
+        const double diff = team.allreduce_max(
+            double(accumulating_differences(ref, strands_sequence(team, va, vball, vexw, st, 1, true), sc)));
+        ok = ok && diff == 0;
+        if (root)
+          std::printf("# verification (%s): strands (whole-pass plan) with shared, accumulating gradients vs single "
+                      "strand: %.0f values beyond 2^-7 (gradients) or differing (activations) -> %s\n",
+                      sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
       }
       va.set_accumulate_grads(false);
     }
@@ -516,6 +538,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   vs.push_back({"round-robin", med([&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }), two_sets});
   vs.push_back({"strands", med([&](int) { ex.run(la, lb); }), two_sets});
   if (graph) vs.push_back({"strands-graph", med_graph([&](int) { ex.run(la, lb); }), two_sets});
+  StrandExecutor ex_whole(dag, whole, st.s);
+  vs.push_back({"strands-whole", med([&](int) { ex_whole.run(la, lb); }), two_sets});
+  if (graph) vs.push_back({"strands-whole-graph", med_graph([&](int) { ex_whole.run(la, lb); }), two_sets});
   // The earlier executor (a three-stream barrier after every plan step), for comparison.
   StrandExecutor ex_barrier(dag, plan, st.s, /*step_barrier=*/true);
   vs.push_back({"strands-step-barrier", med([&](int) { ex_barrier.run(la, lb); }), two_sets});
@@ -554,6 +579,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     const double all_set = double(la.memory().total()) + double(lball.memory().total());
     vs.push_back({"strands-shared-grads", med([&](int) { ex.run(la, lball); }), all_set});
     if (graph) vs.push_back({"strands-shared-grads-graph", med_graph([&](int) { ex.run(la, lball); }), all_set});
+    vs.push_back({"strands-whole-shared-grads", med([&](int) { ex_whole.run(la, lball); }), all_set});
   }
   la.set_accumulate_grads(false);
   const double mem_peak = used_bytes();

@@ -91,40 +91,10 @@ void StrandExecutor::join() {
 
 std::vector<std::pair<Pass, int>> StrandExecutor::issue_order(const std::vector<int>& fseg,
                                                                const std::vector<int>& bseg) const {
-  struct Strand {
-    const std::vector<int>* seg;
-    Pass pass;
-    size_t k = 0;
-    double ready = 0;
-  };
-  Strand st[2] = {{&fseg, Pass::Forward}, {&bseg, Pass::Backward}};
-  double free_at[3] = {0, 0, 0};  // compute, local, cross
-  std::vector<std::pair<Pass, int>> order;
-  while (true) {
-    int best = -1;
-    double best_start = 0;
-    bool best_comm = false;
-    for (int s = 0; s < 2; ++s) {
-      if (st[s].k >= st[s].seg->size()) continue;
-      const Op& op = dag_.ops(st[s].pass)[(*st[s].seg)[st[s].k]];
-      const double start = std::max(free_at[int(op.link)], st[s].ready);
-      const bool comm = op.kind == OpKind::Comm;
-      // earliest start; ties: collectives first, then the forward strand (s = 0 comes first)
-      if (best < 0 || start < best_start - 1e-9 || (start <= best_start + 1e-9 && comm && !best_comm)) {
-        best = s, best_start = start, best_comm = comm;
-      }
-    }
-    if (best < 0) break;
-    Strand& s = st[best];
-    const int i = (*s.seg)[s.k++];
-    const Op& op = dag_.ops(s.pass)[i];
-    const double end = best_start + std::max(op.solo_us, 0.0);
-    free_at[int(op.link)] = end;
-    s.ready = end;
-    order.emplace_back(s.pass, i);
-  }
-  return order;
+  return list_schedule(dag_, fseg, bseg, nullptr);
 }
+
+double StrandExecutor::simulated_us() const { return plan_makespan_us(dag_, plan_); }
 
 void StrandExecutor::step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd,
                           const std::vector<int>& bseg) {

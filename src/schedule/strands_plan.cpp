@@ -98,4 +98,75 @@ void apply_solo_times(Layer& dag, const PairTable& t) {
       if (const auto s = t.solo_us(op.name)) op.solo_us = *s;
 }
 
+std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vector<int>& fseg,
+                                                const std::vector<int>& bseg, double* end_us) {
+  struct Strand {
+    const std::vector<int>* seg;
+    Pass pass;
+    size_t k = 0;
+    double ready = 0;
+  };
+  Strand st[2] = {{&fseg, Pass::Forward}, {&bseg, Pass::Backward}};
+  double free_at[3] = {0, 0, 0};  // compute, local, cross
+  std::vector<std::pair<Pass, int>> order;
+  while (true) {
+    int best = -1;
+    double best_start = 0;
+    bool best_comm = false;
+    for (int s = 0; s < 2; ++s) {
+      if (st[s].k >= st[s].seg->size()) continue;
+      const Op& op = dag.ops(st[s].pass)[(*st[s].seg)[st[s].k]];
+      const double start = std::max(free_at[int(op.link)], st[s].ready);
+      const bool comm = op.kind == OpKind::Comm;
+      // earliest start; ties: collectives first, then the forward strand (s = 0 comes first)
+      if (best < 0 || start < best_start - 1e-9 || (start <= best_start + 1e-9 && comm && !best_comm)) {
+        best = s, best_start = start, best_comm = comm;
+      }
+    }
+    if (best < 0) break;
+    Strand& s = st[best];
+    const int i = (*s.seg)[s.k++];
+    const Op& op = dag.ops(s.pass)[i];
+    const double end = best_start + std::max(op.solo_us, 0.0);
+    free_at[int(op.link)] = end;
+    s.ready = end;
+    order.emplace_back(s.pass, i);
+    if (end_us) *end_us = std::max(*end_us, end);
+  }
+  return order;
+}
+
+double plan_makespan_us(const Layer& dag, const Plan& plan) {
+  double free_at[3] = {0, 0, 0};  // compute, local, cross
+  double ready[2] = {0, 0};       // forward strand, backward strand
+  double end = 0;
+  for (const auto& st : plan.steps)
+    for (const auto& [pass, i] : list_schedule(dag, st.fwd, st.bwd)) {
+      const Op& op = dag.ops(pass)[i];
+      const int s = pass == Pass::Forward ? 0 : 1;
+      const double start = std::max(free_at[int(op.link)], ready[s]);
+      ready[s] = free_at[int(op.link)] = start + std::max(op.solo_us, 0.0);
+      end = std::max(end, ready[s]);
+    }
+  return end;
+}
+
+Plan whole_pass_plan(const Layer& dag, const Plan& searched) {
+  Plan p;
+  auto iota = [](size_t n) {
+    std::vector<int> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = int(i);
+    return v;
+  };
+  p.fwd_order = searched.fwd_order.size() == dag.fwd.size() ? searched.fwd_order : iota(dag.fwd.size());
+  p.bwd_order = searched.bwd_order.size() == dag.bwd.size() ? searched.bwd_order : iota(dag.bwd.size());
+  PlanStep st;
+  st.fwd = p.fwd_order, st.bwd = p.bwd_order;
+  p.steps.push_back(st);
+  p.serial_us = searched.serial_us, p.comm_us = searched.comm_us;
+  list_schedule(dag, st.fwd, st.bwd, &p.total_us);
+  p.steps[0].time_us = p.total_us;
+  return p;
+}
+
 }  // namespace braid::schedule

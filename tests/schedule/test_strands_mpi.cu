@@ -207,6 +207,7 @@ void strands_equal_single(bool moe) {
   sch::PairCost cost(dag, table);
   const sch::Plan searched = sch::search_plan(cost);
   const sch::Plan inter = interleaved_plan(dag);
+  const sch::Plan whole = sch::whole_pass_plan(dag, searched);
   const Snapshot ref = run_unit(a, b, nullptr, st, Variant::kSingle, in, rank);
 
   // The weight-sharing layer computes what a layer with its own copy of the weights computes.
@@ -232,9 +233,10 @@ void strands_equal_single(bool moe) {
     }
   }
 
-  for (const auto* plan : {&searched, &inter})
+  for (const auto* plan : {&searched, &inter, &whole})
   for (const bool barrier : {false, true}) {  // chained strands (default) and the step-barrier executor
-    const std::string tag = std::string(moe ? "moe " : "dense ") + (plan == &searched ? "searched plan" : "interleaved plan") +
+    const std::string tag = std::string(moe ? "moe " : "dense ") +
+                            (plan == &searched ? "searched plan" : plan == &inter ? "interleaved plan" : "whole-pass plan") +
                             (barrier ? " step-barrier" : "");
     sch::StrandExecutor ex(dag, *plan, st.s, barrier);
     const auto order = ex.issue_order(plan->fwd_order, plan->bwd_order);

@@ -67,6 +67,26 @@ void apply_solo_times(Layer& dag, const PairTable& t);
 /// A parallel-setting string for pair and plan files, e.g. "tp=2,sp=1,ep=1,seq=8192,mb=1".
 std::string strand_parallel_tag(const model::ModelConfig& c, const model::Parallel& p);
 
+/// The strand executor's model of one step: a list schedule of the forward segment `fseg` and the
+/// backward segment `bseg` (op indices, each run in its given order), every op starting at the earliest
+/// time its stream (compute, local or cross link, by Op::link) and its strand's previous op are done,
+/// taking its solo time; ties go to collectives, then to the forward strand. Returns the (pass, op) issue
+/// order; adds the make-span to max(*end_us, ...) when end_us is given. StrandExecutor issues steps in
+/// this order.
+std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vector<int>& fseg,
+                                                const std::vector<int>& bseg, double* end_us = nullptr);
+
+/// Make-span (us) of `plan` run by the barrier-free executor, under list_schedule's model: the steps'
+/// issue orders back to back, each op starting when its stream and its strand's previous op are done.
+/// No co-run slowdown: a lower bound, for comparing plans' issue orders.
+double plan_makespan_us(const Layer& dag, const Plan& plan);
+
+/// The plan with one step holding each whole pass (in `searched`'s operator orders, or the DAG's when
+/// `searched` has none): the barrier-free executor's list scheduler then interleaves the two strands
+/// operator by operator (issue_order), with no segment boundary from the pairing DP. Its predicted
+/// times are the executor model's (plan_makespan_us).
+Plan whole_pass_plan(const Layer& dag, const Plan& searched = {});
+
 /// The three DHelix streams. `cross` may equal nobody's use (TP=2 on one node) but must exist.
 struct StrandStreams {
   cudaStream_t compute = nullptr, local = nullptr, cross = nullptr;
@@ -95,6 +115,8 @@ class StrandExecutor {
   void run_step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd, const std::vector<int>& bseg);
   /// The order run_step issues a step's operators in: (pass, op index) pairs.
   std::vector<std::pair<Pass, int>> issue_order(const std::vector<int>& fseg, const std::vector<int>& bseg) const;
+  /// plan_makespan_us of the executor's plan (0 without one); with step barriers the real run is longer.
+  double simulated_us() const;
 
   const Plan& plan() const { return plan_; }
   const Layer& dag() const { return dag_; }
