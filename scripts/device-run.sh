@@ -9,11 +9,10 @@
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
 # t3-cases ~2 min; allreduce + sweep-a2a ~2 min; sweep-rs + sweep-ar + layer-tp ~4 min; ar-phases +
 # sweep-t3 (5 algos, T3_ALGOS=..., T3_AG=0) + sweep-a2a ~3 min; strands + measure-rs ~3 min.
-# Next GPU session: x2 `build test ncu-t3 sweep-t3` (every CPU-only change of 2026-11-26's second half;
-# tune() and interleaved timing vs 1.25x; DRAM per op by profiler ranges), then x2 `strands sweep-rs`
-# (shared scratch/gradients, the decomposition baseline, re-timed FlashOverlap), x4 `build transitions`;
-# x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried
-# from this machine (setup.sh --stage).
+# Next GPU session: x2 `build strands` (the two-communicator bandwidth probe of bench strands, written
+# after the fifth session's device time: is round-robin's throttled link really twice as wide?), then
+# x4 `build transitions`; x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and
+# `layer-tp`. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
