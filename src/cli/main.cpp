@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "braid/bench.hpp"
+#include "braid/cli_options.hpp"
 #include "braid/errors.hpp"
 #include "braid/fusion.hpp"
 #include "braid/fusion/gpu.hpp"
@@ -77,38 +78,8 @@ const char* kUsage =
     "  seconds: a hang that no bounded wait catches becomes an error.\n";
 
 // --key value / --flag options after the subcommand words.
-struct Options {
-  std::vector<std::string> words;
-  std::map<std::string, std::string> kv;
-  bool has(const std::string& k) const { return kv.count(k) > 0; }
-  std::string get(const std::string& k, const std::string& d) const {
-    auto it = kv.find(k);
-    return it == kv.end() ? d : it->second;
-  }
-};
-
-Options parse(int argc, char** argv, const std::vector<std::string>& flags) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("-", 0) == 0) {
-      std::string k = a;
-      bool is_flag = false;
-      for (const auto& f : flags) is_flag |= (f == k);
-      // A bench's own flags (--profile-range, --no-verify, ...) are not listed here: an option followed by
-      // nothing or by another "--" option is a flag; the bench parses its arguments again itself.
-      const bool next_is_option = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) == 0;
-      if (is_flag || i + 1 >= argc || next_is_option) {
-        o.kv[k] = "1";
-      } else {
-        o.kv[k] = argv[++i];
-      }
-    } else {
-      o.words.push_back(a);
-    }
-  }
-  return o;
-}
+using braid::cli::Options;
+Options parse(int argc, char** argv, const std::vector<std::string>& flags) { return braid::cli::parse_options(argc, argv, flags); }
 
 int cmd_info(const Options& o) {
   if (o.has("--count")) {
