@@ -12,6 +12,7 @@
 
 #include "braid/errors.hpp"
 #include "braid/schedule.hpp"
+#include "braid/schedule/strands.hpp"
 
 namespace braid::schedule {
 
@@ -171,6 +172,13 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
                 plan.serial_us, plan.total_us, plan.serial_us / plan.total_us, plan.comm_us,
                 100.0 * plan.hidden_comm_fraction(), plan.orders_searched, plan.orders_pruned, secs, so.max_segment_ops,
                 plan.orders_searched >= so.max_orders ? ", order cap reached" : "");
+  out << buf;
+  // What the GPU executor runs by default has no barrier between steps (docs/dhelix.md): its own model.
+  const Plan whole = whole_pass_plan(layer, plan);
+  std::snprintf(buf, sizeof buf,
+                "barrier-free executor model (solo times, no co-run slowdown): this plan %.1f us, whole-pass plan "
+                "%.1f us\n",
+                plan_makespan_us(layer, plan), whole.total_us);
   out << buf;
   if (o.count("--out")) {
     std::ofstream f(o["--out"]);
