@@ -413,9 +413,19 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // schedule (no segment boundaries from the DP). Both plans under the executor's model (solo times):
   const Plan whole = whole_pass_plan(dag, plan);
   const PlanFile whole_file = to_plan_file(dag, whole);
-  if (root)
+  if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",
                 plan_makespan_us(dag, plan), whole.total_us);
+    // What an ideal shared activation arena would hold (not built: docs/dhelix.md), under each plan.
+    const auto saved = saved_tensors(c, p);
+    if (!saved.empty()) {
+      const auto ps = two_strand_arena_peak(dag, plan, saved), pw = two_strand_arena_peak(dag, whole, saved);
+      std::printf("# ideal two-strand activation arena (computed): one saved set %.1f MiB; peak %.1f MiB (%.2fx) with the "
+                  "searched plan, %.1f MiB (%.2fx) with the whole-pass plan\n",
+                  ps.one_set_bytes / 1048576.0, ps.peak_bytes / 1048576.0, ps.peak_bytes / ps.one_set_bytes,
+                  pw.peak_bytes / 1048576.0, pw.peak_bytes / pw.one_set_bytes);
+    }
+  }
 
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;

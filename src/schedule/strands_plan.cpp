@@ -5,6 +5,7 @@
 #include <string>
 
 #include "braid/errors.hpp"
+#include "braid/model/config.hpp"
 #include "braid/schedule/strands.hpp"
 
 namespace braid::schedule {
@@ -136,19 +137,81 @@ std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vec
   return order;
 }
 
-double plan_makespan_us(const Layer& dag, const Plan& plan) {
+std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
   double free_at[3] = {0, 0, 0};  // compute, local, cross
   double ready[2] = {0, 0};       // forward strand, backward strand
-  double end = 0;
+  std::vector<OpSpan> spans;
   for (const auto& st : plan.steps)
     for (const auto& [pass, i] : list_schedule(dag, st.fwd, st.bwd)) {
       const Op& op = dag.ops(pass)[i];
       const int s = pass == Pass::Forward ? 0 : 1;
       const double start = std::max(free_at[int(op.link)], ready[s]);
       ready[s] = free_at[int(op.link)] = start + std::max(op.solo_us, 0.0);
-      end = std::max(end, ready[s]);
+      spans.push_back({pass, i, start, ready[s]});
     }
+  return spans;
+}
+
+double plan_makespan_us(const Layer& dag, const Plan& plan) {
+  double end = 0;
+  for (const auto& s : plan_timeline(dag, plan)) end = std::max(end, s.end_us);
   return end;
+}
+
+std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p) {
+  if (c.moe()) return {};
+  const double T = double(c.tokens()), Tl = p.sp ? T / p.tp : T, H = c.hidden;
+  const double nqkv = double(c.q_dim() + 2 * c.kv_dim()) / p.tp, qd = double(c.q_dim()) / p.tp;
+  const double Fl = double(c.ffn) / p.tp, hq = double(c.heads) / p.tp;
+  const double bf = 2, f32 = 4;
+  std::vector<SavedTensor> v = {
+      {"rstd1", Tl * f32, "f.norm1", "b.norm1_bwd"},
+      {"qkv", T * nqkv * bf, "f.qkv_proj", "b.attention_bwd"},
+      {"o", T * qd * bf, "f.attention", "b.attention_bwd"},
+      {"lse", double(c.micro_batch) * hq * c.seq * f32, "f.attention", "b.attention_bwd"},
+      {"x1", Tl * H * bf, "f.residual_norm2", "b.norm2_bwd"},
+      {"rstd2", Tl * f32, "f.residual_norm2", "b.norm2_bwd"},
+      {"gu", T * 2 * Fl * bf, "f.gate_up_proj", "b.swiglu_bwd"},
+      {"act", T * Fl * bf, "f.swiglu", "b.down_proj_wgrad"},
+  };
+  if (p.sp && p.tp > 1) {  // the gathered copies; the local h1 / h2 then only feed the all-gathers
+    v.push_back({"h1f", T * H * bf, "f.ag_h1", "b.qkv_wgrad"});
+    v.push_back({"h2f", T * H * bf, "f.ag_h2", "b.gate_up_wgrad"});
+  } else {  // without sp h1f / h2f are h1 / h2
+    v.push_back({"h1", Tl * H * bf, "f.norm1", "b.qkv_wgrad"});
+    v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.gate_up_wgrad"});
+  }
+  return v;
+}
+
+ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::vector<SavedTensor>& saved) {
+  auto index = [&](const std::vector<Op>& ops, const std::string& name) {
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].name == name) return int(i);
+    throw UsageError("arena: no operator " + name + " in the layer", __FILE__, __LINE__);
+  };
+  std::vector<double> fstart(dag.fwd.size(), 0), bend(dag.bwd.size(), 0);
+  for (const auto& s : plan_timeline(dag, plan)) {
+    if (s.pass == Pass::Forward) fstart[s.op] = s.start_us;
+    else bend[s.op] = s.end_us;
+  }
+  // Events: +bytes when an α tensor's producer starts, -bytes when a β tensor's last reader ends; at one
+  // instant frees go first (an op that ends frees before one that starts allocates).
+  std::vector<std::pair<double, double>> ev;  // (time, delta)
+  ArenaPeak r;
+  for (const auto& t : saved) {
+    r.one_set_bytes += t.bytes;
+    ev.push_back({fstart[index(dag.fwd, t.producer)], t.bytes});
+    ev.push_back({bend[index(dag.bwd, t.last_reader)], -t.bytes});
+  }
+  std::sort(ev.begin(), ev.end());
+  double live = r.one_set_bytes;  // β's whole set at the start
+  r.peak_bytes = live;
+  for (const auto& [at, d] : ev) {
+    live += d;
+    if (live > r.peak_bytes) r.peak_bytes = live, r.peak_at_us = at;
+  }
+  return r;
 }
 
 Plan whole_pass_plan(const Layer& dag, const Plan& searched) {

@@ -114,6 +114,43 @@ TEST(StrandsPlan, WholePassPlanIsTheExecutorsListSchedule) {
   }
 }
 
+TEST(StrandsPlan, SavedTensorsOfTheDenseLayer) {
+  const auto c = cfg("llama3-70b", 4096);
+  const m::Parallel p{2, true};
+  const auto saved = sch::saved_tensors(c, p);
+  double mib = 0;
+  for (const auto& t : saved) mib += t.bytes / 1048576.0;
+  // qkv 40, o 32, lse 0.5, x1 32, gu 224, act 112, h1f 64, h2f 64 MiB (+ two 8 KiB rstd vectors).
+  EXPECT_NEAR(mib, 568.5, 0.05);
+  EXPECT_TRUE(sch::saved_tensors(cfg("mixtral-8x7b", 4096), p).empty());  // not modelled
+}
+
+TEST(StrandsPlan, ArenaPeakBetweenOneAndTwoSets) {
+  const auto c = cfg("llama3-70b", 4096);
+  const m::Parallel p{2, true};
+  const auto dag = sch::strand_layer(c, p);
+  const auto saved = sch::saved_tensors(c, p);
+  std::vector<int> f(dag.fwd.size()), b(dag.bwd.size());
+  for (size_t i = 0; i < f.size(); ++i) f[i] = int(i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = int(i);
+  auto plan_of = [&](std::vector<sch::PlanStep> steps) {
+    sch::Plan pl;
+    pl.fwd_order = f, pl.bwd_order = b, pl.steps = std::move(steps);
+    return pl;
+  };
+  // β's backward entirely first: every β tensor is gone before α allocates: one set.
+  const auto bwd_first = sch::two_strand_arena_peak(dag, plan_of({{{}, b}, {f, {}}}), saved);
+  EXPECT_DOUBLE_EQ(bwd_first.peak_bytes, bwd_first.one_set_bytes);
+  // α's forward entirely first: both sets.
+  const auto fwd_first = sch::two_strand_arena_peak(dag, plan_of({{f, {}}, {{}, b}}), saved);
+  EXPECT_DOUBLE_EQ(fwd_first.peak_bytes, 2 * fwd_first.one_set_bytes);
+  // Interleaved: in between.
+  const auto whole = sch::two_strand_arena_peak(dag, sch::whole_pass_plan(dag), saved);
+  EXPECT_GE(whole.peak_bytes, whole.one_set_bytes);
+  EXPECT_LE(whole.peak_bytes, 2 * whole.one_set_bytes);
+  EXPECT_GT(whole.peak_at_us, 0);
+}
+
 TEST(StrandsPlan, ParallelTag) {
   EXPECT_EQ(sch::strand_parallel_tag(cfg("mixtral-8x7b", 4096), {2, true}), "tp=2,sp=1,ep=2,seq=4096,mb=1");
 }

@@ -81,6 +81,38 @@ std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vec
 /// No co-run slowdown: a lower bound, for comparing plans' issue orders.
 double plan_makespan_us(const Layer& dag, const Plan& plan);
 
+/// One op of a plan as the barrier-free executor's model runs it (plan_makespan_us): its pass and
+/// index, start and end (us).
+struct OpSpan {
+  Pass pass;
+  int op;
+  double start_us, end_us;
+};
+/// Every op of `plan` with its simulated start and end, in issue order.
+std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan);
+
+/// A tensor the forward saves for the backward: written by forward op `producer` ("f.<op>"), last read
+/// by backward op `last_reader` ("b.<op>").
+struct SavedTensor {
+  std::string name;
+  double bytes = 0;
+  std::string producer, last_reader;
+};
+/// The saved activations of the dense GPU layer (model::Layer, src/model/layer.cu) per rank, with their
+/// producer and last reader; the layer's interfaces (x, y, dy, dx) are not in it. Empty for MoE layers
+/// (not modelled yet).
+std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p);
+
+/// Peak of the two strands' saved activations when both live in one arena with ideal placement: β's
+/// tensors (its forward ran earlier) are all live at the start and each is freed when its last reader
+/// ends; α's are allocated when their producer starts. Times from plan_timeline; `one_set_bytes` is one
+/// strand's saved set (what a single strand holds), so peak / one_set is the saved-activation memory of
+/// two strands relative to one.
+struct ArenaPeak {
+  double one_set_bytes = 0, peak_bytes = 0, peak_at_us = 0;
+};
+ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::vector<SavedTensor>& saved);
+
 /// The plan with one step holding each whole pass (in `searched`'s operator orders, or the DAG's when
 /// `searched` has none): the barrier-free executor's list scheduler then interleaves the two strands
 /// operator by operator (issue_order), with no segment boundary from the pairing DP. Its predicted
