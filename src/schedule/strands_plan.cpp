@@ -99,8 +99,18 @@ void apply_solo_times(Layer& dag, const PairTable& t) {
       if (const auto s = t.solo_us(op.name)) op.solo_us = *s;
 }
 
-std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vector<int>& fseg,
-                                                const std::vector<int>& bseg, double* end_us) {
+namespace {
+
+// list_schedule with an optional activation budget (mem): a forward op that allocates starts only once
+// the backward strand's already scheduled frees leave room for it; while they do not, the backward
+// strand goes first. Without mem, exactly list_schedule.
+struct MemoryModel {
+  std::vector<double> alloc_f, free_b;  // bytes per forward op (at its start), per backward op (at its end)
+  double live0 = 0, budget = 0;
+};
+
+std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<int>& fseg, const std::vector<int>& bseg,
+                                           double* end_us, const MemoryModel* mem) {
   struct Strand {
     const std::vector<int>* seg;
     Pass pass;
@@ -109,32 +119,90 @@ std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vec
   };
   Strand st[2] = {{&fseg, Pass::Forward}, {&bseg, Pass::Backward}};
   double free_at[3] = {0, 0, 0};  // compute, local, cross
+  std::vector<std::pair<double, double>> frees;  // scheduled backward frees: (end time, bytes)
+  double allocated = 0;                          // forward allocations so far
   std::vector<std::pair<Pass, int>> order;
+  // Earliest t >= from at which `need` more bytes fit, given the frees scheduled so far; < 0: never.
+  auto fits_at = [&](double from, double need) {
+    std::sort(frees.begin(), frees.end());
+    double live = mem->live0 + allocated + need, t = from;
+    for (const auto& [at, b] : frees) {
+      if (at <= from) live -= b;
+    }
+    if (live <= mem->budget + 1e-6) return t;
+    for (const auto& [at, b] : frees) {
+      if (at <= from) continue;
+      live -= b;
+      if (live <= mem->budget + 1e-6) return at;
+    }
+    return -1.0;
+  };
   while (true) {
     int best = -1;
     double best_start = 0;
     bool best_comm = false;
     for (int s = 0; s < 2; ++s) {
       if (st[s].k >= st[s].seg->size()) continue;
-      const Op& op = dag.ops(st[s].pass)[(*st[s].seg)[st[s].k]];
-      const double start = std::max(free_at[int(op.link)], st[s].ready);
+      const int i = (*st[s].seg)[st[s].k];
+      const Op& op = dag.ops(st[s].pass)[i];
+      double start = std::max(free_at[int(op.link)], st[s].ready);
+      if (mem && s == 0 && mem->alloc_f[i] > 0) {
+        start = fits_at(start, mem->alloc_f[i]);
+        if (start < 0) continue;  // blocked until the backward strand frees more
+      }
       const bool comm = op.kind == OpKind::Comm;
       // earliest start; ties: collectives first, then the forward strand (s = 0 comes first)
       if (best < 0 || start < best_start - 1e-9 || (start <= best_start + 1e-9 && comm && !best_comm)) {
         best = s, best_start = start, best_comm = comm;
       }
     }
-    if (best < 0) break;
+    if (best < 0) {
+      if (st[0].k < st[0].seg->size() || st[1].k < st[1].seg->size())
+        throw UsageError("strands: the activation budget is below what the forward strand needs", __FILE__, __LINE__);
+      break;
+    }
     Strand& s = st[best];
     const int i = (*s.seg)[s.k++];
     const Op& op = dag.ops(s.pass)[i];
     const double end = best_start + std::max(op.solo_us, 0.0);
     free_at[int(op.link)] = end;
     s.ready = end;
+    if (mem && best == 0) allocated += mem->alloc_f[i];
+    if (mem && best == 1 && mem->free_b[i] > 0) frees.push_back({end, mem->free_b[i]});
     order.emplace_back(s.pass, i);
     if (end_us) *end_us = std::max(*end_us, end);
   }
   return order;
+}
+
+int op_index(const std::vector<Op>& ops, const std::string& name) {
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].name == name) return int(i);
+  throw UsageError("strands: no operator " + name + " in the layer", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vector<int>& fseg,
+                                                const std::vector<int>& bseg, double* end_us) {
+  return schedule(dag, fseg, bseg, end_us, nullptr);
+}
+
+BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTensor>& saved, double budget_bytes,
+                                     const Plan& searched) {
+  const Plan whole = whole_pass_plan(dag, searched);
+  MemoryModel mem;
+  mem.alloc_f.assign(dag.fwd.size(), 0);
+  mem.free_b.assign(dag.bwd.size(), 0);
+  for (const auto& t : saved) {
+    mem.alloc_f[op_index(dag.fwd, t.producer)] += t.bytes;
+    mem.free_b[op_index(dag.bwd, t.last_reader)] += t.bytes;
+    mem.live0 += t.bytes;
+  }
+  mem.budget = budget_bytes;
+  BudgetedSchedule r;
+  r.order = schedule(dag, whole.steps[0].fwd, whole.steps[0].bwd, &r.makespan_us, &mem);
+  return r;
 }
 
 std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
@@ -185,11 +253,6 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
 }
 
 ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::vector<SavedTensor>& saved) {
-  auto index = [&](const std::vector<Op>& ops, const std::string& name) {
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (ops[i].name == name) return int(i);
-    throw UsageError("arena: no operator " + name + " in the layer", __FILE__, __LINE__);
-  };
   std::vector<double> fstart(dag.fwd.size(), 0), bend(dag.bwd.size(), 0);
   for (const auto& s : plan_timeline(dag, plan)) {
     if (s.pass == Pass::Forward) fstart[s.op] = s.start_us;
@@ -201,8 +264,8 @@ ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::v
   ArenaPeak r;
   for (const auto& t : saved) {
     r.one_set_bytes += t.bytes;
-    ev.push_back({fstart[index(dag.fwd, t.producer)], t.bytes});
-    ev.push_back({bend[index(dag.bwd, t.last_reader)], -t.bytes});
+    ev.push_back({fstart[op_index(dag.fwd, t.producer)], t.bytes});
+    ev.push_back({bend[op_index(dag.bwd, t.last_reader)], -t.bytes});
   }
   std::sort(ev.begin(), ev.end());
   double live = r.one_set_bytes;  // β's whole set at the start

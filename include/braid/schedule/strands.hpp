@@ -113,6 +113,19 @@ struct ArenaPeak {
 };
 ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::vector<SavedTensor>& saved);
 
+/// The whole-pass list schedule under an activation budget: a forward op that writes saved tensors
+/// starts only when the backward strand's frees (each saved tensor of β at the end of its last reader)
+/// leave room within `budget_bytes` for the two strands' saved sets together (β's whole set at the
+/// start); while they do not, β's ops go first. A model of what the executor would run with a shared
+/// arena and an event edge from each freeing β op to the α op that reuses its memory (neither built).
+/// Throws UsageError when the budget is below one set plus the largest forward allocation.
+struct BudgetedSchedule {
+  std::vector<std::pair<Pass, int>> order;
+  double makespan_us = 0;
+};
+BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTensor>& saved, double budget_bytes,
+                                     const Plan& searched = {});
+
 /// The plan with one step holding each whole pass (in `searched`'s operator orders, or the DAG's when
 /// `searched` has none): the barrier-free executor's list scheduler then interleaves the two strands
 /// operator by operator (issue_order), with no segment boundary from the pairing DP. Its predicted
