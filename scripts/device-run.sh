@@ -9,7 +9,8 @@
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
 # t3-cases ~2 min; allreduce + sweep-a2a ~2 min; sweep-rs + sweep-ar + layer-tp ~4 min; ar-phases +
 # sweep-t3 (5 algos, T3_ALGOS=..., T3_AG=0) + sweep-a2a ~3 min; strands + measure-rs ~3 min.
-# Next GPU session: x2 `build strands` (the two-communicator bandwidth probe of bench strands, written
+# Next GPU session: x2 `build strands` (bench strands' two-communicator bandwidth probe and the budgeted
+# issue orders strands-budget-7pct / strands-budget-best, written
 # after the fifth session's device time: is round-robin's throttled link really twice as wide?), then
 # x4 `build transitions`; x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and
 # `layer-tp`. Uses .deps carried from this machine (setup.sh --stage).

@@ -413,6 +413,27 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // schedule (no segment boundaries from the DP). Both plans under the executor's model (solo times):
   const Plan whole = whole_pass_plan(dag, plan);
   const PlanFile whole_file = to_plan_file(dag, whole);
+  // Issue orders from the list schedule under an activation budget (budgeted_whole_pass): the headroom
+  // over one saved set is a fraction of that set; the 7% order is what a <= 1.05x-memory layer would run
+  // (70B TP=2: docs/dhelix.md), "budget-best" the headroom whose order the model predicts fastest. Both
+  // run as single-op-step plans; their memory stays two full sets (the arena is not built): they measure
+  // what respecting the budget would cost or gain in time.
+  std::vector<std::pair<std::string, PlanFile>> order_plans;
+  const auto saved = saved_tensors(c, p);
+  if (!saved.empty()) {
+    double one = 0;
+    for (const auto& t : saved) one += t.bytes;
+    double best_us = 0, best_h = 0;
+    std::vector<std::pair<Pass, int>> best_order;
+    for (const double h : {0.07, 0.15, 0.25, 0.4, 1.0}) {
+      const auto b = budgeted_whole_pass(dag, saved, one * (1 + h), plan);
+      if (root) std::printf("# budgeted whole-pass schedule, headroom %.0f%% of one saved set: model %.1f us\n", 100 * h, b.makespan_us);
+      if (h == 0.07) order_plans.push_back({"strands-budget-7pct", to_plan_file(dag, order_plan(dag, b.order))});
+      if (best_order.empty() || b.makespan_us < best_us) best_us = b.makespan_us, best_h = h, best_order = b.order;
+    }
+    order_plans.push_back({"strands-budget-best", to_plan_file(dag, order_plan(dag, best_order))});
+    if (root) std::printf("# strands-budget-best: headroom %.0f%%\n", 100 * best_h);
+  }
   if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",
                 plan_makespan_us(dag, plan), whole.total_us);
@@ -448,6 +469,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     sc.name.c_str(), strand_parallel_tag(sc, p).c_str(), names[v], diff, diff == 0 ? "Passed" : "FAILED");
     }
     StrandExecutor vexw(vdag, from_plan_file(vdag, whole_file), st.s);
+    for (const auto& [name, pf] : order_plans) {  // the budgeted issue orders timed below
+      StrandExecutor vexo(vdag, from_plan_file(vdag, pf), st.s);
+      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
+                    name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    }
     {  // the whole-pass plan timed below as strands-whole
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexw, st, 1), sc)));
       ok = ok && diff == 0;
@@ -551,6 +580,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   StrandExecutor ex_whole(dag, whole, st.s);
   vs.push_back({"strands-whole", med([&](int) { ex_whole.run(la, lb); }), two_sets});
   if (graph) vs.push_back({"strands-whole-graph", med_graph([&](int) { ex_whole.run(la, lb); }), two_sets});
+  for (const auto& [name, pf] : order_plans) {
+    StrandExecutor exo(dag, from_plan_file(dag, pf), st.s);
+    vs.push_back({name, med([&](int) { exo.run(la, lb); }), two_sets});
+  }
   // The earlier executor (a three-stream barrier after every plan step), for comparison.
   StrandExecutor ex_barrier(dag, plan, st.s, /*step_barrier=*/true);
   vs.push_back({"strands-step-barrier", med([&](int) { ex_barrier.run(la, lb); }), two_sets});

@@ -277,6 +277,19 @@ ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::v
   return r;
 }
 
+Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order) {
+  Plan p;
+  for (const auto& [pass, i] : order) {
+    PlanStep st;
+    (pass == Pass::Forward ? st.fwd : st.bwd).push_back(i);
+    (pass == Pass::Forward ? p.fwd_order : p.bwd_order).push_back(i);
+    st.time_us = std::max(dag.ops(pass)[i].solo_us, 0.0);
+    p.steps.push_back(st);
+  }
+  p.total_us = plan_makespan_us(dag, p);
+  return p;
+}
+
 Plan whole_pass_plan(const Layer& dag, const Plan& searched) {
   Plan p;
   auto iota = [](size_t n) {

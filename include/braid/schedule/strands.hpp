@@ -126,6 +126,10 @@ struct BudgetedSchedule {
 BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTensor>& saved, double budget_bytes,
                                      const Plan& searched = {});
 
+/// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
+/// in its pass order): one step per op. How a schedule found outside the DP (budgeted_whole_pass) runs.
+Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order);
+
 /// The plan with one step holding each whole pass (in `searched`'s operator orders, or the DAG's when
 /// `searched` has none): the barrier-free executor's list scheduler then interleaves the two strands
 /// operator by operator (issue_order), with no segment boundary from the pairing DP. Its predicted
