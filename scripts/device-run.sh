@@ -12,7 +12,9 @@
 # Next GPU session: x2 `build strands` (bench strands' two-communicator bandwidth probe and the budgeted
 # issue orders strands-budget-7pct / strands-budget-best, written
 # after the fifth session's device time: is round-robin's throttled link really twice as wide?), then
-# x4 `build transitions`; x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and
+# x2 `NCU_ENV=BRAID_T3_PERSIST_B=1 NCU_ALGOS=sequential,t3-ring-cublas ncu-t3` and the same E for
+# `sweep-t3` (does an L2 window on B bring ring-cublas's reads down, at what time?), x4 `build
+# transitions`; x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and
 # `layer-tp`. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
@@ -218,8 +220,10 @@ if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo,
   for sh in $shapes; do
     t=$(( $(left) < 60 ? $(left) : 60 ))
     (( t <= 10 )) && { echo "-- $sh not run (deadline)" | tee -a "$log"; continue; }
+    # NCU_ENV: extra NAME=VALUE for the profiled run, e.g. "BRAID_T3_PERSIST_B=1" (the L2 window on B).
+    # shellcheck disable=SC2046
     timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_DEADLINE_S=$(( t - 5 )) \
-      ncu --clock-control none --replay-mode app-range --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+      $(for kv in ${NCU_ENV:-}; do echo -x "$kv"; done) ncu --clock-control none --replay-mode app-range --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
       --csv build/braid bench t3-gemm-rs --shape "$sh" --algo "$algos" --profile-range \
       --iters 1 --warmup 0 > "$out/ncu-t3-$sh.txt" 2>&1
     echo "-- $sh rc=$?" | tee -a "$log"

@@ -72,6 +72,44 @@ bool signal_by_copy() {
   throw UsageError(std::string("BRAID_T3_SIGNAL: memop or copy, got '") + e + "'", __FILE__, __LINE__);
 }
 
+// BRAID_T3_PERSIST_B=1 (experiment, default off): the ring-cublas stages keep B (N x K, read by every
+// region's GEMM: W x regions times) in the L2 through a persisting access-policy window on the GEMM
+// stream, so it is read from DRAM about once instead of once per region (issue 8's DRAM criterion). It
+// sets this process's persisting-L2 carve-out (cudaLimitPersistingL2CacheSize, a per-context cache
+// setting, not a device mode) to the device maximum and clears the window after enqueueing the stages
+// (kernels launched later are not affected; lines already marked persisting age out normally —
+// cudaCtxResetPersistingL2Cache is not stream-ordered, so it is not called under running GEMMs).
+// Not yet GPU-run.
+bool persist_b_requested() {
+  static const bool on = [] {
+    const char* e = std::getenv("BRAID_T3_PERSIST_B");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+
+// Sets (bytes > 0) or clears (bytes == 0) the persisting window on `s`.
+void persist_window(cudaStream_t s, const void* base, size_t bytes) {
+  cudaStreamAttrValue v = {};
+  if (bytes > 0) {
+    int dev = 0, max_window = 0, max_persist = 0;
+    BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev));
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev));
+    if (max_window <= 0 || max_persist <= 0) return;  // no persisting L2 on this device: nothing to do
+    size_t limit = 0;
+    BRAID_CUDA_CHECK(cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize));
+    if (limit < size_t(max_persist)) BRAID_CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, size_t(max_persist)));
+    const size_t window = std::min(bytes, size_t(max_window));
+    v.accessPolicyWindow.base_ptr = const_cast<void*>(base);
+    v.accessPolicyWindow.num_bytes = window;
+    v.accessPolicyWindow.hitRatio = float(std::min(1.0, double(max_persist) / double(window)));
+    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  }
+  BRAID_CUDA_CHECK(cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &v));
+}
+
 void signal_peer(bool by_copy, void* write_value, const uint32_t* word, cudaStream_t s, uint32_t* peer_addr,
                  uint32_t value) {
   if (!by_copy) return stream_write(write_value, s, peer_addr, value);
@@ -437,6 +475,8 @@ void GemmReduceScatter::run_cublas(const void* a, const void* b, cudaStream_t st
   const auto* A = static_cast<const uint16_t*>(a);
   BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_, fork_, 0));
+  const bool persist = persist_b_requested();
+  if (persist) persist_window(stream, b, size_t(N) * K * 2);
   size_t di = 0;
   for (int s = 0; s < W; ++s) {
     const int c = m.order[s];
@@ -459,6 +499,7 @@ void GemmReduceScatter::run_cublas(const void* a, const void* b, cudaStream_t st
       }
     }
   }
+  if (persist) persist_window(stream, nullptr, 0);
   BRAID_CUDA_CHECK(cudaEventRecord(join_, ce_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
   BRAID_CUDA_CHECK(cudaEventRecord(end_, stream));
