@@ -246,6 +246,14 @@ void strands_equal_single(bool moe) {
     if (!moe) expect_same(ref, run_unit(a, b, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
   }
   expect_same(ref, run_unit(a, b, nullptr, st, Variant::kRoundRobin, in, rank), c, "round-robin");
+  {  // β's collectives on their own (cross-link) stream, as bench strands' strands-whole-2link runs them
+    sch::Layer dag2 = dag;
+    for (auto& op : dag2.bwd)
+      if (op.kind == sch::OpKind::Comm) op.link = sch::LinkClass::Cross;
+    sch::StrandExecutor ex2(dag2, sch::whole_pass_plan(dag2, searched), st.s);
+    expect_same(ref, run_unit(a, b, &ex2, st, Variant::kStrands, in, rank), c, std::string(moe ? "moe" : "dense") +
+                                                                                   " whole-pass two-link strands");
+  }
 
   // β sharing α's one-phase buffers (backward scratch, forward transients): the same bits in every schedule
   // that pairs one strand's forward with the other's backward.
