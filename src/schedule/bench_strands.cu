@@ -351,15 +351,6 @@ m::ModelConfig small_of(const m::ModelConfig& big) {
   return c;
 }
 
-// The DAG with β's (backward) collectives on the cross-link stream: each strand's collectives get their
-// own stream, as round-robin's do (each strand's communicator then runs beside the other's). For the
-// throttled comparison with round-robin only: on a real shared link the two would contend.
-Layer two_link_dag(Layer dag) {
-  for (auto& op : dag.bwd)
-    if (op.kind == OpKind::Comm && op.link == LinkClass::Local) op.link = LinkClass::Cross;
-  return dag;
-}
-
 }  // namespace
 
 int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
@@ -478,7 +469,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     sc.name.c_str(), strand_parallel_tag(sc, p).c_str(), names[v], diff, diff == 0 ? "Passed" : "FAILED");
     }
     StrandExecutor vexw(vdag, from_plan_file(vdag, whole_file), st.s);
-    const Layer vdag2 = two_link_dag(vdag);
+    const Layer vdag2 = two_link_layer(vdag);
     StrandExecutor vex2(vdag2, whole_pass_plan(vdag2, from_plan_file(vdag, whole_file)), st.s);
     {  // timed below as strands-whole-2link
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vex2, st, 1), sc)));
@@ -599,7 +590,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   StrandExecutor ex_whole(dag, whole, st.s);
   vs.push_back({"strands-whole", med([&](int) { ex_whole.run(la, lb); }), two_sets});
   if (graph) vs.push_back({"strands-whole-graph", med_graph([&](int) { ex_whole.run(la, lb); }), two_sets});
-  const Layer dag2 = two_link_dag(dag);
+  const Layer dag2 = two_link_layer(dag);
   StrandExecutor ex2(dag2, whole_pass_plan(dag2, plan), st.s);
   vs.push_back({"strands-whole-2link", med([&](int) { ex2.run(la, lb); }), two_sets});
   for (const auto& [name, pf] : order_plans) {

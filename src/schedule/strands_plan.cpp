@@ -277,6 +277,12 @@ ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::v
   return r;
 }
 
+Layer two_link_layer(Layer dag) {
+  for (auto& op : dag.bwd)
+    if (op.kind == OpKind::Comm && op.link == LinkClass::Local) op.link = LinkClass::Cross;
+  return dag;
+}
+
 Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order) {
   Plan p;
   for (const auto& [pass, i] : order) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
@@ -92,14 +93,18 @@ bool persist_b_requested() {
 void persist_window(cudaStream_t s, const void* base, size_t bytes) {
   cudaStreamAttrValue v = {};
   if (bytes > 0) {
-    int dev = 0, max_window = 0, max_persist = 0;
-    BRAID_CUDA_CHECK(cudaGetDevice(&dev));
-    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev));
-    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev));
+    // Once per process (one device per rank): the device's limits, and the carve-out set to its maximum.
+    static const std::pair<int, int> lim = [] {
+      int dev = 0, max_window = 0, max_persist = 0;
+      BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev));
+      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev));
+      if (max_window > 0 && max_persist > 0)
+        BRAID_CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, size_t(max_persist)));
+      return std::make_pair(max_window, max_persist);
+    }();
+    const int max_window = lim.first, max_persist = lim.second;
     if (max_window <= 0 || max_persist <= 0) return;  // no persisting L2 on this device: nothing to do
-    size_t limit = 0;
-    BRAID_CUDA_CHECK(cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize));
-    if (limit < size_t(max_persist)) BRAID_CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, size_t(max_persist)));
     const size_t window = std::min(bytes, size_t(max_window));
     v.accessPolicyWindow.base_ptr = const_cast<void*>(base);
     v.accessPolicyWindow.num_bytes = window;

@@ -247,9 +247,7 @@ void strands_equal_single(bool moe) {
   }
   expect_same(ref, run_unit(a, b, nullptr, st, Variant::kRoundRobin, in, rank), c, "round-robin");
   {  // β's collectives on their own (cross-link) stream, as bench strands' strands-whole-2link runs them
-    sch::Layer dag2 = dag;
-    for (auto& op : dag2.bwd)
-      if (op.kind == sch::OpKind::Comm) op.link = sch::LinkClass::Cross;
+    const sch::Layer dag2 = sch::two_link_layer(dag);
     sch::StrandExecutor ex2(dag2, sch::whole_pass_plan(dag2, searched), st.s);
     expect_same(ref, run_unit(a, b, &ex2, st, Variant::kStrands, in, rank), c, std::string(moe ? "moe" : "dense") +
                                                                                    " whole-pass two-link strands");

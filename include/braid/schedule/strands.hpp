@@ -126,6 +126,11 @@ struct BudgetedSchedule {
 BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTensor>& saved, double budget_bytes,
                                      const Plan& searched = {});
 
+/// `dag` with the backward strand's local-link collectives on the cross-link stream: each strand's
+/// collectives get their own stream, as round-robin's do (with one communicator per strand they then run
+/// side by side). For comparisons under a per-communicator throttle; on one real link they would contend.
+Layer two_link_layer(Layer dag);
+
 /// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
 /// in its pass order): one step per op. How a schedule found outside the DP (budgeted_whole_pass) runs.
 Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order);
