@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick
+# strands-quick t3-swizzle
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -211,25 +211,45 @@ if has sweep-t3; then
   [[ ${T3_AG:-1} == 1 ]] && T=300 mpi bench ag-gemm --shapes bench/shapes/sweep.txt --iters 10 \
     --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
+if has t3-swizzle; then  # T3 GEMM+RS on the within-2x shapes under several environments (swizzle, L2 window)
+  # T3_CONFIGS: space-separated TAG=NAME=VALUE,NAME=VALUE (TAG alone: no extra environment).
+  for cfg in ${T3_CONFIGS:-s1 s8=BRAID_T3_SWIZZLE=8 s8p=BRAID_T3_SWIZZLE=8,BRAID_T3_PERSIST_B=1}; do
+    tag=${cfg%%=*}; env=""; [[ $cfg == *=* ]] && env=${cfg#*=}
+    echo "== t3-gemm-rs within-2x shapes, config $tag [${env}] ($(date +%T))" | tee -a "$log"
+    # shellcheck disable=SC2086
+    E="${env//,/ }" T=200 mpi bench t3-gemm-rs --shapes bench/shapes/within2x-h200x2.txt --iters 10 \
+      --algo ${T3_ALGOS:-sequential,t3-auto,t3-ring-cublas,t3-ring-dma,t3-direct} \
+      --json "$out/t3-w2x-$tag.jsonl" 2>&1 | grep -vE "^#" | tail -30 | tee -a "$log"
+  done
+fi
 if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo, app-range replay, bounded
   echo "== ncu: DRAM traffic per op (t3-gemm-rs --profile-range)" | tee -a "$log"
   # Default: the shapes where GEMM and reduce-scatter times are within 2x of each other (the acceptance's
-  # set); NCU_SHAPES / NCU_ALGOS override. ~10 s per shape on 2x H200.
+  # set); NCU_SHAPES / NCU_ALGOS override. ~10 s per shape on 2x H200. NCU_CONFIGS: as T3_CONFIGS of
+  # t3-swizzle (TAG=NAME=VALUE,...; default one config "base" with NCU_ENV); each config's logs go to
+  # ncu-TAG/ and its rows to t3-dram-TAG.jsonl.
   algos=${NCU_ALGOS:-sequential,t3-auto,t3-ring-cublas,t3-ring-dma,t3-direct,flashoverlap}
   shapes=${NCU_SHAPES:-$(sed -e 's/#.*//' bench/shapes/within2x-h200x2.txt | tr -d ' ' | grep -v '^$')}
-  for sh in $shapes; do
-    t=$(( $(left) < 60 ? $(left) : 60 ))
-    (( t <= 10 )) && { echo "-- $sh not run (deadline)" | tee -a "$log"; continue; }
-    # NCU_ENV: extra NAME=VALUE for the profiled run, e.g. "BRAID_T3_PERSIST_B=1" (the L2 window on B).
-    # shellcheck disable=SC2046
-    timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_DEADLINE_S=$(( t - 5 )) \
-      $(for kv in ${NCU_ENV:-}; do echo -x "$kv"; done) ncu --clock-control none --replay-mode app-range --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
-      --csv build/braid bench t3-gemm-rs --shape "$sh" --algo "$algos" --profile-range \
-      --iters 1 --warmup 0 > "$out/ncu-t3-$sh.txt" 2>&1
-    echo "-- $sh rc=$?" | tee -a "$log"
-    grep -E "ERROR|Disposition" "$out/ncu-t3-$sh.txt" | head -5 | tee -a "$log"
+  for cfg in ${NCU_CONFIGS:-base=${NCU_ENV:-}}; do
+    tag=${cfg%%=*}; env=""; [[ $cfg == *=* ]] && env=${cfg#*=}; env=${env//,/ }
+    mkdir -p "$out/ncu-$tag"
+    echo "-- config $tag [$env]" | tee -a "$log"
+    for sh in $shapes; do
+      t=$(( $(left) < 60 ? $(left) : 60 ))
+      (( t <= 10 )) && { echo "-- $sh not run (deadline)" | tee -a "$log"; continue; }
+      # shellcheck disable=SC2046
+      timeout "$t" mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_DEADLINE_S=$(( t - 5 )) \
+        $(for kv in $env; do echo -x "$kv"; done) ncu --clock-control none --replay-mode app-range --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+        --csv build/braid bench t3-gemm-rs --shape "$sh" --algo "$algos" --profile-range \
+        --iters 1 --warmup 0 > "$out/ncu-$tag/ncu-t3-$sh.txt" 2>&1
+      rc=$?
+      (( rc != 0 )) && echo "-- $sh rc=$rc" | tee -a "$log"
+      grep -E "ERROR|Disposition" "$out/ncu-$tag/ncu-t3-$sh.txt" | head -5 | tee -a "$log"
+    done
+    BRAID_CARD="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu" python3 scripts/ncu_dram.py --algos "$algos" \
+      --json "$out/t3-dram-$tag.jsonl" "$out/ncu-$tag"/ncu-t3-*.txt 2>&1 | tail -40 | tee -a "$log"
+    (cd "$out" && tar czf "ncu-$tag.tgz" --remove-files "ncu-$tag")
   done
-  BRAID_CARD="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu" python3 scripts/ncu_dram.py --algos "$algos" --json "$out/t3-dram.jsonl" "$out"/ncu-t3-*.txt 2>&1 | tee -a "$log"
 fi
 if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
   echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"

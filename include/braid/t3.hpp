@@ -143,6 +143,20 @@ inline int ring_next(int world, int rank) { return (rank - 1 + world) % world; }
 // Launches covering the rows in `order` (consecutive chunks merged): 1 or 2 for the ring rotation.
 std::vector<Launch> order_launches(const std::vector<int>& order, int64_t chunk_rows);
 
+// The persistent scheduler's swizzle for the T3 GEMM (CUTLASS max_swizzle_size, raster along N,
+// clusters 2x1): strips of 2*s m-blocks walk N together, so a wave of ~132 tiles covers 2s m-blocks x
+// ~66/s n-blocks of the output: it reads 2s row blocks of A and ~66/s column blocks of B, instead of 2
+// row blocks and all of B. With s = 1 every wave streams B again (N >= 8192: every wave reads all of B);
+// with s = 8 B is re-read once per 16 m-blocks. A strip must not straddle a chunk: chunks (stages) then
+// still run in order within a launch, which is what the no-deadlock argument needs (docs/t3.md); regions
+// of one strip complete together (later copy-engine triggers). Returns the largest s in {1, 2, 4, 8},
+// s <= cap, with chunk_mblocks % (2s) == 0.
+int pick_swizzle(int chunk_mblocks, int cap);
+// The tiles of this rank's T3 GEMM in execution order: launch after launch, within a launch CUTLASS's
+// persistent schedule (overlap::execution_order, raster along N, cluster 2x1, this swizzle). A tile id
+// is mb * tiles_n + nb of the whole problem.
+std::vector<int> tile_execution_order(const AddressMap& a, int swizzle);
+
 // Throws UsageError unless M % (world * 2*bm * regions) == 0 (every region whole 2x1 clusters), N % bn.
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions);
 
@@ -152,6 +166,7 @@ struct RsOptions {
   int64_t m = 0, n = 0, k = 0;
   int regions = 0;         // regions per chunk (0: one per ~8 MiB of chunk, at most chunk_mblocks/2)
   int sm_count = 0;        // SMs of the persistent GEMM (0: all; nothing is left for communication)
+  int swizzle = 0;         // cap on the T3 GEMM's scheduler swizzle (pick_swizzle); 0: BRAID_T3_SWIZZLE, else 1
 };
 
 class GemmReduceScatter {
@@ -211,6 +226,7 @@ class GemmReduceScatter {
   unsigned wait_flags_ = 0;
   void* err_host_ = nullptr;
   int sm_count_ = 0;
+  int swizzle_ = 1;                            // the T3 GEMM's scheduler swizzle (pick_swizzle)
   const void* result_ = nullptr;
   bool by_copy_ = false;                       // BRAID_T3_SIGNAL=copy: signal peers by a 4-byte copy
   uint32_t* sigval_ = nullptr;                 // device word holding the DMA signal value

@@ -15,8 +15,8 @@
 namespace braid::t3::detail {
 namespace {
 
-// The composition shared with FlashOverlap (overlap/sm90_gemm.cuh) with the T3 epilogue. AlongN raster
-// and no swizzle, so m-blocks (hence stages and regions) complete in order.
+// The composition shared with FlashOverlap (overlap/sm90_gemm.cuh) with the T3 epilogue. AlongN raster;
+// the swizzle's strips of m-blocks stay inside a chunk (pick_swizzle), so stages complete in order.
 template <int BM, int BN, int BK, int CM, int CN>
 using Kernel = overlap::detail::Sm90PersistentGemm<T3Epilogue<BM, BN>, BM, BN, BK, CM, CN>;
 
@@ -27,7 +27,9 @@ using K128x256 = Kernel<kBM, kBN, 64, 2, 1>;
 void preload_t3_gemm() { K128x256::preload(); }
 
 void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpiParams& p, int sm_count,
-                 cudaStream_t stream) {
+                 int swizzle, cudaStream_t stream) {
+  BRAID_REQUIRE(swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8, "T3 GEMM: swizzle 1, 2, 4 or 8");
+  BRAID_REQUIRE(p.chunk_mblocks % (2 * swizzle) == 0, "T3 GEMM: a swizzle strip must not straddle a chunk");
   BRAID_REQUIRE(m > 0 && m % (2 * kBM) == 0 && n % kBN == 0 && k % 64 == 0,
                 "T3 GEMM: M % 256, N % 256, K % 64 must be 0");
   BRAID_REQUIRE(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31), "T3 GEMM: too large");
@@ -36,7 +38,7 @@ void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, 
   BRAID_REQUIRE(p.err != nullptr && p.world >= 1 && p.world <= kMaxRanks && p.chunk_mblocks > 0 &&
                     p.region_mblocks > 0 && p.n == n,
                 "T3 GEMM: incomplete epilogue parameters");
-  K128x256::run(K128x256::arguments(a, b, int(m), int(n), int(k), p, sm_count, /*swizzle=*/1), stream,
+  K128x256::run(K128x256::arguments(a, b, int(m), int(n), int(k), p, sm_count, swizzle), stream,
                 "the T3 GEMM");
 }
 

@@ -46,7 +46,8 @@ struct EpiParams {
 // sees m-blocks offset by p.mb_offset. Requirements: m % 256 == 0, n % 256 == 0, k % 64 == 0.
 // Loads the T3 kernel (call before any run: see Sm90PersistentGemm::preload in overlap/sm90_gemm.cuh).
 void preload_t3_gemm();
+// swizzle: the scheduler's max_swizzle_size (1, 2, 4 or 8; t3::pick_swizzle keeps strips inside chunks).
 void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpiParams& p, int sm_count,
-                 cudaStream_t stream);
+                 int swizzle, cudaStream_t stream);
 
 }  // namespace braid::t3::detail

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "braid/errors.hpp"
+#include "braid/overlap.hpp"
 #include "braid/t3.hpp"
 
 namespace braid::t3 {
@@ -46,6 +47,31 @@ std::vector<Launch> order_launches(const std::vector<int>& order, int64_t chunk_
     prev = c;
   }
   return v;
+}
+
+int pick_swizzle(int chunk_mblocks, int cap) {
+  BRAID_REQUIRE(chunk_mblocks > 0, "pick_swizzle: chunk_mblocks > 0");
+  int s = 1;
+  for (int c = 2; c <= 8 && c <= cap; c *= 2)
+    if (chunk_mblocks % (2 * c) == 0) s = c;
+  return s;
+}
+
+std::vector<int> tile_execution_order(const AddressMap& a, int swizzle) {
+  BRAID_REQUIRE(swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8, "tile_execution_order: swizzle 1/2/4/8");
+  std::vector<int> seq;
+  seq.reserve(a.tiles.size());
+  for (const Launch& l : a.launches) {
+    overlap::TileGrid g;
+    g.bm = a.bm, g.bn = a.bn;
+    g.tiles_m = int(l.rows / a.bm), g.tiles_n = a.tiles_n;
+    g.cluster_m = 2, g.cluster_n = 1;
+    g.log_swizzle = swizzle == 8 ? 3 : swizzle == 4 ? 2 : swizzle == 2 ? 1 : 0;
+    const int mb0 = int(l.row_begin / a.bm);
+    for (int t : overlap::execution_order(g))
+      if (t >= 0) seq.push_back((mb0 + t / a.tiles_n) * a.tiles_n + t % a.tiles_n);
+  }
+  return seq;
 }
 
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions) {

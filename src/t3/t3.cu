@@ -73,8 +73,8 @@ bool signal_by_copy() {
   throw UsageError(std::string("BRAID_T3_SIGNAL: memop or copy, got '") + e + "'", __FILE__, __LINE__);
 }
 
-// BRAID_T3_PERSIST_B=1 (experiment, default off): the ring-cublas stages keep B (N x K, read by every
-// region's GEMM: W x regions times) in the L2 through a persisting access-policy window on the GEMM
+// BRAID_T3_PERSIST_B=1 (experiment, default off): the ring stages (ring-cublas, ring-dma, ring) keep B
+// (N x K, read by every stage's GEMM: ring-cublas W x regions times, braid's GEMM at least W times) in the L2 through a persisting access-policy window on the GEMM
 // stream, so it is read from DRAM about once instead of once per region (issue 8's DRAM criterion). It
 // sets this process's persisting-L2 carve-out (cudaLimitPersistingL2CacheSize, a per-context cache
 // setting, not a device mode) to the device maximum and clears the window after enqueueing the stages
@@ -185,6 +185,16 @@ int device_sms() {
   return sms;
 }
 
+// BRAID_T3_SWIZZLE=1|2|4|8: the default cap of RsOptions::swizzle (1 when unset).
+int swizzle_cap_from_env() {
+  const char* e = std::getenv("BRAID_T3_SWIZZLE");
+  if (e == nullptr || *e == 0) return 1;
+  const int v = std::atoi(e);
+  if (v != 1 && v != 2 && v != 4 && v != 8)
+    throw UsageError(std::string("BRAID_T3_SWIZZLE: 1, 2, 4 or 8, got '") + e + "'", __FILE__, __LINE__);
+  return v;
+}
+
 int pick_regions(int64_t chunk_bytes, int chunk_mblocks, int want) {
   if (want <= 0) want = int(std::max<int64_t>(1, chunk_bytes / (int64_t(8) << 20)));
   want = std::min(want, std::max(1, chunk_mblocks / 2));
@@ -228,6 +238,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   const int regions = pick_regions(opt.m / W * opt.n * 2, chunk_mblocks, want);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
+  swizzle_ = pick_swizzle(chunk_mblocks, opt.swizzle > 0 ? opt.swizzle : swizzle_cap_from_env());
   const size_t slots = is_ring(opt.variant) ? size_t(W) : 1;
   landing_ = std::make_unique<SymmetricBuffer>(team, slots * size_t(map_.chunk_elems) * 2);
   counters_ = std::make_unique<SymmetricBuffer>(team, (size_t(map_.num_counters) * 4 + 255) / 256 * 256);
@@ -431,10 +442,13 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   BRAID_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.err), err_host_, 0));
   p.timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
   const auto* A = static_cast<const uint16_t*>(a);
+  const bool persist = persist_b_requested() && ring;  // ring stages read B once per stage
+  if (persist) persist_window(stream, b, size_t(m.n) * opt_.k * 2);
   for (const Launch& l : m.launches) {
     p.mb_offset = int(l.row_begin / m.bm);
-    detail::run_t3_gemm(A + l.row_begin * opt_.k, b, l.rows, m.n, opt_.k, p, sm_count_, stream);
+    detail::run_t3_gemm(A + l.row_begin * opt_.k, b, l.rows, m.n, opt_.k, p, sm_count_, swizzle_, stream);
   }
+  if (persist) persist_window(stream, nullptr, 0);
 
   // (4) dma_map: the copy-engine stream forwards each finished ring region to the next hop. Enqueued
   // after the GEMM launches (host order only: the CE stream forked before them), so no front-end wait
