@@ -247,7 +247,7 @@ if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo,
       grep -E "ERROR|Disposition" "$out/ncu-$tag/ncu-t3-$sh.txt" | head -5 | tee -a "$log"
     done
     BRAID_CARD="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu" python3 scripts/ncu_dram.py --algos "$algos" \
-      --json "$out/t3-dram-$tag.jsonl" "$out/ncu-$tag"/ncu-t3-*.txt 2>&1 | tail -40 | tee -a "$log"
+      --env "$env" --json "$out/t3-dram-$tag.jsonl" "$out/ncu-$tag"/ncu-t3-*.txt 2>&1 | tail -40 | tee -a "$log"
     (cd "$out" && tar czf "ncu-$tag.tgz" --remove-files "ncu-$tag")
   done
 fi

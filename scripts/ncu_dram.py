@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--choices", default="")
     ap.add_argument("--card", default=os.environ.get("BRAID_CARD", ""))
     ap.add_argument("--commit", default=os.environ.get("BRAID_COMMIT", "unknown"))
+    ap.add_argument("--env", default="", help="NAME=VALUE ... the profiled run had (recorded in each row)")
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     algos = a.algos.split(",")
@@ -79,7 +80,7 @@ def main():
             rows.append({"bench": "t3-dram", "algo": algo, "variant": source, "m": shape[0], "n": shape[1],
                          "k": shape[2], "dram_read_bytes": rd, "dram_write_bytes": wr, "ranks": nranks,
                          "vs_sequential": ratio, "profiled_ns": ns, "card": a.card, "commit": a.commit,
-                         "command": "ncu --replay-mode app-range --metrics dram__bytes_read.sum,"
+                         "command": (a.env + " " if a.env else "") + "ncu --replay-mode app-range --metrics dram__bytes_read.sum,"
                                     "dram__bytes_write.sum braid bench t3-gemm-rs --shape %d,%d,%d --algo %s "
                                     "--profile-range --iters 1 --warmup 0" % (shape + (a.algos,))})
         print(line)

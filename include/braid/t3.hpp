@@ -166,7 +166,8 @@ struct RsOptions {
   int64_t m = 0, n = 0, k = 0;
   int regions = 0;         // regions per chunk (0: one per ~8 MiB of chunk, at most chunk_mblocks/2)
   int sm_count = 0;        // SMs of the persistent GEMM (0: all; nothing is left for communication)
-  int swizzle = 0;         // cap on the T3 GEMM's scheduler swizzle (pick_swizzle); 0: BRAID_T3_SWIZZLE, else 1
+  int swizzle = 0;         // cap on the T3 GEMM's scheduler swizzle (pick_swizzle); 0: BRAID_T3_SWIZZLE, else
+                           // 8 (direct) or 1 (rings)
 };
 
 class GemmReduceScatter {

@@ -434,6 +434,19 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     order_plans.push_back({"strands-budget-best", to_plan_file(dag, order_plan(dag, best_order))});
     if (root) std::printf("# strands-budget-best: headroom %.0f%%\n", 100 * best_h);
   }
+  // The model-optimal interleavings (best_issue_order: a DP over both strands' issue positions, under the
+  // executor model) on one link, and with each strand's collectives on their own link (as round-robin's).
+  const Layer dag2 = two_link_layer(dag);
+  std::vector<std::pair<std::string, PlanFile>> order_plans2;  // run on dag2
+  {
+    const auto b1 = best_issue_order(dag, plan, 128), b2 = best_issue_order(dag2, plan, 128);
+    if (root)
+      std::printf("# best issue order (executor model): one link %.1f us (whole-pass greedy %.1f), two links %.1f us "
+                  "(greedy %.1f)\n",
+                  b1.makespan_us, whole.total_us, b2.makespan_us, whole_pass_plan(dag2, plan).total_us);
+    order_plans.push_back({"strands-best-order", to_plan_file(dag, order_plan(dag, b1.order))});
+    order_plans2.push_back({"strands-best-order-2link", to_plan_file(dag2, order_plan(dag2, b2.order))});
+  }
   if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",
                 plan_makespan_us(dag, plan), whole.total_us);
@@ -478,6 +491,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         std::printf("# verification (%s): strands (whole-pass plan, one link stream per strand) vs single strand: %.0f "
                     "differing values -> %s\n",
                     sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    }
+    for (const auto& [name, pf] : order_plans2) {  // the two-link issue orders timed below
+      StrandExecutor vexo(vdag2, from_plan_file(vdag2, pf), st.s);
+      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
+                    name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
     }
     for (const auto& [name, pf] : order_plans) {  // the budgeted issue orders timed below
       StrandExecutor vexo(vdag, from_plan_file(vdag, pf), st.s);
@@ -590,9 +611,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   StrandExecutor ex_whole(dag, whole, st.s);
   vs.push_back({"strands-whole", med([&](int) { ex_whole.run(la, lb); }), two_sets});
   if (graph) vs.push_back({"strands-whole-graph", med_graph([&](int) { ex_whole.run(la, lb); }), two_sets});
-  const Layer dag2 = two_link_layer(dag);
   StrandExecutor ex2(dag2, whole_pass_plan(dag2, plan), st.s);
   vs.push_back({"strands-whole-2link", med([&](int) { ex2.run(la, lb); }), two_sets});
+  for (const auto& [name, pf] : order_plans2) {
+    StrandExecutor exo(dag2, from_plan_file(dag2, pf), st.s);
+    vs.push_back({name, med([&](int) { exo.run(la, lb); }), two_sets});
+  }
   for (const auto& [name, pf] : order_plans) {
     StrandExecutor exo(dag, from_plan_file(dag, pf), st.s);
     vs.push_back({name, med([&](int) { exo.run(la, lb); }), two_sets});

@@ -205,6 +205,92 @@ BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTe
   return r;
 }
 
+BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int beam) {
+  BRAID_REQUIRE(beam >= 1, "best_issue_order: beam >= 1");
+  const Plan whole = whole_pass_plan(dag, searched);
+  const std::vector<int>& fo = whole.steps[0].fwd;
+  const std::vector<int>& bo = whole.steps[0].bwd;
+  const size_t nf = fo.size(), nb = bo.size();
+  struct State {
+    double t[5];  // free times: compute, local, cross stream; forward, backward strand
+    int parent;   // index into the previous diagonal's arena
+    bool fwd;     // the op issued last
+  };
+  auto finish = [](const State& x) { return *std::max_element(x.t, x.t + 5); };
+  auto sum = [](const State& x) { return x.t[0] + x.t[1] + x.t[2] + x.t[3] + x.t[4]; };
+  auto dominates = [](const State& a, const State& b) {
+    for (int i = 0; i < 5; ++i)
+      if (a.t[i] > b.t[i] + 1e-9) return false;
+    return true;
+  };
+  // arena[d]: every kept state with kf + kb = d; cell[d][kf]: indices into arena[d].
+  std::vector<std::vector<State>> arena(nf + nb + 1);
+  std::vector<std::vector<std::vector<int>>> cell(nf + nb + 1);
+  arena[0].push_back(State{{0, 0, 0, 0, 0}, -1, false});
+  cell[0].assign(1, {0});
+  for (size_t d = 0; d < nf + nb; ++d) {
+    cell[d + 1].assign(std::min(d + 1, nf) + 1, {});
+    std::vector<std::vector<State>> cand(cell[d + 1].size());
+    for (size_t kf = 0; kf < cell[d].size(); ++kf) {
+      const size_t kb = d - kf;
+      if (kb > nb) continue;
+      for (int idx : cell[d][kf])
+        for (int s = 0; s < 2; ++s) {
+          if (s == 0 ? kf >= nf : kb >= nb) continue;
+          const Op& op = s == 0 ? dag.fwd[fo[kf]] : dag.bwd[bo[kb]];
+          State x = arena[d][idx];
+          const int l = int(op.link);
+          const double end = std::max(x.t[l], x.t[3 + s]) + std::max(op.solo_us, 0.0);
+          x.t[l] = x.t[3 + s] = end;
+          x.parent = idx, x.fwd = s == 0;
+          cand[kf + (s == 0 ? 1 : 0)].push_back(x);
+        }
+    }
+    for (size_t kf = 0; kf < cand.size(); ++kf) {
+      auto& v = cand[kf];
+      std::sort(v.begin(), v.end(), [&](const State& a, const State& b) {
+        const double fa = finish(a), fb = finish(b);
+        return fa != fb ? fa < fb : sum(a) < sum(b);
+      });
+      std::vector<State> kept;
+      for (const State& x : v) {
+        if (int(kept.size()) >= beam) break;
+        bool dom = false;
+        for (const State& k : kept)
+          if (dominates(k, x)) {
+            dom = true;
+            break;
+          }
+        if (!dom) kept.push_back(x);
+      }
+      for (const State& x : kept) {
+        cell[d + 1][kf].push_back(int(arena[d + 1].size()));
+        arena[d + 1].push_back(x);
+      }
+    }
+  }
+  const size_t last = nf + nb;
+  BRAID_REQUIRE(cell[last].size() == nf + 1 && !cell[last][nf].empty(), "best_issue_order: no complete order");
+  int best = cell[last][nf][0];
+  for (int idx : cell[last][nf])
+    if (finish(arena[last][idx]) < finish(arena[last][best])) best = idx;
+  BudgetedSchedule r;
+  r.makespan_us = finish(arena[last][best]);
+  std::vector<bool> fwd_first;
+  for (size_t d = last, idx = size_t(best); d > 0; --d) {
+    fwd_first.push_back(arena[d][idx].fwd);
+    idx = size_t(arena[d][idx].parent);
+  }
+  size_t kf = 0, kb = 0;
+  for (auto it = fwd_first.rbegin(); it != fwd_first.rend(); ++it)
+    r.order.emplace_back(*it ? Pass::Forward : Pass::Backward, *it ? fo[kf++] : bo[kb++]);
+  if (whole.total_us < r.makespan_us - 1e-9) {  // the beam dropped the greedy order's prefix
+    r.order = list_schedule(dag, fo, bo);
+    r.makespan_us = whole.total_us;
+  }
+  return r;
+}
+
 std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
   double free_at[3] = {0, 0, 0};  // compute, local, cross
   double ready[2] = {0, 0};       // forward strand, backward strand

@@ -80,7 +80,9 @@ bool signal_by_copy() {
 // setting, not a device mode) to the device maximum and clears the window after enqueueing the stages
 // (kernels launched later are not affected; lines already marked persisting age out normally —
 // cudaCtxResetPersistingL2Cache is not stream-ordered, so it is not called under running GEMMs).
-// Not yet GPU-run.
+// Measured (2x H200, cb1ca49, `t3-w2x-swizzle8-persistB-*.jsonl`): it slows every op of the process,
+// the sequential baseline included (the carve-out takes L2 from everything): t3-auto 1.27-1.49x instead of
+// 1.6-1.9x on the large shapes. Kept as an opt-in experiment; not a default.
 bool persist_b_requested() {
   static const bool on = [] {
     const char* e = std::getenv("BRAID_T3_PERSIST_B");
@@ -185,14 +187,18 @@ int device_sms() {
   return sms;
 }
 
-// BRAID_T3_SWIZZLE=1|2|4|8: the default cap of RsOptions::swizzle (1 when unset).
-int swizzle_cap_from_env() {
+// The cap of RsOptions::swizzle when the caller leaves it 0: BRAID_T3_SWIZZLE=1|2|4|8 if set, else 8 for
+// the direct variant and 1 for the rings. Measured on 2x H200 (cb1ca49, the 25 within-2x shapes): with 8,
+// direct moves 0.637x of sequential's DRAM bytes (geomean; 20/25 shapes >= 15% below) at unchanged time,
+// while ring-dma slows down by up to 3.6x where a strip spans all regions of a chunk (the own-chunk tiles
+// then wait for every landing region at once) — docs/t3.md.
+int default_swizzle_cap(Variant variant) {
   const char* e = std::getenv("BRAID_T3_SWIZZLE");
-  if (e == nullptr || *e == 0) return 1;
-  const int v = std::atoi(e);
-  if (v != 1 && v != 2 && v != 4 && v != 8)
+  if (e == nullptr || *e == 0) return variant == Variant::kDirect ? 8 : 1;
+  const int cap = std::atoi(e);
+  if (cap != 1 && cap != 2 && cap != 4 && cap != 8)
     throw UsageError(std::string("BRAID_T3_SWIZZLE: 1, 2, 4 or 8, got '") + e + "'", __FILE__, __LINE__);
-  return v;
+  return cap;
 }
 
 int pick_regions(int64_t chunk_bytes, int chunk_mblocks, int want) {
@@ -238,7 +244,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   const int regions = pick_regions(opt.m / W * opt.n * 2, chunk_mblocks, want);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
-  swizzle_ = pick_swizzle(chunk_mblocks, opt.swizzle > 0 ? opt.swizzle : swizzle_cap_from_env());
+  swizzle_ = pick_swizzle(chunk_mblocks, opt.swizzle > 0 ? opt.swizzle : default_swizzle_cap(opt.variant));
   const size_t slots = is_ring(opt.variant) ? size_t(W) : 1;
   landing_ = std::make_unique<SymmetricBuffer>(team, slots * size_t(map_.chunk_elems) * 2);
   counters_ = std::make_unique<SymmetricBuffer>(team, (size_t(map_.num_counters) * 4 + 255) / 256 * 256);

@@ -126,6 +126,15 @@ struct BudgetedSchedule {
 BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTensor>& saved, double budget_bytes,
                                      const Plan& searched = {});
 
+/// The interleaving of the two whole passes (each strand's ops in `searched`'s orders, or the DAG's)
+/// with the smallest make-span under the executor model of plan_makespan_us (an op starts when its stream
+/// and its strand's previous op are done, solo times, no co-run slowdown). A dynamic programme over
+/// (forward ops issued, backward ops issued): each cell keeps its non-dominated states (the three streams'
+/// and two strands' free times), at most `beam` of them (smallest latest-finish first); exact when no
+/// cell overflows. Never worse than list_schedule's greedy order (returned instead if the beam lost it).
+/// The order runs on the executor as order_plan(dag, order).
+BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched = {}, int beam = 256);
+
 /// `dag` with the backward strand's local-link collectives on the cross-link stream: each strand's
 /// collectives get their own stream, as round-robin's do (with one communicator per strand they then run
 /// side by side). For comparisons under a per-communicator throttle; on one real link they would contend.
