@@ -136,7 +136,7 @@ if has strands; then  # DHelix: strands vs single strand vs round-robin (verifie
   T=120 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --iters 5 --warmup 2 --out "$out/pairs-llama3-70b.txt" \
     --plan-out "$out/plan-llama3-70b.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
   T=120 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --iters 5 --warmup 2 --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
-  T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters 5 --warmup 2 \
+  T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-5} --warmup 2 \
     --out "$out/pairs-llama3-70b-throttled.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
 fi
 if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B case only (~1.5 min)

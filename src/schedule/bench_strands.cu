@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -85,14 +86,29 @@ m::ModelConfig model_of(const Args& a, Team& team, m::Parallel* par, const char*
   return c;
 }
 
-// Three non-blocking streams, destroyed with the holder.
+// BRAID_STRANDS_LINK_PRIORITY=high: the strands' two link streams get the device's greatest stream
+// priority, so a collective's CTAs are scheduled ahead of waiting GEMM CTAs instead of queueing behind a
+// whole compute kernel (what a separate communication stream allows and round-robin's mixed streams do
+// not). Default: normal priority, like every other stream.
+bool link_priority_high() {
+  const char* e = std::getenv("BRAID_STRANDS_LINK_PRIORITY");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "normal") == 0) return false;
+  if (std::strcmp(e, "high") == 0) return true;
+  throw UsageError(std::string("BRAID_STRANDS_LINK_PRIORITY: high or normal, got '") + e + "'", __FILE__, __LINE__);
+}
+
+// Three non-blocking streams (and round-robin's second), destroyed with the holder.
 struct Streams {
   StrandStreams s;
   cudaStream_t extra = nullptr;  // round-robin's second stream
   cudaEvent_t rr[2] = {nullptr, nullptr};
   Streams() {
+    int least = 0, greatest = 0;
+    BRAID_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    const int link = link_priority_high() ? greatest : 0;
     for (cudaStream_t* p : {&s.compute, &s.local, &s.cross, &extra})
-      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(p, cudaStreamNonBlocking));
+      BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(p, cudaStreamNonBlocking,
+                                                    p == &s.local || p == &s.cross ? link : 0));
     for (auto& e : rr) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   ~Streams() {
@@ -710,8 +726,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                 "%.1f GB/s aggregate busbw (%.2fx one)\n",
                 ag2_us, busbw2, busbw > 0 ? busbw2 / busbw : 0.0);
     std::printf("# unit = one micro-batch forward (strand a) + one backward (strand b); compute only %.1f us, "
-                "collectives alone %.1f us\n",
-                compute_us, comm_us);
+                "collectives alone %.1f us; strands' link streams at %s priority\n",
+                compute_us, comm_us, link_priority_high() ? "high" : "normal");
     std::printf("# memory: weights %.1f MiB, activation set + grads a %.1f MiB, b %.1f MiB; cudaMemGetInfo: comm a "
                 "%+.1f MiB, comm b %+.1f MiB, layer a %+.1f MiB, layer b %+.1f MiB, after timing %+.1f MiB\n",
                 la.memory().weights / 1048576.0, (la.memory().total() - la.memory().weights) / 1048576.0,
@@ -730,7 +746,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   100 * mfu, exposed, 100 * hidden, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0, v.mem / 1048576.0);
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
-      j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle);
+      j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle)
+          .add("link_priority", link_priority_high() ? "high" : "normal");
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
       j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
       j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
