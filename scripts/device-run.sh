@@ -133,17 +133,21 @@ if has strands; then  # DHelix: strands vs single strand vs round-robin (verifie
   echo "== bench strands" | tee -a "$log"
   (cd build && timeout 240 ctest --output-on-failure --timeout 200 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
-  T=120 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --iters 5 --warmup 2 --out "$out/pairs-llama3-70b.txt" \
+  T=120 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-5} \
+    --warmup 2 --out "$out/pairs-llama3-70b.txt" \
     --plan-out "$out/plan-llama3-70b.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
-  T=120 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --iters 5 --warmup 2 --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
-  T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-5} --warmup 2 \
+  T=120 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --iters ${STRANDS_ITERS:-10} \
+    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+  T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-10} \
+    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 \
     --out "$out/pairs-llama3-70b-throttled.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
 fi
 if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B case only (~1.5 min)
   echo "== strands (quick: tests + throttled llama3-70b)" | tee -a "$log"
   (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
   grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
-  T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters 5 --warmup 2 \
+  T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-10} \
+    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 \
     --out "$out/pairs-llama3-70b-throttled.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
 fi
 if has allreduce; then

@@ -30,6 +30,7 @@ struct Args {
   std::string model = "llama3-8b", plan, pairs, json, out, plan_out, a2a_link = "local";
   int tp = 0, ep = 0, seq = 0, mb = 0, iters = 10, warmup = 3, throttle = 0, prof_iters = 3, prof_warmup = 1;
   int max_seg = 4, max_shift = -1;
+  int rounds = 5;     // interleaved passes over the core variants (time_interleaved)
   int decompose = 4;  // chunks of the intra-batch decomposition baseline (0: not timed)
   bool graph = true, verify = true;
 };
@@ -53,6 +54,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--plan-out") a.plan_out = val();
     else if (k == "--json") a.json = val();
     else if (k == "--iters") a.iters = std::stoi(val());
+    else if (k == "--rounds") a.rounds = std::stoi(val());
     else if (k == "--warmup") a.warmup = std::stoi(val());
     else if (k == "--profile-iters") a.prof_iters = std::stoi(val());
     else if (k == "--throttle") a.throttle = std::stoi(val());
@@ -64,7 +66,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--decompose") a.decompose = std::stoi(val());
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
-  if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1)
+  if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1)
     throw UsageError(std::string(who) + ": --iters/--profile-iters must be >= 1, --warmup >= 0", __FILE__, __LINE__);
   if (a.a2a_link != "local" && a.a2a_link != "cross")
     throw UsageError(std::string(who) + ": --a2a-link must be local or cross", __FILE__, __LINE__);
@@ -615,27 +617,53 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     std::string name;
     double us;
     double mem;  // device bytes the variant needs (allocator accounting)
+    int rounds = 0;  // > 0: timed interleaved with the core variants over this many passes
   };
   const double one_set = double(la.memory().total());
   const double two_sets = one_set + double(lb.memory().total());
   std::vector<Variant> vs;
-  vs.push_back({"single-strand", med([&](int) { run_single_strand(la, lb, s); }), one_set});
-  if (graph) vs.push_back({"single-strand-graph", med_graph([&](int) { run_single_strand(la, lb, s); }), one_set});
-  vs.push_back({"round-robin", med([&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }), two_sets});
-  vs.push_back({"strands", med([&](int) { ex.run(la, lb); }), two_sets});
-  if (graph) vs.push_back({"strands-graph", med_graph([&](int) { ex.run(la, lb); }), two_sets});
+  // The core comparison, timed interleaved (--rounds passes over every variant in turn, so that clock,
+  // thermal or link drift hits all of them alike): single strand, round-robin and the strand executors
+  // that differ only in their issue order or link streams. Variants that reconfigure the layers (graphs,
+  // decomposition, shared buffers) follow, each timed on its own.
   StrandExecutor ex_whole(dag, whole, st.s);
-  vs.push_back({"strands-whole", med([&](int) { ex_whole.run(la, lb); }), two_sets});
-  if (graph) vs.push_back({"strands-whole-graph", med_graph([&](int) { ex_whole.run(la, lb); }), two_sets});
   StrandExecutor ex2(dag2, whole_pass_plan(dag2, plan), st.s);
-  vs.push_back({"strands-whole-2link", med([&](int) { ex2.run(la, lb); }), two_sets});
-  for (const auto& [name, pf] : order_plans2) {
-    StrandExecutor exo(dag2, from_plan_file(dag2, pf), st.s);
-    vs.push_back({name, med([&](int) { exo.run(la, lb); }), two_sets});
+  std::vector<std::unique_ptr<StrandExecutor>> order_ex;
+  {
+    std::vector<std::string> names;
+    std::vector<std::function<void(int)>> fns;
+    std::vector<double> mems;
+    auto add = [&](const std::string& name, std::function<void(int)> fn, double mem) {
+      names.push_back(name), fns.push_back(std::move(fn)), mems.push_back(mem);
+    };
+    add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
+    add("round-robin", [&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }, two_sets);
+    add("strands", [&](int) { ex.run(la, lb); }, two_sets);
+    add("strands-whole", [&](int) { ex_whole.run(la, lb); }, two_sets);
+    add("strands-whole-2link", [&](int) { ex2.run(la, lb); }, two_sets);
+    for (const auto& [name, pf] : order_plans2) {
+      order_ex.push_back(std::make_unique<StrandExecutor>(dag2, from_plan_file(dag2, pf), st.s));
+      StrandExecutor* e = order_ex.back().get();
+      add(name, [&, e](int) { e->run(la, lb); }, two_sets);
+    }
+    for (const auto& [name, pf] : order_plans) {
+      order_ex.push_back(std::make_unique<StrandExecutor>(dag, from_plan_file(dag, pf), st.s));
+      StrandExecutor* e = order_ex.back().get();
+      add(name, [&, e](int) { e->run(la, lb); }, two_sets);
+    }
+    const auto t = bench::time_interleaved(&team, s, opt, a.rounds, fns);
+    for (size_t i = 0; i < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], a.rounds});
+    if (root)
+      std::printf("# interleaved timing: %d rounds over %zu variants, %d iterations each\n", a.rounds, fns.size(),
+                  a.iters);
   }
-  for (const auto& [name, pf] : order_plans) {
-    StrandExecutor exo(dag, from_plan_file(dag, pf), st.s);
-    vs.push_back({name, med([&](int) { exo.run(la, lb); }), two_sets});
+  if (graph) {
+    vs.push_back({"single-strand-graph", med_graph([&](int) { run_single_strand(la, lb, s); }), one_set});
+    vs.push_back({"strands-graph", med_graph([&](int) { ex.run(la, lb); }), two_sets});
+    vs.push_back({"strands-whole-graph", med_graph([&](int) { ex_whole.run(la, lb); }), two_sets});
+    vs.push_back({"strands-whole-2link-graph", med_graph([&](int) { ex2.run(la, lb); }), two_sets});
+    if (!order_plans2.empty())
+      vs.push_back({order_plans2[0].first + "-graph", med_graph([&](int) { order_ex[0]->run(la, lb); }), two_sets});
   }
   // The earlier executor (a three-stream barrier after every plan step), for comparison.
   StrandExecutor ex_barrier(dag, plan, st.s, /*step_barrier=*/true);
@@ -747,7 +775,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
       j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle)
-          .add("link_priority", link_priority_high() ? "high" : "normal");
+          .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds);
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
       j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
       j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);

@@ -229,8 +229,9 @@ PairTable profile_pairs(Team& team, model::Layer& a, model::Layer& b, StrandExec
 /// profiles the pairs at that shape, writes the pair file (rank 0) and searches a plan.
 int profile_pairs_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 /// `braid bench strands --model M [--tp 2] [--ep 2] [--seq S] [--mb B] [--plan FILE | --pairs FILE]
-/// [--throttle CTAS] [--iters 10] [--warmup 3] [--no-graph] [--no-verify] [--json FILE]`: verifies
-/// strands == single strand bitwise on a small shape of the same kind, then times every variant.
+/// [--throttle CTAS] [--iters 10] [--warmup 3] [--rounds 5] [--no-graph] [--no-verify] [--json FILE]`:
+/// verifies strands == single strand bitwise on a small shape of the same kind, then times every variant
+/// (single strand, round-robin and the strand executors interleaved over --rounds passes).
 /// Returns 0, or 3 when verification failed.
 int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
