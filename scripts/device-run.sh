@@ -9,13 +9,10 @@
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
 # t3-cases ~2 min; allreduce + sweep-a2a ~2 min; sweep-rs + sweep-ar + layer-tp ~4 min; ar-phases +
 # sweep-t3 (5 algos, T3_ALGOS=..., T3_AG=0) + sweep-a2a ~3 min; strands + measure-rs ~3 min.
-# Next GPU session: x2 `build strands` (bench strands' two-communicator bandwidth probe and the budgeted
-# issue orders strands-budget-7pct / strands-budget-best, written
-# after the fifth session's device time: is round-robin's throttled link really twice as wide?), then
-# x2 `NCU_ENV=BRAID_T3_PERSIST_B=1 NCU_ALGOS=sequential,t3-ring-cublas ncu-t3` and the same E for
-# `sweep-t3` (does an L2 window on B bring ring-cublas's reads down, at what time?), x4 `build
-# transitions`; x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and
-# `layer-tp`. Uses .deps carried from this machine (setup.sh --stage).
+# Sixth session (2x H200): `build test strands-quick` ~3.2 min cold; `t3-swizzle` (3 configs x 25 shapes)
+# ~2 min; `ncu-t3` with NCU_CONFIGS (one config, 4 algos, 25 shapes) ~2.5 min; `build strands`
+# (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Next: x4/x8 when lent: `build test allreduce transitions
+# sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
