@@ -460,8 +460,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     const auto b1 = best_issue_order(dag, plan, 128), b2 = best_issue_order(dag2, plan, 128);
     if (root)
       std::printf("# best issue order (executor model): one link %.1f us (whole-pass greedy %.1f), two links %.1f us "
-                  "(greedy %.1f)\n",
-                  b1.makespan_us, whole.total_us, b2.makespan_us, whole_pass_plan(dag2, plan).total_us);
+                  "(greedy %.1f); operators waiting for their dependencies only (greedy): one link %.1f, two links "
+                  "%.1f\n",
+                  b1.makespan_us, whole.total_us, b2.makespan_us, whole_pass_plan(dag2, plan).total_us,
+                  whole_pass_plan(dep_ready_layer(dag), plan).total_us,
+                  whole_pass_plan(dep_ready_layer(dag2), plan).total_us);
     order_plans.push_back({"strands-best-order", to_plan_file(dag, order_plan(dag, b1.order))});
     order_plans2.push_back({"strands-best-order-2link", to_plan_file(dag2, order_plan(dag2, b2.order))});
   }
@@ -509,6 +512,16 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         std::printf("# verification (%s): strands (whole-pass plan, one link stream per strand) vs single strand: %.0f "
                     "differing values -> %s\n",
                     sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    }
+    for (const bool two : {false, true}) {  // strands-whole-dag, strands-whole-2link-dag timed below
+      const Layer vd = dep_ready_layer(two ? vdag2 : vdag);
+      StrandExecutor vexd(vd, whole_pass_plan(vd, from_plan_file(vdag, whole_file)), st.s);
+      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexd, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): strands-whole%s-dag (operators wait for their dependencies only) vs single "
+                    "strand: %.0f differing values -> %s\n",
+                    sc.name.c_str(), two ? "-2link" : "", diff, diff == 0 ? "Passed" : "FAILED");
     }
     for (const auto& [name, pf] : order_plans2) {  // the two-link issue orders timed below
       StrandExecutor vexo(vdag2, from_plan_file(vdag2, pf), st.s);
@@ -628,6 +641,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // decomposition, shared buffers) follow, each timed on its own.
   StrandExecutor ex_whole(dag, whole, st.s);
   StrandExecutor ex2(dag2, whole_pass_plan(dag2, plan), st.s);
+  // Operators that wait for their DAG dependencies only (a weight-gradient GEMM beside its own
+  // strand's collective), on one link and on two.
+  const Layer dag_dep = dep_ready_layer(dag), dag_dep2 = dep_ready_layer(dag2);
+  StrandExecutor ex_dep(dag_dep, whole_pass_plan(dag_dep, plan), st.s);
+  StrandExecutor ex_dep2(dag_dep2, whole_pass_plan(dag_dep2, plan), st.s);
   std::vector<std::unique_ptr<StrandExecutor>> order_ex;
   {
     std::vector<std::string> names;
@@ -641,6 +659,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     add("strands", [&](int) { ex.run(la, lb); }, two_sets);
     add("strands-whole", [&](int) { ex_whole.run(la, lb); }, two_sets);
     add("strands-whole-2link", [&](int) { ex2.run(la, lb); }, two_sets);
+    add("strands-whole-dag", [&](int) { ex_dep.run(la, lb); }, two_sets);
+    add("strands-whole-2link-dag", [&](int) { ex_dep2.run(la, lb); }, two_sets);
     for (const auto& [name, pf] : order_plans2) {
       order_ex.push_back(std::make_unique<StrandExecutor>(dag2, from_plan_file(dag2, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
@@ -662,6 +682,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     vs.push_back({"strands-graph", med_graph([&](int) { ex.run(la, lb); }), two_sets});
     vs.push_back({"strands-whole-graph", med_graph([&](int) { ex_whole.run(la, lb); }), two_sets});
     vs.push_back({"strands-whole-2link-graph", med_graph([&](int) { ex2.run(la, lb); }), two_sets});
+    vs.push_back({"strands-whole-2link-dag-graph", med_graph([&](int) { ex_dep2.run(la, lb); }), two_sets});
     if (!order_plans2.empty())
       vs.push_back({order_plans2[0].first + "-graph", med_graph([&](int) { order_ex[0]->run(la, lb); }), two_sets});
   }

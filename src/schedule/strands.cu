@@ -104,6 +104,7 @@ void StrandExecutor::step(model::Layer* fwd, const std::vector<int>& fseg, model
 }
 
 void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order) {
+  if (dag_.dep_ready) return issue_by_deps(fwd, bwd, order);
   // Per strand: the stream and the event after its previous op in `order` (what precedes `order` is
   // ordered by the caller: the fork, or a step barrier).
   cudaStream_t last_stream[2] = {nullptr, nullptr};
@@ -129,6 +130,47 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
     if (next_stream && next_stream != st) {
       last_event[sidx] = next_event();
       BRAID_CUDA_CHECK(cudaEventRecord(last_event[sidx], st));
+    }
+  }
+}
+
+// Layer::dep_ready: an op waits for the latest of its dependencies issued earlier in `order` on each
+// other stream (a dependency on its own stream is ordered by the stream; one issued before `order` by the
+// caller's fork or barrier). An event is recorded after an op only if a later op on another stream
+// depends on it.
+void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order) {
+  std::vector<int> pos[2] = {std::vector<int>(dag_.fwd.size(), -1), std::vector<int>(dag_.bwd.size(), -1)};
+  for (size_t k = 0; k < order.size(); ++k) pos[order[k].first == Pass::Forward ? 0 : 1][order[k].second] = int(k);
+  std::vector<cudaStream_t> stream(order.size());
+  for (size_t k = 0; k < order.size(); ++k) stream[k] = stream_of(order[k].first, order[k].second);
+  // needs_event[k]: a later op on another stream depends on op k.
+  std::vector<char> needs_event(order.size(), 0);
+  for (size_t q = 0; q < order.size(); ++q) {
+    const int s = order[q].first == Pass::Forward ? 0 : 1;
+    for (int d : dag_.ops(order[q].first)[order[q].second].deps) {
+      const int k = pos[s][d];
+      if (k >= 0 && size_t(k) < q && stream[k] != stream[q]) needs_event[k] = 1;
+    }
+  }
+  std::vector<cudaEvent_t> ev(order.size(), nullptr);
+  for (size_t q = 0; q < order.size(); ++q) {
+    const auto [pass, i] = order[q];
+    const int s = pass == Pass::Forward ? 0 : 1;
+    // The latest dependency (in issue order) on each other stream: waiting for it covers the earlier ones.
+    int latest[3] = {-1, -1, -1};
+    cudaStream_t streams[3] = {s_.compute, s_.local, s_.cross};
+    for (int d : dag_.ops(pass)[i].deps) {
+      const int k = pos[s][d];
+      if (k < 0 || size_t(k) >= q || stream[k] == stream[q]) continue;
+      for (int j = 0; j < 3; ++j)
+        if (stream[k] == streams[j]) latest[j] = std::max(latest[j], k);
+    }
+    for (int j = 0; j < 3; ++j)
+      if (latest[j] >= 0) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream[q], ev[latest[j]], 0));
+    (s == 0 ? fwd : bwd)->run_op(phase_of(pass), size_t(i), stream[q]);
+    if (needs_event[q]) {
+      ev[q] = next_event();
+      BRAID_CUDA_CHECK(cudaEventRecord(ev[q], stream[q]));
     }
   }
 }

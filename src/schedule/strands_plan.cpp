@@ -119,6 +119,14 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
   };
   Strand st[2] = {{&fseg, Pass::Forward}, {&bseg, Pass::Backward}};
   double free_at[3] = {0, 0, 0};  // compute, local, cross
+  // dep_ready: an op is ready at the end of its latest dependency issued here (else at 0).
+  std::vector<double> end_of[2] = {std::vector<double>(dag.fwd.size(), 0.0), std::vector<double>(dag.bwd.size(), 0.0)};
+  auto ready_of = [&](int s, const Op& op) {
+    if (!dag.dep_ready) return st[s].ready;
+    double r = 0;
+    for (int d : op.deps) r = std::max(r, end_of[s][d]);
+    return r;
+  };
   std::vector<std::pair<double, double>> frees;  // scheduled backward frees: (end time, bytes)
   double allocated = 0;                          // forward allocations so far
   std::vector<std::pair<Pass, int>> order;
@@ -145,7 +153,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
       if (st[s].k >= st[s].seg->size()) continue;
       const int i = (*st[s].seg)[st[s].k];
       const Op& op = dag.ops(st[s].pass)[i];
-      double start = std::max(free_at[int(op.link)], st[s].ready);
+      double start = std::max(free_at[int(op.link)], ready_of(s, op));
       if (mem && s == 0 && mem->alloc_f[i] > 0) {
         start = fits_at(start, mem->alloc_f[i]);
         if (start < 0) continue;  // blocked until the backward strand frees more
@@ -167,6 +175,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
     const double end = best_start + std::max(op.solo_us, 0.0);
     free_at[int(op.link)] = end;
     s.ready = end;
+    end_of[best][i] = end;
     if (mem && best == 0) allocated += mem->alloc_f[i];
     if (mem && best == 1 && mem->free_b[i] > 0) frees.push_back({end, mem->free_b[i]});
     order.emplace_back(s.pass, i);
@@ -207,6 +216,7 @@ BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTe
 
 BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int beam) {
   BRAID_REQUIRE(beam >= 1, "best_issue_order: beam >= 1");
+  BRAID_REQUIRE(!dag.dep_ready, "best_issue_order: chained strands only (Layer::dep_ready is not modelled)");
   const Plan whole = whole_pass_plan(dag, searched);
   const std::vector<int>& fo = whole.steps[0].fwd;
   const std::vector<int>& bo = whole.steps[0].bwd;
@@ -294,13 +304,19 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int be
 std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
   double free_at[3] = {0, 0, 0};  // compute, local, cross
   double ready[2] = {0, 0};       // forward strand, backward strand
+  std::vector<double> end_of[2] = {std::vector<double>(dag.fwd.size(), 0.0), std::vector<double>(dag.bwd.size(), 0.0)};
   std::vector<OpSpan> spans;
   for (const auto& st : plan.steps)
     for (const auto& [pass, i] : list_schedule(dag, st.fwd, st.bwd)) {
       const Op& op = dag.ops(pass)[i];
       const int s = pass == Pass::Forward ? 0 : 1;
-      const double start = std::max(free_at[int(op.link)], ready[s]);
-      ready[s] = free_at[int(op.link)] = start + std::max(op.solo_us, 0.0);
+      double r = ready[s];
+      if (dag.dep_ready) {
+        r = 0;
+        for (int d : op.deps) r = std::max(r, end_of[s][d]);
+      }
+      const double start = std::max(free_at[int(op.link)], r);
+      ready[s] = free_at[int(op.link)] = end_of[s][i] = start + std::max(op.solo_us, 0.0);
       spans.push_back({pass, i, start, ready[s]});
     }
   return spans;
@@ -366,6 +382,11 @@ ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::v
 Layer two_link_layer(Layer dag) {
   for (auto& op : dag.bwd)
     if (op.kind == OpKind::Comm && op.link == LinkClass::Local) op.link = LinkClass::Cross;
+  return dag;
+}
+
+Layer dep_ready_layer(Layer dag) {
+  dag.dep_ready = true;
   return dag;
 }
 

@@ -252,6 +252,16 @@ void strands_equal_single(bool moe) {
     expect_same(ref, run_unit(a, b, &ex2, st, Variant::kStrands, in, rank), c, std::string(moe ? "moe" : "dense") +
                                                                                    " whole-pass two-link strands");
   }
+  {  // operators waiting for their DAG dependencies only (weight gradients beside their own collectives)
+    for (const bool two : {false, true}) {
+      const sch::Layer dd = sch::dep_ready_layer(two ? sch::two_link_layer(dag) : dag);
+      sch::StrandExecutor exd(dd, sch::whole_pass_plan(dd, searched), st.s);
+      const std::string tag = std::string(moe ? "moe" : "dense") + " dependency-ready strands" + (two ? ", two links" : "");
+      expect_same(ref, run_unit(a, b, &exd, st, Variant::kStrands, in, rank), c, tag);
+      expect_same(ref, run_unit(a, b, &exd, st, Variant::kStrands, in, rank), c, tag + " again");
+      if (!moe) expect_same(ref, run_unit(a, b, &exd, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
+    }
+  }
 
   // β sharing α's one-phase buffers (backward scratch, forward transients): the same bits in every schedule
   // that pairs one strand's forward with the other's backward.

@@ -36,6 +36,10 @@ struct Layer {
   std::string model;          // e.g. "llama3-70b"
   std::string parallel;       // e.g. "tp=2,sp=2,seq=8192"
   std::vector<Op> fwd, bwd;
+  /// How the strand executor and its model start an operator: false (default): when its strand's previous
+  /// operator (in issue order) is done — each strand a chain; true: when its DAG dependencies (Op::deps)
+  /// are done, so e.g. a weight-gradient GEMM runs beside its own strand's collective (dep_ready_layer).
+  bool dep_ready = false;
 
   /// The operators of one pass.
   const std::vector<Op>& ops(Pass p) const { return p == Pass::Forward ? fwd : bwd; }

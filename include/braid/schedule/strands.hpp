@@ -140,6 +140,14 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched = {}, i
 /// side by side). For comparisons under a per-communicator throttle; on one real link they would contend.
 Layer two_link_layer(Layer dag);
 
+/// `dag` with Layer::dep_ready set: the executor makes an operator wait only for its DAG dependencies
+/// (events of the latest dependency on each other stream), not for its strand's previous operator; the
+/// executor model (list_schedule, plan_timeline, plan_makespan_us) starts it at the end of its latest
+/// dependency. Safe for model::Layer strands because its backward weight-gradient operators (the only
+/// operators off the chain) read saved activations and scratch that no later operator of the pass writes
+/// (src/model/layer.cu). best_issue_order does not support it (throws UsageError).
+Layer dep_ready_layer(Layer dag);
+
 /// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
 /// in its pass order): one step per op. How a schedule found outside the DP (budgeted_whole_pass) runs.
 Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order);
@@ -192,8 +200,10 @@ class StrandExecutor {
   void join();
   void step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd, const std::vector<int>& bseg);
   // Issues `order` ((pass, op) pairs), chaining each strand's ops: an op on another stream than its
-  // strand's previous op waits for that op's event (recorded only when needed).
+  // strand's previous op waits for that op's event (recorded only when needed). With dag_.dep_ready an op
+  // waits instead for its dependencies issued earlier in `order` (the latest one on each other stream).
   void issue(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order);
+  void issue_by_deps(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order);
 
   Layer dag_;
   Plan plan_;
