@@ -467,6 +467,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   whole_pass_plan(dep_ready_layer(dag2), plan).total_us);
     order_plans.push_back({"strands-best-order", to_plan_file(dag, order_plan(dag, b1.order))});
     order_plans2.push_back({"strands-best-order-2link", to_plan_file(dag2, order_plan(dag2, b2.order))});
+    // ... with the weight-gradient GEMMs placed by the search too (not where the pairing DP put them).
+    const auto m1 = best_issue_order(dag, plan, 128, true), m2 = best_issue_order(dag2, plan, 128, true);
+    if (root)
+      std::printf("# best issue order with the weight gradients placed by the search (executor model): one link "
+                  "%.1f us, two links %.1f us\n",
+                  m1.makespan_us, m2.makespan_us);
+    order_plans.push_back({"strands-best-order-sinks", to_plan_file(dag, order_plan(dag, m1.order))});
+    order_plans2.push_back({"strands-best-order-sinks-2link", to_plan_file(dag2, order_plan(dag2, m2.order))});
   }
   if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",

@@ -1,8 +1,11 @@
 // The GPU layer's operator lists as schedule DAGs (strands.hpp): names, types, links, dependencies and
 // analytic solo times. CPU only.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "braid/errors.hpp"
 #include "braid/model/config.hpp"
@@ -214,17 +217,33 @@ BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTe
   return r;
 }
 
-BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int beam) {
+BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int beam, bool move_sinks) {
   BRAID_REQUIRE(beam >= 1, "best_issue_order: beam >= 1");
   BRAID_REQUIRE(!dag.dep_ready, "best_issue_order: chained strands only (Layer::dep_ready is not modelled)");
   const Plan whole = whole_pass_plan(dag, searched);
   const std::vector<int>& fo = whole.steps[0].fwd;
-  const std::vector<int>& bo = whole.steps[0].bwd;
-  const size_t nf = fo.size(), nb = bo.size();
+  // The backward strand: its main sequence in the given order, and (move_sinks) the weight-gradient
+  // sinks, each free to go anywhere after its dependencies.
+  std::vector<int> bmain, sinks;
+  for (int i : whole.steps[0].bwd)
+    (move_sinks && is_sink(dag.bwd[i].name.substr(2)) ? sinks : bmain).push_back(i);
+  BRAID_REQUIRE(sinks.size() <= 12, "best_issue_order: too many movable operators");
+  const size_t nf = fo.size(), nm = bmain.size(), ns = sinks.size();
+  std::vector<int> main_pos(dag.bwd.size(), -1), sink_bit(dag.bwd.size(), -1);
+  for (size_t k = 0; k < nm; ++k) main_pos[bmain[k]] = int(k);
+  for (size_t j = 0; j < ns; ++j) sink_bit[sinks[j]] = int(j);
+  // Is backward op i ready to issue once kb main ops and the sinks in `mask` are issued?
+  auto deps_done = [&](int i, size_t kb, uint32_t mask) {
+    for (int d : dag.bwd[i].deps) {
+      if (main_pos[d] >= 0 && size_t(main_pos[d]) >= kb) return false;
+      if (sink_bit[d] >= 0 && !(mask >> sink_bit[d] & 1u)) return false;
+    }
+    return true;
+  };
   struct State {
     double t[5];  // free times: compute, local, cross stream; forward, backward strand
     int parent;   // index into the previous diagonal's arena
-    bool fwd;     // the op issued last
+    int pass, op; // the op issued last (pass 0 forward, 1 backward)
   };
   auto finish = [](const State& x) { return *std::max_element(x.t, x.t + 5); };
   auto sum = [](const State& x) { return x.t[0] + x.t[1] + x.t[2] + x.t[3] + x.t[4]; };
@@ -233,69 +252,69 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int be
       if (a.t[i] > b.t[i] + 1e-9) return false;
     return true;
   };
-  // arena[d]: every kept state with kf + kb = d; cell[d][kf]: indices into arena[d].
-  std::vector<std::vector<State>> arena(nf + nb + 1);
-  std::vector<std::vector<std::vector<int>>> cell(nf + nb + 1);
-  arena[0].push_back(State{{0, 0, 0, 0, 0}, -1, false});
-  cell[0].assign(1, {0});
-  for (size_t d = 0; d < nf + nb; ++d) {
-    cell[d + 1].assign(std::min(d + 1, nf) + 1, {});
-    std::vector<std::vector<State>> cand(cell[d + 1].size());
-    for (size_t kf = 0; kf < cell[d].size(); ++kf) {
-      const size_t kb = d - kf;
-      if (kb > nb) continue;
-      for (int idx : cell[d][kf])
-        for (int s = 0; s < 2; ++s) {
-          if (s == 0 ? kf >= nf : kb >= nb) continue;
-          const Op& op = s == 0 ? dag.fwd[fo[kf]] : dag.bwd[bo[kb]];
+  // A cell: (forward ops issued, backward main ops issued, sinks issued); diagonal = ops issued in all.
+  using Key = std::tuple<size_t, size_t, uint32_t>;
+  const size_t total = nf + nm + ns;
+  std::vector<std::vector<State>> arena(total + 1);
+  std::vector<std::map<Key, std::vector<int>>> cell(total + 1);
+  arena[0].push_back(State{{0, 0, 0, 0, 0}, -1, -1, -1});
+  cell[0][Key{0, 0, 0u}] = {0};
+  for (size_t d = 0; d < total; ++d) {
+    std::map<Key, std::vector<State>> cand;
+    for (const auto& [key, idxs] : cell[d]) {
+      const auto [kf, kb, mask] = key;
+      auto expand = [&](int pass, int op, Key next) {
+        const Op& o = pass == 0 ? dag.fwd[op] : dag.bwd[op];
+        for (int idx : idxs) {
           State x = arena[d][idx];
-          const int l = int(op.link);
-          const double end = std::max(x.t[l], x.t[3 + s]) + std::max(op.solo_us, 0.0);
-          x.t[l] = x.t[3 + s] = end;
-          x.parent = idx, x.fwd = s == 0;
-          cand[kf + (s == 0 ? 1 : 0)].push_back(x);
+          const int l = int(o.link);
+          const double end = std::max(x.t[l], x.t[3 + pass]) + std::max(o.solo_us, 0.0);
+          x.t[l] = x.t[3 + pass] = end;
+          x.parent = idx, x.pass = pass, x.op = op;
+          cand[next].push_back(x);
         }
+      };
+      if (kf < nf) expand(0, fo[kf], Key{kf + 1, kb, mask});
+      if (kb < nm && deps_done(bmain[kb], kb, mask)) expand(1, bmain[kb], Key{kf, kb + 1, mask});
+      for (size_t j = 0; j < ns; ++j)
+        if (!(mask >> j & 1u) && deps_done(sinks[j], kb, mask)) expand(1, sinks[j], Key{kf, kb, mask | (1u << j)});
     }
-    for (size_t kf = 0; kf < cand.size(); ++kf) {
-      auto& v = cand[kf];
+    for (auto& [key, v] : cand) {
       std::sort(v.begin(), v.end(), [&](const State& a, const State& b) {
         const double fa = finish(a), fb = finish(b);
         return fa != fb ? fa < fb : sum(a) < sum(b);
       });
-      std::vector<State> kept;
+      std::vector<int>& kept = cell[d + 1][key];
       for (const State& x : v) {
         if (int(kept.size()) >= beam) break;
         bool dom = false;
-        for (const State& k : kept)
-          if (dominates(k, x)) {
+        for (int k : kept)
+          if (dominates(arena[d + 1][k], x)) {
             dom = true;
             break;
           }
-        if (!dom) kept.push_back(x);
-      }
-      for (const State& x : kept) {
-        cell[d + 1][kf].push_back(int(arena[d + 1].size()));
-        arena[d + 1].push_back(x);
+        if (!dom) {
+          kept.push_back(int(arena[d + 1].size()));
+          arena[d + 1].push_back(x);
+        }
       }
     }
   }
-  const size_t last = nf + nb;
-  BRAID_REQUIRE(cell[last].size() == nf + 1 && !cell[last][nf].empty(), "best_issue_order: no complete order");
-  int best = cell[last][nf][0];
-  for (int idx : cell[last][nf])
-    if (finish(arena[last][idx]) < finish(arena[last][best])) best = idx;
+  const Key done{nf, nm, ns == 0 ? 0u : (1u << ns) - 1};
+  BRAID_REQUIRE(cell[total].count(done) && !cell[total][done].empty(), "best_issue_order: no complete order");
+  int best = cell[total][done][0];
+  for (int idx : cell[total][done])
+    if (finish(arena[total][idx]) < finish(arena[total][best])) best = idx;
   BudgetedSchedule r;
-  r.makespan_us = finish(arena[last][best]);
-  std::vector<bool> fwd_first;
-  for (size_t d = last, idx = size_t(best); d > 0; --d) {
-    fwd_first.push_back(arena[d][idx].fwd);
-    idx = size_t(arena[d][idx].parent);
+  r.makespan_us = finish(arena[total][best]);
+  for (size_t d = total, idx = size_t(best); d > 0; --d) {
+    const State& x = arena[d][idx];
+    r.order.emplace_back(x.pass == 0 ? Pass::Forward : Pass::Backward, x.op);
+    idx = size_t(x.parent);
   }
-  size_t kf = 0, kb = 0;
-  for (auto it = fwd_first.rbegin(); it != fwd_first.rend(); ++it)
-    r.order.emplace_back(*it ? Pass::Forward : Pass::Backward, *it ? fo[kf++] : bo[kb++]);
+  std::reverse(r.order.begin(), r.order.end());
   if (whole.total_us < r.makespan_us - 1e-9) {  // the beam dropped the greedy order's prefix
-    r.order = list_schedule(dag, fo, bo);
+    r.order = list_schedule(dag, fo, whole.steps[0].bwd);
     r.makespan_us = whole.total_us;
   }
   return r;

@@ -138,6 +138,34 @@ TEST(StrandsPlan, BestIssueOrderBeatsTheGreedyWhereItShould) {
   EXPECT_EQ(best.order[0].first, sch::Pass::Backward);
 }
 
+// move_sinks: the search also places the backward strand's weight-gradient GEMM. Given early (after its
+// dgrad), it delays the strand's collective behind it; placed after the collective, the forward strand's
+// collective follows on the link at once.
+TEST(StrandsPlan, BestIssueOrderMovesWeightGradients) {
+  sch::Layer dag;
+  auto op = [](const char* name, sch::OpKind kind, sch::LinkClass link, sch::Pass pass, double us, std::vector<int> deps) {
+    sch::Op o;
+    o.name = name, o.kind = kind, o.link = link, o.pass = pass, o.solo_us = us, o.deps = std::move(deps);
+    o.type = kind == sch::OpKind::Comm ? "rs" : "gemm";
+    return o;
+  };
+  using K = sch::OpKind;
+  using L = sch::LinkClass;
+  const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
+  dag.fwd = {op("f.a", K::Compute, L::Compute, F, 12, {}), op("f.x", K::Comm, L::Local, F, 20, {0})};
+  dag.bwd = {op("b.dgrad", K::Compute, L::Compute, B, 10, {}), op("b.w_wgrad", K::Compute, L::Compute, B, 10, {0}),
+             op("b.rs", K::Comm, L::Local, B, 20, {0}), op("b.next", K::Compute, L::Compute, B, 5, {2})};
+  const auto fixed = sch::best_issue_order(dag);
+  EXPECT_DOUBLE_EQ(fixed.makespan_us, 57);  // a 0-12, dgrad 12-22, x 12-32, wgrad 22-32, rs 32-52, next 52-57
+  const auto moved = sch::best_issue_order(dag, {}, 256, /*move_sinks=*/true);
+  EXPECT_DOUBLE_EQ(moved.makespan_us, 50);  // dgrad 0-10, rs 10-30, a 10-22, x 30-50, wgrad 30-40, next 40-45
+  EXPECT_DOUBLE_EQ(sch::plan_makespan_us(dag, sch::order_plan(dag, moved.order)), 50);
+  std::vector<int> b;
+  for (const auto& [pass, i] : moved.order)
+    if (pass == B) b.push_back(i);
+  EXPECT_EQ(b, (std::vector<int>{0, 2, 1, 3}));
+}
+
 // On the real layers: a valid order of every op, each strand in its pass order, never worse than the
 // greedy whole-pass schedule, and what order_plan runs is what the search predicted.
 TEST(StrandsPlan, BestIssueOrderOnTheLayers) {
@@ -158,6 +186,19 @@ TEST(StrandsPlan, BestIssueOrderOnTheLayers) {
       EXPECT_EQ(b, whole.bwd_order);
       EXPECT_LE(best.makespan_us, whole.total_us + 1e-6) << name;
       EXPECT_NEAR(sch::plan_makespan_us(d, sch::order_plan(d, best.order)), best.makespan_us, 1e-6) << name;
+      // Sinks placed by the search too: every op once, each after its dependencies, never slower.
+      const auto moved = sch::best_issue_order(d, searched, 32, true);
+      EXPECT_LE(moved.makespan_us, best.makespan_us + 1e-6) << name;
+      ASSERT_EQ(moved.order.size(), d.fwd.size() + d.bwd.size());
+      std::vector<int> pos(d.bwd.size(), -1);
+      int k = 0;
+      for (const auto& [pass, i] : moved.order)
+        if (pass == sch::Pass::Backward) pos[i] = k++;
+      for (size_t i = 0; i < d.bwd.size(); ++i) {
+        ASSERT_GE(pos[i], 0) << d.bwd[i].name;
+        for (int dep : d.bwd[i].deps) EXPECT_LT(pos[dep], pos[i]) << d.bwd[i].name << " after " << d.bwd[dep].name;
+      }
+      EXPECT_NEAR(sch::plan_makespan_us(d, sch::order_plan(d, moved.order)), moved.makespan_us, 1e-6) << name;
     }
   }
 }

@@ -132,8 +132,11 @@ BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTe
 /// (forward ops issued, backward ops issued): each cell keeps its non-dominated states (the three streams'
 /// and two strands' free times), at most `beam` of them (smallest latest-finish first); exact when no
 /// cell overflows. Never worse than list_schedule's greedy order (returned instead if the beam lost it).
-/// The order runs on the executor as order_plan(dag, order).
-BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched = {}, int beam = 256);
+/// The order runs on the executor as order_plan(dag, order). move_sinks: the backward strand's
+/// weight-gradient operators (and the MoE router's) are placed by the search too — anywhere after their
+/// dependencies — instead of where `searched` put them (cells then also carry the set of sinks issued).
+BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched = {}, int beam = 256,
+                                  bool move_sinks = false);
 
 /// `dag` with the backward strand's local-link collectives on the cross-link stream: each strand's
 /// collectives get their own stream, as round-robin's do (with one communicator per strand they then run
