@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle
+# strands-quick t3-swizzle pipeline
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -11,8 +11,8 @@
 # sweep-t3 (5 algos, T3_ALGOS=..., T3_AG=0) + sweep-a2a ~3 min; strands + measure-rs ~3 min.
 # Sixth session (2x H200): `build test strands-quick` ~3.2 min cold; `t3-swizzle` (3 configs x 25 shapes)
 # ~2 min; `ncu-t3` with NCU_CONFIGS (one config, 4 algos, 25 shapes) ~2.5 min; `build strands`
-# (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Next: x2 `build strands-quick` (strands-best-order-sinks
-# [-2link], written after the sixth session's device time) and the same bench with `--pairs` the e782a52
+# (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Next: x2 `build pipeline strands-quick` (the PP executor
+# and strands-best-order-sinks[-2link], written after the sixth session's device time) and the same bench with `--pairs` the e782a52
 # table; x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps
 # carried from this machine (setup.sh --stage).
 set -uo pipefail
@@ -148,6 +148,15 @@ if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B 
   T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-10} \
     --rounds ${STRANDS_ROUNDS:-5} --warmup 2 \
     --out "$out/pairs-llama3-70b-throttled.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+fi
+if has pipeline; then  # DHelix PP executor: W-shaped vs 1F1B vs no pipelining, one stage per rank, verified
+  echo "== bench pipeline ($(date +%T))" | tee -a "$log"
+  (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_pipeline" > "$out/ctest-pipeline.log" 2>&1)
+  grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-pipeline.log" | tee -a "$log"
+  for lpc in 1 2; do
+    T=150 mpi bench pipeline --model llama3-8b --seq 4096 --microbatches ${PIPE_M:-8} --layers-per-chunk $lpc \
+      --iters 5 --warmup 2 --json "$out/pipeline.jsonl" 2>&1 | tee -a "$log"
+  done
 fi
 if has allreduce; then
   echo "== bench allreduce" | tee -a "$log"

@@ -23,6 +23,7 @@
 #include "braid/model.hpp"
 #include "braid/overlap.hpp"
 #include "braid/schedule.hpp"
+#include "braid/schedule/pipeline_exec.hpp"
 #include "braid/schedule/strands.hpp"
 #include "braid/t3.hpp"
 #ifdef BRAID_HAVE_SIM
@@ -68,6 +69,9 @@ const char* kUsage =
     "                [--pairs FILE] [--throttle CTAS] [--decompose CHUNKS] [--no-graph] [--json FILE]\n"
     "                                    DHelix on the GPU: strands vs single strand vs round-robin vs\n"
     "                                    intra-batch decomposition, verified\n"
+    "  bench pipeline [--model llama3-8b] [--seq 4096] [--microbatches 8] [--layers-per-chunk 1] [--json FILE]\n"
+    "                                    DHelix: W-shaped (folded, SI blocks) vs 1F1B vs no pipelining on\n"
+    "                                    real layers, one stage per rank, verified bit for bit\n"
     "  profile-pairs --model M --tp 2 [--ep 2] --seq S [--out PAIRS] [--plan-out PLAN] [--throttle CTAS]\n"
     "                                    DHelix: measured solo/co-run operator times (pair file) and a plan\n"
     "  pipeline --stages 2,4,8 --microbatches M --schedule 1f1b|w|both\n"
@@ -150,6 +154,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   if (what == "transitions") return braid::fusion::bench_transitions(team, argc, argv, ctx);
   if (what == "layer") return braid::model::bench_layer_main(team, argc, argv, ctx);
   if (what == "strands") return braid::schedule::bench_strands_main(team, argc, argv, ctx);
+  if (what == "pipeline") return braid::schedule::bench_pipeline_main(team, argc, argv, ctx);
   if (what == "gemm-rs" || what == "gemm-ar" || what == "gemm-a2a" || what == "t3-gemm-rs" || what == "ag-gemm") {
     // These bench_main functions take argv[0] = the bench name, then its options.
     std::vector<char*> args;

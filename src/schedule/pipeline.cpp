@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "braid/errors.hpp"
@@ -190,6 +191,61 @@ std::string check_pipeline(const PipeSchedule& s) {
       if (b->second.first < prev.second - 1e-9) return id + " backward starts too early";
     }
   return {};
+}
+
+PipeSchedule make_sequential_pipe(PipeKind chunking, int P, int M) {
+  check_args(P, M);
+  PipeSchedule s;
+  s.kind = chunking;
+  s.stages = P;
+  s.microbatches = M;
+  s.chunks = chunking == PipeKind::OneFOneB ? P : 2 * P;
+  s.stage_slots.resize(P);
+  for (int m = 0; m < M; ++m) {
+    for (int c = 0; c < s.chunks; ++c) s.stage_slots[chunk_stage(s, c)].push_back({{{m, c, false}}});
+    for (int c = s.chunks - 1; c >= 0; --c) s.stage_slots[chunk_stage(s, c)].push_back({{{m, c, true}}});
+  }
+  return s;
+}
+
+SlotPlan plan_slots(const PipeSchedule& s, int stage) {
+  BRAID_REQUIRE(stage >= 0 && stage < s.stages && int(s.stage_slots.size()) == s.stages, "plan_slots: bad stage");
+  SlotPlan r;
+  r.count.assign(s.chunks, 0);
+  std::vector<std::vector<char>> busy(s.chunks);
+  std::map<std::pair<int, int>, int> live;  // (mb, chunk) -> slot, while held
+  auto local = [&](int c) { return c >= 0 && c < s.chunks && chunk_stage(s, c) == stage; };
+  for (const PipeSlot& block : s.stage_slots[stage]) {
+    std::vector<std::pair<int, int>> release;
+    for (const PipeTask& t : block.tasks) {
+      BRAID_REQUIRE(local(t.chunk), "plan_slots: a task of another stage in stage " + std::to_string(stage));
+      const std::pair<int, int> key{t.mb, t.chunk};
+      if (!t.backward) {
+        BRAID_REQUIRE(!live.count(key) && !r.slot.count(key), "plan_slots: a forward task twice");
+        auto& b = busy[t.chunk];
+        int k = 0;
+        while (k < int(b.size()) && b[k]) ++k;
+        if (k == int(b.size())) b.push_back(0);
+        b[k] = 1;
+        live[key] = k;
+        r.slot[key] = k;
+        r.count[t.chunk] = std::max(r.count[t.chunk], int(b.size()));
+      } else {
+        BRAID_REQUIRE(live.count(key), "plan_slots: a backward task without its forward");
+        // This backward reads its output gradient from the next chunk's slot when that chunk is local.
+        if (local(t.chunk + 1)) release.push_back({t.mb, t.chunk + 1});
+        // Its own slot is read by the previous chunk's backward when that chunk is local.
+        if (!local(t.chunk - 1)) release.push_back(key);
+      }
+    }
+    for (const auto& key : release) {
+      auto it = live.find(key);
+      BRAID_REQUIRE(it != live.end(), "plan_slots: a slot released twice");
+      busy[key.second][it->second] = 0;
+      live.erase(it);
+    }
+  }
+  return r;
 }
 
 }  // namespace braid::schedule

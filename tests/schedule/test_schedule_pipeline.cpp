@@ -124,3 +124,55 @@ TEST(Pipeline, DeadlockIsReported) {
   EXPECT_THROW(simulate_pipeline(s), braid::UsageError);
   EXPECT_THROW(make_w_shaped(0, 4), braid::UsageError);
 }
+
+// The un-pipelined reference is a correct schedule of the same chunking, with no overlap at all.
+TEST(PipelineExec, SequentialScheduleIsCorrect) {
+  for (PipeKind k : {PipeKind::OneFOneB, PipeKind::WShaped})
+    for (int P : {1, 2, 4})
+      for (int M : {1, 3, 8}) {
+        PipeSchedule s = make_sequential_pipe(k, P, M);
+        EXPECT_EQ(s.chunks, k == PipeKind::OneFOneB ? P : 2 * P);
+        PipeCosts c;
+        const PipeStats st = simulate_pipeline(s, c);
+        EXPECT_EQ(check_pipeline(s), "") << pipe_kind_name(k) << " P=" << P << " M=" << M;
+        // Every chunk pass of every micro-batch runs alone.
+        EXPECT_DOUBLE_EQ(st.makespan, M * s.chunks * (c.t_fwd + c.t_bwd) / (k == PipeKind::WShaped ? 2 : 1));
+        for (int st_i = 0; st_i < P; ++st_i)
+          for (int c2 : plan_slots(s, st_i).count) EXPECT_LE(c2, 1);
+      }
+}
+
+// Slots: one per micro-batch in flight on a chunk; the W schedule's folded chunks hold more.
+TEST(PipelineExec, SlotsCoverEveryTaskAndNeverOverlap) {
+  for (int P : {2, 4})
+    for (int M : {2, 4, 8, 16})
+      for (PipeKind k : {PipeKind::OneFOneB, PipeKind::WShaped}) {
+        PipeSchedule s = k == PipeKind::OneFOneB ? make_1f1b(P, M) : make_w_shaped(P, M);
+        for (int st = 0; st < P; ++st) {
+          const SlotPlan sp = plan_slots(s, st);
+          int tasks = 0;
+          for (const auto& block : s.stage_slots[st])
+            for (const auto& t : block.tasks) {
+              ++tasks;
+              ASSERT_TRUE(sp.slot.count({t.mb, t.chunk}));
+              EXPECT_LT(sp.slot.at({t.mb, t.chunk}), sp.count[t.chunk]);
+            }
+          EXPECT_EQ(int(sp.slot.size()) * 2, tasks);
+          for (int c = 0; c < s.chunks; ++c) {
+            if (chunk_stage(s, c) != st) {
+              EXPECT_EQ(sp.count[c], 0);
+              continue;
+            }
+            EXPECT_GE(sp.count[c], 1);
+            EXPECT_LE(sp.count[c], std::min(M, 2 * P + 1)) << pipe_kind_name(k) << " P=" << P << " M=" << M;
+          }
+        }
+        if (k == PipeKind::OneFOneB) {  // stage 0 holds min(P, M) micro-batches (the textbook 1F1B peak)
+          EXPECT_EQ(plan_slots(s, 0).count[0], std::min(P, M));
+        }
+      }
+  // A task of another stage is refused.
+  PipeSchedule s = make_1f1b(2, 2);
+  std::swap(s.stage_slots[0], s.stage_slots[1]);
+  EXPECT_THROW(plan_slots(s, 0), braid::Error);
+}

@@ -23,7 +23,9 @@
 // chunk to the end of its backward chunk).
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace braid::schedule {
@@ -93,5 +95,21 @@ double ideal_1f1b_bubble(int stages, int microbatches);
 
 /// "1f1b" or "w".
 const char* pipe_kind_name(PipeKind k);
+
+/// No pipelining: micro-batch after micro-batch, each through every chunk forward then backward; each
+/// stage runs its own chunks' tasks in that order. With `chunking`'s chunks and stages (1F1B: P chunks,
+/// W: 2P folded), it is the reference a pipelined run of the same chunking must reproduce bit for bit.
+PipeSchedule make_sequential_pipe(PipeKind chunking, int stages, int microbatches);
+
+/// Which activation set ("slot") of each of a stage's chunks every micro-batch uses when the stage runs
+/// its slots in order. A forward task takes the lowest free slot of its chunk when its block starts; a
+/// slot is released after the block that ends the micro-batch's use of it: its backward, or — when the
+/// chunk before it is on the same stage and reads its input gradient from it — that chunk's backward.
+struct SlotPlan {
+  std::map<std::pair<int, int>, int> slot;  // (micro-batch, chunk) -> slot index
+  std::vector<int> count;                   // per chunk: slots needed (0 for chunks of other stages)
+};
+/// Throws UsageError if a task of another stage is in the stage's list, or a backward has no forward.
+SlotPlan plan_slots(const PipeSchedule& s, int stage);
 
 }  // namespace braid::schedule

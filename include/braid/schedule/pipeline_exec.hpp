@@ -1,0 +1,86 @@
+// braid/schedule/pipeline_exec.hpp — pipeline parallelism on real layers (DHelix §5: model folding and
+// the W-shaped schedule, against 1F1B): one stage per rank, a PipeSchedule (make_1f1b, make_w_shaped, or
+// the un-pipelined make_sequential_pipe) executed with model::Layer chunks (tensor parallelism 1 inside
+// a stage), activations and their gradients passed between stages by NCCL send/recv, and the W
+// schedule's SI blocks (a forward task and a backward task on one stage) co-executed layer pair by layer
+// pair by the strand executor.
+//
+//   PipelineExecutor w(team, cfg, make_w_shaped(team.size(), M), {.layers_per_chunk = 1});
+//   w.step(stream);                      // M micro-batches forward and backward, gradients accumulated
+//   auto h = team.allreduce_max(w.grad_hashes());   // compare with another executor's, bit for bit
+//
+// Data of one step: micro-batch m's input to chunk 0 is uniform(-1, 1) from seed + 1000 + m; its output
+// gradient at the last chunk is uniform(-1e-2, 1e-2) from seed + 2000 + m; global layer l (chunk
+// l / layers_per_chunk) has weights init_random_weights(seed + l). Two executors of the same model
+// (same total layers) therefore compute the same numbers, whatever their chunking and schedule.
+//
+// Buffers: each chunk keeps plan_slots(s, rank).count[c] activation sets ("slots"); slot 0's layers own
+// the chunk's weights and its accumulating weight gradients, the other slots share both
+// (model::Layer::Share::kAll). Channels: one NCCL communicator and one stream per direction of every
+// chunk boundary that crosses ranks (each is a FIFO in micro-batch order, so sends and receives of
+// different boundaries never wait on each other). Every wait is stream-ordered; nothing synchronises
+// the host inside step().
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "braid/model/config.hpp"
+#include "braid/schedule/pipeline.hpp"
+
+namespace braid {
+class Team;
+namespace bench {
+struct Context;
+}
+}  // namespace braid
+
+namespace braid::schedule {
+
+struct PipeExecOptions {
+  int layers_per_chunk = 1;  // layers of one chunk of the schedule
+  uint64_t seed = 1;         // weights and data, see the file comment
+};
+
+class PipelineExecutor {
+ public:
+  // Collective over `team` (team.size() == s.stages; every rank builds the same channels in the same
+  // order). The model must be dense (the MoE dispatch synchronises the host).
+  PipelineExecutor(Team& team, const model::ModelConfig& c, const PipeSchedule& s, const PipeExecOptions& opt = {});
+  ~PipelineExecutor();
+  PipelineExecutor(const PipelineExecutor&) = delete;
+  PipelineExecutor& operator=(const PipelineExecutor&) = delete;
+
+  // One training step (zero the gradients, then this rank's slots in order), enqueued on `stream`: the
+  // executor's streams fork from it and join back into it.
+  void step(cudaStream_t stream);
+
+  // After a step (each synchronises the device): 52-bit FNV-1a hashes, as doubles, of the bits of the
+  // last chunk's output per micro-batch and of the first chunk's input gradient per micro-batch (0 on a
+  // rank without that chunk), and of each global layer's weight gradients (0 where another rank holds
+  // the layer). Team::allreduce_max of them is the same on every rank and comparable between executors.
+  std::vector<double> output_hashes() const;
+  std::vector<double> input_grad_hashes() const;
+  std::vector<double> grad_hashes() const;
+
+  int total_layers() const;
+  int activation_sets() const;   // slots x layers this rank holds
+  const PipeSchedule& schedule() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// `braid bench pipeline [--model llama3-8b] [--seq 4096] [--microbatches 8] [--layers-per-chunk 1]
+/// [--iters 5] [--warmup 2] [--json FILE]`: with P = ranks stages, the un-pipelined reference, 1F1B
+/// (P chunks of 2 x layers-per-chunk layers) and the W-shaped schedule (2P folded chunks), one model of
+/// 2P x layers-per-chunk layers. Verifies every output, input gradient and weight gradient of 1F1B and
+/// W against the reference bit for bit, then times them; prints the simulator's prediction from measured
+/// one-layer times beside each. Returns 0, or 3 when a check failed.
+int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context& ctx);
+
+}  // namespace braid::schedule

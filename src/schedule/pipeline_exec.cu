@@ -1,0 +1,482 @@
+// The pipeline executor (pipeline_exec.hpp) and `braid bench pipeline`.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../model/kernels.cuh"
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/model.hpp"
+#include "braid/runtime.hpp"
+#include "braid/schedule/pipeline_exec.hpp"
+#include "braid/schedule/strands.hpp"
+
+namespace braid::schedule {
+
+namespace m = braid::model;
+
+namespace {
+
+// 52-bit FNV-1a of a byte range, as an exactly representable double (0 is kept for "not here").
+double hash52(const void* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  h &= (uint64_t(1) << 52) - 1;
+  return double(h == 0 ? 1 : h);
+}
+
+double hash_device_bf16(const void* p, size_t n) {
+  std::vector<uint16_t> h(n);
+  BRAID_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  return hash52(h.data(), n * 2);
+}
+
+double hash_grads(const m::LayerWeights& g) {
+  std::vector<double> all;
+  for (const auto* v : {&g.norm1, &g.norm2, &g.wq, &g.wk, &g.wv, &g.wo, &g.w1, &g.w3, &g.w2, &g.router})
+    all.insert(all.end(), v->begin(), v->end());
+  return hash52(all.data(), all.size() * sizeof(double));
+}
+
+}  // namespace
+
+struct PipelineExecutor::Impl {
+  Team& team;
+  m::ModelConfig cfg;
+  PipeSchedule sched;
+  PipeExecOptions opt;
+  int rank = 0, P = 0, C = 0, lpc = 1, M = 0;
+  size_t elems = 0;  // T x H, one activation (bf16)
+  std::unique_ptr<Team> solo;             // this rank alone: the stage's (TP = 1) communicator
+  std::unique_ptr<m::Comm> comm1;
+  SlotPlan slots;
+  // chunks[c][k][i]: layer i of slot k of chunk c (empty for chunks of other stages).
+  std::vector<std::vector<std::vector<std::unique_ptr<m::Layer>>>> chunks;
+  // Channels: key (chunk boundary b = c -> c+1, direction 0 forward / 1 backward).
+  struct Channel {
+    std::unique_ptr<Team> team;  // its own NCCL communicator
+    cudaStream_t stream = nullptr;
+  };
+  std::map<std::pair<int, int>, Channel> channels;
+  cudaStream_t cs = nullptr, local = nullptr, cross = nullptr;  // compute, and the strand executor's links
+  std::unique_ptr<StrandExecutor> strands;                      // for SI blocks
+  std::vector<cudaEvent_t> events;
+  size_t next_event = 0;
+  // Per (chunk, slot): the event after the block that released it, and sends still reading its buffers.
+  std::map<std::pair<int, int>, cudaEvent_t> released;
+  std::map<std::pair<int, int>, std::vector<cudaEvent_t>> sending;
+  void* out_y = nullptr;   // [M][T*H]: the last chunk's outputs (rank holding it)
+  void* out_dx = nullptr;  // [M][T*H]: the first chunk's input gradients (rank holding it)
+
+  Impl(Team& t, const m::ModelConfig& c, const PipeSchedule& s, const PipeExecOptions& o)
+      : team(t), cfg(c), sched(s), opt(o) {}
+
+  int stage_of(int chunk) const { return chunk_stage(sched, chunk); }
+  bool local_chunk(int chunk) const { return chunk >= 0 && chunk < C && stage_of(chunk) == rank; }
+  cudaEvent_t event() {
+    BRAID_REQUIRE(next_event < events.size(), "pipeline: event pool exhausted (internal error)");
+    return events[next_event++];
+  }
+  cudaEvent_t record(cudaStream_t s) {
+    cudaEvent_t e = event();
+    BRAID_CUDA_CHECK(cudaEventRecord(e, s));
+    return e;
+  }
+  std::vector<std::unique_ptr<m::Layer>>& slot_of(int mb, int chunk) {
+    return chunks[chunk][slots.slot.at({mb, chunk})];
+  }
+  void copy(void* dst, const void* src) {
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, elems * 2, cudaMemcpyDeviceToDevice, cs));
+  }
+  // Receive one activation (or gradient) into `dst`, a buffer of slot (chunk, slot): after the block
+  // that last released that slot, on the channel's stream; the compute stream waits for it.
+  void recv(int boundary, int dir, int from, void* dst, int chunk, int slot) {
+    Channel& ch = channels.at({boundary, dir});
+    if (auto it = released.find({chunk, slot}); it != released.end())
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, it->second, 0));
+    BRAID_NCCL_CHECK(ncclRecv(dst, elems, ncclBfloat16, from, ch.team->nccl(), ch.stream));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(cs, record(ch.stream), 0));
+  }
+  // Send `src` (a buffer of slot (chunk, slot)) once the compute stream has produced it.
+  void send(int boundary, int dir, int to, const void* src, int chunk, int slot) {
+    Channel& ch = channels.at({boundary, dir});
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, record(cs), 0));
+    BRAID_NCCL_CHECK(ncclSend(src, elems, ncclBfloat16, to, ch.team->nccl(), ch.stream));
+    sending[{chunk, slot}].push_back(record(ch.stream));
+  }
+
+  void prepare(const PipeTask& t) {
+    const int k = slots.slot.at({t.mb, t.chunk});
+    auto& L = chunks[t.chunk][k];
+    if (!t.backward) {
+      // The slot's buffers may still be read by sends of its previous micro-batch.
+      if (auto it = sending.find({t.chunk, k}); it != sending.end()) {
+        for (cudaEvent_t e : it->second) BRAID_CUDA_CHECK(cudaStreamWaitEvent(cs, e, 0));
+        it->second.clear();
+      }
+      void* x = L.front()->x();
+      if (t.chunk == 0)
+        m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(x), elems, opt.seed + 1000 + t.mb, -1.f, 1.f, cs);
+      else if (local_chunk(t.chunk - 1))
+        copy(x, slot_of(t.mb, t.chunk - 1).back()->y());
+      else
+        recv(t.chunk - 1, 0, stage_of(t.chunk - 1), x, t.chunk, k);
+    } else {
+      void* dy = L.back()->dy();
+      if (t.chunk == C - 1)
+        m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(dy), elems, opt.seed + 2000 + t.mb, -1e-2f, 1e-2f, cs);
+      else if (local_chunk(t.chunk + 1))
+        copy(dy, slot_of(t.mb, t.chunk + 1).front()->dx());
+      else
+        recv(t.chunk, 1, stage_of(t.chunk + 1), dy, t.chunk, k);
+    }
+  }
+
+  void finish(const PipeTask& t) {
+    const int k = slots.slot.at({t.mb, t.chunk});
+    auto& L = chunks[t.chunk][k];
+    if (!t.backward) {
+      if (t.chunk == C - 1)
+        copy(static_cast<char*>(out_y) + size_t(t.mb) * elems * 2, L.back()->y());
+      else if (!local_chunk(t.chunk + 1))
+        send(t.chunk, 0, stage_of(t.chunk + 1), L.back()->y(), t.chunk, k);
+    } else {
+      if (t.chunk == 0)
+        copy(static_cast<char*>(out_dx) + size_t(t.mb) * elems * 2, L.front()->dx());
+      else if (!local_chunk(t.chunk - 1))
+        send(t.chunk - 1, 1, stage_of(t.chunk - 1), L.front()->dx(), t.chunk, k);
+    }
+  }
+
+  // One task alone: its layers in order (forward) or reverse order (backward), activations handed from
+  // layer to layer inside the slot.
+  void run_alone(const PipeTask& t) {
+    auto& L = slot_of(t.mb, t.chunk);
+    const int n = int(L.size());
+    if (!t.backward) {
+      for (int i = 0; i < n; ++i) {
+        if (i > 0) copy(L[i]->x(), L[i - 1]->y());
+        L[i]->forward(cs);
+      }
+    } else {
+      for (int i = n - 1; i >= 0; --i) {
+        if (i < n - 1) copy(L[i]->dy(), L[i + 1]->dx());
+        L[i]->backward(cs);
+      }
+    }
+  }
+
+  // An SI block: forward layer i of one task with backward layer n-1-i of the other, co-executed by the
+  // strand executor (operator by operator on the compute stream, collectives on their own streams).
+  void run_si(const PipeTask& f, const PipeTask& b) {
+    auto& F = slot_of(f.mb, f.chunk);
+    auto& B = slot_of(b.mb, b.chunk);
+    BRAID_REQUIRE(F.size() == B.size(), "pipeline: SI block of chunks with different layer counts");
+    const int n = int(F.size());
+    for (int i = 0; i < n; ++i) {
+      const int j = n - 1 - i;
+      if (i > 0) copy(F[i]->x(), F[i - 1]->y());
+      if (j < n - 1) copy(B[j]->dy(), B[j + 1]->dx());
+      strands->run(*F[i], *B[j]);
+    }
+  }
+};
+
+PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const PipeSchedule& s,
+                                   const PipeExecOptions& opt)
+    : impl_(std::make_unique<Impl>(team, c, s, opt)) {
+  Impl& I = *impl_;
+  BRAID_REQUIRE(!c.moe(), "pipeline: dense models only (an MoE forward synchronises the host)");
+  BRAID_REQUIRE(s.stages == team.size(), "pipeline: the schedule's stages must equal the ranks");
+  BRAID_REQUIRE(opt.layers_per_chunk >= 1, "pipeline: layers_per_chunk >= 1");
+  BRAID_REQUIRE(int(s.stage_slots.size()) == s.stages && s.chunks >= s.stages, "pipeline: malformed schedule");
+  I.rank = team.rank(), I.P = s.stages, I.C = s.chunks, I.lpc = opt.layers_per_chunk, I.M = s.microbatches;
+  const m::Parallel p1{1, false};
+  p1.validate(c);
+  I.elems = size_t(c.tokens()) * c.hidden;
+  I.slots = plan_slots(s, I.rank);
+  // Collective part first, identical on every rank: the stage's own communicator, then the channels.
+  I.solo = team.split(I.rank, 0);
+  I.comm1 = m::make_nccl_comm(*I.solo);
+  for (int b = 0; b + 1 < I.C; ++b) {
+    if (I.stage_of(b) == I.stage_of(b + 1)) continue;
+    for (int dir = 0; dir < 2; ++dir) {
+      Impl::Channel ch;
+      ch.team = team.split(0, I.rank);
+      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking));
+      I.channels.emplace(std::make_pair(b, dir), std::move(ch));
+    }
+  }
+  // This stage's chunks: slot 0 owns the weights (global layer l from seed + l) and accumulates the
+  // gradients; the other slots share both.
+  I.chunks.resize(I.C);
+  for (int ch = 0; ch < I.C; ++ch) {
+    if (!I.local_chunk(ch)) continue;
+    const int nslots = I.slots.count[ch];
+    BRAID_REQUIRE(nslots >= 1, "pipeline: a local chunk without tasks");
+    I.chunks[ch].resize(nslots);
+    for (int i = 0; i < I.lpc; ++i) {
+      auto owner = std::make_unique<m::Layer>(c, p1, *I.comm1);
+      owner->init_random_weights(opt.seed + uint64_t(ch * I.lpc + i));
+      owner->set_accumulate_grads(true);
+      for (int k = 1; k < nslots; ++k)
+        I.chunks[ch][k].push_back(std::make_unique<m::Layer>(*owner, *I.comm1, m::Layer::Share::kAll));
+      I.chunks[ch][0].push_back(std::move(owner));
+    }
+  }
+  for (int ch = 0; ch < I.C; ++ch)
+    for (size_t k = 1; k < I.chunks[ch].size(); ++k)
+      BRAID_REQUIRE(int(I.chunks[ch][k].size()) == I.lpc, "pipeline: slot layers (internal error)");
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&I.cs, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&I.local, cudaStreamNonBlocking));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&I.cross, cudaStreamNonBlocking));
+  bool si = false;
+  for (const auto& block : s.stage_slots[I.rank]) si = si || block.tasks.size() == 2;
+  if (si) {
+    const Layer dag = strand_layer(c, p1);
+    I.strands = std::make_unique<StrandExecutor>(dag, whole_pass_plan(dag), StrandStreams{I.cs, I.local, I.cross});
+  }
+  size_t tasks = 0;
+  for (const auto& block : s.stage_slots[I.rank]) tasks += block.tasks.size();
+  I.events.resize(8 * tasks + 64, nullptr);
+  for (auto& e : I.events) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  if (I.local_chunk(I.C - 1)) BRAID_CUDA_CHECK(cudaMalloc(&I.out_y, size_t(I.M) * I.elems * 2));
+  if (I.local_chunk(0)) BRAID_CUDA_CHECK(cudaMalloc(&I.out_dx, size_t(I.M) * I.elems * 2));
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  team.barrier();
+}
+
+PipelineExecutor::~PipelineExecutor() {
+  Impl& I = *impl_;
+  if (I.cs) cudaStreamSynchronize(I.cs);
+  for (auto& [key, ch] : I.channels)
+    if (ch.stream) cudaStreamSynchronize(ch.stream), cudaStreamDestroy(ch.stream);
+  I.strands.reset();
+  for (auto e : I.events)
+    if (e) cudaEventDestroy(e);
+  cudaFree(I.out_y);
+  cudaFree(I.out_dx);
+  for (cudaStream_t s : {I.cs, I.local, I.cross})
+    if (s) cudaStreamDestroy(s);
+}
+
+void PipelineExecutor::step(cudaStream_t stream) {
+  Impl& I = *impl_;
+  I.next_event = 0;
+  I.released.clear();
+  I.sending.clear();
+  // Fork: the compute stream and every channel start after the caller's prior work.
+  cudaEvent_t start = I.event();
+  BRAID_CUDA_CHECK(cudaEventRecord(start, stream));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(I.cs, start, 0));
+  for (auto& [key, ch] : I.channels) BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, start, 0));
+  for (int c = 0; c < I.C; ++c)
+    if (I.local_chunk(c))
+      for (auto& layer : I.chunks[c][0]) layer->zero_grads(I.cs);
+  // This stage's slots in order; slots released after the block as plan_slots releases them.
+  for (const PipeSlot& block : I.sched.stage_slots[I.rank]) {
+    for (const PipeTask& t : block.tasks) I.prepare(t);
+    if (block.tasks.size() == 2) {
+      const PipeTask& f = block.tasks[0].backward ? block.tasks[1] : block.tasks[0];
+      const PipeTask& b = block.tasks[0].backward ? block.tasks[0] : block.tasks[1];
+      BRAID_REQUIRE(!f.backward && b.backward, "pipeline: an SI block pairs a forward with a backward");
+      I.run_si(f, b);
+    } else {
+      BRAID_REQUIRE(block.tasks.size() == 1, "pipeline: a slot holds one task or an SI pair");
+      I.run_alone(block.tasks[0]);
+    }
+    for (const PipeTask& t : block.tasks) I.finish(t);
+    // The releases of plan_slots, recorded on the compute stream after this block.
+    cudaEvent_t done = nullptr;
+    auto mark = [&](int mb, int chunk) {
+      if (!done) done = I.record(I.cs);
+      I.released[{chunk, I.slots.slot.at({mb, chunk})}] = done;
+    };
+    for (const PipeTask& t : block.tasks) {
+      if (!t.backward) continue;
+      if (I.local_chunk(t.chunk + 1)) mark(t.mb, t.chunk + 1);
+      if (!I.local_chunk(t.chunk - 1)) mark(t.mb, t.chunk);
+    }
+  }
+  // Join: the caller's stream waits for the compute stream and every channel.
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, I.record(I.cs), 0));
+  for (auto& [key, ch] : I.channels) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, I.record(ch.stream), 0));
+}
+
+std::vector<double> PipelineExecutor::output_hashes() const {
+  const Impl& I = *impl_;
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> h(I.M, 0.0);
+  if (I.out_y)
+    for (int mb = 0; mb < I.M; ++mb) h[mb] = hash_device_bf16(static_cast<char*>(I.out_y) + size_t(mb) * I.elems * 2, I.elems);
+  return h;
+}
+
+std::vector<double> PipelineExecutor::input_grad_hashes() const {
+  const Impl& I = *impl_;
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> h(I.M, 0.0);
+  if (I.out_dx)
+    for (int mb = 0; mb < I.M; ++mb) h[mb] = hash_device_bf16(static_cast<char*>(I.out_dx) + size_t(mb) * I.elems * 2, I.elems);
+  return h;
+}
+
+std::vector<double> PipelineExecutor::grad_hashes() const {
+  const Impl& I = *impl_;
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> h(size_t(I.C) * I.lpc, 0.0);
+  for (int c = 0; c < I.C; ++c)
+    if (I.local_chunk(c))
+      for (int i = 0; i < I.lpc; ++i) h[size_t(c) * I.lpc + i] = hash_grads(I.chunks[c][0][i]->download_grads());
+  return h;
+}
+
+int PipelineExecutor::total_layers() const { return impl_->C * impl_->lpc; }
+
+int PipelineExecutor::activation_sets() const {
+  int n = 0;
+  for (const auto& ch : impl_->chunks)
+    for (const auto& slot : ch) n += int(slot.size());
+  return n;
+}
+
+const PipeSchedule& PipelineExecutor::schedule() const { return impl_->sched; }
+
+// ============================================ bench ============================================
+namespace {
+
+struct PipeArgs {
+  std::string model = "llama3-8b", json;
+  int seq = 4096, mb = 1, microbatches = 8, lpc = 1, iters = 5, warmup = 2;
+};
+
+PipeArgs parse_pipe(int argc, char** argv) {
+  PipeArgs a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError("bench pipeline: " + k + " needs a value", __FILE__, __LINE__);
+      return argv[++i];
+    };
+    if (k == "--model") a.model = val();
+    else if (k == "--seq") a.seq = std::stoi(val());
+    else if (k == "--mb") a.mb = std::stoi(val());
+    else if (k == "--microbatches") a.microbatches = std::stoi(val());
+    else if (k == "--layers-per-chunk") a.lpc = std::stoi(val());
+    else if (k == "--iters") a.iters = std::stoi(val());
+    else if (k == "--warmup") a.warmup = std::stoi(val());
+    else if (k == "--json") a.json = val();
+    else if (k.rfind("--", 0) == 0) throw UsageError("bench pipeline: unknown option " + k, __FILE__, __LINE__);
+    // other words (bench, pipeline) belong to the CLI
+  }
+  if (a.seq < 1 || a.mb < 1 || a.microbatches < 1 || a.lpc < 1 || a.iters < 1 || a.warmup < 0)
+    throw UsageError("bench pipeline: sizes and --iters must be >= 1, --warmup >= 0", __FILE__, __LINE__);
+  return a;
+}
+
+double used_device_bytes() {
+  size_t free_b = 0, total = 0;
+  BRAID_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+  return double(total - free_b);
+}
+
+}  // namespace
+
+int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
+  const PipeArgs a = parse_pipe(argc, argv);
+  m::ModelConfig c = m::preset(a.model);
+  c.seq = a.seq, c.micro_batch = a.mb;
+  c.validate();
+  const int P = team.size(), M = a.microbatches;
+  const bool root = team.rank() == 0;
+  cudaStream_t s = team.stream();
+  struct Run {
+    std::string name;
+    PipeSchedule sched;
+    int lpc;
+  };
+  // One model of 2P x lpc layers in every run: W and its reference fold it into 2P chunks, 1F1B into P.
+  std::vector<Run> runs = {{"sequential", make_sequential_pipe(PipeKind::WShaped, P, M), a.lpc},
+                           {"1f1b", make_1f1b(P, M), 2 * a.lpc},
+                           {"w-shaped", make_w_shaped(P, M), a.lpc}};
+  if (root)
+    std::printf("# pipeline: %s, seq %d, micro-batch %d, %d micro-batches, %d stages, %d layers (%d per W chunk), "
+                "TP = 1 per stage\n",
+                c.name.c_str(), c.seq, c.micro_batch, M, P, 2 * P * a.lpc, a.lpc);
+  // Verification: every run against the reference, bit for bit.
+  std::vector<std::vector<double>> ref;
+  bool ok = true;
+  std::vector<double> mem(runs.size(), 0), sets(runs.size(), 0), us(runs.size(), 0);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const double before = used_device_bytes();
+    PipelineExecutor ex(team, c, runs[r].sched, {runs[r].lpc, 1});
+    mem[r] = team.allreduce_max(used_device_bytes() - before);
+    sets[r] = team.allreduce_max(double(ex.activation_sets()));
+    ex.step(s);
+    team.synchronize(s, "bench pipeline verification");
+    std::vector<std::vector<double>> h = {team.allreduce_max(ex.output_hashes()), team.allreduce_max(ex.input_grad_hashes()),
+                                          team.allreduce_max(ex.grad_hashes())};
+    if (r == 0) {
+      ref = h;
+    } else {
+      int diff = 0;
+      for (size_t q = 0; q < h.size(); ++q)
+        for (size_t i = 0; i < h[q].size(); ++i) diff += h[q][i] != ref[q][i] || h[q][i] == 0;
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification: %s vs sequential: %d of %zu outputs / input gradients / layer gradients differ "
+                    "(bitwise) -> %s\n",
+                    runs[r].name.c_str(), diff, h[0].size() + h[1].size() + h[2].size(), diff == 0 ? "Passed" : "FAILED");
+    }
+    const bench::TimingOptions topt{a.warmup, a.iters};
+    us[r] = bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { ex.step(s); })).median_us;
+  }
+  // The simulator's prediction from measured one-layer times (a W chunk = half a stage's layers).
+  double t_f = 0, t_b = 0;
+  {
+    auto solo = team.split(team.rank(), 0);  // must outlive the communicator made from it
+    auto comm = m::make_nccl_comm(*solo);
+    m::Layer l(c, m::Parallel{1, false}, *comm);
+    l.init_random_weights(7);
+    const bench::TimingOptions topt{2, 5};
+    t_f = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.forward(s); })).median_us);
+    t_b = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.backward(s); })).median_us);
+  }
+  const double tokens = double(M) * double(c.tokens());
+  if (root) {
+    std::printf("# one layer alone: forward %.1f us, backward %.1f us\n", t_f, t_b);
+    std::printf("%-12s %12s %12s %10s %14s %10s %12s %10s\n", "schedule", "time(us)", "tokens/s", "vs seq", "predicted(us)",
+                "bubble", "act sets", "mem(MiB)");
+  }
+  for (size_t r = 0; r < runs.size(); ++r) {
+    PipeSchedule sim = runs[r].sched;
+    PipeCosts pc;
+    pc.t_fwd = 2 * a.lpc * t_f, pc.t_bwd = 2 * a.lpc * t_b;  // one stage's layers
+    const PipeStats st = simulate_pipeline(sim, pc);
+    if (root) {
+      std::printf("%-12s %12.1f %12.0f %9.3fx %14.1f %10.4f %12.0f %10.1f\n", runs[r].name.c_str(), us[r],
+                  tokens / (us[r] * 1e-6), us[0] / us[r], st.makespan, st.bubble_ratio, sets[r], mem[r] / 1048576.0);
+      bench::Json j;
+      j.add("bench", "pipeline").add("schedule", runs[r].name).add("model", c.name).add("seq", c.seq);
+      j.add("micro_batch", c.micro_batch).add("microbatches", M).add("stages", P).add("layers", 2 * P * a.lpc);
+      j.add("time_us", us[r]).add("tokens_per_s", tokens / (us[r] * 1e-6)).add("speedup_vs_sequential", us[0] / us[r]);
+      j.add("predicted_us", st.makespan).add("predicted_bubble", st.bubble_ratio).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b);
+      j.add("activation_sets", sets[r]).add("mem_bytes", mem[r]).add("verified", ok);
+      j.add_context(ctx);
+      bench::append_jsonl(a.json, j.str());
+    }
+  }
+  team.synchronize(s, "bench pipeline end");
+  return ok ? 0 : 3;
+}
+
+}  // namespace braid::schedule
