@@ -248,4 +248,22 @@ SlotPlan plan_slots(const PipeSchedule& s, int stage) {
   return r;
 }
 
+std::string check_channel_order(const PipeSchedule& s) {
+  // order[(chunk, backward)] = micro-batches in the order the chunk's stage runs them.
+  std::map<std::pair<int, bool>, std::vector<int>> order;
+  for (const auto& slots : s.stage_slots)
+    for (const PipeSlot& block : slots)
+      for (const PipeTask& t : block.tasks) order[{t.chunk, t.backward}].push_back(t.mb);
+  for (int c = 0; c + 1 < s.chunks; ++c) {
+    if (chunk_stage(s, c) == chunk_stage(s, c + 1)) continue;
+    if (order[{c, false}] != order[{c + 1, false}])
+      return "boundary " + std::to_string(c) + "->" + std::to_string(c + 1) +
+             ": forwards are produced and consumed in different micro-batch orders";
+    if (order[{c + 1, true}] != order[{c, true}])
+      return "boundary " + std::to_string(c + 1) + "->" + std::to_string(c) +
+             ": backwards are produced and consumed in different micro-batch orders";
+  }
+  return {};
+}
+
 }  // namespace braid::schedule

@@ -204,6 +204,8 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
   p1.validate(c);
   I.elems = size_t(c.tokens()) * c.hidden;
   I.slots = plan_slots(s, I.rank);
+  if (const std::string why = check_channel_order(s); !why.empty())
+    throw UsageError("pipeline: " + why + " (the executor's channels are FIFOs)", __FILE__, __LINE__);
   // Collective part first, identical on every rank: the stage's own communicator, then the channels.
   I.solo = team.split(I.rank, 0);
   I.comm1 = m::make_nccl_comm(*I.solo);

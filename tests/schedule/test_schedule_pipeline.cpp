@@ -176,3 +176,23 @@ TEST(PipelineExec, SlotsCoverEveryTaskAndNeverOverlap) {
   std::swap(s.stage_slots[0], s.stage_slots[1]);
   EXPECT_THROW(plan_slots(s, 0), braid::Error);
 }
+
+// Every boundary between stages is a FIFO in all three generators, so one ordered channel per boundary
+// and direction carries the right tensors; a swapped pair of tasks is caught.
+TEST(PipelineExec, ChannelsAreFifos) {
+  for (int P : {1, 2, 4, 8})
+    for (int M : {1, 2, 5, 16}) {
+      EXPECT_EQ(check_channel_order(make_1f1b(P, M)), "") << "1f1b P=" << P << " M=" << M;
+      EXPECT_EQ(check_channel_order(make_w_shaped(P, M)), "") << "w P=" << P << " M=" << M;
+      for (PipeKind k : {PipeKind::OneFOneB, PipeKind::WShaped})
+        EXPECT_EQ(check_channel_order(make_sequential_pipe(k, P, M)), "") << "sequential P=" << P << " M=" << M;
+    }
+  PipeSchedule s = make_1f1b(2, 4);
+  auto& v = s.stage_slots[0];
+  for (size_t i = 0; i + 1 < v.size(); ++i)  // swap stage 0's first two forwards
+    if (!v[i].tasks[0].backward && !v[i + 1].tasks[0].backward) {
+      std::swap(v[i], v[i + 1]);
+      break;
+    }
+  EXPECT_NE(check_channel_order(s), "");
+}

@@ -112,4 +112,10 @@ struct SlotPlan {
 /// Throws UsageError if a task of another stage is in the stage's list, or a backward has no forward.
 SlotPlan plan_slots(const PipeSchedule& s, int stage);
 
+/// Empty when every chunk boundary that crosses stages is a FIFO: the producing stage runs the boundary's
+/// tasks (forward of chunk c, backward of chunk c+1) in the same micro-batch order as the consuming stage
+/// runs the receiving tasks (forward of c+1, backward of c). A pipeline executor that passes tensors over
+/// one ordered channel per boundary and direction needs it; otherwise the first mismatch.
+std::string check_channel_order(const PipeSchedule& s);
+
 }  // namespace braid::schedule
