@@ -487,6 +487,20 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   "searched plan, %.1f MiB (%.2fx) with the whole-pass plan\n",
                   ps.one_set_bytes / 1048576.0, ps.peak_bytes / 1048576.0, ps.peak_bytes / ps.one_set_bytes,
                   pw.peak_bytes / 1048576.0, pw.peak_bytes / pw.one_set_bytes);
+      // A static pool for both strands with issue-order event edges (two_strand_placement), per order.
+      for (const auto& [name, pf] : order_plans)
+        if (name == "strands-best-order" || name == "strands-budget-7pct") {
+          const Plan op = from_plan_file(dag, pf);
+          const auto a = two_strand_placement(dag, plan_issue_order(dag, op), saved);
+          std::printf("# static two-strand pool (computed) for %s: %.1f MiB = %.2fx one saved set\n", name.c_str(),
+                      a.pool_bytes / 1048576.0, a.pool_bytes / a.one_set_bytes);
+        }
+      for (const auto& [name, pf] : order_plans2) {
+        const Plan op = from_plan_file(dag2, pf);
+        const auto a = two_strand_placement(dag2, plan_issue_order(dag2, op), saved);
+        std::printf("# static two-strand pool (computed) for %s: %.1f MiB = %.2fx one saved set\n", name.c_str(),
+                    a.pool_bytes / 1048576.0, a.pool_bytes / a.one_set_bytes);
+      }
     }
   }
 

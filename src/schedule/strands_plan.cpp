@@ -398,6 +398,63 @@ ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::v
   return r;
 }
 
+std::vector<std::pair<Pass, int>> plan_issue_order(const Layer& dag, const Plan& plan) {
+  std::vector<std::pair<Pass, int>> order;
+  for (const auto& st : plan.steps) {
+    const auto o = list_schedule(dag, st.fwd, st.bwd);
+    order.insert(order.end(), o.begin(), o.end());
+  }
+  return order;
+}
+
+ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                                    const std::vector<SavedTensor>& saved) {
+  std::vector<int> fpos(dag.fwd.size(), -1), bpos(dag.bwd.size(), -1);
+  for (size_t k = 0; k < order.size(); ++k) (order[k].first == Pass::Forward ? fpos : bpos)[order[k].second] = int(k);
+  const size_t n = saved.size();
+  std::vector<int> p(n), q(n);  // producer's and last reader's issue positions
+  ArenaPlacement r;
+  for (size_t i = 0; i < n; ++i) {
+    p[i] = fpos[op_index(dag.fwd, saved[i].producer)];
+    q[i] = bpos[op_index(dag.bwd, saved[i].last_reader)];
+    BRAID_REQUIRE(p[i] >= 0 && q[i] >= 0, "two_strand_placement: the order misses a producer or reader");
+    r.one_set_bytes += saved[i].bytes;
+  }
+  auto share = [&](size_t i, size_t j) { return q[j] < p[i] && q[i] < p[j]; };  // a's i with b's j
+  r.offset_a.assign(n, -1), r.offset_b.assign(n, -1);
+  std::vector<size_t> by_size(n);
+  for (size_t i = 0; i < n; ++i) by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](size_t x, size_t y) { return saved[x].bytes > saved[y].bytes; });
+  // Lowest offset at which `bytes` fits beside every placed interval it may not share.
+  auto first_fit = [](std::vector<std::pair<double, double>> busy, double bytes) {
+    std::sort(busy.begin(), busy.end());
+    double at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (lo - at >= bytes) break;
+      at = std::max(at, hi);
+    }
+    return at;
+  };
+  for (size_t i : by_size)
+    for (int layer = 0; layer < 2; ++layer) {
+      std::vector<std::pair<double, double>> busy;
+      for (size_t j = 0; j < n; ++j) {
+        const double oa = r.offset_a[j], ob = r.offset_b[j];
+        if (layer == 0) {
+          if (oa >= 0) busy.push_back({oa, oa + saved[j].bytes});                     // same layer
+          if (ob >= 0 && !share(i, j)) busy.push_back({ob, ob + saved[j].bytes});     // b's j vs a's i
+        } else {
+          if (ob >= 0) busy.push_back({ob, ob + saved[j].bytes});
+          if (oa >= 0 && !share(j, i)) busy.push_back({oa, oa + saved[j].bytes});     // a's j vs b's i
+        }
+      }
+      const double at = first_fit(busy, saved[i].bytes);
+      (layer == 0 ? r.offset_a : r.offset_b)[i] = at;
+      r.pool_bytes = std::max(r.pool_bytes, at + saved[i].bytes);
+    }
+  return r;
+}
+
 Layer two_link_layer(Layer dag) {
   for (auto& op : dag.bwd)
     if (op.kind == OpKind::Comm && op.link == LinkClass::Local) op.link = LinkClass::Cross;

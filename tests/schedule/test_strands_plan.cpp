@@ -233,6 +233,48 @@ TEST(StrandsPlan, DependencyReadyModel) {
   }
 }
 
+// The static two-strand placement: sharing needs each tensor's reader issued before the other's writer.
+TEST(StrandsPlan, TwoStrandPlacement) {
+  sch::Layer dag;
+  auto op = [](const char* name, sch::Pass pass) {
+    sch::Op o;
+    o.name = name, o.pass = pass, o.type = "gemm", o.solo_us = 1;
+    return o;
+  };
+  const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
+  dag.fwd = {op("f.p0", F), op("f.p1", F)};
+  dag.bwd = {op("b.r1", B), op("b.r0", B)};  // the backward reads t1 last first, t0 last at its end
+  const std::vector<sch::SavedTensor> saved = {{"t0", 100, "f.p0", "b.r0"}, {"t1", 100, "f.p1", "b.r1"}};
+  using O = std::vector<std::pair<sch::Pass, int>>;
+  // β's readers all before α's writers: one set. α first: two sets.
+  EXPECT_DOUBLE_EQ(sch::two_strand_placement(dag, O{{B, 0}, {B, 1}, {F, 0}, {F, 1}}, saved).pool_bytes, 200);
+  EXPECT_DOUBLE_EQ(sch::two_strand_placement(dag, O{{F, 0}, {F, 1}, {B, 0}, {B, 1}}, saved).pool_bytes, 400);
+  // Interleaved r1, p0, r0, p1: only t0 of a and t0 of b conflict; crossing pairs share: one set.
+  const auto pl = sch::two_strand_placement(dag, O{{B, 0}, {F, 0}, {B, 1}, {F, 1}}, saved);
+  EXPECT_DOUBLE_EQ(pl.pool_bytes, 200);
+  EXPECT_DOUBLE_EQ(pl.one_set_bytes, 200);
+  EXPECT_NE(pl.offset_a[0], pl.offset_b[0]);
+  // On the dense 70B layer, under the whole-pass and best orders: between one and two sets, and valid.
+  auto d = sch::strand_layer(cfg("llama3-70b", 4096), m::Parallel{2, true});
+  sch::apply_solo_times(d, sch::synthetic_pair_table(d));
+  const auto sv = sch::saved_tensors(cfg("llama3-70b", 4096), m::Parallel{2, true});
+  ASSERT_FALSE(sv.empty());
+  for (const auto& order : {sch::plan_issue_order(d, sch::whole_pass_plan(d)), sch::best_issue_order(d, {}, 32).order,
+                            sch::best_issue_order(d, {}, 32, true).order}) {
+    const auto a = sch::two_strand_placement(d, order, sv);
+    EXPECT_GE(a.pool_bytes, a.one_set_bytes - 1e-6);
+    EXPECT_LE(a.pool_bytes, 2 * a.one_set_bytes + 1e-6);
+    for (size_t i = 0; i < sv.size(); ++i)
+      for (size_t j = 0; j < sv.size(); ++j) {
+        auto overlap = [&](double x, double y) { return x < y + sv[j].bytes && y < x + sv[i].bytes; };
+        if (i != j) {
+          EXPECT_FALSE(overlap(a.offset_a[i], a.offset_a[j])) << sv[i].name << " / " << sv[j].name;
+          EXPECT_FALSE(overlap(a.offset_b[i], a.offset_b[j])) << sv[i].name << " / " << sv[j].name;
+        }
+      }
+  }
+}
+
 TEST(StrandsPlan, SavedTensorsOfTheDenseLayer) {
   const auto c = cfg("llama3-70b", 4096);
   const m::Parallel p{2, true};

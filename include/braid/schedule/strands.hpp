@@ -113,6 +113,22 @@ struct ArenaPeak {
 };
 ArenaPeak two_strand_arena_peak(const Layer& dag, const Plan& plan, const std::vector<SavedTensor>& saved);
 
+/// A static placement of both strands' saved activations in one pool that works for every unit, the two
+/// layers swapping roles: layer a's tensor i and layer b's tensor j may share bytes only when, in the issue
+/// `order`, the backward op that last reads each comes before the forward op that writes the other
+/// (q_j < p_i and q_i < p_j: one stream wait on the reader's event before the writer orders them, with a
+/// and b either way round). Tensors of one layer never share (all are live when its forward ends). First
+/// fit, largest tensors first, a's and b's copy of each tensor in turn. What a shared activation pool with
+/// issue-order event edges would need (not built: docs/dhelix.md).
+struct ArenaPlacement {
+  std::vector<double> offset_a, offset_b;  // bytes, per saved tensor (saved_tensors order)
+  double pool_bytes = 0, one_set_bytes = 0;
+};
+ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                                    const std::vector<SavedTensor>& saved);
+/// The issue order a plan runs in (its steps' list schedules back to back).
+std::vector<std::pair<Pass, int>> plan_issue_order(const Layer& dag, const Plan& plan);
+
 /// The whole-pass list schedule under an activation budget: a forward op that writes saved tensors
 /// starts only when the backward strand's frees (each saved tensor of β at the end of its last reader)
 /// leave room within `budget_bytes` for the two strands' saved sets together (β's whole set at the
