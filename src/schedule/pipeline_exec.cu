@@ -65,15 +65,13 @@ struct PipelineExecutor::Impl {
   struct Channel {
     std::unique_ptr<Team> team;  // its own NCCL communicator
     cudaStream_t stream = nullptr;
+    void* staging = nullptr;     // [M][T*H] on the sending or receiving rank: one buffer per micro-batch
   };
   std::map<std::pair<int, int>, Channel> channels;
   cudaStream_t cs = nullptr, local = nullptr, cross = nullptr;  // compute, and the strand executor's links
   std::unique_ptr<StrandExecutor> strands;                      // for SI blocks
   std::vector<cudaEvent_t> events;
   size_t next_event = 0;
-  // Per (chunk, slot): the event after the block that released it, and sends still reading its buffers.
-  std::map<std::pair<int, int>, cudaEvent_t> released;
-  std::map<std::pair<int, int>, std::vector<cudaEvent_t>> sending;
   void* out_y = nullptr;   // [M][T*H]: the last chunk's outputs (rank holding it)
   void* out_dx = nullptr;  // [M][T*H]: the first chunk's input gradients (rank holding it)
 
@@ -97,39 +95,37 @@ struct PipelineExecutor::Impl {
   void copy(void* dst, const void* src) {
     BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, elems * 2, cudaMemcpyDeviceToDevice, cs));
   }
-  // Receive one activation (or gradient) into `dst`, a buffer of slot (chunk, slot): after the block
-  // that last released that slot, on the channel's stream; the compute stream waits for it.
-  void recv(int boundary, int dir, int from, void* dst, int chunk, int slot) {
+  // Receive micro-batch mb's tensor of a channel into `dst` (a buffer of the task's slot). The receive
+  // lands in the channel's own buffer for mb, so it waits for nothing of this rank (posted as soon as the
+  // channel stream reaches it); the compute stream waits for it, then copies it into the slot. Likewise a
+  // send goes from a copy: a slot is never held by a pending send, so only data dependencies — the
+  // schedule's own — link the ranks (no buffer cycle can deadlock them).
+  void recv(int boundary, int dir, int from, int mb, void* dst) {
     Channel& ch = channels.at({boundary, dir});
-    if (auto it = released.find({chunk, slot}); it != released.end())
-      BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, it->second, 0));
-    BRAID_NCCL_CHECK(ncclRecv(dst, elems, ncclBfloat16, from, ch.team->nccl(), ch.stream));
+    void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
+    BRAID_NCCL_CHECK(ncclRecv(buf, elems, ncclBfloat16, from, ch.team->nccl(), ch.stream));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(cs, record(ch.stream), 0));
+    copy(dst, buf);
   }
-  // Send `src` (a buffer of slot (chunk, slot)) once the compute stream has produced it.
-  void send(int boundary, int dir, int to, const void* src, int chunk, int slot) {
+  void send(int boundary, int dir, int to, int mb, const void* src) {
     Channel& ch = channels.at({boundary, dir});
+    void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
+    copy(buf, src);
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, record(cs), 0));
-    BRAID_NCCL_CHECK(ncclSend(src, elems, ncclBfloat16, to, ch.team->nccl(), ch.stream));
-    sending[{chunk, slot}].push_back(record(ch.stream));
+    BRAID_NCCL_CHECK(ncclSend(buf, elems, ncclBfloat16, to, ch.team->nccl(), ch.stream));
   }
 
   void prepare(const PipeTask& t) {
     const int k = slots.slot.at({t.mb, t.chunk});
     auto& L = chunks[t.chunk][k];
     if (!t.backward) {
-      // The slot's buffers may still be read by sends of its previous micro-batch.
-      if (auto it = sending.find({t.chunk, k}); it != sending.end()) {
-        for (cudaEvent_t e : it->second) BRAID_CUDA_CHECK(cudaStreamWaitEvent(cs, e, 0));
-        it->second.clear();
-      }
       void* x = L.front()->x();
       if (t.chunk == 0)
         m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(x), elems, opt.seed + 1000 + t.mb, -1.f, 1.f, cs);
       else if (local_chunk(t.chunk - 1))
         copy(x, slot_of(t.mb, t.chunk - 1).back()->y());
       else
-        recv(t.chunk - 1, 0, stage_of(t.chunk - 1), x, t.chunk, k);
+        recv(t.chunk - 1, 0, stage_of(t.chunk - 1), t.mb, x);
     } else {
       void* dy = L.back()->dy();
       if (t.chunk == C - 1)
@@ -137,7 +133,7 @@ struct PipelineExecutor::Impl {
       else if (local_chunk(t.chunk + 1))
         copy(dy, slot_of(t.mb, t.chunk + 1).front()->dx());
       else
-        recv(t.chunk, 1, stage_of(t.chunk + 1), dy, t.chunk, k);
+        recv(t.chunk, 1, stage_of(t.chunk + 1), t.mb, dy);
     }
   }
 
@@ -148,12 +144,12 @@ struct PipelineExecutor::Impl {
       if (t.chunk == C - 1)
         copy(static_cast<char*>(out_y) + size_t(t.mb) * elems * 2, L.back()->y());
       else if (!local_chunk(t.chunk + 1))
-        send(t.chunk, 0, stage_of(t.chunk + 1), L.back()->y(), t.chunk, k);
+        send(t.chunk, 0, stage_of(t.chunk + 1), t.mb, L.back()->y());
     } else {
       if (t.chunk == 0)
         copy(static_cast<char*>(out_dx) + size_t(t.mb) * elems * 2, L.front()->dx());
       else if (!local_chunk(t.chunk - 1))
-        send(t.chunk - 1, 1, stage_of(t.chunk - 1), L.front()->dx(), t.chunk, k);
+        send(t.chunk - 1, 1, stage_of(t.chunk - 1), t.mb, L.front()->dx());
     }
   }
 
@@ -215,6 +211,8 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
       Impl::Channel ch;
       ch.team = team.split(0, I.rank);
       BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking));
+      if (I.rank == I.stage_of(b) || I.rank == I.stage_of(b + 1))
+        BRAID_CUDA_CHECK(cudaMalloc(&ch.staging, size_t(I.M) * I.elems * 2));
       I.channels.emplace(std::make_pair(b, dir), std::move(ch));
     }
   }
@@ -260,8 +258,10 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
 PipelineExecutor::~PipelineExecutor() {
   Impl& I = *impl_;
   if (I.cs) cudaStreamSynchronize(I.cs);
-  for (auto& [key, ch] : I.channels)
+  for (auto& [key, ch] : I.channels) {
     if (ch.stream) cudaStreamSynchronize(ch.stream), cudaStreamDestroy(ch.stream);
+    cudaFree(ch.staging);
+  }
   I.strands.reset();
   for (auto e : I.events)
     if (e) cudaEventDestroy(e);
@@ -274,8 +274,6 @@ PipelineExecutor::~PipelineExecutor() {
 void PipelineExecutor::step(cudaStream_t stream) {
   Impl& I = *impl_;
   I.next_event = 0;
-  I.released.clear();
-  I.sending.clear();
   // Fork: the compute stream and every channel start after the caller's prior work.
   cudaEvent_t start = I.event();
   BRAID_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -284,7 +282,7 @@ void PipelineExecutor::step(cudaStream_t stream) {
   for (int c = 0; c < I.C; ++c)
     if (I.local_chunk(c))
       for (auto& layer : I.chunks[c][0]) layer->zero_grads(I.cs);
-  // This stage's slots in order; slots released after the block as plan_slots releases them.
+  // This stage's slots in order.
   for (const PipeSlot& block : I.sched.stage_slots[I.rank]) {
     for (const PipeTask& t : block.tasks) I.prepare(t);
     if (block.tasks.size() == 2) {
@@ -297,17 +295,8 @@ void PipelineExecutor::step(cudaStream_t stream) {
       I.run_alone(block.tasks[0]);
     }
     for (const PipeTask& t : block.tasks) I.finish(t);
-    // The releases of plan_slots, recorded on the compute stream after this block.
-    cudaEvent_t done = nullptr;
-    auto mark = [&](int mb, int chunk) {
-      if (!done) done = I.record(I.cs);
-      I.released[{chunk, I.slots.slot.at({mb, chunk})}] = done;
-    };
-    for (const PipeTask& t : block.tasks) {
-      if (!t.backward) continue;
-      if (I.local_chunk(t.chunk + 1)) mark(t.mb, t.chunk + 1);
-      if (!I.local_chunk(t.chunk - 1)) mark(t.mb, t.chunk);
-    }
+    // Slots are reused in the compute stream's order (plan_slots' releases are host bookkeeping only:
+    // every write into a slot — a copy from a channel buffer included — is on the compute stream).
   }
   // Join: the caller's stream waits for the compute stream and every channel.
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, I.record(I.cs), 0));

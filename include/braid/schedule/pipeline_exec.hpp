@@ -17,9 +17,11 @@
 // Buffers: each chunk keeps plan_slots(s, rank).count[c] activation sets ("slots"); slot 0's layers own
 // the chunk's weights and its accumulating weight gradients, the other slots share both
 // (model::Layer::Share::kAll). Channels: one NCCL communicator and one stream per direction of every
-// chunk boundary that crosses ranks (each is a FIFO in micro-batch order, so sends and receives of
-// different boundaries never wait on each other). Every wait is stream-ordered; nothing synchronises
-// the host inside step().
+// chunk boundary that crosses ranks (each is a FIFO in micro-batch order, check_channel_order, so sends
+// and receives of different boundaries never wait on each other), with one buffer per micro-batch on
+// both ends: a send goes from a copy and a receive lands in the channel's buffer, then is copied into
+// the slot, so no slot waits for a transfer and only the schedule's data dependencies link the ranks.
+// Every wait is stream-ordered; nothing synchronises the host inside step().
 #pragma once
 
 #include <cuda_runtime.h>
