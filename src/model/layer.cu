@@ -3,6 +3,7 @@
 // are checked name by name at construction.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -577,6 +578,65 @@ Layer::Memory Layer::memory() const {
   return Memory{impl_->mem_weights, impl_->mem_grads, impl_->mem_act, impl_->mem_ws};
 }
 bool Layer::shares_weights() const { return impl_->owner != nullptr; }
+
+namespace {
+// The saved tensors of a dense layer: name, member (bf16* or float* through void*), bytes.
+struct SavedField {
+  const char* name;
+  void** ptr;
+  size_t bytes;
+};
+}  // namespace
+
+static std::vector<SavedField> saved_fields(Layer::Impl& m) {
+  const size_t bf = 2, f32 = 4;
+  const bool gathered = m.sp && m.tp > 1;
+  return {{"rstd1", reinterpret_cast<void**>(&m.rstd1), size_t(m.Tl) * f32},
+          {"qkv", reinterpret_cast<void**>(&m.qkv), size_t(m.T * m.nqkv) * bf},
+          {"o", reinterpret_cast<void**>(&m.o), size_t(m.T * m.qd) * bf},
+          {"lse", reinterpret_cast<void**>(&m.lse), size_t(m.B * m.hq * m.S) * f32},
+          {"x1", reinterpret_cast<void**>(&m.x1), size_t(m.Tl * m.H) * bf},
+          {"rstd2", reinterpret_cast<void**>(&m.rstd2), size_t(m.Tl) * f32},
+          {"gu", reinterpret_cast<void**>(&m.gu), size_t(m.T * 2 * m.Fl) * bf},
+          {"act", reinterpret_cast<void**>(&m.act), size_t(m.T * m.Fl) * bf},
+          {gathered ? "h1f" : "h1", reinterpret_cast<void**>(&m.h1f), size_t((m.sp ? m.T : m.Tl) * m.H) * bf},
+          {gathered ? "h2f" : "h2", reinterpret_cast<void**>(&m.h2f), size_t((m.sp ? m.T : m.Tl) * m.H) * bf}};
+}
+
+std::vector<std::pair<std::string, size_t>> Layer::saved_layout() const {
+  if (impl_->moe) return {};
+  std::vector<std::pair<std::string, size_t>> v;
+  for (const auto& f : saved_fields(*impl_)) v.push_back({f.name, f.bytes});
+  return v;
+}
+
+void Layer::place_saved(void* base, const std::vector<std::pair<std::string, size_t>>& offsets) {
+  Impl& m = *impl_;
+  BRAID_REQUIRE(!m.moe, "layer: place_saved is for dense layers");
+  BRAID_REQUIRE(base != nullptr, "layer: place_saved needs memory");
+  auto fields = saved_fields(m);
+  BRAID_REQUIRE(offsets.size() == fields.size(), "layer: place_saved needs every saved tensor once");
+  for (auto& f : fields) {
+    size_t off = 0;
+    int found = 0;
+    for (const auto& [name, o] : offsets)
+      if (name == f.name) off = o, ++found;
+    BRAID_REQUIRE(found == 1, std::string("layer: place_saved: tensor ") + f.name + " given " + std::to_string(found) + " times");
+    BRAID_REQUIRE(off % 256 == 0, std::string("layer: place_saved: offset of ") + f.name + " not 256-byte aligned");
+    void* old = *f.ptr;
+    void* now = static_cast<char*>(base) + off;
+    // Without sp, h1f / h2f are h1 / h2 (one allocation): move both names.
+    if (f.ptr == reinterpret_cast<void**>(&m.h1f) && m.h1 == m.h1f) m.h1 = static_cast<bf16*>(now);
+    if (f.ptr == reinterpret_cast<void**>(&m.h2f) && m.h2 == m.h2f) m.h2 = static_cast<bf16*>(now);
+    *f.ptr = now;
+    auto it = std::find(m.allocations.begin(), m.allocations.end(), old);
+    if (it != m.allocations.end()) {  // (already placed before: nothing of ours to free)
+      BRAID_CUDA_CHECK(cudaFree(old));
+      m.allocations.erase(it);
+      m.mem_act -= std::min(m.mem_act, std::max<size_t>(f.bytes, 1));
+    }
+  }
+}
 
 void Layer::add_grads(const Layer& other, cudaStream_t s) {
   Impl& m = *impl_;

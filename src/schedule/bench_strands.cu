@@ -369,6 +369,42 @@ m::ModelConfig small_of(const m::ModelConfig& big) {
   return c;
 }
 
+// Both strands' saved activations in one pool (two_strand_placement over `order`, each tensor rounded up
+// to 256 bytes), placed into `a` and `b` (which free their own copies), and the memory waits for `a`
+// running the forward. The pool is freed with the holder.
+struct ArenaPool {
+  void* base = nullptr;
+  double bytes = 0, one_set = 0;
+  std::vector<std::vector<int>> waits;
+  ArenaPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const m::ModelConfig& c,
+            const m::Parallel& p, m::Layer& a, m::Layer& b) {
+    auto saved = saved_tensors(c, p);
+    const auto layout = a.saved_layout();
+    BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands arena: dense layers only");
+    for (auto& t : saved) {
+      size_t n = 0;
+      for (const auto& [name, bytes] : layout)
+        if (name == t.name) n = bytes;
+      BRAID_REQUIRE(n > 0, "strands arena: the layer has no saved tensor " + t.name);
+      t.bytes = double((n + 255) / 256 * 256);
+    }
+    const ArenaPlacement pl = two_strand_placement(dag, order, saved);
+    bytes = pl.pool_bytes, one_set = pl.one_set_bytes;
+    BRAID_CUDA_CHECK(cudaMalloc(&base, size_t(bytes)));
+    std::vector<std::pair<std::string, size_t>> oa, ob;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      oa.push_back({saved[i].name, size_t(pl.offset_a[i])});
+      ob.push_back({saved[i].name, size_t(pl.offset_b[i])});
+    }
+    a.place_saved(base, oa);
+    b.place_saved(base, ob);
+    waits = memory_waits(dag, saved, pl, /*a_forward=*/true);
+  }
+  ~ArenaPool() { cudaFree(base); }
+  ArenaPool(const ArenaPool&) = delete;
+  ArenaPool& operator=(const ArenaPool&) = delete;
+};
+
 }  // namespace
 
 int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
@@ -608,6 +644,27 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                       sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
       }
       va.set_accumulate_grads(false);
+      // strands-arena-2link on the small shape: fresh layers with α's weights (seed 5), both strands'
+      // saved activations in one pool, memory waits; accumulating shared gradients as above.
+      for (const auto& [name, pf] : order_plans2) {
+        if (name != "strands-best-order-sinks-2link" || sc.moe()) continue;
+        m::Layer vaa(sc, p, *comm_a);
+        vaa.init_random_weights(5);
+        vaa.set_accumulate_grads(true);
+        m::Layer vbb(vaa, *comm_b, m::Layer::Share::kAll);
+        const Plan vop = order_plan(vdag2, best_issue_order(vdag2, from_plan_file(vdag, plan_file), 128, true).order);
+        ArenaPool vpool(vdag2, plan_issue_order(vdag2, vop), sc, p, vaa, vbb);
+        StrandExecutor vexa(vdag2, vop, st.s);
+        vexa.set_memory_waits(vpool.waits);
+        const double diff = team.allreduce_max(
+            double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true), sc)));
+        ok = ok && diff == 0;
+        if (root)
+          std::printf("# verification (%s): strands-arena-2link (one activation pool, %.2fx one set, memory waits) "
+                      "vs single strand: %.0f values beyond 2^-7 (gradients) or differing (activations) -> %s\n",
+                      sc.name.c_str(), vpool.bytes / vpool.one_set, diff, diff == 0 ? "Passed" : "FAILED");
+      }
+
     }
     if (p.sp && p.tp > 1 && va.local_tokens() % 2 == 0) {  // the intra-batch decomposition baseline
       va.set_decomposition(2), vb.set_decomposition(2);
@@ -749,6 +806,30 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     vs.push_back({"strands-whole-shared-grads", med([&](int) { ex_whole.run(la, lball); }), all_set});
   }
   la.set_accumulate_grads(false);
+  // strands-arena-2link: the two-link order with the weight gradients placed by the search, both strands'
+  // saved activations in one pool with the memory waits, scratch and gradients shared (Share::kAll): a
+  // fresh pair of layers (place_saved frees their own saved copies). Memory: both layers + the pool.
+  for (const auto& [name, pf] : order_plans2) {
+    if (name != "strands-best-order-sinks-2link" || c.moe()) continue;
+    m::Layer aa(c, p, *comm_a);
+    aa.init_random_weights(17);
+    aa.set_accumulate_grads(true);
+    m::Layer bb(aa, *comm_b, m::Layer::Share::kAll);
+    const Plan op = from_plan_file(dag2, pf);
+    ArenaPool pool(dag2, plan_issue_order(dag2, op), c, p, aa, bb);
+    StrandExecutor exa(dag2, op, st.s);
+    exa.set_memory_waits(pool.waits);
+    fill_inputs(aa, 301 + team.rank(), s);
+    fill_inputs(bb, 401 + team.rank(), s);
+    aa.zero_grads(s);
+    bb.forward(s);
+    team.synchronize(s, "strands-arena warm-up");
+    const double arena_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
+    if (root)
+      std::printf("# strands-arena-2link: pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", pool.bytes / 1048576.0,
+                  pool.bytes / pool.one_set, pool.one_set / 1048576.0);
+    vs.push_back({"strands-arena-2link", med([&](int) { exa.run(aa, bb); }), arena_mem});
+  }
   const double mem_peak = used_bytes();
 
   // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.

@@ -51,7 +51,8 @@ StrandExecutor::StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams
     if (!why.empty()) throw UsageError("strands: invalid plan: " + why, __FILE__, __LINE__);
   }
   // Per run: at most one record per operator, three per step barrier, fork and join.
-  const size_t n = dag_.fwd.size() + dag_.bwd.size() + 3 * (plan_.steps.size() + 2) + 8;
+  // (+ one per backward op for memory waits)
+  const size_t n = dag_.fwd.size() + 2 * dag_.bwd.size() + 3 * (plan_.steps.size() + 2) + 8;
   events_.resize(n, nullptr);
   for (auto& e : events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
@@ -59,6 +60,12 @@ StrandExecutor::StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams
 StrandExecutor::~StrandExecutor() {
   for (auto e : events_)
     if (e) cudaEventDestroy(e);
+}
+
+cudaEvent_t StrandExecutor::record_after(cudaStream_t st) {
+  cudaEvent_t e = next_event();
+  BRAID_CUDA_CHECK(cudaEventRecord(e, st));
+  return e;
 }
 
 cudaEvent_t StrandExecutor::next_event() {
@@ -96,6 +103,29 @@ std::vector<std::pair<Pass, int>> StrandExecutor::issue_order(const std::vector<
 
 double StrandExecutor::simulated_us() const { return plan_makespan_us(dag_, plan_); }
 
+void StrandExecutor::set_memory_waits(std::vector<std::vector<int>> waits) {
+  BRAID_REQUIRE(waits.empty() || waits.size() == dag_.fwd.size(), "strands: memory waits need one list per forward op");
+  BRAID_REQUIRE(waits.empty() || !step_barrier_, "strands: memory waits are for the barrier-free executor (one issue)");
+  mem_needed_.assign(dag_.bwd.size(), 0);
+  for (const auto& w : waits)
+    for (int j : w) {
+      BRAID_REQUIRE(j >= 0 && size_t(j) < dag_.bwd.size(), "strands: memory wait on a backward op out of range");
+      mem_needed_[j] = 1;
+    }
+  mem_waits_ = std::move(waits);
+}
+
+void StrandExecutor::memory_wait(int i, cudaStream_t st, const std::vector<cudaEvent_t>& after_bwd) const {
+  if (mem_waits_.empty()) return;
+  for (int j : mem_waits_[i]) {
+    if (!after_bwd[j])
+      throw UsageError("strands: forward op " + dag_.fwd[i].name + " must wait for backward op " + dag_.bwd[j].name +
+                           ", which is issued after it (the pool placement does not fit this issue order)",
+                       __FILE__, __LINE__);
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, after_bwd[j], 0));
+  }
+}
+
 void StrandExecutor::step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd,
                           const std::vector<int>& bseg) {
   BRAID_REQUIRE(fseg.empty() || fwd, "strands: a forward segment needs a forward layer");
@@ -109,6 +139,7 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
   // ordered by the caller: the fork, or a step barrier).
   cudaStream_t last_stream[2] = {nullptr, nullptr};
   cudaEvent_t last_event[2] = {nullptr, nullptr};
+  std::vector<cudaEvent_t> after_bwd(mem_waits_.empty() ? 0 : dag_.bwd.size(), nullptr);
   for (size_t k = 0; k < order.size(); ++k) {
     const auto [pass, i] = order[k];
     const int sidx = pass == Pass::Forward ? 0 : 1;
@@ -117,7 +148,9 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
     if (last_stream[sidx] && last_stream[sidx] != st) {
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, last_event[sidx], 0));
     }
+    if (sidx == 0) memory_wait(i, st, after_bwd);
     layer->run_op(phase_of(pass), size_t(i), st);
+    if (sidx == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(st);
     // Record only when this strand's next op runs on another stream.
     cudaStream_t next_stream = nullptr;
     for (size_t q = k + 1; q < order.size(); ++q)
@@ -153,6 +186,7 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     }
   }
   std::vector<cudaEvent_t> ev(order.size(), nullptr);
+  std::vector<cudaEvent_t> after_bwd(mem_waits_.empty() ? 0 : dag_.bwd.size(), nullptr);
   for (size_t q = 0; q < order.size(); ++q) {
     const auto [pass, i] = order[q];
     const int s = pass == Pass::Forward ? 0 : 1;
@@ -167,7 +201,9 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     }
     for (int j = 0; j < 3; ++j)
       if (latest[j] >= 0) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream[q], ev[latest[j]], 0));
+    if (s == 0) memory_wait(i, stream[q], after_bwd);
     (s == 0 ? fwd : bwd)->run_op(phase_of(pass), size_t(i), stream[q]);
+    if (s == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(stream[q]);
     if (needs_event[q]) {
       ev[q] = next_event();
       BRAID_CUDA_CHECK(cudaEventRecord(ev[q], stream[q]));

@@ -455,6 +455,24 @@ ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pai
   return r;
 }
 
+std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
+                                           const ArenaPlacement& placement, bool a_forward) {
+  const size_t n = saved.size();
+  BRAID_REQUIRE(placement.offset_a.size() == n && placement.offset_b.size() == n, "memory_waits: placement size");
+  const auto& fo = a_forward ? placement.offset_a : placement.offset_b;  // the forward layer's tensors
+  const auto& bo = a_forward ? placement.offset_b : placement.offset_a;
+  std::vector<std::vector<int>> waits(dag.fwd.size());
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      const bool overlap = fo[i] < bo[j] + saved[j].bytes && bo[j] < fo[i] + saved[i].bytes;
+      if (!overlap) continue;
+      auto& w = waits[op_index(dag.fwd, saved[i].producer)];
+      const int r = op_index(dag.bwd, saved[j].last_reader);
+      if (std::find(w.begin(), w.end(), r) == w.end()) w.push_back(r);
+    }
+  return waits;
+}
+
 Layer two_link_layer(Layer dag) {
   for (auto& op : dag.bwd)
     if (op.kind == OpKind::Comm && op.link == LinkClass::Local) op.link = LinkClass::Cross;

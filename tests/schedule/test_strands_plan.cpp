@@ -262,6 +262,15 @@ TEST(StrandsPlan, TwoStrandPlacement) {
   for (const auto& order : {sch::plan_issue_order(d, sch::whole_pass_plan(d)), sch::best_issue_order(d, {}, 32).order,
                             sch::best_issue_order(d, {}, 32, true).order}) {
     const auto a = sch::two_strand_placement(d, order, sv);
+    // The memory waits (either layer forward) point backwards in the order.
+    std::vector<int> fpos(d.fwd.size()), bpos(d.bwd.size());
+    for (size_t k = 0; k < order.size(); ++k) (order[k].first == sch::Pass::Forward ? fpos : bpos)[order[k].second] = int(k);
+    for (const bool a_fwd : {true, false}) {
+      const auto w = sch::memory_waits(d, sv, a, a_fwd);
+      ASSERT_EQ(w.size(), d.fwd.size());
+      for (size_t i = 0; i < w.size(); ++i)
+        for (int j : w[i]) EXPECT_LT(bpos[j], fpos[i]) << d.fwd[i].name << " waits for " << d.bwd[j].name;
+    }
     EXPECT_GE(a.pool_bytes, a.one_set_bytes - 1e-6);
     EXPECT_LE(a.pool_bytes, 2 * a.one_set_bytes + 1e-6);
     for (size_t i = 0; i < sv.size(); ++i)

@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/model/comm.hpp"
@@ -101,6 +102,17 @@ class Layer {
   };
   Memory memory() const;
   bool shares_weights() const;
+
+  // The saved activations — what the backward reads of the forward's results — of a dense layer, named
+  // and sized as schedule::saved_tensors lists them (rstd1, qkv, o, lse, x1, rstd2, gu, act, and h1f/h2f
+  // with sp at tp > 1, else h1/h2). Empty for MoE layers.
+  std::vector<std::pair<std::string, size_t>> saved_layout() const;
+  // Moves them into caller-owned device memory: tensor `name` to base + offset (offsets 256-byte aligned,
+  // every saved_layout() name given once). The layer frees its own copies (memory() stops counting them)
+  // and every later operator uses the new addresses. Contents are not copied. Whoever shares that memory
+  // must order its writes after the layer's last reads (schedule::two_strand_placement and the strand
+  // executor's memory waits do that for two strands).
+  void place_saved(void* base, const std::vector<std::pair<std::string, size_t>>& offsets);
 
   // Device bf16 buffers, [local_tokens(), hidden] row-major.
   void* x() const;

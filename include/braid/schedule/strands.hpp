@@ -167,6 +167,13 @@ Layer two_link_layer(Layer dag);
 /// (src/model/layer.cu). best_issue_order does not support it (throws UsageError).
 Layer dep_ready_layer(Layer dag);
 
+/// The backward operators each forward operator must wait for when both layers' saved activations live in
+/// one pool placed by two_strand_placement: forward op i waits for every backward op that last reads a
+/// tensor of the backward layer overlapping one that op i writes for the forward layer. `a_forward`: layer
+/// a (placement.offset_a) runs the forward. Every wait points backwards in `order` (the placement's rule).
+std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
+                                           const ArenaPlacement& placement, bool a_forward);
+
 /// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
 /// in its pass order): one step per op. How a schedule found outside the DP (budgeted_whole_pass) runs.
 Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order);
@@ -207,6 +214,10 @@ class StrandExecutor {
   std::vector<std::pair<Pass, int>> issue_order(const std::vector<int>& fseg, const std::vector<int>& bseg) const;
   /// plan_makespan_us of the executor's plan (0 without one); with step barriers the real run is longer.
   double simulated_us() const;
+  /// For two strands sharing one activation pool (two_strand_placement, memory_waits): waits[i] lists the
+  /// backward operators whose completion forward operator i waits for (it writes memory they read).
+  /// Each must be issued before i (run() throws UsageError otherwise). Empty (default): no such waits.
+  void set_memory_waits(std::vector<std::vector<int>> waits);
 
   const Plan& plan() const { return plan_; }
   const Layer& dag() const { return dag_; }
@@ -215,6 +226,7 @@ class StrandExecutor {
  private:
   cudaStream_t stream_of(Pass p, int op) const;
   cudaEvent_t next_event();
+  cudaEvent_t record_after(cudaStream_t st);
   void fork();
   void join();
   void step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd, const std::vector<int>& bseg);
@@ -223,6 +235,10 @@ class StrandExecutor {
   // waits instead for its dependencies issued earlier in `order` (the latest one on each other stream).
   void issue(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order);
   void issue_by_deps(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order);
+  // The memory waits of forward op i, issued on stream `st`, given the events recorded after backward ops.
+  void memory_wait(int i, cudaStream_t st, const std::vector<cudaEvent_t>& after_bwd) const;
+  std::vector<std::vector<int>> mem_waits_;
+  std::vector<char> mem_needed_;  // backward op j is waited for by some forward op
 
   Layer dag_;
   Plan plan_;
