@@ -356,7 +356,7 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
   std::vector<SavedTensor> v = {
       {"rstd1", Tl * f32, "f.norm1", "b.norm1_bwd"},
       {"qkv", T * nqkv * bf, "f.qkv_proj", "b.attention_bwd"},
-      {"o", T * qd * bf, "f.attention", "b.attention_bwd"},
+      {"o", T * qd * bf, "f.attention", "b.attention_bwd", {"b.out_proj_wgrad"}},
       {"lse", double(c.micro_batch) * hq * c.seq * f32, "f.attention", "b.attention_bwd"},
       {"x1", Tl * H * bf, "f.residual_norm2", "b.norm2_bwd"},
       {"rstd2", Tl * f32, "f.residual_norm2", "b.norm2_bwd"},
@@ -417,6 +417,7 @@ ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pai
   for (size_t i = 0; i < n; ++i) {
     p[i] = fpos[op_index(dag.fwd, saved[i].producer)];
     q[i] = bpos[op_index(dag.bwd, saved[i].last_reader)];
+    for (const auto& r : saved[i].other_readers) q[i] = std::max(q[i], bpos[op_index(dag.bwd, r)]);
     BRAID_REQUIRE(p[i] >= 0 && q[i] >= 0, "two_strand_placement: the order misses a producer or reader");
     r.one_set_bytes += saved[i].bytes;
   }
@@ -467,8 +468,12 @@ std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<S
       const bool overlap = fo[i] < bo[j] + saved[j].bytes && bo[j] < fo[i] + saved[i].bytes;
       if (!overlap) continue;
       auto& w = waits[op_index(dag.fwd, saved[i].producer)];
-      const int r = op_index(dag.bwd, saved[j].last_reader);
-      if (std::find(w.begin(), w.end(), r) == w.end()) w.push_back(r);
+      std::vector<std::string> readers = saved[j].other_readers;
+      readers.push_back(saved[j].last_reader);
+      for (const auto& name : readers) {  // every reader: whichever an issue order runs last
+        const int r = op_index(dag.bwd, name);
+        if (std::find(w.begin(), w.end(), r) == w.end()) w.push_back(r);
+      }
     }
   return waits;
 }

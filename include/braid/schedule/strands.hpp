@@ -96,7 +96,8 @@ std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan);
 struct SavedTensor {
   std::string name;
   double bytes = 0;
-  std::string producer, last_reader;
+  std::string producer, last_reader;  // last_reader: the last reader in the backward's own (DAG) order
+  std::vector<std::string> other_readers;  // backward ops that also read it (an issue order may run one later)
 };
 /// The saved activations of the dense GPU layer (model::Layer, src/model/layer.cu) per rank, with their
 /// producer and last reader; the layer's interfaces (x, y, dy, dx) are not in it. Empty for MoE layers
