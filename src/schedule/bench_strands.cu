@@ -369,42 +369,6 @@ m::ModelConfig small_of(const m::ModelConfig& big) {
   return c;
 }
 
-// Both strands' saved activations in one pool (two_strand_placement over `order`, each tensor rounded up
-// to 256 bytes), placed into `a` and `b` (which free their own copies), and the memory waits for `a`
-// running the forward. The pool is freed with the holder.
-struct ArenaPool {
-  void* base = nullptr;
-  double bytes = 0, one_set = 0;
-  std::vector<std::vector<int>> waits;
-  ArenaPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const m::ModelConfig& c,
-            const m::Parallel& p, m::Layer& a, m::Layer& b) {
-    auto saved = saved_tensors(c, p);
-    const auto layout = a.saved_layout();
-    BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands arena: dense layers only");
-    for (auto& t : saved) {
-      size_t n = 0;
-      for (const auto& [name, bytes] : layout)
-        if (name == t.name) n = bytes;
-      BRAID_REQUIRE(n > 0, "strands arena: the layer has no saved tensor " + t.name);
-      t.bytes = double((n + 255) / 256 * 256);
-    }
-    const ArenaPlacement pl = two_strand_placement(dag, order, saved);
-    bytes = pl.pool_bytes, one_set = pl.one_set_bytes;
-    BRAID_CUDA_CHECK(cudaMalloc(&base, size_t(bytes)));
-    std::vector<std::pair<std::string, size_t>> oa, ob;
-    for (size_t i = 0; i < saved.size(); ++i) {
-      oa.push_back({saved[i].name, size_t(pl.offset_a[i])});
-      ob.push_back({saved[i].name, size_t(pl.offset_b[i])});
-    }
-    a.place_saved(base, oa);
-    b.place_saved(base, ob);
-    waits = memory_waits(dag, saved, pl, /*a_forward=*/true);
-  }
-  ~ArenaPool() { cudaFree(base); }
-  ArenaPool(const ArenaPool&) = delete;
-  ArenaPool& operator=(const ArenaPool&) = delete;
-};
-
 }  // namespace
 
 int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
@@ -581,22 +545,17 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     "strand: %.0f differing values -> %s\n",
                     sc.name.c_str(), two ? "-2link" : "", diff, diff == 0 ? "Passed" : "FAILED");
     }
-    for (const auto& [name, pf] : order_plans2) {  // the two-link issue orders timed below
-      StrandExecutor vexo(vdag2, from_plan_file(vdag2, pf), st.s);
-      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
-      ok = ok && diff == 0;
-      if (root)
-        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
-                    name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
-    }
-    for (const auto& [name, pf] : order_plans) {  // the budgeted issue orders timed below
-      StrandExecutor vexo(vdag, from_plan_file(vdag, pf), st.s);
-      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
-      ok = ok && diff == 0;
-      if (root)
-        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
-                    name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
-    }
+    // The issue orders timed below (two-link ones on vdag2, the others on vdag).
+    for (const bool two : {true, false})
+      for (const auto& [name, pf] : two ? order_plans2 : order_plans) {
+        const Layer& vd = two ? vdag2 : vdag;
+        StrandExecutor vexo(vd, from_plan_file(vd, pf), st.s);
+        const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
+        ok = ok && diff == 0;
+        if (root)
+          std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
+                      name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+      }
     {  // the whole-pass plan timed below as strands-whole
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexw, st, 1), sc)));
       ok = ok && diff == 0;
@@ -653,7 +612,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         vaa.set_accumulate_grads(true);
         m::Layer vbb(vaa, *comm_b, m::Layer::Share::kAll);
         const Plan vop = order_plan(vdag2, best_issue_order(vdag2, from_plan_file(vdag, plan_file), 128, true).order);
-        ArenaPool vpool(vdag2, plan_issue_order(vdag2, vop), sc, p, vaa, vbb);
+        SharedActivationPool vpool(vdag2, plan_issue_order(vdag2, vop), sc, p, vaa, vbb);
         StrandExecutor vexa(vdag2, vop, st.s);
         vexa.set_memory_waits(vpool.waits);
         const double diff = team.allreduce_max(
@@ -816,7 +775,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     aa.set_accumulate_grads(true);
     m::Layer bb(aa, *comm_b, m::Layer::Share::kAll);
     const Plan op = from_plan_file(dag2, pf);
-    ArenaPool pool(dag2, plan_issue_order(dag2, op), c, p, aa, bb);
+    SharedActivationPool pool(dag2, plan_issue_order(dag2, op), c, p, aa, bb);
     StrandExecutor exa(dag2, op, st.s);
     exa.set_memory_waits(pool.waits);
     fill_inputs(aa, 301 + team.rank(), s);

@@ -303,22 +303,23 @@ void PipelineExecutor::step(cudaStream_t stream) {
   for (auto& [key, ch] : I.channels) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, I.record(ch.stream), 0));
 }
 
-std::vector<double> PipelineExecutor::output_hashes() const {
-  const Impl& I = *impl_;
+namespace {
+// Per micro-batch hashes of a [M][T*H] buffer (zeros where this rank has no such buffer).
+std::vector<double> per_microbatch_hashes(const void* buf, int M, size_t elems) {
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> h(I.M, 0.0);
-  if (I.out_y)
-    for (int mb = 0; mb < I.M; ++mb) h[mb] = hash_device_bf16(static_cast<char*>(I.out_y) + size_t(mb) * I.elems * 2, I.elems);
+  std::vector<double> h(M, 0.0);
+  if (buf)
+    for (int mb = 0; mb < M; ++mb) h[mb] = hash_device_bf16(static_cast<const char*>(buf) + size_t(mb) * elems * 2, elems);
   return h;
+}
+}  // namespace
+
+std::vector<double> PipelineExecutor::output_hashes() const {
+  return per_microbatch_hashes(impl_->out_y, impl_->M, impl_->elems);
 }
 
 std::vector<double> PipelineExecutor::input_grad_hashes() const {
-  const Impl& I = *impl_;
-  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> h(I.M, 0.0);
-  if (I.out_dx)
-    for (int mb = 0; mb < I.M; ++mb) h[mb] = hash_device_bf16(static_cast<char*>(I.out_dx) + size_t(mb) * I.elems * 2, I.elems);
-  return h;
+  return per_microbatch_hashes(impl_->out_dx, impl_->M, impl_->elems);
 }
 
 std::vector<double> PipelineExecutor::grad_hashes() const {

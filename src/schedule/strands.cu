@@ -276,4 +276,32 @@ void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream)
   }
 }
 
+SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                                           const model::ModelConfig& c, const model::Parallel& p, model::Layer& a,
+                                           model::Layer& b) {
+  auto saved = saved_tensors(c, p);
+  const auto layout = a.saved_layout();
+  BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands: a shared activation pool needs dense layers");
+  for (auto& t : saved) {
+    size_t n = 0;
+    for (const auto& [name, sz] : layout)
+      if (name == t.name) n = sz;
+    BRAID_REQUIRE(n > 0, "strands: the layer has no saved tensor " + t.name);
+    t.bytes = double((n + 255) / 256 * 256);
+  }
+  const ArenaPlacement pl = two_strand_placement(dag, order, saved);
+  bytes = pl.pool_bytes, one_set = pl.one_set_bytes;
+  BRAID_CUDA_CHECK(cudaMalloc(&base, size_t(bytes)));
+  std::vector<std::pair<std::string, size_t>> oa, ob;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    oa.push_back({saved[i].name, size_t(pl.offset_a[i])});
+    ob.push_back({saved[i].name, size_t(pl.offset_b[i])});
+  }
+  a.place_saved(base, oa);
+  b.place_saved(base, ob);
+  waits = memory_waits(dag, saved, pl, /*a_forward=*/true);
+}
+
+SharedActivationPool::~SharedActivationPool() { cudaFree(base); }
+
 }  // namespace braid::schedule

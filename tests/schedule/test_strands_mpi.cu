@@ -305,31 +305,15 @@ void strands_equal_single(bool moe) {
     aa.load_weights(m::init_weights(c, 51));
     aa.set_accumulate_grads(true);
     m::Layer bb(aa, *Env::comm_b_, m::Layer::Share::kAll);
-    auto saved = sch::saved_tensors(c, par);
-    const auto layout = aa.saved_layout();
-    ASSERT_EQ(layout.size(), saved.size());
-    for (auto& t : saved)
-      for (const auto& [name, bytes] : layout)
-        if (name == t.name) t.bytes = double((bytes + 255) / 256 * 256);
-    const sch::ArenaPlacement pl = sch::two_strand_placement(dag2, order, saved);
-    void* pool = nullptr;
-    ASSERT_EQ(cudaMalloc(&pool, size_t(pl.pool_bytes)), cudaSuccess);
-    std::vector<std::pair<std::string, size_t>> oa, ob;
-    for (size_t i = 0; i < saved.size(); ++i) {
-      oa.push_back({saved[i].name, size_t(pl.offset_a[i])});
-      ob.push_back({saved[i].name, size_t(pl.offset_b[i])});
-    }
     const size_t act_before = aa.memory().activations;
-    aa.place_saved(pool, oa);
-    bb.place_saved(pool, ob);
+    sch::SharedActivationPool pool(dag2, order, c, par, aa, bb);
     EXPECT_LT(aa.memory().activations, act_before);
-    EXPECT_LT(pl.pool_bytes, 2 * pl.one_set_bytes);
+    EXPECT_LT(pool.bytes, 2 * pool.one_set);
     sch::StrandExecutor exa(dag2, sch::order_plan(dag2, order), st.s);
-    exa.set_memory_waits(sch::memory_waits(dag2, saved, pl, true));
+    exa.set_memory_waits(pool.waits);
     expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c, "dense one activation pool");
     expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c, "dense one activation pool again");
     Env::world_->synchronize(st.s.compute, "pool");
-    cudaFree(pool);
   }
 }
 

@@ -80,14 +80,18 @@ TEST(StrandsPlan, SearchedPlansAreValidAndRoundTrip) {
   }
 }
 
+// The TP=2 layer DAG of `name` (seq 4096) with synthetic pair-table times, and the plan searched over it.
+std::pair<sch::Layer, sch::Plan> timed_dag_and_plan(const std::string& name) {
+  auto dag = sch::strand_layer(cfg(name, 4096), m::Parallel{2, true});
+  const auto table = sch::synthetic_pair_table(dag);
+  sch::apply_solo_times(dag, table);
+  sch::PairCost cost(dag, table);
+  return {dag, sch::search_plan(cost)};
+}
+
 TEST(StrandsPlan, WholePassPlanIsTheExecutorsListSchedule) {
   for (const std::string name : {"llama3-70b", "mixtral-8x7b"}) {
-    const m::Parallel p{2, true};
-    auto dag = sch::strand_layer(cfg(name, 4096), p);
-    const auto table = sch::synthetic_pair_table(dag);
-    sch::apply_solo_times(dag, table);
-    sch::PairCost cost(dag, table);
-    const auto searched = sch::search_plan(cost);
+    const auto [dag, searched] = timed_dag_and_plan(name);
     const auto whole = sch::whole_pass_plan(dag, searched);
     // (validate_plan rejects it: its one step "pairs" collectives on the same link. The DP's rule is about
     // co-running; the list schedule puts both strands' collectives of a link on that link's one stream,
@@ -170,12 +174,7 @@ TEST(StrandsPlan, BestIssueOrderMovesWeightGradients) {
 // greedy whole-pass schedule, and what order_plan runs is what the search predicted.
 TEST(StrandsPlan, BestIssueOrderOnTheLayers) {
   for (const std::string name : {"llama3-70b", "mixtral-8x7b"}) {
-    const m::Parallel p{2, true};
-    auto dag = sch::strand_layer(cfg(name, 4096), p);
-    const auto table = sch::synthetic_pair_table(dag);
-    sch::apply_solo_times(dag, table);
-    sch::PairCost cost(dag, table);
-    const auto searched = sch::search_plan(cost);
+    const auto [dag, searched] = timed_dag_and_plan(name);
     for (const auto& d : {dag, sch::two_link_layer(dag)}) {
       const auto whole = sch::whole_pass_plan(d, searched);
       const auto best = sch::best_issue_order(d, searched, 64);

@@ -175,6 +175,21 @@ Layer dep_ready_layer(Layer dag);
 std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
                                            const ArenaPlacement& placement, bool a_forward);
 
+/// Both strands' saved activations in one device pool: two_strand_placement over `order` (each tensor
+/// rounded up to 256 bytes, sizes from a.saved_layout()), placed into `a` and `b` with
+/// model::Layer::place_saved (they free their own copies), and the memory waits for `a` running the
+/// forward (StrandExecutor::set_memory_waits). Dense layers of configuration (c, p). Freed with the holder.
+struct SharedActivationPool {
+  void* base = nullptr;
+  double bytes = 0, one_set = 0;
+  std::vector<std::vector<int>> waits;
+  SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const model::ModelConfig& c,
+                       const model::Parallel& p, model::Layer& a, model::Layer& b);
+  ~SharedActivationPool();
+  SharedActivationPool(const SharedActivationPool&) = delete;
+  SharedActivationPool& operator=(const SharedActivationPool&) = delete;
+};
+
 /// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
 /// in its pass order): one step per op. How a schedule found outside the DP (budgeted_whole_pass) runs.
 Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order);
