@@ -244,15 +244,15 @@ void Layer::Impl::setup() {
 
   // activations: "f" buffers hold all T rows (aliases of the local ones without sp). one_phase(): buffers
   // only the forward (and not read by the backward) or only the backward touches — shared with the owner
-  // under Share::kWeightsAndScratch. An alias takes whatever its target is; h1, a and mo are transient
-  // only with sp (without it they alias h1f, attn_part and mlp_part), dyf and dh2p are scratch only with sp.
+  // under Share::kWeightsAndScratch. An alias takes whatever its target is; h1, a and mo (and h2 of a
+  // dense layer) are transient only with sp (without it they alias h1f, attn_part and mlp_part), dyf and dh2p are scratch only with sp.
   x = alloc<bf16>(Tl * H), y = alloc<bf16>(Tl * H), x1 = alloc<bf16>(Tl * H);
   h1 = sp ? one_phase(&Impl::h1, Tl * H) : alloc<bf16>(Tl * H), h1f = sp ? alloc<bf16>(T * H) : h1;
   qkv = alloc<bf16>(T * nqkv), o = alloc<bf16>(T * qd);
   lse = alloc<float>(B * hq * S), delta = one_phase(&Impl::delta, B * hq * S);
   attn_part = one_phase(&Impl::attn_part, T * H), a = sp ? one_phase(&Impl::a, Tl * H) : attn_part;
   rstd1 = alloc<float>(Tl), rstd2 = alloc<float>(Tl);
-  h2 = alloc<bf16>(Tl * H);
+  h2 = sp && !moe ? one_phase(&Impl::h2, Tl * H) : alloc<bf16>(Tl * H);  // MoE: router_bwd reads h2
   dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H), dx1 = one_phase(&Impl::dx1, Tl * H);
   dh2 = one_phase(&Impl::dh2, Tl * H);
   dx1f = sp ? one_phase(&Impl::dx1f, T * H) : dx1;
@@ -689,6 +689,18 @@ void Layer::zero_grads(cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaMemsetAsync(m.dw13, 0, size_t(ne * m.H * 2 * m.Fl) * 2, s));
   BRAID_CUDA_CHECK(cudaMemsetAsync(m.dw2, 0, size_t(ne * m.Fl * m.H) * 2, s));
   BRAID_CUDA_CHECK(cudaMemsetAsync(m.rep, 0, size_t(m.rep_elems) * 4, s));
+}
+
+void Layer::share_cublas_workspace(const Layer& other) {
+  Impl& m = *impl_;
+  const Impl& o = *other.impl_;
+  BRAID_REQUIRE(&o != &m && o.blas_ws != nullptr && o.mem_ws > 0,
+                "layer: share_cublas_workspace needs another layer that owns its workspace");
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // work queued with the old workspace finishes first
+  BRAID_CUBLAS_CHECK(cublasSetWorkspace(m.blas, o.blas_ws, o.mem_ws));
+  if (m.blas_ws) BRAID_CUDA_CHECK(cudaFree(m.blas_ws));
+  m.blas_ws = nullptr;  // not ours: the destructor frees nothing
+  m.mem_ws = 0;
 }
 
 Layer::~Layer() {

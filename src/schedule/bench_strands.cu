@@ -545,17 +545,21 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     "strand: %.0f differing values -> %s\n",
                     sc.name.c_str(), two ? "-2link" : "", diff, diff == 0 ? "Passed" : "FAILED");
     }
-    // The issue orders timed below (two-link ones on vdag2, the others on vdag).
+    // The issue orders timed below (two-link ones on vdag2, the others on vdag), and the sink-placing
+    // two-link order with dependency-ready operators (strands-best-order-sinks-2link-dag).
     for (const bool two : {true, false})
-      for (const auto& [name, pf] : two ? order_plans2 : order_plans) {
-        const Layer& vd = two ? vdag2 : vdag;
-        StrandExecutor vexo(vd, from_plan_file(vd, pf), st.s);
-        const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
-        ok = ok && diff == 0;
-        if (root)
-          std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
-                      name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
-      }
+      for (const auto& [name, pf] : two ? order_plans2 : order_plans)
+        for (const bool dep : {false, true}) {
+          if (dep && name != "strands-best-order-sinks-2link") continue;
+          const Layer vd = dep ? dep_ready_layer(vdag2) : two ? vdag2 : vdag;
+          StrandExecutor vexo(vd, from_plan_file(vd, pf), st.s);
+          const double diff =
+              team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
+          ok = ok && diff == 0;
+          if (root)
+            std::printf("# verification (%s): %s%s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
+                        name.c_str(), dep ? "-dag" : "", diff, diff == 0 ? "Passed" : "FAILED");
+        }
     {  // the whole-pass plan timed below as strands-whole
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexw, st, 1), sc)));
       ok = ok && diff == 0;
@@ -611,17 +615,22 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         vaa.init_random_weights(5);
         vaa.set_accumulate_grads(true);
         m::Layer vbb(vaa, *comm_b, m::Layer::Share::kAll);
+        vbb.share_cublas_workspace(vaa);  // the executor runs both layers' GEMMs on one stream
         const Plan vop = order_plan(vdag2, best_issue_order(vdag2, from_plan_file(vdag, plan_file), 128, true).order);
         SharedActivationPool vpool(vdag2, plan_issue_order(vdag2, vop), sc, p, vaa, vbb);
-        StrandExecutor vexa(vdag2, vop, st.s);
-        vexa.set_memory_waits(vpool.waits);
-        const double diff = team.allreduce_max(
-            double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true), sc)));
-        ok = ok && diff == 0;
-        if (root)
-          std::printf("# verification (%s): strands-arena-2link (one activation pool, %.2fx one set, memory waits) "
-                      "vs single strand: %.0f values beyond 2^-7 (gradients) or differing (activations) -> %s\n",
-                      sc.name.c_str(), vpool.bytes / vpool.one_set, diff, diff == 0 ? "Passed" : "FAILED");
+        for (const bool dep : {false, true}) {  // strands-arena-2link and -2link-dag
+          StrandExecutor vexa(dep ? dep_ready_layer(vdag2) : vdag2, vop, st.s);
+          vexa.set_memory_waits(vpool.waits);
+          const double diff = team.allreduce_max(
+              double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true), sc)));
+          ok = ok && diff == 0;
+          if (root)
+            std::printf("# verification (%s): strands-arena-2link%s (one activation pool, %.2fx one set, memory "
+                        "waits) vs single strand: %.0f values beyond 2^-7 (gradients) or differing (activations) -> "
+                        "%s\n",
+                        sc.name.c_str(), dep ? "-dag" : "", vpool.bytes / vpool.one_set, diff,
+                        diff == 0 ? "Passed" : "FAILED");
+        }
       }
 
     }
@@ -704,6 +713,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       StrandExecutor* e = order_ex.back().get();
       add(name, [&, e](int) { e->run(la, lb); }, two_sets);
     }
+    for (const auto& [name, pf] : order_plans2)  // the same order, operators waiting for dependencies only
+      if (name == "strands-best-order-sinks-2link") {
+        order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, pf), st.s));
+        StrandExecutor* e = order_ex.back().get();
+        add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
+      }
     for (const auto& [name, pf] : order_plans) {
       order_ex.push_back(std::make_unique<StrandExecutor>(dag, from_plan_file(dag, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
@@ -774,10 +789,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     aa.init_random_weights(17);
     aa.set_accumulate_grads(true);
     m::Layer bb(aa, *comm_b, m::Layer::Share::kAll);
+    bb.share_cublas_workspace(aa);  // the executor runs both layers' GEMMs on one stream
     const Plan op = from_plan_file(dag2, pf);
     SharedActivationPool pool(dag2, plan_issue_order(dag2, op), c, p, aa, bb);
-    StrandExecutor exa(dag2, op, st.s);
+    StrandExecutor exa(dag2, op, st.s), exad(dag_dep2, op, st.s);
     exa.set_memory_waits(pool.waits);
+    exad.set_memory_waits(pool.waits);
     fill_inputs(aa, 301 + team.rank(), s);
     fill_inputs(bb, 401 + team.rank(), s);
     aa.zero_grads(s);
@@ -788,6 +805,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       std::printf("# strands-arena-2link: pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", pool.bytes / 1048576.0,
                   pool.bytes / pool.one_set, pool.one_set / 1048576.0);
     vs.push_back({"strands-arena-2link", med([&](int) { exa.run(aa, bb); }), arena_mem});
+    vs.push_back({"strands-arena-2link-dag", med([&](int) { exad.run(aa, bb); }), arena_mem});
   }
   const double mem_peak = used_bytes();
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -422,37 +423,81 @@ ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pai
     r.one_set_bytes += saved[i].bytes;
   }
   auto share = [&](size_t i, size_t j) { return q[j] < p[i] && q[i] < p[j]; };  // a's i with b's j
-  r.offset_a.assign(n, -1), r.offset_b.assign(n, -1);
+  // Items 0..n-1 are a's tensors, n..2n-1 b's. Two items conflict (may not overlap) when they belong to one
+  // layer or when the cross pair may not share.
+  auto conflict = [&](size_t u, size_t v) {
+    const bool ua = u < n, va = v < n;
+    if (ua == va) return true;
+    return ua ? !share(u, v - n) : !share(v, u - n);
+  };
+  auto bytes_of = [&](size_t u) { return saved[u % n].bytes; };
+  // First fit in a given insertion order: each item at the lowest offset clear of every placed item it
+  // conflicts with.
+  auto first_fit = [&](const std::vector<size_t>& ins, std::vector<double>& off) {
+    off.assign(2 * n, -1);
+    double top = 0;
+    std::vector<std::pair<double, double>> busy;
+    for (size_t u : ins) {
+      busy.clear();
+      for (size_t v = 0; v < 2 * n; ++v)
+        if (off[v] >= 0 && conflict(u, v)) busy.push_back({off[v], off[v] + bytes_of(v)});
+      std::sort(busy.begin(), busy.end());
+      double at = 0;
+      for (const auto& [lo, hi] : busy) {
+        if (lo - at >= bytes_of(u)) break;
+        at = std::max(at, hi);
+      }
+      off[u] = at;
+      top = std::max(top, at + bytes_of(u));
+    }
+    return top;
+  };
+  // Insertion orders tried: largest first with a's and b's copy of each tensor in turn (the original rule),
+  // a's whole set then b's, then seeded random permutations; the smallest pool wins (first fit is not
+  // optimal for any one order, and the instance is small: 2n items).
   std::vector<size_t> by_size(n);
   for (size_t i = 0; i < n; ++i) by_size[i] = i;
   std::stable_sort(by_size.begin(), by_size.end(), [&](size_t x, size_t y) { return saved[x].bytes > saved[y].bytes; });
-  // Lowest offset at which `bytes` fits beside every placed interval it may not share.
-  auto first_fit = [](std::vector<std::pair<double, double>> busy, double bytes) {
-    std::sort(busy.begin(), busy.end());
-    double at = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (lo - at >= bytes) break;
-      at = std::max(at, hi);
-    }
-    return at;
+  std::vector<std::vector<size_t>> orders(2);
+  for (size_t i : by_size) orders[0].push_back(i), orders[0].push_back(i + n);
+  for (size_t i : by_size) orders[1].push_back(i);
+  for (size_t i : by_size) orders[1].push_back(i + n);
+  std::vector<size_t> perm = orders[0];
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  auto next = [&]() {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
   };
-  for (size_t i : by_size)
-    for (int layer = 0; layer < 2; ++layer) {
-      std::vector<std::pair<double, double>> busy;
-      for (size_t j = 0; j < n; ++j) {
-        const double oa = r.offset_a[j], ob = r.offset_b[j];
-        if (layer == 0) {
-          if (oa >= 0) busy.push_back({oa, oa + saved[j].bytes});                     // same layer
-          if (ob >= 0 && !share(i, j)) busy.push_back({ob, ob + saved[j].bytes});     // b's j vs a's i
-        } else {
-          if (ob >= 0) busy.push_back({ob, ob + saved[j].bytes});
-          if (oa >= 0 && !share(j, i)) busy.push_back({oa, oa + saved[j].bytes});     // a's j vs b's i
-        }
-      }
-      const double at = first_fit(busy, saved[i].bytes);
-      (layer == 0 ? r.offset_a : r.offset_b)[i] = at;
-      r.pool_bytes = std::max(r.pool_bytes, at + saved[i].bytes);
+  std::vector<double> off, best_off;
+  double best = -1;
+  const int kRandom = 4000;
+  for (int t = 0; t < 2 + kRandom; ++t) {
+    if (t >= 2) {
+      for (size_t k = perm.size(); k > 1; --k) std::swap(perm[k - 1], perm[next() % k]);
     }
+    const double top = first_fit(t < 2 ? orders[t] : perm, off);
+    if (best < 0 || top < best - 1e-9) best = top, best_off = off;
+  }
+  r.offset_a.assign(best_off.begin(), best_off.begin() + n);
+  r.offset_b.assign(best_off.begin() + n, best_off.end());
+  r.pool_bytes = best;
+  // Lower bound for this order: the heaviest set of pairwise-conflicting items (all of them need disjoint
+  // bytes). Exhaustive over the 2n items (n = 10 for the dense layer).
+  std::vector<size_t> cand(2 * n);
+  for (size_t u = 0; u < 2 * n; ++u) cand[u] = u;
+  std::function<void(std::vector<size_t>, double)> grow = [&](std::vector<size_t> c, double w) {
+    r.lower_bound_bytes = std::max(r.lower_bound_bytes, w);
+    double rest = 0;
+    for (size_t u : c) rest += bytes_of(u);
+    if (w + rest <= r.lower_bound_bytes) return;
+    for (size_t k = 0; k < c.size(); ++k) {
+      std::vector<size_t> nc;
+      for (size_t m = k + 1; m < c.size(); ++m)
+        if (conflict(c[k], c[m])) nc.push_back(c[m]);
+      grow(nc, w + bytes_of(c[k]));
+    }
+  };
+  grow(cand, 0);
   return r;
 }
 

@@ -305,6 +305,8 @@ void strands_equal_single(bool moe) {
     aa.load_weights(m::init_weights(c, 51));
     aa.set_accumulate_grads(true);
     m::Layer bb(aa, *Env::comm_b_, m::Layer::Share::kAll);
+    bb.share_cublas_workspace(aa);  // both layers' GEMMs on the executor's one compute stream
+    EXPECT_EQ(bb.memory().workspace, 0u);
     const size_t act_before = aa.memory().activations;
     sch::SharedActivationPool pool(dag2, order, c, par, aa, bb);
     EXPECT_LT(aa.memory().activations, act_before);

@@ -46,8 +46,9 @@ class Layer {
     kWeights,            // the constructor above: own activations, scratch and weight gradients
     kWeightsAndScratch,  // also the buffers only one phase touches: the backward's scratch (dyf, dact, dgu,
                          // dh2p/dh2, dx1/dx1f, dO, dqkv, delta, dh1p/dh1 and the MoE backward buffers) and
-                         // the forward's transients, which the backward never reads (h1 and a/mo with SP,
-                         // attn_part, mlp_part, the MoE router logits, send/recv and expert outputs).
+                         // the forward's transients, which the backward never reads (h1, a/mo and a dense
+                         // layer's h2 with SP, attn_part, mlp_part, the MoE router logits, send/recv and expert
+                         // outputs).
                          // Saved activations, x/y/dy/dx and weight gradients stay per layer.
     kAll,                // also the weight gradients, which then accumulate: the owner must have called
                          // set_accumulate_grads(true) first; this layer accumulates too. Each backward adds
@@ -91,6 +92,12 @@ class Layer {
   // elementwise sums for the sharded gradients, fp32 for the replicated ones (norms, router). Summing
   // strand gradients always in the order (α += β) makes the result independent of how they overlapped.
   void add_grads(const Layer& other, cudaStream_t stream);
+
+  // Use `other`'s cuBLAS workspace (32 MiB) instead of this layer's own, which is freed. Only for layers
+  // whose GEMMs never run at the same time — stream-ordered on one compute stream, as the strand executor
+  // and the pipeline executor issue them (not round-robin on two streams). `other` must outlive this layer
+  // and keep its workspace. Synchronizes the device.
+  void share_cublas_workspace(const Layer& other);
 
   // Device memory this layer allocated itself (cudaMalloc'd bytes; pinned host buffers excluded).
   struct Memory {
