@@ -162,6 +162,9 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_QUANT_BLOCKS")) cfg_.quant_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_TWOSHOT_UNROLL")) cfg_.twoshot_unroll = std::atoi(e);
+  BRAID_REQUIRE(cfg_.twoshot_unroll == 1 || cfg_.twoshot_unroll == 2 || cfg_.twoshot_unroll == 4,
+                "AllReducer: twoshot_unroll (BRAID_AR_TWOSHOT_UNROLL) must be 1, 2 or 4");
   if (const char* e = std::getenv("BRAID_AR_PIPE_BLOCKS")) cfg_.quant_pipe_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_PIPE_MIN_ROUNDS")) cfg_.quant_pipe_min_rounds = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_QUANT_IMPL")) {
@@ -195,7 +198,12 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::oneshot_kernel<0>, cfg_.threads, 0));
     cfg_.oneshot_blocks = std::min(cfg_.oneshot_blocks, per_sm * sms);
-    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::twoshot_kernel<0>, cfg_.threads, 0));
+    {
+      const void* k2 = cfg_.twoshot_unroll == 4   ? reinterpret_cast<const void*>(ar::twoshot_kernel<0, 4>)
+                       : cfg_.twoshot_unroll == 2 ? reinterpret_cast<const void*>(ar::twoshot_kernel<0, 2>)
+                                                  : reinterpret_cast<const void*>(ar::twoshot_kernel<0, 1>);
+      BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k2, cfg_.threads, 0));
+    }
     cfg_.twoshot_blocks = std::min(cfg_.twoshot_blocks, per_sm * sms);
     int q = per_sm;
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::quant_allreduce_kernel<0, 4, 4, 32>,
@@ -349,9 +357,18 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
     const int blocks = grid_for(stride / ar::kVec, cfg_.twoshot_min_vecs, cfg_.twoshot_blocks);
-    BRAID_DISPATCH_DT(dtype, DT,
-                      (ar::twoshot_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
-                          x, y, n, stride, W, team_.rank(), ws, team_.signals(), slot_twoshot_, seq_ + 2)));
+    const int U = cfg_.twoshot_unroll;
+    BRAID_DISPATCH_DT(dtype, DT, {
+      if (U == 4)
+        ar::twoshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),
+                                                                  slot_twoshot_, seq_ + 2);
+      else if (U == 2)
+        ar::twoshot_kernel<DT, 2><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),
+                                                                  slot_twoshot_, seq_ + 2);
+      else
+        ar::twoshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),
+                                                                  slot_twoshot_, seq_ + 2);
+    });
     BRAID_CHECK_LAUNCH();
   }
 }

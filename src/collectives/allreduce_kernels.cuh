@@ -489,7 +489,32 @@ __global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uin
 
 // Two-shot: push chunk r's slice to peer r's RS slot [me]; flag; reduce my chunk slice, write it to my
 // output and to every peer's AG slot [me]; flag; copy the other chunks' slices from my AG slots.
-template <int DT>
+// U: vectors (16 bytes) per thread per loop iteration; a thread issues all U loads before any store or
+// sum, so each keeps U loads in flight (U = 1: one load, then its store, as before). The arithmetic and
+// the order of every sum are the same for any U: the output is bit-identical.
+template <int U>
+__device__ __forceinline__ void copy_vecs(uint4* dst, const uint16_t* src, uint64_t c0, uint64_t n, uint64_t v0,
+                                          uint64_t v1) {
+  // dst[v] = src[c0 + 8v .. c0 + 8v + 8) for v in [v0, v1), elements at or past n excluded.
+  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
+    uint4 d[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+      if (v < v1 && e + kVec <= n) d[u] = *reinterpret_cast<const uint4*>(src + e);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+      if (v >= v1 || e >= n) continue;
+      if (e + kVec <= n) dst[v] = d[u];
+      else
+        for (uint64_t k = e; k < n; ++k) reinterpret_cast<uint16_t*>(dst)[k - c0] = src[k];
+    }
+  }
+}
+
+template <int DT, int U>
 __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, uint64_t stride,
                                                        int world, int rank, const __grid_constant__ ExactWorkspace ws,
                                                        const __grid_constant__ SignalView sig, int slot0, uint32_t* seq) {
@@ -505,44 +530,70 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
   block_vec_range(stride / kVec, v0, v1);
   for (int i = 1; i < world; ++i) {
     const int r = (rank + i) % world;
-    const uint64_t c0 = stride * r;
-    uint16_t* dst = rs(r, rank);
-    for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-      const uint64_t e = c0 + v * kVec;
-      if (e >= n) break;
-      if (e + kVec <= n) reinterpret_cast<uint4*>(dst)[v] = *reinterpret_cast<const uint4*>(in + e);
-      else for (uint64_t k = e; k < n; ++k) dst[k - c0] = in[k];
-    }
+    copy_vecs<U>(reinterpret_cast<uint4*>(rs(r, rank)), in, stride * r, n, v0, v1);
   }
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceTwoShot))) return;
   {
     const uint64_t c0 = stride * rank;
-    for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-      const uint64_t e = c0 + v * kVec;
-      if (e >= n) break;
-      const int valid = static_cast<int>(valid_count(n - e));
-      float acc[kVec];
+    for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
+      float acc[U][kVec];
+      int valid[U];
 #pragma unroll
-      for (int j = 0; j < kVec; ++j) acc[j] = 0.f;
-      for (int s = 0; s < world; ++s) add8<DT>(acc, s == rank ? in + e : rs(rank, s) + v * kVec, valid);
+      for (int u = 0; u < U; ++u) {
+        const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+        valid[u] = v < v1 && e < n ? static_cast<int>(valid_count(n - e)) : 0;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
+      }
+      // Rank order s = 0..W-1 for every element (fixed reduction order); the U loads of one source are
+      // issued together.
+      for (int s = 0; s < world; ++s) {
+        float x[U][kVec];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const uint64_t v = vb + uint64_t(u) * blockDim.x;
+          if (valid[u] > 0) load8<DT>(s == rank ? in + c0 + v * kVec : rs(rank, s) + v * kVec, valid[u], x[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (valid[u] > 0)
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[u][j]);
+      }
       // store8 rounds once to the output dtype: the owner keeps exactly the bytes it sends.
-      for (int i = 0; i < world; ++i) {
-        const int r = (rank + i) % world;
-        if (r == rank) store8<DT>(out + e, valid, acc);
-        else store8<DT>(ag(r, rank) + v * kVec, valid, acc);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (valid[u] <= 0) continue;
+        const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+        for (int i = 0; i < world; ++i) {
+          const int r = (rank + i) % world;
+          if (r == rank) store8<DT>(out + e, valid[u], acc[u]);
+          else store8<DT>(ag(r, rank) + v * kVec, valid[u], acc[u]);
+        }
       }
     }
   }
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceTwoShot))) return;
   for (int c = 0; c < world; ++c) {
     if (c == rank) continue;
+    // out[c0 + 8v ..] = ag(rank, c)[8v ..]: the copy with source and destination offsets swapped.
     const uint64_t c0 = stride * c;
     const uint16_t* src = ag(rank, c);
-    for (uint64_t v = v0 + threadIdx.x; v < v1; v += blockDim.x) {
-      const uint64_t e = c0 + v * kVec;
-      if (e >= n) break;
-      if (e + kVec <= n) *reinterpret_cast<uint4*>(out + e) = reinterpret_cast<const uint4*>(src)[v];
-      else for (uint64_t k = e; k < n; ++k) out[k] = src[k - c0];
+    for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
+      uint4 d[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+        if (v < v1 && e + kVec <= n) d[u] = reinterpret_cast<const uint4*>(src)[v];
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+        if (v >= v1 || e >= n) continue;
+        if (e + kVec <= n) *reinterpret_cast<uint4*>(out + e) = d[u];
+        else
+          for (uint64_t k = e; k < n; ++k) out[k] = src[k - c0];
+      }
     }
   }
   finish_launch(seq);

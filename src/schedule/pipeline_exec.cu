@@ -435,7 +435,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     us[r] = bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { ex.step(s); })).median_us;
   }
   // The simulator's prediction from measured one-layer times (a W chunk = half a stage's layers).
-  double t_f = 0, t_b = 0;
+  double t_f = 0, t_b = 0, t_b0 = 0;
   {
     auto solo = team.split(team.rank(), 0);  // must outlive the communicator made from it
     auto comm = m::make_nccl_comm(*solo);
@@ -447,11 +447,18 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(l.dy()), n, 2000 + 7, -1e-2f, 1e-2f, s);
     const bench::TimingOptions topt{2, 5};
     t_f = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.forward(s); })).median_us);
+    t_b0 = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.backward(s); })).median_us);
+    // The executor's layers accumulate their weight gradients (wgrad GEMMs with beta = 1): the prediction
+    // uses the backward timed that way.
+    l.set_accumulate_grads(true);
+    l.zero_grads(s);
     t_b = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.backward(s); })).median_us);
   }
   const double tokens = double(M) * double(c.tokens());
   if (root) {
-    std::printf("# one layer alone: forward %.1f us, backward %.1f us\n", t_f, t_b);
+    std::printf("# one layer alone: forward %.1f us, backward %.1f us accumulating its gradients (%.1f us "
+                "overwriting them)\n",
+                t_f, t_b, t_b0);
     std::printf("%-12s %12s %12s %10s %14s %10s %12s %10s\n", "schedule", "time(us)", "tokens/s", "vs seq", "predicted(us)",
                 "bubble", "act sets", "mem(MiB)");
   }
@@ -467,7 +474,8 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       j.add("bench", "pipeline").add("schedule", runs[r].name).add("model", c.name).add("seq", c.seq);
       j.add("micro_batch", c.micro_batch).add("microbatches", M).add("stages", P).add("layers", 2 * P * a.lpc);
       j.add("time_us", us[r]).add("tokens_per_s", tokens / (us[r] * 1e-6)).add("speedup_vs_sequential", us[0] / us[r]);
-      j.add("predicted_us", st.makespan).add("predicted_bubble", st.bubble_ratio).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b);
+      j.add("predicted_us", st.makespan).add("predicted_bubble", st.bubble_ratio).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b)
+          .add("layer_bwd_overwrite_us", t_b0);
       j.add("activation_sets", sets[r]).add("mem_bytes", mem[r]).add("verified", ok);
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());

@@ -200,6 +200,40 @@ TEST(AllReduce, ExactOneShotAndTwoShotEqualTheExactSum) {
         }
 }
 
+TEST(AllReduce, TwoShotUnrolledEqualsTheExactSum) {
+  // 2 and 4 vectors per thread per iteration, with the default grid and with 3 blocks (many iterations
+  // per thread, ranges that end inside an unrolled group), tails of every length class.
+  ASSERT_TRUE(team().peer_ok());
+  auto& s = team();
+  const int cases[3][2] = {{2, 3}, {4, 3}, {4, 528}};  // (unroll, blocks)
+  for (const auto& cs : cases) {
+    {
+      const int unroll = cs[0], blocks = cs[1];
+      braid::AllReducerConfig cfg;
+      cfg.twoshot_unroll = unroll;
+      cfg.twoshot_blocks = blocks;
+      braid::AllReducer ar(s, cfg);
+      for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 5, size_t(9) << 20})
+        for (bool in_place : {false, true}) {
+          void *x = nullptr, *y = nullptr;
+          ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
+          ASSERT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
+          braid::bench::fill_pattern(x, DType::kBF16, n, 7 + n, s.rank(), 0, s.stream());
+          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+          braid::AllReduceOptions o;
+          o.algo = ArAlgo::kTwoShot;
+          ar.run(x, in_place ? x : y, n, DType::kBF16, s.stream(), o);
+          s.synchronize("two-shot unrolled");
+          const size_t wrong =
+              braid::bench::count_wrong("allreduce", in_place ? x : y, DType::kBF16, n, 7 + n, s.rank(), s.size(), s.stream());
+          EXPECT_EQ(wrong, 0u) << "unroll " << unroll << " blocks " << blocks << " n=" << n << (in_place ? " in-place" : "");
+          cudaFree(x);
+          cudaFree(y);
+        }
+    }
+  }
+}
+
 TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   ASSERT_TRUE(team().peer_ok());
   auto& s = team();
