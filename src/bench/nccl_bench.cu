@@ -201,7 +201,7 @@ size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
       // Verify: the destination equals the source.
       unsigned long long* d = nullptr;
       BRAID_CUDA_CHECK(cudaMalloc(&d, sizeof(*d)));
-      BRAID_CUDA_CHECK(cudaMemset(d, 0, sizeof(*d)));
+      BRAID_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(*d), s));
       const uint32_t* x = static_cast<const uint32_t*>(cs.method == "sm-pull" ? remote : src);
       const uint32_t* y = static_cast<const uint32_t*>(cs.method == "sm-pull" ? buf.local() : remote);
       compare_kernel<<<264, 512, 0, s>>>(x, y, a.bytes / 4, d);

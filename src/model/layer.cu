@@ -291,6 +291,9 @@ void Layer::Impl::setup() {
   build_backward();
   BRAID_REQUIRE(fn[0].size() == plan[0].size() && fn[1].size() == plan[1].size(),
                 "layer: operator list shorter than plan_ops() (internal error)");
+  // cudaMemset/cudaMemcpy above run on the legacy stream, which the library's non-blocking streams do not
+  // wait for (and a pageable host-to-device copy may return before its DMA lands): finish them here.
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // Exchange per-expert counts, wait for them, and derive the all-to-all layout and the row maps between
@@ -791,6 +794,7 @@ void Layer::load_weights(const LayerWeights& full) {
     up(m.w2, bits(s.w2));
     up(m.wr, bits(s.router));
   }
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads land before any non-blocking stream reads them
 }
 
 void Layer::init_random_weights(uint64_t seed) {

@@ -90,6 +90,9 @@ GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt
   if (opt.use_stream_wait_value) wait_value_ = detail::wait_value_entry_point();
   BRAID_CUDA_CHECK(cudaHostAlloc(&err_host_, sizeof(detail::WaitError), cudaHostAllocMapped));
   std::memset(err_host_, 0, sizeof(detail::WaitError));
+  // cudaMemset/cudaMemcpy above run on the legacy stream, which the library's non-blocking streams do not
+  // wait for (and a pageable host-to-device copy may return before its DMA lands): finish them here.
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 GemmAllToAll::~GemmAllToAll() {
@@ -132,6 +135,7 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
   }
   if (!plan_.piece_dst.empty())
     BRAID_CUDA_CHECK(cudaMemcpy(piece_dst_, plan_.piece_dst.data(), plan_.piece_dst.size() * 4, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // pageable uploads land before the next run reads them
 }
 
 void GemmAllToAll::check_error() const { detail::throw_if_wait_timed_out(err_host_, team_.rank(), "FlashOverlap all-to-all"); }

@@ -294,6 +294,9 @@ void GemmOverlap::upload() {
   h.insert(h.end(), map_.slot_tile.begin(), map_.slot_tile.end());
   h.insert(h.end(), map_.group_first.begin(), map_.group_first.end());
   BRAID_CUDA_CHECK(cudaMemcpy(tables_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  // cudaMemset/cudaMemcpy above run on the legacy stream, which the library's non-blocking streams do not
+  // wait for (and a pageable host-to-device copy may return before its DMA lands): finish them here.
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void GemmOverlap::set_partition(const std::vector<int>& group_waves) {

@@ -215,7 +215,7 @@ void Team::probe_peers() {
     barrier();
     unsigned* wrong = nullptr;
     BRAID_CUDA_CHECK(cudaMalloc(&wrong, sizeof(unsigned)));
-    BRAID_CUDA_CHECK(cudaMemset(wrong, 0, sizeof(unsigned)));
+    BRAID_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(unsigned), stream_));
     for (int r = 0; r < size_; ++r) {
       const uint32_t* src = probe.local_as<uint32_t>() + static_cast<size_t>(r) * kProbeWords;
       probe_check_kernel<<<32, 256, 0, stream_>>>(src, kProbeWords, probe_pattern(r, rank_), wrong);

@@ -68,6 +68,9 @@ std::vector<uint16_t> run_ar(braid::AllReducer& ar, const std::vector<uint16_t>&
   EXPECT_EQ(cudaMalloc(&y, std::max<size_t>(n, 1) * 2), cudaSuccess);
   cudaMemcpy(x, in.data(), n * 2, cudaMemcpyHostToDevice);
   cudaMemset(y, 0xFF, n * 2);
+  // Legacy-stream setup (the pageable upload may return before its DMA lands; the memset is
+  // asynchronous): finish it before the reducer's non-blocking stream reads x and writes y.
+  cudaDeviceSynchronize();
   braid::AllReduceOptions o;
   o.algo = algo;
   o.precision = p;

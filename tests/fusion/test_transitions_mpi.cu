@@ -71,6 +71,7 @@ void check_m2ms(braid::Team& team, const M2msGroups& g, int salt) {
   ASSERT_EQ(cudaMalloc(&drecv, std::max<size_t>(1, rtotal) * 4), cudaSuccess);
   if (!hsend.empty()) ASSERT_EQ(cudaMemcpy(dsend, hsend.data(), hsend.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(drecv, 0x5A, std::max<size_t>(1, rtotal) * 4), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // legacy-stream setup lands before team.stream() runs
   braid::m2ms(team, dsend, sb, drecv, rb, ncclUint32, g);
   team.synchronize("m2ms test");
   std::vector<uint32_t> hrecv(rtotal);

@@ -66,6 +66,7 @@ inline Outputs run_layer(m::Layer& layer, int rank, const std::vector<double>& x
   const auto xb = to_bits(x, off, rows * H), dyb = to_bits(dy, off, rows * H);
   EXPECT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(layer.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // pageable uploads land before `stream` reads them
   if (op_by_op) {
     for (auto ph : {m::Phase::kForward, m::Phase::kBackward})
       for (size_t i = 0; i < layer.ops(ph).size(); ++i) layer.run_op(ph, i, stream);

@@ -169,6 +169,7 @@ struct AttnBuffers {
     const auto bq = to_bits(hqkv, 0, nqkv), bd = to_bits(hdout, 0, no);
     EXPECT_EQ(cudaMemcpy(qkv, bq.data(), nqkv * 2, cudaMemcpyHostToDevice), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(dout, bd.data(), no * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // pageable uploads land before any stream reads them
   }
   ~AttnBuffers() {
     for (void* p : {(void*)qkv, (void*)o, (void*)dout, (void*)dqkv, (void*)lse, (void*)delta}) cudaFree(p);

@@ -144,6 +144,7 @@ TEST(OverlapGemm, OneRankAllReduceAndRmsNormAlsoInAGraph) {
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int rep = 0; rep < 3; ++rep) {
       cudaMemset(y.p, 0, m * n * 2);
+      cudaDeviceSynchronize();  // the legacy-stream memset finishes before team.stream() writes y
       if (rep == 0) {
         op.run(a.p, b.p, nullptr, team.stream());  // eager
         op.rmsnorm(op.reordered(), gamma.p, y.p, 1e-6f, team.stream());

@@ -228,6 +228,7 @@ TEST(Runtime, SplitCreatesSubTeamsEagerly) {
   cudaMalloc(&d, sizeof(float));
   float one = 1.f;
   cudaMemcpy(d, &one, sizeof(float), cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();  // the pageable upload lands before the sub-team's stream reads it
   ASSERT_EQ(ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, sub->nccl(), sub->stream()), ncclSuccess);
   sub->synchronize("sub-team all-reduce");
   float h = 0;

@@ -48,6 +48,7 @@ TEST(Signal, SingleRankBarrierCompletes) {
   int* done = nullptr;
   ASSERT_EQ(cudaMalloc(&done, sizeof(int)), cudaSuccess);
   cudaMemset(done, 0, sizeof(int));
+  cudaDeviceSynchronize();  // the legacy-stream memset finishes before team.stream() runs
   barrier_loop_kernel<<<1, 64, 0, team.stream()>>>(team.signals(), slot, 10000, done);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   team.synchronize("barrier loop");

@@ -76,6 +76,7 @@ void upload(m::Layer& l, const std::vector<double>& x, const std::vector<double>
   const auto xb = layer_check::to_bits(x, off, rows * H), dyb = layer_check::to_bits(dy, off, rows * H);
   ASSERT_EQ(cudaMemcpy(l.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(l.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // pageable uploads land before the strands' streams read them
 }
 
 struct Snapshot {
