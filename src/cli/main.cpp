@@ -69,7 +69,7 @@ const char* kUsage =
     "                [--pairs FILE] [--throttle CTAS] [--decompose CHUNKS] [--no-graph] [--json FILE]\n"
     "                                    DHelix on the GPU: strands vs single strand vs round-robin vs\n"
     "                                    intra-batch decomposition, verified\n"
-    "  bench pipeline [--model llama3-8b] [--seq 4096] [--microbatches 8] [--layers-per-chunk 1] [--json FILE]\n"
+    "  bench pipeline [--model llama3-8b] [--seq 4096] [--microbatches 8] [--layers-per-chunk 1] [--channel-ctas 2] [--json FILE]\n"
     "                                    DHelix: W-shaped (folded, SI blocks) vs 1F1B vs no pipelining on\n"
     "                                    real layers, one stage per rank, verified bit for bit\n"
     "  profile-pairs --model M --tp 2 [--ep 2] --seq S [--out PAIRS] [--plan-out PLAN] [--throttle CTAS]\n"

@@ -63,7 +63,7 @@ struct PipelineExecutor::Impl {
   std::vector<std::vector<std::vector<std::unique_ptr<m::Layer>>>> chunks;
   // Channels: key (chunk boundary b = c -> c+1, direction 0 forward / 1 backward).
   struct Channel {
-    std::unique_ptr<Team> team;  // its own NCCL communicator
+    ncclComm_t comm = nullptr;   // its own NCCL communicator (split from the team's)
     cudaStream_t stream = nullptr;
     void* staging = nullptr;     // [M][T*H] on the sending or receiving rank: one buffer per micro-batch
   };
@@ -103,7 +103,7 @@ struct PipelineExecutor::Impl {
   void recv(int boundary, int dir, int from, int mb, void* dst) {
     Channel& ch = channels.at({boundary, dir});
     void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
-    BRAID_NCCL_CHECK(ncclRecv(buf, elems, ncclBfloat16, from, ch.team->nccl(), ch.stream));
+    BRAID_NCCL_CHECK(ncclRecv(buf, elems, ncclBfloat16, from, ch.comm, ch.stream));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(cs, record(ch.stream), 0));
     copy(dst, buf);
   }
@@ -112,7 +112,7 @@ struct PipelineExecutor::Impl {
     void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
     copy(buf, src);
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, record(cs), 0));
-    BRAID_NCCL_CHECK(ncclSend(buf, elems, ncclBfloat16, to, ch.team->nccl(), ch.stream));
+    BRAID_NCCL_CHECK(ncclSend(buf, elems, ncclBfloat16, to, ch.comm, ch.stream));
   }
 
   void prepare(const PipeTask& t) {
@@ -209,7 +209,9 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
     if (I.stage_of(b) == I.stage_of(b + 1)) continue;
     for (int dir = 0; dir < 2; ++dir) {
       Impl::Channel ch;
-      ch.team = team.split(0, I.rank);
+      ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+      if (opt.channel_ctas > 0) cfg.minCTAs = 1, cfg.maxCTAs = opt.channel_ctas;
+      BRAID_NCCL_CHECK(ncclCommSplit(team.nccl(), 0, I.rank, &ch.comm, &cfg));
       BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking));
       if (I.rank == I.stage_of(b) || I.rank == I.stage_of(b + 1))
         BRAID_CUDA_CHECK(cudaMalloc(&ch.staging, size_t(I.M) * I.elems * 2));
@@ -262,6 +264,7 @@ PipelineExecutor::~PipelineExecutor() {
   if (I.cs) cudaStreamSynchronize(I.cs);
   for (auto& [key, ch] : I.channels) {
     if (ch.stream) cudaStreamSynchronize(ch.stream), cudaStreamDestroy(ch.stream);
+    if (ch.comm) ncclCommDestroy(ch.comm);
     cudaFree(ch.staging);
   }
   I.strands.reset();
@@ -351,6 +354,7 @@ namespace {
 struct PipeArgs {
   std::string model = "llama3-8b", json;
   int seq = 4096, mb = 1, microbatches = 8, lpc = 1, iters = 5, warmup = 2;
+  int channel_ctas = PipeExecOptions{}.channel_ctas;
 };
 
 PipeArgs parse_pipe(int argc, char** argv) {
@@ -366,14 +370,16 @@ PipeArgs parse_pipe(int argc, char** argv) {
     else if (k == "--mb") a.mb = std::stoi(val());
     else if (k == "--microbatches") a.microbatches = std::stoi(val());
     else if (k == "--layers-per-chunk") a.lpc = std::stoi(val());
+    else if (k == "--channel-ctas") a.channel_ctas = std::stoi(val());
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--warmup") a.warmup = std::stoi(val());
     else if (k == "--json") a.json = val();
     else if (k.rfind("--", 0) == 0) throw UsageError("bench pipeline: unknown option " + k, __FILE__, __LINE__);
     // other words (bench, pipeline) belong to the CLI
   }
-  if (a.seq < 1 || a.mb < 1 || a.microbatches < 1 || a.lpc < 1 || a.iters < 1 || a.warmup < 0)
-    throw UsageError("bench pipeline: sizes and --iters must be >= 1, --warmup >= 0", __FILE__, __LINE__);
+  if (a.seq < 1 || a.mb < 1 || a.microbatches < 1 || a.lpc < 1 || a.iters < 1 || a.warmup < 0 || a.channel_ctas < 0)
+    throw UsageError("bench pipeline: sizes and --iters must be >= 1, --warmup and --channel-ctas >= 0", __FILE__,
+                     __LINE__);
   return a;
 }
 
@@ -412,7 +418,9 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   std::vector<double> mem(runs.size(), 0), sets(runs.size(), 0), us(runs.size(), 0);
   for (size_t r = 0; r < runs.size(); ++r) {
     const double before = used_device_bytes();
-    PipelineExecutor ex(team, c, runs[r].sched, {runs[r].lpc, 1});
+    PipeExecOptions po;
+    po.layers_per_chunk = runs[r].lpc, po.seed = 1, po.channel_ctas = a.channel_ctas;
+    PipelineExecutor ex(team, c, runs[r].sched, po);
     mem[r] = team.allreduce_max(used_device_bytes() - before);
     sets[r] = team.allreduce_max(double(ex.activation_sets()));
     ex.step(s);
@@ -475,7 +483,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       j.add("micro_batch", c.micro_batch).add("microbatches", M).add("stages", P).add("layers", 2 * P * a.lpc);
       j.add("time_us", us[r]).add("tokens_per_s", tokens / (us[r] * 1e-6)).add("speedup_vs_sequential", us[0] / us[r]);
       j.add("predicted_us", st.makespan).add("predicted_bubble", st.bubble_ratio).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b)
-          .add("layer_bwd_overwrite_us", t_b0);
+          .add("layer_bwd_overwrite_us", t_b0).add("channel_ctas", a.channel_ctas);
       j.add("activation_sets", sets[r]).add("mem_bytes", mem[r]).add("verified", ok);
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());

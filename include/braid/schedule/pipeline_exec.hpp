@@ -45,6 +45,10 @@ namespace braid::schedule {
 struct PipeExecOptions {
   int layers_per_chunk = 1;  // layers of one chunk of the schedule
   uint64_t seed = 1;         // weights and data, see the file comment
+  // CTAs NCCL may use for each chunk-boundary channel (ncclConfig_t maxCTAs; 0: NCCL's default). A posted
+  // receive occupies its CTAs while it waits beside the stage's compute: with 2 the 2x H200 runs were
+  // 4-7% faster than NCCL's default (bench/results/h200x2, seventh session).
+  int channel_ctas = 2;
 };
 
 class PipelineExecutor {
