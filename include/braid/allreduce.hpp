@@ -87,8 +87,10 @@ struct AllReducerConfig {
   uint64_t quant_min_groups = 32;
   int threads = 512;
   // Two-shot: 16-byte vectors per thread per loop iteration (1, 2 or 4; loads issued together before
-  // their stores). Environment: BRAID_AR_TWOSHOT_UNROLL. Bit-identical output for every value.
-  int twoshot_unroll = 1;
+  // their stores), or 0: 4 for launches of at least 2 Mi elements, else 1 (2x H200: 4 is 5-15% faster
+  // from 4 to 16 MiB, equal from 64 MiB, 2-3% slower at 1-2 MiB). Environment: BRAID_AR_TWOSHOT_UNROLL.
+  // Bit-identical output for every value.
+  int twoshot_unroll = 0;
   // Pipelined quantized kernel (QuantImpl::kPipelined; 288 threads per block, fixed). Default kernel of
   // kQuantP2P; the environment overrides: BRAID_AR_QUANT_IMPL=classic|pipelined, BRAID_AR_PIPE_BLOCKS,
   // BRAID_AR_PIPE_MIN_ROUNDS.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
+#include <vector>
 
 #include "allreduce_kernels.cuh"
 #include "allreduce_pipelined.cuh"
@@ -163,8 +164,9 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_UNROLL")) cfg_.twoshot_unroll = std::atoi(e);
-  BRAID_REQUIRE(cfg_.twoshot_unroll == 1 || cfg_.twoshot_unroll == 2 || cfg_.twoshot_unroll == 4,
-                "AllReducer: twoshot_unroll (BRAID_AR_TWOSHOT_UNROLL) must be 1, 2 or 4");
+  BRAID_REQUIRE(cfg_.twoshot_unroll == 0 || cfg_.twoshot_unroll == 1 || cfg_.twoshot_unroll == 2 ||
+                    cfg_.twoshot_unroll == 4,
+                "AllReducer: twoshot_unroll (BRAID_AR_TWOSHOT_UNROLL) must be 0 (by size), 1, 2 or 4");
   if (const char* e = std::getenv("BRAID_AR_PIPE_BLOCKS")) cfg_.quant_pipe_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_PIPE_MIN_ROUNDS")) cfg_.quant_pipe_min_rounds = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_QUANT_IMPL")) {
@@ -198,11 +200,18 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::oneshot_kernel<0>, cfg_.threads, 0));
     cfg_.oneshot_blocks = std::min(cfg_.oneshot_blocks, per_sm * sms);
-    {
-      const void* k2 = cfg_.twoshot_unroll == 4   ? reinterpret_cast<const void*>(ar::twoshot_kernel<0, 4>)
-                       : cfg_.twoshot_unroll == 2 ? reinterpret_cast<const void*>(ar::twoshot_kernel<0, 2>)
-                                                  : reinterpret_cast<const void*>(ar::twoshot_kernel<0, 1>);
-      BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k2, cfg_.threads, 0));
+    {  // every variant a launch may use must hold the whole grid
+      std::vector<const void*> ks;
+      if (cfg_.twoshot_unroll <= 1) ks.push_back(reinterpret_cast<const void*>(ar::twoshot_kernel<0, 1>));
+      if (cfg_.twoshot_unroll == 2) ks.push_back(reinterpret_cast<const void*>(ar::twoshot_kernel<0, 2>));
+      if (cfg_.twoshot_unroll == 4 || cfg_.twoshot_unroll == 0)
+        ks.push_back(reinterpret_cast<const void*>(ar::twoshot_kernel<0, 4>));
+      per_sm = 1 << 30;
+      for (const void* k : ks) {
+        int b = 0;
+        BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, cfg_.threads, 0));
+        per_sm = std::min(per_sm, b);
+      }
     }
     cfg_.twoshot_blocks = std::min(cfg_.twoshot_blocks, per_sm * sms);
     int q = per_sm;
@@ -357,7 +366,7 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
     const int blocks = grid_for(stride / ar::kVec, cfg_.twoshot_min_vecs, cfg_.twoshot_blocks);
-    const int U = cfg_.twoshot_unroll;
+    const int U = cfg_.twoshot_unroll ? cfg_.twoshot_unroll : (n >= (size_t(2) << 20) ? 4 : 1);
     BRAID_DISPATCH_DT(dtype, DT, {
       if (U == 4)
         ar::twoshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),
