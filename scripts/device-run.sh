@@ -11,11 +11,11 @@
 # sweep-t3 (5 algos, T3_ALGOS=..., T3_AG=0) + sweep-a2a ~3 min; strands + measure-rs ~3 min.
 # Sixth session (2x H200): `build test strands-quick` ~3.2 min cold; `t3-swizzle` (3 configs x 25 shapes)
 # ~2 min; `ncu-t3` with NCU_CONFIGS (one config, 4 algos, 25 shapes) ~2.5 min; `build strands`
-# (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Next: x2 `build test pipeline strands-quick` (the PP
-# executor, strands-best-order-sinks[-2link] and strands-arena-2link with Layer::place_saved, all written
-# after the sixth session's device time) and the same bench with `--pairs` the e782a52
-# table; x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps
-# carried from this machine (setup.sh --stage).
+# (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Seventh session: `build test pipeline strands-quick`
+# 7.4 min cold; a warm machine (fire the next call within ~30 s) rebuilds and reruns a bench in seconds.
+# Next: `peers` beside `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
+# `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
+# machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
