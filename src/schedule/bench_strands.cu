@@ -475,6 +475,19 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   m1.makespan_us, m2.makespan_us);
     order_plans.push_back({"strands-best-order-sinks", to_plan_file(dag, order_plan(dag, m1.order))});
     order_plans2.push_back({"strands-best-order-sinks-2link", to_plan_file(dag2, order_plan(dag2, m2.order))});
+    // The two-link order the co-run model (the pair table's slowdowns, weighted) prefers: a local search
+    // from the three two-link orders above.
+    const auto whole2 = plan_issue_order(dag2, whole_pass_plan(dag2, plan));
+    const auto cr = corun_issue_order(dag2, {b2.order, m2.order, whole2}, table);
+    order_plans2.push_back({"strands-corun-order-2link", to_plan_file(dag2, order_plan(dag2, cr.order))});
+    if (root) {
+      std::printf("# co-run model (pair-table slowdowns, weight %.2f), two links: best-order %.1f us, sinks %.1f, "
+                  "whole-pass %.1f, co-run search %.1f; one link: best-order %.1f, sinks %.1f, whole-pass %.1f\n",
+                  kCorunWeight, corun_makespan_us(dag2, b2.order, table), corun_makespan_us(dag2, m2.order, table),
+                  corun_makespan_us(dag2, whole2, table), cr.makespan_us, corun_makespan_us(dag, b1.order, table),
+                  corun_makespan_us(dag, m1.order, table),
+                  corun_makespan_us(dag, plan_issue_order(dag, whole_pass_plan(dag, plan)), table));
+    }
   }
   if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -521,6 +522,105 @@ std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<S
       }
     }
   return waits;
+}
+
+double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const PairTable& table,
+                         double weight) {
+  BRAID_REQUIRE(weight >= 0, "corun_makespan_us: weight >= 0");
+  const size_t n = order.size();
+  BRAID_REQUIRE(n == dag.fwd.size() + dag.bwd.size(), "corun_makespan_us: the order must hold every op once");
+  const Op* ops[2] = {dag.fwd.data(), dag.bwd.data()};
+  auto op_of = [&](size_t k) -> const Op& { return ops[order[k].first == Pass::Forward ? 0 : 1][order[k].second]; };
+  // Per item: its stream, its predecessors (the previous item on its stream; its strand's previous item
+  // or its deps), its work (solo us).
+  std::vector<int> stream(n);
+  std::vector<std::vector<size_t>> preds(n);
+  std::vector<double> work(n);
+  std::vector<int> pos[2] = {std::vector<int>(dag.fwd.size(), -1), std::vector<int>(dag.bwd.size(), -1)};
+  int last_on[3] = {-1, -1, -1}, last_of[2] = {-1, -1};
+  for (size_t k = 0; k < n; ++k) {
+    const int s = order[k].first == Pass::Forward ? 0 : 1;
+    const Op& op = op_of(k);
+    BRAID_REQUIRE(pos[s][order[k].second] < 0, "corun_makespan_us: an op issued twice");
+    pos[s][order[k].second] = int(k);
+    stream[k] = int(op.link);
+    work[k] = std::max(op.solo_us, 0.0);
+    if (last_on[stream[k]] >= 0) preds[k].push_back(size_t(last_on[stream[k]]));
+    if (dag.dep_ready) {
+      for (int d : op.deps) {
+        BRAID_REQUIRE(pos[s][d] >= 0, "corun_makespan_us: an op issued before its dependency");
+        preds[k].push_back(size_t(pos[s][d]));
+      }
+    } else if (last_of[s] >= 0) {
+      preds[k].push_back(size_t(last_of[s]));
+    }
+    last_on[stream[k]] = int(k), last_of[s] = int(k);
+  }
+  // Pairwise slowdowns of the items that may overlap (different streams), from the table.
+  auto slow = [&](size_t a, size_t b) {
+    const Op &x = op_of(a), &y = op_of(b);
+    const auto t = table.corun_us(x.name, y.name);
+    const double da = work[a], db = work[b];
+    if (!t || da <= 0 || db <= 0) return 1.0;
+    return 1.0 + weight * std::max(0.0, *t - std::max(da, db)) / std::min(da, db);
+  };
+  std::vector<double> left = work;
+  std::vector<char> done(n, 0), running(n, 0);
+  double now = 0;
+  size_t finished = 0;
+  while (finished < n) {
+    // Start every item whose predecessors are done and whose stream is idle (streams are FIFOs in order).
+    for (size_t k = 0; k < n; ++k) {
+      if (done[k] || running[k]) continue;
+      bool ok = true;
+      for (size_t p : preds[k]) ok = ok && done[p];
+      if (ok) running[k] = 1;
+    }
+    std::vector<size_t> run;
+    for (size_t k = 0; k < n; ++k)
+      if (running[k]) run.push_back(k);
+    BRAID_REQUIRE(!run.empty(), "corun_makespan_us: no op can start (internal error)");
+    // Rates, then the next completion.
+    std::vector<double> rate(run.size(), 1.0);
+    for (size_t i = 0; i < run.size(); ++i)
+      for (size_t j = 0; j < run.size(); ++j)
+        if (i != j) rate[i] = std::min(rate[i], 1.0 / slow(run[i], run[j]));
+    double dt = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < run.size(); ++i) dt = std::min(dt, left[run[i]] / rate[i]);
+    now += dt;
+    for (size_t i = 0; i < run.size(); ++i) {
+      left[run[i]] -= dt * rate[i];
+      if (left[run[i]] <= 1e-9 * std::max(1.0, work[run[i]])) {
+        left[run[i]] = 0, running[run[i]] = 0, done[run[i]] = 1, ++finished;
+      }
+    }
+  }
+  return now;
+}
+
+BudgetedSchedule corun_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                   const PairTable& table, double weight, int max_rounds) {
+  BRAID_REQUIRE(!starts.empty(), "corun_issue_order: needs a start order");
+  BudgetedSchedule best;
+  best.makespan_us = std::numeric_limits<double>::infinity();
+  for (auto order : starts) {
+    double cur = corun_makespan_us(dag, order, table, weight);
+    for (int round = 0; round < max_rounds; ++round) {
+      bool improved = false;
+      for (size_t k = 0; k + 1 < order.size(); ++k) {
+        if (order[k].first == order[k + 1].first) continue;  // each pass keeps its own order
+        std::swap(order[k], order[k + 1]);
+        // A swap may put an op before its dependency only within one pass, which adjacent ops of two
+        // passes never are: every swapped order is valid for the executor.
+        const double t = corun_makespan_us(dag, order, table, weight);
+        if (t < cur - 1e-6) cur = t, improved = true;
+        else std::swap(order[k], order[k + 1]);
+      }
+      if (!improved) break;
+    }
+    if (cur < best.makespan_us) best.makespan_us = cur, best.order = order;
+  }
+  return best;
 }
 
 Layer two_link_layer(Layer dag) {

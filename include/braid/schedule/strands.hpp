@@ -157,6 +157,29 @@ BudgetedSchedule budgeted_whole_pass(const Layer& dag, const std::vector<SavedTe
 BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched = {}, int beam = 256,
                                   bool move_sinks = false);
 
+/// The executor model with co-run slowdown, for an issue order (what StrandExecutor runs): each stream
+/// takes its ops in issue order; an op starts when the previous op on its stream and its dependencies are
+/// done (its strand's previous op, or with dag.dep_ready its DAG deps). While ops overlap each progresses
+/// at rate 1/k, k the largest pairwise slowdown among the ops running beside it, from the pair table's
+/// co-run time T_ab of a and b: k(a, b) = 1 + weight * max(0, T_ab - max(d_a, d_b)) / min(d_a, d_b) (both
+/// slowed alike; weight 1 and T_ab = d_a + d_b, no overlap at all, give k = 2 over the shorter op);
+/// k = 1 for pairs the table lacks (e.g. two collectives on two links). d: the ops' solo_us. weight 0 is
+/// plan_makespan_us's model. The profiler's pairs (both ops started together) overstate what the
+/// executor sees: on the throttled 70B layer weight 0.4 — chosen on one run's 12 measured variants,
+/// checked on another run's 11 — predicts the measured make-spans within 4.1% / 3.1% (mean; Spearman
+/// 0.82 / 0.95), the solo model within 12.9% / 14.7% (0.62 / 0.83) (docs/dhelix.md). Event-driven;
+/// returns the make-span (us).
+inline constexpr double kCorunWeight = 0.4;
+double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const PairTable& table,
+                         double weight = kCorunWeight);
+
+/// A local search over issue orders under corun_makespan_us: starting from each of `starts`, adjacent ops
+/// of different passes are swapped (each pass keeps its own order) while that shortens the co-run
+/// make-span (first improvement, every position, until none does or `max_rounds`). Returns the best
+/// order found (and its model make-span in makespan_us). Deterministic.
+BudgetedSchedule corun_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                   const PairTable& table, double weight = kCorunWeight, int max_rounds = 200);
+
 /// `dag` with the backward strand's local-link collectives on the cross-link stream: each strand's
 /// collectives get their own stream, as round-robin's do (with one communicator per strand they then run
 /// side by side). For comparisons under a per-communicator throttle; on one real link they would contend.
