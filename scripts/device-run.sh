@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline
+# strands-quick t3-swizzle pipeline strands-smres
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -13,7 +13,9 @@
 # ~2 min; `ncu-t3` with NCU_CONFIGS (one config, 4 algos, 25 shapes) ~2.5 min; `build strands`
 # (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Seventh session: `build test pipeline strands-quick`
 # 7.4 min cold; a warm machine (fire the next call within ~30 s) rebuilds and reruns a bench in seconds.
-# Next: `peers` beside `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
+# Next: `build test strands-smres` (GEMMs leaving SMs to the collectives, and strands-corun-order-2link,
+# both written after the seventh session's device time), `peers` beside `allreduce` (the unrolled
+# two-shot against torch on one node); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
 set -uo pipefail
@@ -149,6 +151,16 @@ if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B 
   T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-10} \
     --rounds ${STRANDS_ROUNDS:-5} --warmup 2 \
     --out "$out/pairs-llama3-70b-throttled.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+fi
+if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smres), the co-run-model order
+  echo "== strands with --gemm-sm-reserve ($(date +%T))" | tee -a "$log"
+  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-10} \
+    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} \
+    --pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt \
+    --json "$out/strands-smres-throttled.jsonl" 2>&1 | tee -a "$log"
+  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --iters ${STRANDS_ITERS:-10} \
+    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_NVLINK:-16} \
+    --json "$out/strands-smres-nvlink.jsonl" 2>&1 | tee -a "$log"
 fi
 if has pipeline; then  # DHelix PP executor: W-shaped vs 1F1B vs no pipelining, one stage per rank, verified
   echo "== bench pipeline ($(date +%T))" | tee -a "$log"

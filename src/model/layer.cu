@@ -694,6 +694,11 @@ void Layer::zero_grads(cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaMemsetAsync(m.rep, 0, size_t(m.rep_elems) * 4, s));
 }
 
+void Layer::set_gemm_sm_target(int sms) {
+  BRAID_REQUIRE(sms >= 0, "layer: set_gemm_sm_target needs sms >= 0");
+  BRAID_CUBLAS_CHECK(cublasSetSmCountTarget(impl_->blas, sms));
+}
+
 void Layer::share_cublas_workspace(const Layer& other) {
   Impl& m = *impl_;
   const Impl& o = *other.impl_;

@@ -32,6 +32,7 @@ struct Args {
   int max_seg = 4, max_shift = -1;
   int rounds = 5;     // interleaved passes over the core variants (time_interleaved)
   int decompose = 4;  // chunks of the intra-batch decomposition baseline (0: not timed)
+  int gemm_sm_reserve = 0;  // > 0: also time variants whose GEMMs leave this many SMs free (-smres)
   bool graph = true, verify = true;
 };
 
@@ -55,6 +56,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--json") a.json = val();
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--rounds") a.rounds = std::stoi(val());
+    else if (k == "--gemm-sm-reserve") a.gemm_sm_reserve = std::stoi(val());
     else if (k == "--warmup") a.warmup = std::stoi(val());
     else if (k == "--profile-iters") a.prof_iters = std::stoi(val());
     else if (k == "--throttle") a.throttle = std::stoi(val());
@@ -716,6 +718,23 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     };
     add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
     add("round-robin", [&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }, two_sets);
+    // GEMMs that leave SMs free for the collectives beside them (cublasSetSmCountTarget on both layers'
+    // handles for the variant's run only), for round-robin and the best strands variants alike.
+    const int gemm_sms = [&] {
+      int dev = 0, n = 0;
+      BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+      return std::max(1, n - a.gemm_sm_reserve);
+    }();
+    auto reserved = [&](std::function<void()> f) {
+      la.set_gemm_sm_target(gemm_sms), lb.set_gemm_sm_target(gemm_sms);
+      f();
+      la.set_gemm_sm_target(0), lb.set_gemm_sm_target(0);
+    };
+    if (a.gemm_sm_reserve > 0) {
+      add("round-robin-smres", [&](int) { reserved([&] { run_round_robin(la, lb, s, st.extra, st.rr); }); }, two_sets);
+      add("strands-whole-2link-dag-smres", [&](int) { reserved([&] { ex_dep2.run(la, lb); }); }, two_sets);
+    }
     add("strands", [&](int) { ex.run(la, lb); }, two_sets);
     add("strands-whole", [&](int) { ex_whole.run(la, lb); }, two_sets);
     add("strands-whole-2link", [&](int) { ex2.run(la, lb); }, two_sets);
@@ -725,6 +744,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       order_ex.push_back(std::make_unique<StrandExecutor>(dag2, from_plan_file(dag2, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
       add(name, [&, e](int) { e->run(la, lb); }, two_sets);
+    }
+    if (a.gemm_sm_reserve > 0 && !order_ex.empty()) {  // order_ex[0]: strands-best-order-2link
+      StrandExecutor* e = order_ex[0].get();
+      add(order_plans2[0].first + "-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
     }
     for (const auto& [name, pf] : order_plans2)  // the same order, operators waiting for dependencies only
       if (name == "strands-best-order-sinks-2link") {
@@ -889,7 +912,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
       j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle)
-          .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds);
+          .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds)
+          .add("gemm_sm_reserve", v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "-smres") == 0 ? a.gemm_sm_reserve : 0);
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
       j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
       j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);

@@ -98,6 +98,11 @@ class Layer {
   // and the pipeline executor issue them (not round-robin on two streams). `other` must outlive this layer
   // and keep its workspace. Synchronizes the device.
   void share_cublas_workspace(const Layer& other);
+  // At most `sms` SMs for this layer's cuBLAS GEMMs (cublasSetSmCountTarget; 0: all, the default), so that
+  // a collective launched beside a GEMM finds SMs free: a persistent GEMM kernel that took every SM first
+  // holds a later collective's CTAs back until it ends. Host-side setting of the layer's handle; takes
+  // effect for GEMMs launched after it.
+  void set_gemm_sm_target(int sms);
 
   // Device memory this layer allocated itself (cudaMalloc'd bytes; pinned host buffers excluded).
   struct Memory {
