@@ -694,6 +694,24 @@ void Layer::zero_grads(cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaMemsetAsync(m.rep, 0, size_t(m.rep_elems) * 4, s));
 }
 
+void Layer::share_interfaces(const Layer& owner) {
+  Impl& m = *impl_;
+  const Impl& o = *owner.impl_;
+  BRAID_REQUIRE(&o != &m && m.sp && !m.moe && o.sp && !o.moe && m.H == o.H && m.Tl == o.Tl,
+                "layer: share_interfaces needs two dense SP layers of one configuration");
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  for (auto [mine, theirs] : {std::pair{&m.y, o.y}, std::pair{&m.dy, o.dy}, std::pair{&m.dx, o.dx}}) {
+    if (*mine == theirs) continue;
+    auto it = std::find(m.allocations.begin(), m.allocations.end(), static_cast<void*>(*mine));
+    if (it != m.allocations.end()) {
+      BRAID_CUDA_CHECK(cudaFree(*mine));
+      m.allocations.erase(it);
+      m.mem_act -= std::min(m.mem_act, size_t(m.Tl * m.H) * sizeof(bf16));
+    }
+    *mine = theirs;
+  }
+}
+
 void Layer::set_gemm_sm_target(int sms) {
   BRAID_REQUIRE(sms >= 0, "layer: set_gemm_sm_target needs sms >= 0");
   BRAID_CUBLAS_CHECK(cublasSetSmCountTarget(impl_->blas, sms));

@@ -167,8 +167,9 @@ size_t strands_differences(const Snapshot& x, const Snapshot& y, const m::ModelC
 // variant: 0 single strand, 1 strands (eager), 2 strands (CUDA graph), 3 round-robin.
 // accumulating: β shares α's accumulating gradients (Layer::Share::kAll): they are zeroed first, the unit
 // leaves β's contribution and α's backward adds its own — no add_grads.
+// shared_io: the layers share y/dy/dx (Layer::share_interfaces): α's dy is written again before its backward.
 Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, Streams& st, int variant,
-                          bool accumulating = false) {
+                          bool accumulating = false, bool shared_io = false) {
   cudaStream_t s = st.s.compute;
   fill_inputs(a, 11, s);
   fill_inputs(b, 21, s);
@@ -198,6 +199,7 @@ Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& 
   r.ya = bits_of(a.y(), n);
   r.dxb = bits_of(b.dx(), n);
   r.gb = b.download_grads();
+  if (shared_io) fill_inputs(a, 11, s);  // α's dy (x again, unchanged)
   a.backward(s);  // α's backward: the next unit
   if (!accumulating) a.add_grads(b, s);
   team.synchronize(s, "strands verification grads");
@@ -633,17 +635,20 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         vbb.share_cublas_workspace(vaa);  // the executor runs both layers' GEMMs on one stream
         const Plan vop = order_plan(vdag2, best_issue_order(vdag2, from_plan_file(vdag, plan_file), 128, true).order);
         SharedActivationPool vpool(vdag2, plan_issue_order(vdag2, vop), sc, p, vaa, vbb);
-        for (const bool dep : {false, true}) {  // strands-arena-2link and -2link-dag
+        for (const int k : {0, 1, 2}) {  // strands-arena-2link, -2link-dag, then arena-io-2link (y/dy/dx shared)
+          const bool dep = k == 1, io = k == 2;
+          if (io && (!p.sp || p.tp < 2)) continue;
+          if (io) vbb.share_interfaces(vaa);
           StrandExecutor vexa(dep ? dep_ready_layer(vdag2) : vdag2, vop, st.s);
           vexa.set_memory_waits(vpool.waits);
           const double diff = team.allreduce_max(
-              double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true), sc)));
+              double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true, io), sc)));
           ok = ok && diff == 0;
           if (root)
-            std::printf("# verification (%s): strands-arena-2link%s (one activation pool, %.2fx one set, memory "
+            std::printf("# verification (%s): strands-arena%s-2link%s (one activation pool, %.2fx one set, memory "
                         "waits) vs single strand: %.0f values beyond 2^-7 (gradients) or differing (activations) -> "
                         "%s\n",
-                        sc.name.c_str(), dep ? "-dag" : "", vpool.bytes / vpool.one_set, diff,
+                        sc.name.c_str(), io ? "-io" : "", dep ? "-dag" : "", vpool.bytes / vpool.one_set, diff,
                         diff == 0 ? "Passed" : "FAILED");
         }
       }
@@ -842,6 +847,15 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   pool.bytes / pool.one_set, pool.one_set / 1048576.0);
     vs.push_back({"strands-arena-2link", med([&](int) { exa.run(aa, bb); }), arena_mem});
     vs.push_back({"strands-arena-2link-dag", med([&](int) { exad.run(aa, bb); }), arena_mem});
+    if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
+      bb.share_interfaces(aa);
+      fill_inputs(aa, 301 + team.rank(), s);
+      fill_inputs(bb, 401 + team.rank(), s);
+      bb.forward(s);
+      team.synchronize(s, "strands-arena-io warm-up");
+      const double io_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
+      vs.push_back({"strands-arena-io-2link", med([&](int) { exa.run(aa, bb); }), io_mem});
+    }
   }
   const double mem_peak = used_bytes();
 

@@ -103,6 +103,13 @@ class Layer {
   // holds a later collective's CTAs back until it ends. Host-side setting of the layer's handle; takes
   // effect for GEMMs launched after it.
   void set_gemm_sm_target(int sms);
+  // Use `owner`'s y, dy and dx instead of this layer's own, which are freed (dense layers with SP only):
+  // for two strands of one layer, a forward writes y, a backward reads dy and writes dx, and a real stack
+  // hands them on to the next layer at once. Contract: whoever consumes a layer's y or dx does so before
+  // the other layer's forward or backward writes it again, and each backward's dy is written just before
+  // it (one strand's forward beside the other's backward never conflict: disjoint buffers). x stays per
+  // layer (the backward reads it). `owner` must outlive this layer.
+  void share_interfaces(const Layer& owner);
 
   // Device memory this layer allocated itself (cudaMalloc'd bytes; pinned host buffers excluded).
   struct Memory {
