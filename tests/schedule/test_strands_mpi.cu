@@ -90,8 +90,10 @@ enum class Variant { kSingle, kStrands, kGraph, kRoundRobin };
 // α.grads += β.grads.
 // accumulating: β shares α's accumulating gradients (Layer::Share::kAll): they are zeroed first, the unit
 // leaves β's contribution (gb) and α's backward adds its own (gsum, also in ga); no add_grads.
+// shared_io: the layers share y/dy/dx (Layer::share_interfaces): α's dy is uploaded again before its
+// backward (β's y then reads as α's: not compared by expect_close_grads).
 Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st, Variant v,
-                  const std::vector<double> in[4], int rank, bool accumulating = false) {
+                  const std::vector<double> in[4], int rank, bool accumulating = false, bool shared_io = false) {
   upload(a, in[0], in[1], rank);
   upload(b, in[2], in[3], rank);
   cudaStream_t s = st.s.compute;
@@ -122,6 +124,7 @@ Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st
   r.yb = bits(b.y(), n);
   r.dxb = bits(b.dx(), n);
   r.gb = b.download_grads();
+  if (shared_io) upload(a, in[0], in[1], rank);
   a.backward(s);
   Env::world_->synchronize(s, "alpha backward");
   r.ga = a.download_grads();
@@ -316,6 +319,12 @@ void strands_equal_single(bool moe) {
     exa.set_memory_waits(pool.waits);
     expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c, "dense one activation pool");
     expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c, "dense one activation pool again");
+    // ... and y/dy/dx shared by the two layers (Layer::share_interfaces).
+    bb.share_interfaces(aa);
+    EXPECT_EQ(bb.y(), aa.y());
+    EXPECT_EQ(bb.dx(), aa.dx());
+    expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true, true), c,
+                       "dense one activation pool, shared y/dy/dx");
     Env::world_->synchronize(st.s.compute, "pool");
   }
 }
