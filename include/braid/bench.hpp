@@ -68,6 +68,9 @@ std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t strea
 // Median of time_iterations (the slowest rank per iteration) on the team's stream.
 double median_us(Team& team, const TimingOptions& opt, const std::function<void(int)>& fn);
 
+// Device memory in use on the current device (cudaMemGetInfo: total - free), bytes.
+double device_used_bytes();
+
 // A device allocation owned for one benchmark case (at least 16 bytes, so empty shapes stay valid).
 struct DeviceBuffer {
   void* p = nullptr;

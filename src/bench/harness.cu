@@ -105,6 +105,12 @@ double median_us(Team& team, const TimingOptions& opt, const std::function<void(
   return summarize(time_iterations(&team, team.stream(), opt, fn)).median_us;
 }
 
+double device_used_bytes() {
+  size_t free_b = 0, total = 0;
+  BRAID_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+  return double(total - free_b);
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, bytes < 16 ? 16 : bytes)); }
 DeviceBuffer::~DeviceBuffer() { cudaFree(p); }
 

@@ -366,7 +366,8 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
     const int blocks = grid_for(stride / ar::kVec, cfg_.twoshot_min_vecs, cfg_.twoshot_blocks);
-    const int U = cfg_.twoshot_unroll ? cfg_.twoshot_unroll : (n >= (size_t(2) << 20) ? 4 : 1);
+    constexpr size_t kUnrollFrom = size_t(2) << 20;  // elements per launch from which U = 4 (AllReducerConfig)
+    const int U = cfg_.twoshot_unroll ? cfg_.twoshot_unroll : (n >= kUnrollFrom ? 4 : 1);
     BRAID_DISPATCH_DT(dtype, DT, {
       if (U == 4)
         ar::twoshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),

@@ -307,16 +307,18 @@ Plan search(const Layer& dag, const PairTable& table, const Args& a, double* sea
   return p;
 }
 
+// SMs the layers' GEMMs may use when `reserve` are left to the collectives (--gemm-sm-reserve).
+int gemm_sms_leaving(int reserve) {
+  int dev = 0, n = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return std::max(1, n - reserve);
+}
+
 StrandLinks links_of(const Args& a) {
   StrandLinks l;
   l.a2a = a.a2a_link == "cross" ? LinkClass::Cross : LinkClass::Local;
   return l;
-}
-
-double used_bytes() {
-  size_t free_b = 0, total = 0;
-  BRAID_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
-  return double(total - free_b);
 }
 
 }  // namespace
@@ -382,11 +384,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const bool root = team.rank() == 0;
   const bool moe = c.moe();
   const bool graph = a.graph && !moe;  // an MoE forward synchronises the host (dropless counts)
-  const double mem0 = used_bytes();
+  const double mem0 = bench::device_used_bytes();
   auto comm_a = a.throttle > 0 ? m::make_nccl_comm_split(team, a.throttle) : m::make_nccl_comm(team);
-  const double mem_comm_a = used_bytes();
+  const double mem_comm_a = bench::device_used_bytes();
   auto comm_b = m::make_nccl_comm_split(team, a.throttle);
-  const double mem_comm_b = used_bytes();
+  const double mem_comm_b = bench::device_used_bytes();
   Streams st;
   cudaStream_t s = st.s.compute;
 
@@ -399,9 +401,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // Layers of the timed shape (built before the plan: profiling needs them).
   m::Layer la(c, p, *comm_a);
   la.init_random_weights(17);
-  const double mem_a = used_bytes();
+  const double mem_a = bench::device_used_bytes();
   m::Layer lb(la, *comm_b);
-  const double mem_b = used_bytes();
+  const double mem_b = bench::device_used_bytes();
   if (!a.plan.empty()) {
     std::ifstream f(a.plan);
     if (!f) throw UsageError("bench strands: cannot read " + a.plan, __FILE__, __LINE__);
@@ -668,10 +670,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     sc.name.c_str(), worst, bad == 0 ? "Passed" : "FAILED");
     }
     if (a.gemm_sm_reserve > 0) {  // the -smres variants: cuBLAS may pick other kernels for fewer SMs (other bits)
-      int dev = 0, n = 0;
-      BRAID_CUDA_CHECK(cudaGetDevice(&dev));
-      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-      const int sms = std::max(1, n - a.gemm_sm_reserve);
+      const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
       va.set_gemm_sm_target(sms), vb.set_gemm_sm_target(sms);
       const Layer vd = dep_ready_layer(vdag2);
       StrandExecutor vexd(vd, whole_pass_plan(vd, from_plan_file(vdag, whole_file)), st.s);
@@ -747,12 +746,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     add("round-robin", [&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }, two_sets);
     // GEMMs that leave SMs free for the collectives beside them (cublasSetSmCountTarget on both layers'
     // handles for the variant's run only), for round-robin and the best strands variants alike.
-    const int gemm_sms = [&] {
-      int dev = 0, n = 0;
-      BRAID_CUDA_CHECK(cudaGetDevice(&dev));
-      BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-      return std::max(1, n - a.gemm_sm_reserve);
-    }();
+    const int gemm_sms = gemm_sms_leaving(a.gemm_sm_reserve);
     auto reserved = [&](std::function<void()> f) {
       la.set_gemm_sm_target(gemm_sms), lb.set_gemm_sm_target(gemm_sms);
       f();
@@ -879,7 +873,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       vs.push_back({"strands-arena-io-2link", med([&](int) { exa.run(aa, bb); }), io_mem});
     }
   }
-  const double mem_peak = used_bytes();
+  const double mem_peak = bench::device_used_bytes();
 
   // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.
   const size_t ag_count = size_t(la.local_tokens()) * c.hidden;

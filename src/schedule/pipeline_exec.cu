@@ -383,12 +383,6 @@ PipeArgs parse_pipe(int argc, char** argv) {
   return a;
 }
 
-double used_device_bytes() {
-  size_t free_b = 0, total = 0;
-  BRAID_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
-  return double(total - free_b);
-}
-
 }  // namespace
 
 int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
@@ -417,11 +411,11 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   bool ok = true;
   std::vector<double> mem(runs.size(), 0), sets(runs.size(), 0), us(runs.size(), 0);
   for (size_t r = 0; r < runs.size(); ++r) {
-    const double before = used_device_bytes();
+    const double before = bench::device_used_bytes();
     PipeExecOptions po;
     po.layers_per_chunk = runs[r].lpc, po.seed = 1, po.channel_ctas = a.channel_ctas;
     PipelineExecutor ex(team, c, runs[r].sched, po);
-    mem[r] = team.allreduce_max(used_device_bytes() - before);
+    mem[r] = team.allreduce_max(bench::device_used_bytes() - before);
     sets[r] = team.allreduce_max(double(ex.activation_sets()));
     ex.step(s);
     team.synchronize(s, "bench pipeline verification");
