@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres
+# strands-quick t3-swizzle pipeline strands-smres test-overlap
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -71,6 +71,12 @@ if has t3-cases; then  # each T3 case alone at every GPU, bounded (a stuck case 
     done
   done
   rm -f "$out/t3-case.log"
+fi
+if has test-overlap; then  # the FlashOverlap GPU tests alone (both transports)
+  echo "== ctest overlap ($(date +%T))" | tee -a "$log"
+  (cd build && timeout "$(left)" ctest --output-on-failure --timeout 200 -R "test_overlap" > "$out/ctest-overlap.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*" "$out/ctest-overlap.log" | tee -a "$log"
 fi
 if has test; then
   echo "== ctest ($(date +%T))" | tee -a "$log"
@@ -158,9 +164,9 @@ if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smr
     --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} \
     --pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt \
     --json "$out/strands-smres-throttled.jsonl" 2>&1 | tee -a "$log"
-  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --iters ${STRANDS_ITERS:-10} \
-    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_NVLINK:-16} \
-    --json "$out/strands-smres-nvlink.jsonl" 2>&1 | tee -a "$log"
+  [[ ${SMRES_NVLINK:-16} != 0 ]] && T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 \
+    --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph \
+    --gemm-sm-reserve ${SMRES_NVLINK:-16} --json "$out/strands-smres-nvlink.jsonl" 2>&1 | tee -a "$log"
 fi
 if has pipeline; then  # DHelix PP executor: W-shaped vs 1F1B vs no pipelining, one stage per rank, verified
   echo "== bench pipeline ($(date +%T))" | tee -a "$log"

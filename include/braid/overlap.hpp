@@ -227,6 +227,16 @@ void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v);
 std::vector<MeasuredInputs> load_inputs(const std::string& path);
 
 // ---- the overlapped operation ----
+// How a finished group's bytes travel. Both are NCCL calls on the group's contiguous slice:
+//   kNcclKernels     ncclReduceScatter / ncclAllReduce on the team's communicator (NCCL's kernels: SMs
+//                    that poll and copy beside the GEMM);
+//   kNcclCopyEngine  ncclAlltoAll (and, for all-reduce, ncclAllGather) on the team's zero-CTA
+//                    communicator between symmetric windows: NCCL moves the bytes with the copy engines
+//                    (NCCL >= 2.28, one node); the reduction of the W received slices is a small kernel on
+//                    the comm stream (fp32, rank order). All-reduce = all-to-all, reduce, all-gather.
+enum class Transport { kNcclKernels, kNcclCopyEngine };
+const char* transport_name(Transport t);
+
 struct OverlapOptions {
   Collective coll = Collective::kReduceScatter;
   int64_t m = 0, n = 0, k = 0;
@@ -239,6 +249,7 @@ struct OverlapOptions {
   // Fallback (also taken from a cached decision): the GEMM on every SM into the one-group layout, then
   // one collective on the same stream. Same output layout and consumers as the overlapped op.
   bool sequential = false;
+  Transport transport = Transport::kNcclKernels;
 };
 
 class GemmOverlap {
@@ -276,13 +287,19 @@ class GemmOverlap {
 
  private:
   void upload();
+  void run_copy_engine_group(size_t off, size_t count, void* out);
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;
   std::unique_ptr<SignalGemm> gemm_all_;  // the fallback's GEMM on every SM
   bool sequential_ = false;
   Mapping map_;
-  void* d_ = nullptr;                 // reordered GEMM output
+  void* d_ = nullptr;                 // reordered GEMM output (ncclMemAlloc'd for the copy-engine transport)
+  void* recv_ = nullptr;              // copy-engine transport: the all-to-all's receive buffer (M*N bf16)
+  void* win_d_ = nullptr;             // ncclWindow_t of d_ / recv_ on the zero-CTA communicator
+  void* win_recv_ = nullptr;
+  void* ce_comm_ = nullptr;           // ncclComm_t: team.nccl_zero_cta()
+  int reduce_ctas_ = 16;              // CTAs of the per-group reduction (copy-engine transport)
   int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first | slot_tile
   uint32_t* counters_ = nullptr;
   cudaStream_t comm_ = nullptr;

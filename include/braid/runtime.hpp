@@ -83,6 +83,13 @@ class Team {
   // Eager sub-team: ranks with the same color, ordered by key (MPI_Comm_split + ncclCommSplit).
   std::unique_ptr<Team> split(int color, int key, TeamOptions opt = {}) const;
 
+  // A second NCCL communicator over the same ranks with the zero-CTA policy (NCCL_CTA_POLICY_ZERO,
+  // NCCL >= 2.28): its all-gather / all-to-all / scatter / gather between buffers registered as symmetric
+  // windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) run on the copy engines, no SMs. Created
+  // on the first call, which is collective (every rank calls it at the same point). Throws
+  // UnavailableError where NCCL is older or the ranks are not on one node with peer access.
+  ncclComm_t nccl_zero_cta();
+
   // Signals for kernels (requires peer_ok()).
   const SignalView& signals() const;
   // Reserve `n` consecutive signal slots for one operation object; returns the first slot. Slots are
@@ -119,6 +126,7 @@ class Team {
   int rank_ = 0, size_ = 1;
   TeamOptions opt_;
   ncclComm_t nccl_ = nullptr;
+  ncclComm_t nccl_zero_cta_ = nullptr;  // nccl_zero_cta(), lazily
   cudaStream_t stream_ = nullptr;
   bool same_node_ = false;
   bool peer_ok_ = false;

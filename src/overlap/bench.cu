@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -43,6 +45,7 @@ struct Args {
   std::vector<int> groups;
   int reserve_sms = 16;
   int chunks = 4;
+  bool kernels = true, copy_engine = true;  // --transport: FlashOverlap over NCCL's kernels and/or copy engines
   TileConfig tile = TileConfig::kAuto;
   bench::TimingOptions timing{5, 20};
 };
@@ -68,6 +71,13 @@ Args parse(int argc, char** argv) {
       for (auto w : parse_ints(val(), ',')) a.groups.push_back(static_cast<int>(w));
     } else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
     else if (k == "--chunks") a.chunks = std::stoi(val());
+    else if (k == "--transport") {
+      const std::string t = val();
+      a.kernels = t == "kernels" || t == "both";
+      a.copy_engine = t == "copy-engine" || t == "both";
+      if (!a.kernels && !a.copy_engine)
+        throw UsageError("--transport: kernels, copy-engine or both", __FILE__, __LINE__);
+    }
     else if (k == "--iters") a.timing.iters = std::stoi(val());
     else if (k == "--warmup") a.timing.warmup = std::stoi(val());
     else if (k == "--tile") {
@@ -184,6 +194,16 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
                 op_name, W);
     std::printf("# times: median of %d iterations (slowest rank), microseconds\n", a.timing.iters);
   }
+  // The copy-engine transport needs NCCL >= 2.28 and one node with peer access.
+  bool ce_ok = false;
+  if (a.copy_engine) {
+    try {
+      team.nccl_zero_cta();
+      ce_ok = true;
+    } catch (const UnavailableError& e) {
+      if (rank == 0) std::printf("# FlashOverlap over copy engines: not run (%s)\n", e.what());
+    }
+  }
   for (const Shape& sh : a.shapes) {
     const size_t mn = size_t(sh.m) * sh.n;
     DevBuf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(mn * 2), Dref(mn * 2), out(mn * 2 / W),
@@ -200,6 +220,16 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     oo.group_waves = a.groups;
     oo.cache = a.cache.empty() ? nullptr : &cache;
     GemmOverlap op(team, oo);
+    // The same op over NCCL's copy engines (zero-CTA communicator, symmetric windows), same partition.
+    std::unique_ptr<GemmOverlap> op_ce;
+    if (a.copy_engine && ce_ok) {
+      OverlapOptions oc = oo;
+      oc.transport = Transport::kNcclCopyEngine;
+      oc.group_waves = op.mapping().group_waves;
+      oc.cache = nullptr;
+      oc.tile = op.options().tile;
+      op_ce = std::make_unique<GemmOverlap>(team, oc);
+    }
     CublasGemm cublas;
     SignalGemm braid_full(op.options().tile, 0);
 
@@ -246,7 +276,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     team.synchronize(s, "reference");
     const auto ref = download_bf16(Dref.p, mn);
     const Mapping& map = op.mapping();
-    {
+    size_t wrong_ce = 0, wrong_ce_norm = 0;
+    auto check_fo = [&](GemmOverlap& op, size_t& wrong_fo, size_t& wrong_norm) {
+      const Mapping& map = op.mapping();
       op.run(A.p, B.p, out.p, s);
       team.synchronize(s, "flashoverlap check");
       op.check_error();
@@ -276,7 +308,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           if (!(std::fabs(v - row[c]) <= 0.05 + 0.02 * std::fabs(row[c]))) ++wrong_norm;
         }
       }
-    }
+    };
+    check_fo(op, wrong_fo, wrong_norm);
+    if (op_ce) check_fo(*op_ce, wrong_ce, wrong_ce_norm);
     Decomposition dec(team, a.chunks);
     {
       dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s);
@@ -292,15 +326,18 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         wrong_dec = count_mismatch(exact, ref_index, mn / W, download_bf16(out.p, mn / W), same, W, satol);
       }
     }
-    std::vector<double> wr = team.allreduce_max(
-        std::vector<double>{double(wrong_gemm), double(wrong_fo), double(wrong_dec), double(wrong_norm)});
-    const bool ok = wr[0] == 0 && wr[1] == 0 && wr[2] == 0 && wr[3] == 0;
+    std::vector<double> wr = team.allreduce_max(std::vector<double>{double(wrong_gemm), double(wrong_fo),
+                                                                    double(wrong_dec), double(wrong_norm),
+                                                                    double(wrong_ce), double(wrong_ce_norm)});
+    const bool ok = wr[0] == 0 && wr[1] == 0 && wr[2] == 0 && wr[3] == 0 && wr[4] == 0 && wr[5] == 0;
     if (!ok) ++failures;
     if (rank == 0)
       std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
-                  "rmsnorm %.0f; gemm: atol %.3g rtol %.3g; reduced: |got - fp32 sum| <= %.2g + %d/256 * sum |partials|)\n",
+                  "rmsnorm %.0f, flashoverlap over copy engines %s %.0f / rmsnorm %.0f; gemm: atol %.3g rtol %.3g; "
+                  "reduced: |got - fp32 sum| <= %.2g + %d/256 * sum |partials|)\n",
                   (long long)sh.m, (long long)sh.n, (long long)sh.k, ok ? "Disposition: Passed" : "Disposition: FAILED",
-                  wr[0], wr[1], wr[2], wr[3], gemm_atol(sh.k, 1), rtol, satol, W + 2);
+                  wr[0], wr[1], wr[2], wr[3], op_ce ? "" : "(not run)", wr[4], wr[5], gemm_atol(sh.k, 1), rtol, satol,
+                  W + 2);
 
     // ---------------- timings ----------------
     const auto& t = a.timing;
@@ -322,14 +359,17 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         BRAID_NCCL_CHECK(ncclAllReduce(D.p, D.p, mn, ncclBfloat16, ncclSum, team.nccl(), s));
     });
     // The three compared end to end are timed interleaved (5 rounds): drift hits them alike.
-    const auto cmp = bench::time_interleaved(
-        &team, s, t, 5,
-        {[&](int i) { run_sequential(team, cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
-         [&](int i) { dec.run(cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
-         [&](int i) { op.run(in.a(i), in.b(i), out.p, s); }});
+    std::vector<std::function<void(int)>> fns = {
+        [&](int i) { run_sequential(team, cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
+        [&](int i) { dec.run(cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
+        [&](int i) { op.run(in.a(i), in.b(i), out.p, s); }};
+    if (op_ce) fns.push_back([&](int i) { op_ce->run(in.a(i), in.b(i), out.p, s); });
+    const auto cmp = bench::time_interleaved(&team, s, t, 5, fns);
     const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
                  t_fo = bench::summarize(cmp[2]).median_us;
+    const double t_ce = op_ce ? bench::summarize(cmp[3]).median_us : 0;
     op.check_error();
+    if (op_ce) op_ce->check_error();
     const double t_gemm = std::min(t_cublas, t_braid);
     const double bound = std::max(t_gemm, t_comm);
     std::ostringstream gs;
@@ -337,13 +377,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     if (op.sequential()) gs << " sequential-fallback";
     const std::string groups = gs.str();
     if (rank == 0) {
-      std::printf("%8s %6s %6s | %8s %8s %8s | %8s | %8s %8s %8s | %8s %7s %6s | %s\n", "M", "N", "K", "cublas",
-                  "braid", "braid-r", "coll", "seq", "decomp", "flash", "bound", "speedup", "of-bnd", "groups");
-      std::printf("%8lld %6lld %6lld | %8.1f %8.1f %8.1f | %8.1f | %8.1f %8.1f %8.1f | %8.1f %7.3f %6.3f | %s (%s, %d "
-                  "CTAs, %d waves)\n",
+      std::printf("%8s %6s %6s | %8s %8s %8s | %8s | %8s %8s %8s %8s | %8s %7s %7s %6s | %s\n", "M", "N", "K",
+                  "cublas", "braid", "braid-r", "coll", "seq", "decomp", "flash", "flash-ce", "bound", "speedup",
+                  "sp-ce", "of-bnd", "groups");
+      std::printf("%8lld %6lld %6lld | %8.1f %8.1f %8.1f | %8.1f | %8.1f %8.1f %8.1f %8.1f | %8.1f %7.3f %7.3f %6.3f | "
+                  "%s (%s, %d CTAs, %d waves)\n",
                   (long long)sh.m, (long long)sh.n, (long long)sh.k, t_cublas, t_braid, t_braid_res, t_comm, t_seq, t_dec,
-                  t_fo, bound, t_seq / t_fo, bound / t_fo, groups.c_str(), tile_config_name(op.options().tile),
-                  map.grid.ctas, map.grid.num_waves());
+                  t_fo, t_ce, bound, t_seq / t_fo, op_ce ? t_seq / t_ce : 0.0, bound / std::min(t_fo, op_ce ? t_ce : t_fo),
+                  groups.c_str(), tile_config_name(op.options().tile), map.grid.ctas, map.grid.num_waves());
       std::fflush(stdout);
     }
     if (rank == 0 && !a.json.empty()) {
@@ -370,11 +411,17 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add("bound_us", bound)
           .add("speedup", t_seq / t_fo)
           .add("fraction_of_bound", bound / t_fo)
+          .add("transport", transport_name(Transport::kNcclKernels))
           .add("buffer_sets", in.sets())
           .add("braid_vs_cublas", t_cublas / t_braid)
           .add("correct", ok)
           .add_context(ctx);
       if (!searched.empty()) j.add("predicted_us", std::stod(searched));
+      if (op_ce)
+        j.add("flashoverlap_ce_us", t_ce)
+            .add("speedup_ce", t_seq / t_ce)
+            .add("fraction_of_bound_ce", bound / t_ce)
+            .add("ce_groups", groups);
       bench::append_jsonl(a.json, j.str());
     }
   }

@@ -119,9 +119,54 @@ __global__ void fill_const_kernel(__nv_bfloat16* p, size_t count, float v) {
     p[i] = __float2bfloat16_rn(v);
 }
 
+// Copy-engine transport's reduction: out[i] = sum over q < world of src[q * chunk + i], in fp32, in rank
+// order (so every rank that sums the same slices gets the same bits). 8 bf16 per 16-byte access; chunk
+// is a multiple of 8 elements.
+constexpr int kSumThreads = 256;
+__global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const uint4* __restrict__ src, uint4* __restrict__ out,
+                                                                 int64_t chunk_vecs, int world) {
+  for (int64_t v = blockIdx.x * int64_t(kSumThreads) + threadIdx.x; v < chunk_vecs;
+       v += int64_t(gridDim.x) * kSumThreads) {
+    float acc[8];
+    {
+      const uint4 u = src[v];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(h[i]);
+        acc[2 * i] = f.x, acc[2 * i + 1] = f.y;
+      }
+    }
+    for (int q = 1; q < world; ++q) {
+      const uint4 u = src[q * chunk_vecs + v];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(h[i]);
+        acc[2 * i] += f.x, acc[2 * i + 1] += f.y;
+      }
+    }
+    uint4 o;
+    __nv_bfloat162* oo = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) oo[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+    out[v] = o;
+  }
+}
+
 ncclDataType_t kBf16 = ncclBfloat16;
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+constexpr bool kHaveCopyEngineColl = true;
+#else
+constexpr bool kHaveCopyEngineColl = false;
+#endif
+
 }  // namespace
+
+const char* transport_name(Transport t) {
+  return t == Transport::kNcclCopyEngine ? "nccl-copy-engine" : "nccl-kernels";
+}
 
 // ============================================ verify helpers ============================================
 void fill_uniform_bf16(void* p, size_t count, uint64_t seed, float scale, cudaStream_t s) {
@@ -258,7 +303,26 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   }
   map_ = make_mapping(grid, fit, parts);
 
-  BRAID_CUDA_CHECK(cudaMalloc(&d_, size_t(opt.m) * opt.n * 2));
+  const size_t d_bytes = size_t(opt.m) * opt.n * 2;
+  if (opt.transport == Transport::kNcclCopyEngine) {
+    if (!kHaveCopyEngineColl)
+      throw UnavailableError("FlashOverlap copy-engine transport: needs NCCL >= 2.28", __FILE__, __LINE__);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    // Symmetric windows on the zero-CTA communicator (collective: every rank registers the same sizes
+    // in the same order); group slices are at the same offsets on every rank, as the windows require.
+    ncclComm_t ce = team.nccl_zero_cta();
+    ce_comm_ = ce;
+    BRAID_NCCL_CHECK(ncclMemAlloc(&d_, d_bytes));
+    BRAID_NCCL_CHECK(ncclMemAlloc(&recv_, d_bytes));
+    ncclWindow_t wd = nullptr, wr = nullptr;
+    BRAID_NCCL_CHECK(ncclCommWindowRegister(ce, d_, d_bytes, &wd, NCCL_WIN_COLL_SYMMETRIC));
+    BRAID_NCCL_CHECK(ncclCommWindowRegister(ce, recv_, d_bytes, &wr, NCCL_WIN_COLL_SYMMETRIC));
+    win_d_ = wd, win_recv_ = wr;
+    reduce_ctas_ = std::max(8, 2 * std::max(0, opt.reserve_sms));
+#endif
+  } else {
+    BRAID_CUDA_CHECK(cudaMalloc(&d_, d_bytes));
+  }
   const size_t tiles = grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMalloc(&tables_, (3 * tiles + 2 * size_t(T) + 2) * sizeof(int32_t)));
   BRAID_CUDA_CHECK(cudaMalloc(&counters_, (size_t(T) + 1) * sizeof(uint32_t)));
@@ -276,7 +340,19 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
 
 GemmOverlap::~GemmOverlap() {
   if (comm_) cudaStreamSynchronize(comm_);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  if (ce_comm_) {  // collective, in construction order on every rank
+    auto ce = static_cast<ncclComm_t>(ce_comm_);
+    if (win_recv_) ncclCommWindowDeregister(ce, static_cast<ncclWindow_t>(win_recv_));
+    if (win_d_) ncclCommWindowDeregister(ce, static_cast<ncclWindow_t>(win_d_));
+    if (recv_) ncclMemFree(recv_);
+    if (d_) ncclMemFree(d_);
+  } else {
+    cudaFree(d_);
+  }
+#else
   cudaFree(d_);
+#endif
   cudaFree(tables_);
   cudaFree(counters_);
   if (err_host_) cudaFreeHost(err_host_);
@@ -375,6 +451,10 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
     if (debug != "nowait") detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, expected, g, timeout_ns, err_host_);
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
     if (debug == "nocomm") continue;
+    if (ce_comm_) {
+      run_copy_engine_group(off, count, out);
+      continue;
+    }
     if (rs) {
       BRAID_NCCL_CHECK(ncclReduceScatter(d + off, static_cast<__nv_bfloat16*>(out) + off / team_.size(),
                                          count / team_.size(), kBf16, ncclSum, team_.nccl(), comm_));
@@ -384,6 +464,36 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   }
   BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+}
+
+// One group over the copy engines: the group's slice [off, off + count) of d_ is W chunks, chunk p for
+// rank p (reduce-scatter: sub-tiles of part p; all-reduce: an equal split of whole tiles).
+//   ncclAlltoAll d_ -> recv_ (zero-CTA comm, symmetric windows: copy engines; recv_ gets chunk `rank` of
+//   every rank q at recv_[off + q * chunk]), then the W chunks are summed in rank order into out (RS) or
+//   into d_'s own chunk (AR), and for AR ncclAllGather (in place, copy engines) spreads the reduced chunks.
+// Ordering: NCCL's copy-engine collectives end with a completion handshake on the comm stream, so when
+// the all-to-all is done every peer has finished writing recv_ and reading nothing of ours (push only);
+// the all-gather starts with a ready handshake, so no peer writes our d_ before we reduced into it.
+void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  const int W = team_.size(), me = team_.rank();
+  const size_t chunk = count / W;
+  auto ce = static_cast<ncclComm_t>(ce_comm_);
+  auto* d = static_cast<__nv_bfloat16*>(d_);
+  auto* r = static_cast<__nv_bfloat16*>(recv_);
+  BRAID_NCCL_CHECK(ncclAlltoAll(d + off, r + off, chunk, kBf16, ce, comm_));
+  const int64_t vecs = static_cast<int64_t>(chunk / 8);
+  const int blocks = static_cast<int>(std::min<int64_t>(reduce_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
+  const bool rs = opt_.coll == Collective::kReduceScatter;
+  __nv_bfloat16* dst = rs ? static_cast<__nv_bfloat16*>(out) + off / W : d + off + size_t(me) * chunk;
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, comm_>>>(reinterpret_cast<const uint4*>(r + off),
+                                                                     reinterpret_cast<uint4*>(dst), vecs, W);
+  BRAID_CHECK_LAUNCH();
+  if (!rs) BRAID_NCCL_CHECK(ncclAllGather(d + off + size_t(me) * chunk, d + off, chunk, kBf16, ce, comm_));
+#else
+  (void)off, (void)count, (void)out;
+  throw UnavailableError("FlashOverlap copy-engine transport: needs NCCL >= 2.28", __FILE__, __LINE__);
+#endif
 }
 
 void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const {

@@ -237,6 +237,10 @@ Team::~Team() {
   if (epochs_) cudaFree(epochs_);
   if (err_host_) cudaFreeHost(err_host_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (nccl_zero_cta_) {
+    if (broken_) ncclCommAbort(nccl_zero_cta_);
+    else ncclCommDestroy(nccl_zero_cta_);
+  }
   if (nccl_) {
     if (broken_) ncclCommAbort(nccl_);
     else ncclCommDestroy(nccl_);
@@ -250,6 +254,24 @@ std::unique_ptr<Team> Team::split(int color, int key, TeamOptions opt) const {
   ncclComm_t nsub = nullptr;
   BRAID_NCCL_CHECK(ncclCommSplit(nccl_, color, key, &nsub, nullptr));
   return std::unique_ptr<Team>(new Team(sub, nsub, opt));
+}
+
+ncclComm_t Team::nccl_zero_cta() {
+  if (nccl_zero_cta_) return nccl_zero_cta_;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  if (!same_node_ || !peer_ok_)
+    throw UnavailableError("zero-CTA NCCL communicator: the ranks are not on one node with peer access (" +
+                               peer_status_ + ")",
+                           __FILE__, __LINE__);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+  BRAID_NCCL_CHECK(ncclCommSplit(nccl_, 0, rank_, &nccl_zero_cta_, &cfg));
+  return nccl_zero_cta_;
+#else
+  throw UnavailableError("zero-CTA NCCL communicator: needs NCCL >= 2.28 (built with " + std::to_string(NCCL_MAJOR) +
+                             "." + std::to_string(NCCL_MINOR) + ")",
+                         __FILE__, __LINE__);
+#endif
 }
 
 const SignalView& Team::signals() const {

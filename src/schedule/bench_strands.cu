@@ -637,12 +637,30 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         vbb.share_cublas_workspace(vaa);  // the executor runs both layers' GEMMs on one stream
         const Plan vop = order_plan(vdag2, best_issue_order(vdag2, from_plan_file(vdag, plan_file), 128, true).order);
         SharedActivationPool vpool(vdag2, plan_issue_order(vdag2, vop), sc, p, vaa, vbb);
-        for (const int k : {0, 1, 2}) {  // strands-arena-2link, -2link-dag, then arena-io-2link (y/dy/dx shared)
-          const bool dep = k == 1, io = k == 2;
+        // strands-arena-2link, -2link-dag, arena-io-2link (y/dy/dx shared), then arena-io-2link-smres (its GEMMs
+        // leaving SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
+        for (const int k : {0, 1, 2, 3}) {
+          const bool dep = k == 1, io = k >= 2, smres = k == 3;
           if (io && (!p.sp || p.tp < 2)) continue;
-          if (io) vbb.share_interfaces(vaa);
+          if (smres && a.gemm_sm_reserve <= 0) continue;
+          if (k == 2) vbb.share_interfaces(vaa);
           StrandExecutor vexa(dep ? dep_ready_layer(vdag2) : vdag2, vop, st.s);
           vexa.set_memory_waits(vpool.waits);
+          if (smres) {
+            const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
+            vaa.set_gemm_sm_target(sms), vbb.set_gemm_sm_target(sms);
+            double worst = 0;
+            const size_t bad = size_t(team.allreduce_max(double(
+                relative_l2_failures(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true, true), sc, 1e-2, &worst))));
+            worst = team.allreduce_max(worst);
+            vaa.set_gemm_sm_target(0), vbb.set_gemm_sm_target(0);
+            ok = ok && bad == 0;
+            if (root)
+              std::printf("# verification (%s): strands-arena-io-2link with GEMMs on %d SMs vs single strand: worst "
+                          "relative L2 %.2e (tolerance 1e-2) -> %s\n",
+                          sc.name.c_str(), sms, worst, bad == 0 ? "Passed" : "FAILED");
+            continue;
+          }
           const double diff = team.allreduce_max(
               double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true, io), sc)));
           ok = ok && diff == 0;
@@ -871,6 +889,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       team.synchronize(s, "strands-arena-io warm-up");
       const double io_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
       vs.push_back({"strands-arena-io-2link", med([&](int) { exa.run(aa, bb); }), io_mem});
+      if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives
+        const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
+        aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
+        vs.push_back({"strands-arena-io-2link-smres", med([&](int) { exa.run(aa, bb); }), io_mem});
+        aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
+      }
     }
   }
   const double mem_peak = bench::device_used_bytes();

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
 #include "braid/runtime.hpp"
@@ -35,6 +36,7 @@ struct Case {
   bool wait_value;
   bool graph;
   bool sequential = false;  // the fallback path (one group, GEMM on every SM, then one collective)
+  Transport transport = Transport::kNcclKernels;
 };
 
 class OverlapMpi : public ::testing::TestWithParam<Case> {};
@@ -61,6 +63,14 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   o.reserve_sms = 90;  // ~40 CTAs: several waves at these sizes
   o.use_stream_wait_value = c.wait_value;
   o.sequential = c.sequential;
+  o.transport = c.transport;
+  if (c.transport == Transport::kNcclCopyEngine) {
+    try {
+      team.nccl_zero_cta();
+    } catch (const braid::UnavailableError& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
   GemmOverlap op(team, o);
   if (c.sequential) EXPECT_EQ(op.mapping().groups(), 1);
   else EXPECT_GT(op.mapping().groups(), 1);
@@ -143,7 +153,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kAllReduce, 2048, 2048, 512, false, true},
                       Case{Collective::kAllReduce, 4096, 1024, 1024, true, true},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, true},
-                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false, true}));
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false, true},
+                      // over NCCL's copy engines (zero-CTA communicator, symmetric windows)
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kNcclCopyEngine},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, false, true, false, Transport::kNcclCopyEngine},
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kNcclCopyEngine},
+                      Case{Collective::kAllReduce, 4096, 1024, 1024, true, true, false, Transport::kNcclCopyEngine}));
 
 TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
   braid::Team team(MPI_COMM_WORLD);
