@@ -319,6 +319,18 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     BRAID_NCCL_CHECK(ncclCommWindowRegister(ce, recv_, d_bytes, &wr, NCCL_WIN_COLL_SYMMETRIC));
     win_d_ = wd, win_recv_ = wr;
     reduce_ctas_ = std::max(8, 2 * std::max(0, opt.reserve_sms));
+    // NCCL sets up its copy-engine state (a symmetric sync window: ncclMemAlloc + registration) at the
+    // communicator's first copy-engine collective, which fails inside a stream capture (seen on the node:
+    // "unhandled cuda error" from a captured ncclAlltoAll). One eager all-to-all and all-gather of a few
+    // elements here, so run() can be captured.
+    cudaStream_t warm = nullptr;
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking));
+    const size_t few = 64;  // elements per rank
+    auto* dd = static_cast<__nv_bfloat16*>(d_);
+    BRAID_NCCL_CHECK(ncclAlltoAll(dd, static_cast<__nv_bfloat16*>(recv_), few, kBf16, ce, warm));
+    BRAID_NCCL_CHECK(ncclAllGather(dd + size_t(team.rank()) * few, dd, few, kBf16, ce, warm));
+    team.synchronize(warm, "FlashOverlap copy-engine warm-up");
+    BRAID_CUDA_CHECK(cudaStreamDestroy(warm));
 #endif
   } else {
     BRAID_CUDA_CHECK(cudaMalloc(&d_, d_bytes));

@@ -154,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kAllReduce, 4096, 1024, 1024, true, true},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, true},
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false, true},
-                      // over NCCL's copy engines (zero-CTA communicator, symmetric windows)
+                      // over NCCL's copy engines (zero-CTA communicator, symmetric windows), eager and captured
                       Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kNcclCopyEngine},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, false, true, false, Transport::kNcclCopyEngine},
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kNcclCopyEngine},
