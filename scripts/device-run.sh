@@ -13,9 +13,10 @@
 # ~2 min; `ncu-t3` with NCU_CONFIGS (one config, 4 algos, 25 shapes) ~2.5 min; `build strands`
 # (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Seventh session: `build test pipeline strands-quick`
 # 7.4 min cold; a warm machine (fire the next call within ~30 s) rebuilds and reruns a bench in seconds.
-# Next: `build test strands-smres` (GEMMs leaving SMs to the collectives, and strands-corun-order-2link,
-# both written after the seventh session's device time), `peers` beside `allreduce` (the unrolled
-# two-shot against torch on one node); x4/x8 when lent:
+# Eighth session: `build test` ~4 min cold (ctest 2.2 min); `strands-smres` with SMRES_NVLINK=0 ~30 s
+# warm; `sweep-rs` with OVERLAP_TRANSPORT=both (graph replay included) ~3.5 min. Pass BRAID_COMMIT as a literal sha:
+# the device copy's git metadata may be stale (`git rev-parse` there named the session start's commit).
+# Next: `peers` beside `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
 set -uo pipefail
@@ -231,7 +232,7 @@ if has transitions; then
 fi
 if has sweep-rs; then
   echo "== gemm-rs sweep (bench/shapes/sweep.txt)" | tee -a "$log"
-  T=400 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
+  T=400 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} --json "$out/gemm-rs-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has sweep-t3; then
   echo "== t3-gemm-rs sweep (bench/shapes/sweep.txt)" | tee -a "$log"
@@ -288,7 +289,7 @@ if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing
 fi
 if has sweep-ar; then
   echo "== gemm-ar sweep (bench/shapes/sweep.txt)" | tee -a "$log"
-  T=300 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
+  T=300 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
