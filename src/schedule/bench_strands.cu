@@ -252,6 +252,19 @@ size_t relative_l2_failures(const Snapshot& x, const Snapshot& y, const m::Model
   return bad;
 }
 
+// The relative-L2 verdict over every rank (worst tensor, tolerance 1e-2), printed by the root as
+// "# verification (<case>): <what> vs <against>: worst relative L2 ... -> Passed|FAILED"; true if passed.
+bool l2_verdict(Team& team, bool root, const Snapshot& ref, const Snapshot& got, const m::ModelConfig& c,
+                const std::string& what, const char* against = "single strand") {
+  double worst = 0;
+  const size_t bad = size_t(team.allreduce_max(double(relative_l2_failures(ref, got, c, 1e-2, &worst))));
+  worst = team.allreduce_max(worst);
+  if (root)
+    std::printf("# verification (%s): %s vs %s: worst relative L2 %.2e (tolerance 1e-2) -> %s\n", c.name.c_str(),
+                what.c_str(), against, worst, bad == 0 ? "Passed" : "FAILED");
+  return bad == 0;
+}
+
 }  // namespace
 
 // ---- profiler ---------------------------------------------------------------------------------------
@@ -649,16 +662,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
           if (smres) {
             const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
             vaa.set_gemm_sm_target(sms), vbb.set_gemm_sm_target(sms);
-            double worst = 0;
-            const size_t bad = size_t(team.allreduce_max(double(
-                relative_l2_failures(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true, true), sc, 1e-2, &worst))));
-            worst = team.allreduce_max(worst);
+            const Snapshot got = strands_sequence(team, vaa, vbb, vexa, st, 1, true, true);
             vaa.set_gemm_sm_target(0), vbb.set_gemm_sm_target(0);
-            ok = ok && bad == 0;
-            if (root)
-              std::printf("# verification (%s): strands-arena-io-2link with GEMMs on %d SMs vs single strand: worst "
-                          "relative L2 %.2e (tolerance 1e-2) -> %s\n",
-                          sc.name.c_str(), sms, worst, bad == 0 ? "Passed" : "FAILED");
+            ok = l2_verdict(team, root, ref, got, sc,
+                            "strands-arena-io-2link with GEMMs on " + std::to_string(sms) + " SMs") && ok;
             continue;
           }
           const double diff = team.allreduce_max(
@@ -676,34 +683,21 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     }
     if (p.sp && p.tp > 1 && va.local_tokens() % 2 == 0) {  // the intra-batch decomposition baseline
       va.set_decomposition(2), vb.set_decomposition(2);
-      double worst = 0;
-      const size_t bad = size_t(team.allreduce_max(
-          double(relative_l2_failures(ref, strands_sequence(team, va, vb, vex, st, 0), sc, 1e-2, &worst))));
-      worst = team.allreduce_max(worst);
+      const Snapshot got = strands_sequence(team, va, vb, vex, st, 0);
       va.set_decomposition(0), vb.set_decomposition(0);
-      ok = ok && bad == 0;
-      if (root)
-        std::printf("# verification (%s): single strand with intra-batch decomposition (2 chunks) vs plain: worst "
-                    "relative L2 %.2e over activations and gradients (tolerance 1e-2) -> %s\n",
-                    sc.name.c_str(), worst, bad == 0 ? "Passed" : "FAILED");
+      ok = l2_verdict(team, root, ref, got, sc, "single strand with intra-batch decomposition (2 chunks)",
+                      "plain (activations and gradients)") && ok;
     }
     if (a.gemm_sm_reserve > 0) {  // the -smres variants: cuBLAS may pick other kernels for fewer SMs (other bits)
       const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
       va.set_gemm_sm_target(sms), vb.set_gemm_sm_target(sms);
       const Layer vd = dep_ready_layer(vdag2);
       StrandExecutor vexd(vd, whole_pass_plan(vd, from_plan_file(vdag, whole_file)), st.s);
-      for (const int v : {1, 3}) {  // strands (whole-pass, two links, dependency-ready), round-robin
-        double worst = 0;
-        const size_t bad = size_t(team.allreduce_max(
-            double(relative_l2_failures(ref, strands_sequence(team, va, vb, vexd, st, v), sc, 1e-2, &worst))));
-        worst = team.allreduce_max(worst);
-        ok = ok && bad == 0;
-        if (root)
-          std::printf("# verification (%s): %s with GEMMs on %d SMs vs single strand: worst relative L2 %.2e "
-                      "(tolerance 1e-2) -> %s\n",
-                      sc.name.c_str(), v == 1 ? "strands-whole-2link-dag" : "round-robin", sms, worst,
-                      bad == 0 ? "Passed" : "FAILED");
-      }
+      for (const int v : {1, 3})  // strands (whole-pass, two links, dependency-ready), round-robin
+        ok = l2_verdict(team, root, ref, strands_sequence(team, va, vb, vexd, st, v), sc,
+                        std::string(v == 1 ? "strands-whole-2link-dag" : "round-robin") + " with GEMMs on " +
+                            std::to_string(sms) + " SMs") &&
+             ok;
       va.set_gemm_sm_target(0), vb.set_gemm_sm_target(0);
     }
     if (!ok) return 3;
