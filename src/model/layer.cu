@@ -592,8 +592,27 @@ struct SavedField {
 }  // namespace
 
 static std::vector<SavedField> saved_fields(Layer::Impl& m) {
-  const size_t bf = 2, f32 = 4;
+  const size_t bf = 2, f32 = 4, i32 = 4;
   const bool gathered = m.sp && m.tp > 1;
+  if (m.moe) {  // schedule::saved_tensors' MoE list: the attention half, routing state, experts at capacity
+    return {{"rstd1", reinterpret_cast<void**>(&m.rstd1), size_t(m.Tl) * f32},
+            {"qkv", reinterpret_cast<void**>(&m.qkv), size_t(m.T * m.nqkv) * bf},
+            {"o", reinterpret_cast<void**>(&m.o), size_t(m.T * m.qd) * bf},
+            {"lse", reinterpret_cast<void**>(&m.lse), size_t(m.B * m.hq * m.S) * f32},
+            {"x1", reinterpret_cast<void**>(&m.x1), size_t(m.Tl * m.H) * bf},
+            {"rstd2", reinterpret_cast<void**>(&m.rstd2), size_t(m.Tl) * f32},
+            {gathered ? "h1f" : "h1", reinterpret_cast<void**>(&m.h1f), size_t((m.sp ? m.T : m.Tl) * m.H) * bf},
+            {"h2", reinterpret_cast<void**>(&m.h2), size_t(m.Tl * m.H) * bf},
+            {"prob", reinterpret_cast<void**>(&m.prob), size_t(m.Tl * m.K) * f32},
+            {"route", reinterpret_cast<void**>(&m.route), size_t(m.Tl * m.K) * i32},
+            {"pos", reinterpret_cast<void**>(&m.pos), size_t(m.Tl * m.K) * i32},
+            {"sort_map", reinterpret_cast<void**>(&m.sort_map), size_t(m.Rmax) * i32},
+            {"unsort_map", reinterpret_cast<void**>(&m.unsort_map), size_t(m.Rmax) * i32},
+            {"ret", reinterpret_cast<void**>(&m.ret), size_t(m.Tl * m.K * m.H) * bf},
+            {"xs", reinterpret_cast<void**>(&m.xs), size_t(m.Rmax * m.H) * bf},
+            {"egu", reinterpret_cast<void**>(&m.egu), size_t(m.Rmax * 2 * m.F) * bf},
+            {"eact", reinterpret_cast<void**>(&m.eact), size_t(m.Rmax * m.F) * bf}};
+  }
   return {{"rstd1", reinterpret_cast<void**>(&m.rstd1), size_t(m.Tl) * f32},
           {"qkv", reinterpret_cast<void**>(&m.qkv), size_t(m.T * m.nqkv) * bf},
           {"o", reinterpret_cast<void**>(&m.o), size_t(m.T * m.qd) * bf},
@@ -607,7 +626,6 @@ static std::vector<SavedField> saved_fields(Layer::Impl& m) {
 }
 
 std::vector<std::pair<std::string, size_t>> Layer::saved_layout() const {
-  if (impl_->moe) return {};
   std::vector<std::pair<std::string, size_t>> v;
   for (const auto& f : saved_fields(*impl_)) v.push_back({f.name, f.bytes});
   return v;
@@ -615,7 +633,6 @@ std::vector<std::pair<std::string, size_t>> Layer::saved_layout() const {
 
 void Layer::place_saved(void* base, const std::vector<std::pair<std::string, size_t>>& offsets) {
   Impl& m = *impl_;
-  BRAID_REQUIRE(!m.moe, "layer: place_saved is for dense layers");
   BRAID_REQUIRE(base != nullptr, "layer: place_saved needs memory");
   auto fields = saved_fields(m);
   BRAID_REQUIRE(offsets.size() == fields.size(), "layer: place_saved needs every saved tensor once");
@@ -628,7 +645,7 @@ void Layer::place_saved(void* base, const std::vector<std::pair<std::string, siz
     BRAID_REQUIRE(off % 256 == 0, std::string("layer: place_saved: offset of ") + f.name + " not 256-byte aligned");
     void* old = *f.ptr;
     void* now = static_cast<char*>(base) + off;
-    // Without sp, h1f / h2f are h1 / h2 (one allocation): move both names.
+    // Without sp, h1f / h2f are h1 / h2 (one allocation): move both names. (MoE: h2f is unused, h2 saved.)
     if (f.ptr == reinterpret_cast<void**>(&m.h1f) && m.h1 == m.h1f) m.h1 = static_cast<bf16*>(now);
     if (f.ptr == reinterpret_cast<void**>(&m.h2f) && m.h2 == m.h2f) m.h2 = static_cast<bf16*>(now);
     *f.ptr = now;
@@ -697,8 +714,8 @@ void Layer::zero_grads(cudaStream_t s) {
 void Layer::share_interfaces(const Layer& owner) {
   Impl& m = *impl_;
   const Impl& o = *owner.impl_;
-  BRAID_REQUIRE(&o != &m && m.sp && !m.moe && o.sp && !o.moe && m.H == o.H && m.Tl == o.Tl,
-                "layer: share_interfaces needs two dense SP layers of one configuration");
+  BRAID_REQUIRE(&o != &m && m.sp && o.sp && m.moe == o.moe && m.H == o.H && m.Tl == o.Tl,
+                "layer: share_interfaces needs two SP layers of one configuration");
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   for (auto [mine, theirs] : {std::pair{&m.y, o.y}, std::pair{&m.dy, o.dy}, std::pair{&m.dx, o.dx}}) {
     if (*mine == theirs) continue;

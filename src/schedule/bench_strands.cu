@@ -652,7 +652,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       // strands-arena-2link on the small shape: fresh layers with α's weights (seed 5), both strands'
       // saved activations in one pool, memory waits; accumulating shared gradients as above.
       for (const auto& [name, pf] : order_plans2) {
-        if (name != "strands-best-order-sinks-2link" || sc.moe()) continue;
+        if (name != "strands-best-order-sinks-2link") continue;  // (dense and MoE alike)
         m::Layer vaa(sc, p, *comm_a);
         vaa.init_random_weights(5);
         vaa.set_accumulate_grads(true);
@@ -863,7 +863,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // saved activations in one pool with the memory waits, scratch and gradients shared (Share::kAll): a
   // fresh pair of layers (place_saved frees their own saved copies). Memory: both layers + the pool.
   for (const auto& [name, pf] : order_plans2) {
-    if (name != arena_order || c.moe()) continue;
+    if (name != arena_order) continue;  // dense and MoE alike
     m::Layer aa(c, p, *comm_a);
     aa.init_random_weights(17);
     aa.set_accumulate_grads(true);

@@ -281,7 +281,7 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
                                            model::Layer& b) {
   auto saved = saved_tensors(c, p);
   const auto layout = a.saved_layout();
-  BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands: a shared activation pool needs dense layers");
+  BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands: the layer's saved tensors do not match schedule::saved_tensors");
   for (auto& t : saved) {
     size_t n = 0;
     for (const auto& [name, sz] : layout)

@@ -350,11 +350,12 @@ double plan_makespan_us(const Layer& dag, const Plan& plan) {
 }
 
 std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p) {
-  if (c.moe()) return {};
-  const double T = double(c.tokens()), Tl = p.sp ? T / p.tp : T, H = c.hidden;
+  const bool moe = c.moe(), gathered = p.sp && p.tp > 1;
+  const double T = double(c.tokens()), Tl = gathered ? T / p.tp : T, H = c.hidden;
   const double nqkv = double(c.q_dim() + 2 * c.kv_dim()) / p.tp, qd = double(c.q_dim()) / p.tp;
-  const double Fl = double(c.ffn) / p.tp, hq = double(c.heads) / p.tp;
-  const double bf = 2, f32 = 4;
+  const double Fl = moe ? double(c.ffn) : double(c.ffn) / p.tp, hq = double(c.heads) / p.tp;
+  const double bf = 2, f32 = 4, i32 = 4;
+  // The attention half (dense and MoE alike).
   std::vector<SavedTensor> v = {
       {"rstd1", Tl * f32, "f.norm1", "b.norm1_bwd"},
       {"qkv", T * nqkv * bf, "f.qkv_proj", "b.attention_bwd"},
@@ -362,16 +363,33 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
       {"lse", double(c.micro_batch) * hq * c.seq * f32, "f.attention", "b.attention_bwd"},
       {"x1", Tl * H * bf, "f.residual_norm2", "b.norm2_bwd"},
       {"rstd2", Tl * f32, "f.residual_norm2", "b.norm2_bwd"},
-      {"gu", T * 2 * Fl * bf, "f.gate_up_proj", "b.swiglu_bwd"},
-      {"act", T * Fl * bf, "f.swiglu", "b.down_proj_wgrad"},
   };
-  if (p.sp && p.tp > 1) {  // the gathered copies; the local h1 / h2 then only feed the all-gathers
-    v.push_back({"h1f", T * H * bf, "f.ag_h1", "b.qkv_wgrad"});
-    v.push_back({"h2f", T * H * bf, "f.ag_h2", "b.gate_up_wgrad"});
-  } else {  // without sp h1f / h2f are h1 / h2
-    v.push_back({"h1", Tl * H * bf, "f.norm1", "b.qkv_wgrad"});
-    v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.gate_up_wgrad"});
+  const SavedTensor h1 = gathered ? SavedTensor{"h1f", T * H * bf, "f.ag_h1", "b.qkv_wgrad"}  // the local h1
+                                  : SavedTensor{"h1", Tl * H * bf, "f.norm1", "b.qkv_wgrad"};  // then feeds only the AG
+  if (!moe) {  // (this order is the placement's input order: kept as it was measured)
+    v.push_back({"gu", T * 2 * Fl * bf, "f.gate_up_proj", "b.swiglu_bwd"});
+    v.push_back({"act", T * Fl * bf, "f.swiglu", "b.down_proj_wgrad"});
+    v.push_back(h1);
+    if (gathered) v.push_back({"h2f", T * H * bf, "f.ag_h2", "b.gate_up_wgrad"});
+    else v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.gate_up_wgrad"});  // without sp h2f is h2
+    return v;
   }
+  v.push_back(h1);
+  // MoE (model::Layer, src/model/layer.cu): routing state, the combine's input, and the experts' inputs and
+  // activations at the layer's worst-case capacity Rmax = T * top_k rows per rank (every token of every
+  // rank routed here), which is what the layer allocates. sort_map / unsort_map are written by the counts
+  // exchange (a host copy on the op's stream). h2 stays the router's input (router_bwd reads it).
+  const double K = c.top_k, Rmax = T * K, F = double(c.ffn);
+  v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.router_bwd"});
+  v.push_back({"prob", Tl * K * f32, "f.route", "b.combine_bwd"});
+  v.push_back({"route", Tl * K * i32, "f.route", "b.combine_bwd"});
+  v.push_back({"pos", Tl * K * i32, "f.route", "b.route_bwd", {"b.combine_bwd"}});
+  v.push_back({"sort_map", Rmax * i32, "f.a2a_counts", "b.expert_sort_bwd"});
+  v.push_back({"unsort_map", Rmax * i32, "f.a2a_counts", "b.expert_unsort_bwd"});
+  v.push_back({"ret", Tl * K * H * bf, "f.a2a_combine", "b.combine_bwd"});
+  v.push_back({"xs", Rmax * H * bf, "f.expert_sort", "b.expert_gate_up_wgrad"});
+  v.push_back({"egu", Rmax * 2 * F * bf, "f.expert_gate_up", "b.expert_swiglu_bwd"});
+  v.push_back({"eact", Rmax * F * bf, "f.expert_swiglu", "b.expert_down_wgrad"});
   return v;
 }
 

@@ -301,8 +301,9 @@ void strands_equal_single(bool moe) {
   }
   // Both strands' saved activations in one pool (two_strand_placement over the two-link, sink-placing
   // order) with the executor's memory waits, gradients shared and accumulating: bench strands'
-  // strands-arena-2link. Dense layers only.
-  if (!moe) {
+  // strands-arena-2link, dense and MoE (the MoE layer's saved tensors, expert buffers at capacity).
+  {
+    const std::string kind = moe ? "moe" : "dense";
     const sch::Layer dag2 = sch::two_link_layer(dag);
     const auto order = sch::best_issue_order(dag2, searched, 64, true).order;
     m::Layer aa(c, par, *Env::comm_a_);
@@ -317,14 +318,15 @@ void strands_equal_single(bool moe) {
     EXPECT_LT(pool.bytes, 2 * pool.one_set);
     sch::StrandExecutor exa(dag2, sch::order_plan(dag2, order), st.s);
     exa.set_memory_waits(pool.waits);
-    expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c, "dense one activation pool");
-    expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c, "dense one activation pool again");
+    expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c, kind + " one activation pool");
+    expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true), c,
+                       kind + " one activation pool again");
     // ... and y/dy/dx shared by the two layers (Layer::share_interfaces).
     bb.share_interfaces(aa);
     EXPECT_EQ(bb.y(), aa.y());
     EXPECT_EQ(bb.dx(), aa.dx());
     expect_close_grads(ref, run_unit(aa, bb, &exa, st, Variant::kStrands, in, rank, true, true), c,
-                       "dense one activation pool, shared y/dy/dx");
+                       kind + " one activation pool, shared y/dy/dx");
     Env::world_->synchronize(st.s.compute, "pool");
   }
 }

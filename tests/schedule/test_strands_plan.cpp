@@ -258,10 +258,13 @@ TEST(StrandsPlan, TwoStrandPlacement) {
   EXPECT_DOUBLE_EQ(pl.pool_bytes, 200);
   EXPECT_DOUBLE_EQ(pl.one_set_bytes, 200);
   EXPECT_NE(pl.offset_a[0], pl.offset_b[0]);
-  // On the dense 70B layer, under the whole-pass and best orders: between one and two sets, and valid.
-  auto d = sch::strand_layer(cfg("llama3-70b", 4096), m::Parallel{2, true});
+  // On the dense 70B and the MoE layer, under the whole-pass and best orders: between one and two sets,
+  // and valid.
+  for (const std::string model : {"llama3-70b", "mixtral-8x7b"}) {
+  SCOPED_TRACE(model);
+  auto d = sch::strand_layer(cfg(model, 4096), m::Parallel{2, true});
   sch::apply_solo_times(d, sch::synthetic_pair_table(d));
-  const auto sv = sch::saved_tensors(cfg("llama3-70b", 4096), m::Parallel{2, true});
+  const auto sv = sch::saved_tensors(cfg(model, 4096), m::Parallel{2, true});
   ASSERT_FALSE(sv.empty());
   for (const auto& order : {sch::plan_issue_order(d, sch::whole_pass_plan(d)), sch::best_issue_order(d, {}, 32).order,
                             sch::best_issue_order(d, {}, 32, true).order}) {
@@ -277,10 +280,11 @@ TEST(StrandsPlan, TwoStrandPlacement) {
     }
     EXPECT_GE(a.pool_bytes, a.one_set_bytes - 1e-6);
     EXPECT_LE(a.pool_bytes, 2 * a.one_set_bytes + 1e-6);
-    // The bound is reached on these orders (the first-fit rule alone gave 1.30x where 1.24x is optimal, on
-    // the measured throttled 70B tables: docs/dhelix.md).
+    // The bound is reached on the dense layer's orders (the first-fit rule alone gave 1.30x where 1.24x is
+    // optimal, on the measured throttled 70B tables: docs/dhelix.md); on the MoE layer's within 2%.
     EXPECT_GE(a.lower_bound_bytes, a.one_set_bytes - 1e-6);
-    EXPECT_NEAR(a.pool_bytes, a.lower_bound_bytes, 1e-6 * a.one_set_bytes);
+    if (model == "llama3-70b") EXPECT_NEAR(a.pool_bytes, a.lower_bound_bytes, 1e-6 * a.one_set_bytes);
+    else EXPECT_LE(a.pool_bytes, 1.02 * a.lower_bound_bytes);
     for (size_t i = 0; i < sv.size(); ++i)
       for (size_t j = 0; j < sv.size(); ++j) {
         auto overlap = [&](double x, double y) { return x < y + sv[j].bytes && y < x + sv[i].bytes; };
@@ -289,6 +293,7 @@ TEST(StrandsPlan, TwoStrandPlacement) {
           EXPECT_FALSE(overlap(a.offset_b[i], a.offset_b[j])) << sv[i].name << " / " << sv[j].name;
         }
       }
+  }
   }
 }
 
@@ -300,7 +305,28 @@ TEST(StrandsPlan, SavedTensorsOfTheDenseLayer) {
   for (const auto& t : saved) mib += t.bytes / 1048576.0;
   // qkv 40, o 32, lse 0.5, x1 32, gu 224, act 112, h1f 64, h2f 64 MiB (+ two 8 KiB rstd vectors).
   EXPECT_NEAR(mib, 568.5, 0.05);
-  EXPECT_TRUE(sch::saved_tensors(cfg("mixtral-8x7b", 4096), p).empty());  // not modelled
+}
+
+TEST(StrandsPlan, SavedTensorsOfTheMoeLayer) {
+  const auto c = cfg("mixtral-8x7b", 4096);
+  const m::Parallel p{2, true};
+  const auto saved = sch::saved_tensors(c, p);
+  double mib = 0;
+  for (const auto& t : saved) mib += t.bytes / 1048576.0;
+  // Attention half: qkv 24, o 16, lse 0.25, x1 16, h1f 32 MiB (+ rstd); MoE: h2 16, ret 32 MiB, and at the
+  // capacity of T * top_k = 8192 rows: xs 64, egu 448, eact 224 MiB (+ prob/route/pos 16 KiB each, the two
+  // row maps 32 KiB each).
+  EXPECT_NEAR(mib, 872.25 + (2 * 8 + 3 * 16 + 2 * 32) / 1024.0, 1e-3);
+  // Every producer and reader is an operator of the layer's DAG (the names the GPU layer runs).
+  const auto dag = sch::strand_layer(c, p);
+  auto has = [](const std::vector<sch::Op>& ops, const std::string& n) {
+    return std::any_of(ops.begin(), ops.end(), [&](const sch::Op& o) { return o.name == n; });
+  };
+  for (const auto& t : saved) {
+    EXPECT_TRUE(has(dag.fwd, t.producer)) << t.name << " <- " << t.producer;
+    EXPECT_TRUE(has(dag.bwd, t.last_reader)) << t.name << " -> " << t.last_reader;
+    for (const auto& r : t.other_readers) EXPECT_TRUE(has(dag.bwd, r)) << t.name << " -> " << r;
+  }
 }
 
 TEST(StrandsPlan, ArenaPeakBetweenOneAndTwoSets) {

@@ -103,7 +103,7 @@ class Layer {
   // holds a later collective's CTAs back until it ends. Host-side setting of the layer's handle; takes
   // effect for GEMMs launched after it.
   void set_gemm_sm_target(int sms);
-  // Use `owner`'s y, dy and dx instead of this layer's own, which are freed (dense layers with SP only):
+  // Use `owner`'s y, dy and dx instead of this layer's own, which are freed (SP layers, dense or MoE):
   // for two strands of one layer, a forward writes y, a backward reads dy and writes dx, and a real stack
   // hands them on to the next layer at once. Contract: whoever consumes a layer's y or dx does so before
   // the other layer's forward or backward writes it again, and each backward's dy is written just before
@@ -122,9 +122,10 @@ class Layer {
   Memory memory() const;
   bool shares_weights() const;
 
-  // The saved activations — what the backward reads of the forward's results — of a dense layer, named
-  // and sized as schedule::saved_tensors lists them (rstd1, qkv, o, lse, x1, rstd2, gu, act, and h1f/h2f
-  // with sp at tp > 1, else h1/h2). Empty for MoE layers.
+  // The saved activations — what the backward reads of the forward's results — named and sized as
+  // schedule::saved_tensors lists them: dense rstd1, qkv, o, lse, x1, rstd2, gu, act, and h1f/h2f with sp
+  // at tp > 1, else h1/h2; MoE the attention half (h1f or h1), h2, prob, route, pos, sort_map, unsort_map,
+  // ret, xs, egu, eact (the expert buffers at the layer's capacity, T * top_k rows).
   std::vector<std::pair<std::string, size_t>> saved_layout() const;
   // Moves them into caller-owned device memory: tensor `name` to base + offset (offsets 256-byte aligned,
   // every saved_layout() name given once). The layer frees its own copies (memory() stops counting them)

@@ -99,9 +99,10 @@ struct SavedTensor {
   std::string producer, last_reader;  // last_reader: the last reader in the backward's own (DAG) order
   std::vector<std::string> other_readers;  // backward ops that also read it (an issue order may run one later)
 };
-/// The saved activations of the dense GPU layer (model::Layer, src/model/layer.cu) per rank, with their
-/// producer and last reader; the layer's interfaces (x, y, dy, dx) are not in it. Empty for MoE layers
-/// (not modelled yet).
+/// The saved activations of the GPU layer (model::Layer, src/model/layer.cu) per rank, with their producer
+/// and last reader; the layer's interfaces (x, y, dy, dx) are not in it. MoE layers: the attention half,
+/// the router's input and routing state, the combine's input and the experts' inputs and activations at the
+/// layer's worst-case capacity (T * top_k rows per rank).
 std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p);
 
 /// Peak of the two strands' saved activations when both live in one arena with ideal placement: β's
