@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -16,7 +16,9 @@
 # Eighth session: `build test` ~4 min cold (ctest 2.2 min); `strands-smres` with SMRES_NVLINK=0 ~30 s
 # warm; `sweep-rs` with OVERLAP_TRANSPORT=both (graph replay included) ~3.5 min. Pass BRAID_COMMIT as a literal sha:
 # the device copy's git metadata may be stale (`git rev-parse` there named the session start's commit).
-# Next: `peers` beside `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
+# Next: `build test strands-smres` (the MoE activation pool and the pool-minimising arena order, written
+# after the eighth session's device time) and `strands-mixtral` (below); `peers` beside `allreduce` (the
+# unrolled two-shot against torch on one node); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
 set -uo pipefail
@@ -150,6 +152,16 @@ if has strands; then  # DHelix: strands vs single strand vs round-robin (verifie
   T=150 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-10} \
     --rounds ${STRANDS_ROUNDS:-5} --warmup 2 \
     --out "$out/pairs-llama3-70b-throttled.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
+fi
+if has strands-mixtral; then  # DHelix on the MoE layer: strands tests, then Mixtral EP=2 with the pool variants
+  echo "== strands (Mixtral EP=2, NVLink and throttled, GEMMs leaving ${SMRES_THROTTLED:-4} SMs)" | tee -a "$log"
+  (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
+  grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
+  for thr in 0 1; do
+    T=150 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --throttle $thr \
+      --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-3} --warmup 2 --no-graph \
+      --gemm-sm-reserve ${SMRES_THROTTLED:-4} --json "$out/strands-mixtral.jsonl" 2>&1 | tee -a "$log"
+  done
 fi
 if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B case only (~1.5 min)
   echo "== strands (quick: tests + throttled llama3-70b)" | tee -a "$log"
