@@ -583,7 +583,7 @@ Layer::Memory Layer::memory() const {
 bool Layer::shares_weights() const { return impl_->owner != nullptr; }
 
 namespace {
-// The saved tensors of a dense layer: name, member (bf16* or float* through void*), bytes.
+// The saved tensors of the layer: name, member (a bf16*, float* or int* through void**), bytes.
 struct SavedField {
   const char* name;
   void** ptr;
@@ -594,35 +594,37 @@ struct SavedField {
 static std::vector<SavedField> saved_fields(Layer::Impl& m) {
   const size_t bf = 2, f32 = 4, i32 = 4;
   const bool gathered = m.sp && m.tp > 1;
-  if (m.moe) {  // schedule::saved_tensors' MoE list: the attention half, routing state, experts at capacity
-    return {{"rstd1", reinterpret_cast<void**>(&m.rstd1), size_t(m.Tl) * f32},
-            {"qkv", reinterpret_cast<void**>(&m.qkv), size_t(m.T * m.nqkv) * bf},
-            {"o", reinterpret_cast<void**>(&m.o), size_t(m.T * m.qd) * bf},
-            {"lse", reinterpret_cast<void**>(&m.lse), size_t(m.B * m.hq * m.S) * f32},
-            {"x1", reinterpret_cast<void**>(&m.x1), size_t(m.Tl * m.H) * bf},
-            {"rstd2", reinterpret_cast<void**>(&m.rstd2), size_t(m.Tl) * f32},
-            {gathered ? "h1f" : "h1", reinterpret_cast<void**>(&m.h1f), size_t((m.sp ? m.T : m.Tl) * m.H) * bf},
-            {"h2", reinterpret_cast<void**>(&m.h2), size_t(m.Tl * m.H) * bf},
-            {"prob", reinterpret_cast<void**>(&m.prob), size_t(m.Tl * m.K) * f32},
-            {"route", reinterpret_cast<void**>(&m.route), size_t(m.Tl * m.K) * i32},
-            {"pos", reinterpret_cast<void**>(&m.pos), size_t(m.Tl * m.K) * i32},
-            {"sort_map", reinterpret_cast<void**>(&m.sort_map), size_t(m.Rmax) * i32},
-            {"unsort_map", reinterpret_cast<void**>(&m.unsort_map), size_t(m.Rmax) * i32},
-            {"ret", reinterpret_cast<void**>(&m.ret), size_t(m.Tl * m.K * m.H) * bf},
-            {"xs", reinterpret_cast<void**>(&m.xs), size_t(m.Rmax * m.H) * bf},
-            {"egu", reinterpret_cast<void**>(&m.egu), size_t(m.Rmax * 2 * m.F) * bf},
-            {"eact", reinterpret_cast<void**>(&m.eact), size_t(m.Rmax * m.F) * bf}};
+  auto field = [](const char* name, auto** ptr, size_t bytes) {
+    return SavedField{name, reinterpret_cast<void**>(ptr), bytes};
+  };
+  // The attention half, dense and MoE alike (schedule::saved_tensors' order).
+  std::vector<SavedField> v = {field("rstd1", &m.rstd1, size_t(m.Tl) * f32),
+                               field("qkv", &m.qkv, size_t(m.T * m.nqkv) * bf),
+                               field("o", &m.o, size_t(m.T * m.qd) * bf),
+                               field("lse", &m.lse, size_t(m.B * m.hq * m.S) * f32),
+                               field("x1", &m.x1, size_t(m.Tl * m.H) * bf),
+                               field("rstd2", &m.rstd2, size_t(m.Tl) * f32)};
+  const SavedField h1 = field(gathered ? "h1f" : "h1", &m.h1f, size_t((m.sp ? m.T : m.Tl) * m.H) * bf);
+  if (!m.moe) {
+    v.push_back(field("gu", &m.gu, size_t(m.T * 2 * m.Fl) * bf));
+    v.push_back(field("act", &m.act, size_t(m.T * m.Fl) * bf));
+    v.push_back(h1);
+    v.push_back(field(gathered ? "h2f" : "h2", &m.h2f, size_t((m.sp ? m.T : m.Tl) * m.H) * bf));
+    return v;
   }
-  return {{"rstd1", reinterpret_cast<void**>(&m.rstd1), size_t(m.Tl) * f32},
-          {"qkv", reinterpret_cast<void**>(&m.qkv), size_t(m.T * m.nqkv) * bf},
-          {"o", reinterpret_cast<void**>(&m.o), size_t(m.T * m.qd) * bf},
-          {"lse", reinterpret_cast<void**>(&m.lse), size_t(m.B * m.hq * m.S) * f32},
-          {"x1", reinterpret_cast<void**>(&m.x1), size_t(m.Tl * m.H) * bf},
-          {"rstd2", reinterpret_cast<void**>(&m.rstd2), size_t(m.Tl) * f32},
-          {"gu", reinterpret_cast<void**>(&m.gu), size_t(m.T * 2 * m.Fl) * bf},
-          {"act", reinterpret_cast<void**>(&m.act), size_t(m.T * m.Fl) * bf},
-          {gathered ? "h1f" : "h1", reinterpret_cast<void**>(&m.h1f), size_t((m.sp ? m.T : m.Tl) * m.H) * bf},
-          {gathered ? "h2f" : "h2", reinterpret_cast<void**>(&m.h2f), size_t((m.sp ? m.T : m.Tl) * m.H) * bf}};
+  // MoE: the router's input, routing state, the combine's input, the experts at capacity (Rmax rows).
+  v.push_back(h1);
+  v.push_back(field("h2", &m.h2, size_t(m.Tl * m.H) * bf));
+  v.push_back(field("prob", &m.prob, size_t(m.Tl * m.K) * f32));
+  v.push_back(field("route", &m.route, size_t(m.Tl * m.K) * i32));
+  v.push_back(field("pos", &m.pos, size_t(m.Tl * m.K) * i32));
+  v.push_back(field("sort_map", &m.sort_map, size_t(m.Rmax) * i32));
+  v.push_back(field("unsort_map", &m.unsort_map, size_t(m.Rmax) * i32));
+  v.push_back(field("ret", &m.ret, size_t(m.Tl * m.K * m.H) * bf));
+  v.push_back(field("xs", &m.xs, size_t(m.Rmax * m.H) * bf));
+  v.push_back(field("egu", &m.egu, size_t(m.Rmax * 2 * m.F) * bf));
+  v.push_back(field("eact", &m.eact, size_t(m.Rmax * m.F) * bf));
+  return v;
 }
 
 std::vector<std::pair<std::string, size_t>> Layer::saved_layout() const {
