@@ -14,7 +14,8 @@
 # (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Seventh session: `build test pipeline strands-quick`
 # 7.4 min cold; a warm machine (fire the next call within ~30 s) rebuilds and reruns a bench in seconds.
 # Eighth session: `build test` ~4 min cold (ctest 2.2 min); `strands-smres` with SMRES_NVLINK=0 ~30 s
-# warm; `sweep-rs` with OVERLAP_TRANSPORT=both (graph replay included) ~3.5 min. Pass BRAID_COMMIT as a literal sha:
+# warm; `sweep-rs` with OVERLAP_TRANSPORT=both (graph replay included) ~3.5 min (OVERLAP_TRANSPORT=all adds
+# the symmetric-memory transport, written after the eighth session's device time). Pass BRAID_COMMIT as a literal sha:
 # the device copy's git metadata may be stale (`git rev-parse` there named the session start's commit).
 # Next: `build test strands-smres` (the MoE activation pool and the pool-minimising arena order, written
 # after the eighth session's device time) and `strands-mixtral` (below); `peers` beside `allreduce` (the

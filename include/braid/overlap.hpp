@@ -234,7 +234,11 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path);
 //                    communicator between symmetric windows: NCCL moves the bytes with the copy engines
 //                    (NCCL >= 2.28, one node); the reduction of the W received slices is a small kernel on
 //                    the comm stream (fp32, rank order). All-reduce = all-to-all, reduce, all-gather.
-enum class Transport { kNcclKernels, kNcclCopyEngine };
+//   kNcclSymmetric   ncclReduceScatter / ncclAllReduce on the team's communicator between symmetric windows
+//                    (NCCL >= 2.28, one node): NCCL's symmetric-memory kernels, which load the peers'
+//                    slices over NVLink with few CTAs instead of its ring's FIFO copies. Reduce-scatter
+//                    writes into the op's own window, output(): pass it as run()'s `out`.
+enum class Transport { kNcclKernels, kNcclCopyEngine, kNcclSymmetric };
 const char* transport_name(Transport t);
 
 struct OverlapOptions {
@@ -266,6 +270,9 @@ class GemmOverlap {
   // the reordered buffer) or M*N/world (reduce-scatter).
   size_t out_elems() const;
   void* reordered() const { return d_; }
+  // Reduce-scatter over Transport::kNcclSymmetric: the window run() must write into (out_elems() elements);
+  // null for the other transports, which write any `out`.
+  void* output() const { return sym_out_; }
 
   // GEMM + signalled collective. All-reduce: the reduced result stays in reordered() (in place), `out`
   // is ignored (may be null). Reduce-scatter: `out` receives out_elems() elements.
@@ -299,6 +306,8 @@ class GemmOverlap {
   void* win_d_ = nullptr;             // ncclWindow_t of d_ / recv_ on the zero-CTA communicator
   void* win_recv_ = nullptr;
   void* ce_comm_ = nullptr;           // ncclComm_t: team.nccl_zero_cta()
+  void* sym_out_ = nullptr;           // symmetric transport, reduce-scatter: the output window
+  void* win_out_ = nullptr;           // its ncclWindow_t (d_'s is win_d_, on team.nccl())
   int reduce_ctas_ = 16;              // CTAs of the per-group reduction (copy-engine transport)
   int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first | slot_tile
   uint32_t* counters_ = nullptr;

@@ -45,9 +45,10 @@ struct Args {
   std::vector<int> groups;
   int reserve_sms = 16;
   int chunks = 4;
-  // --transport kernels|copy-engine|both: FlashOverlap over NCCL's kernels (always) and also over its copy
-  // engines (measured slower on 2x H100/H200: docs/flashoverlap.md)
-  bool copy_engine = false;
+  // --transport kernels|copy-engine|symmetric|both|all: FlashOverlap over NCCL's kernels (always), and also
+  // over its copy engines (copy-engine, both) and/or its symmetric-memory kernels (symmetric, all)
+  // (docs/flashoverlap.md)
+  std::vector<Transport> extra;
   TileConfig tile = TileConfig::kAuto;
   bench::TimingOptions timing{5, 20};
 };
@@ -75,10 +76,13 @@ Args parse(int argc, char** argv) {
     else if (k == "--chunks") a.chunks = std::stoi(val());
     else if (k == "--transport") {
       const std::string t = val();
-      // The kernel transport always runs (it is the FlashOverlap row); copy-engine / both add the other.
-      if (t != "kernels" && t != "copy-engine" && t != "both")
-        throw UsageError("--transport: kernels, copy-engine or both", __FILE__, __LINE__);
-      a.copy_engine = t != "kernels";
+      // The kernel transport always runs (it is the FlashOverlap row); the others are added beside it.
+      a.extra.clear();
+      if (t == "copy-engine" || t == "both" || t == "all") a.extra.push_back(Transport::kNcclCopyEngine);
+      if (t == "symmetric" || t == "all") a.extra.push_back(Transport::kNcclSymmetric);
+      if (t != "kernels" && a.extra.empty())
+        throw UsageError("--transport: kernels, copy-engine, symmetric, both (kernels + copy-engine) or all",
+                         __FILE__, __LINE__);
     }
     else if (k == "--iters") a.timing.iters = std::stoi(val());
     else if (k == "--warmup") a.timing.warmup = std::stoi(val());
@@ -196,16 +200,19 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
                 op_name, W);
     std::printf("# times: median of %d iterations (slowest rank), microseconds\n", a.timing.iters);
   }
-  // The copy-engine transport needs NCCL >= 2.28 and one node with peer access.
-  bool ce_ok = false;
-  if (a.copy_engine) {
+  // The other transports need NCCL >= 2.28 and one node with peer access (the zero-CTA communicator's
+  // requirements are the same as the symmetric windows').
+  std::vector<Transport> extra;
+  if (!a.extra.empty()) {
     try {
       team.nccl_zero_cta();
-      ce_ok = true;
+      extra = a.extra;
     } catch (const UnavailableError& e) {
-      if (rank == 0) std::printf("# FlashOverlap over copy engines: not run (%s)\n", e.what());
+      if (rank == 0) std::printf("# FlashOverlap over other NCCL transports: not run (%s)\n", e.what());
     }
   }
+  // JSON key of a transport's fields: flashoverlap_<key>_us, speedup_<key>, ...
+  auto key_of = [](Transport t) { return t == Transport::kNcclCopyEngine ? std::string("ce") : std::string("sym"); };
   for (const Shape& sh : a.shapes) {
     const size_t mn = size_t(sh.m) * sh.n;
     DevBuf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(mn * 2), Dref(mn * 2), out(mn * 2 / W),
@@ -222,15 +229,25 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     oo.group_waves = a.groups;
     oo.cache = a.cache.empty() ? nullptr : &cache;
     GemmOverlap op(team, oo);
-    // The same op over NCCL's copy engines (zero-CTA communicator, symmetric windows), same partition.
-    std::unique_ptr<GemmOverlap> op_ce;
-    if (a.copy_engine && ce_ok) {
+    // The same op over the other transports, same partition; each writes its reduce-scatter into `out`
+    // or, over symmetric windows, into its own output window.
+    struct Other {
+      Transport t;
+      std::unique_ptr<GemmOverlap> op;
+      void* out = nullptr;
+      size_t wrong = 0, wrong_norm = 0;
+      double eager_us = 0, graph_us = 0;
+    };
+    std::vector<Other> others;
+    for (const Transport t : extra) {
       OverlapOptions oc = oo;
-      oc.transport = Transport::kNcclCopyEngine;
+      oc.transport = t;
       oc.group_waves = op.mapping().group_waves;
       oc.cache = nullptr;
       oc.tile = op.options().tile;
-      op_ce = std::make_unique<GemmOverlap>(team, oc);
+      Other o{t, std::make_unique<GemmOverlap>(team, oc)};
+      o.out = o.op->output() ? o.op->output() : out.p;
+      others.push_back(std::move(o));
     }
     CublasGemm cublas;
     SignalGemm braid_full(op.options().tile, 0);
@@ -278,10 +295,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     team.synchronize(s, "reference");
     const auto ref = download_bf16(Dref.p, mn);
     const Mapping& map = op.mapping();
-    size_t wrong_ce = 0, wrong_ce_norm = 0;
-    auto check_fo = [&](GemmOverlap& op, size_t& wrong_fo, size_t& wrong_norm) {
+    auto check_fo = [&](GemmOverlap& op, void* outp, size_t& wrong_fo, size_t& wrong_norm) {
       const Mapping& map = op.mapping();
-      op.run(A.p, B.p, out.p, s);
+      op.run(A.p, B.p, outp, s);
       team.synchronize(s, "flashoverlap check");
       op.check_error();
       if (a.coll == Collective::kAllReduce) {
@@ -289,13 +305,13 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         wrong_fo = count_mismatch(exact, same, mn, got,
                                   [&](int64_t i) { return reordered_index(map, i / sh.n, i % sh.n); }, W, satol);
       } else {
-        auto got = download_bf16(out.p, mn / W);
+        auto got = download_bf16(outp, mn / W);
         wrong_fo = count_mismatch(
             exact, [&](int64_t i) { return rs_original_row(map, rank, i / sh.n) * sh.n + i % sh.n; }, mn / W, got,
             [&](int64_t i) { return scattered_index(map, rs_original_row(map, rank, i / sh.n), i % sh.n); }, W, satol);
       }
       // Consumer: RMSNorm through the mapping.
-      const void* x = a.coll == Collective::kAllReduce ? op.reordered() : out.p;
+      const void* x = a.coll == Collective::kAllReduce ? op.reordered() : outp;
       op.rmsnorm(x, gamma.p, y.p, eps, s);
       team.synchronize(s, "rmsnorm check");
       const int64_t rows = a.coll == Collective::kAllReduce ? sh.m : sh.m / W;
@@ -311,8 +327,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         }
       }
     };
-    check_fo(op, wrong_fo, wrong_norm);
-    if (op_ce) check_fo(*op_ce, wrong_ce, wrong_ce_norm);
+    check_fo(op, out.p, wrong_fo, wrong_norm);
+    for (auto& o : others) check_fo(*o.op, o.out, o.wrong, o.wrong_norm);
     Decomposition dec(team, a.chunks);
     {
       dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s);
@@ -328,18 +344,22 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         wrong_dec = count_mismatch(exact, ref_index, mn / W, download_bf16(out.p, mn / W), same, W, satol);
       }
     }
-    std::vector<double> wr = team.allreduce_max(std::vector<double>{double(wrong_gemm), double(wrong_fo),
-                                                                    double(wrong_dec), double(wrong_norm),
-                                                                    double(wrong_ce), double(wrong_ce_norm)});
-    const bool ok = wr[0] == 0 && wr[1] == 0 && wr[2] == 0 && wr[3] == 0 && wr[4] == 0 && wr[5] == 0;
+    std::vector<double> wv{double(wrong_gemm), double(wrong_fo), double(wrong_dec), double(wrong_norm)};
+    for (const auto& o : others) wv.push_back(double(o.wrong)), wv.push_back(double(o.wrong_norm));
+    const std::vector<double> wr = team.allreduce_max(wv);
+    const bool ok = std::all_of(wr.begin(), wr.end(), [](double w) { return w == 0; });
     if (!ok) ++failures;
-    if (rank == 0)
+    if (rank == 0) {
+      std::string more;
+      for (size_t i = 0; i < others.size(); ++i)
+        more += ", flashoverlap over " + std::string(transport_name(others[i].t)) + " " +
+                std::to_string(long(wr[4 + 2 * i])) + " / rmsnorm " + std::to_string(long(wr[5 + 2 * i]));
       std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
-                  "rmsnorm %.0f, flashoverlap over copy engines %s %.0f / rmsnorm %.0f; gemm: atol %.3g rtol %.3g; "
-                  "reduced: |got - fp32 sum| <= %.2g + %d/256 * sum |partials|)\n",
+                  "rmsnorm %.0f%s; gemm: atol %.3g rtol %.3g; reduced: |got - fp32 sum| <= %.2g + %d/256 * sum "
+                  "|partials|)\n",
                   (long long)sh.m, (long long)sh.n, (long long)sh.k, ok ? "Disposition: Passed" : "Disposition: FAILED",
-                  wr[0], wr[1], wr[2], wr[3], op_ce ? "" : "(not run)", wr[4], wr[5], gemm_atol(sh.k, 1), rtol, satol,
-                  W + 2);
+                  wr[0], wr[1], wr[2], wr[3], more.c_str(), gemm_atol(sh.k, 1), rtol, satol, W + 2);
+    }
 
     // ---------------- timings ----------------
     const auto& t = a.timing;
@@ -365,43 +385,43 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         [&](int i) { run_sequential(team, cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
         [&](int i) { dec.run(cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
         [&](int i) { op.run(in.a(i), in.b(i), out.p, s); }};
-    if (op_ce) fns.push_back([&](int i) { op_ce->run(in.a(i), in.b(i), out.p, s); });
+    for (auto& o : others) fns.push_back([&o, &in, s](int i) { o.op->run(in.a(i), in.b(i), o.out, s); });
     const auto cmp = bench::time_interleaved(&team, s, t, 5, fns);
     const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
                  t_fo = bench::summarize(cmp[2]).median_us;
-    const double t_ce = op_ce ? bench::summarize(cmp[3]).median_us : 0;
+    for (size_t i = 0; i < others.size(); ++i) others[i].eager_us = bench::summarize(cmp[3 + i]).median_us;
     op.check_error();
-    if (op_ce) op_ce->check_error();
-    // The same two ops replayed from CUDA graphs (one per input set): no host work per wave group, which
+    for (auto& o : others) o.op->check_error();
+    // The same ops replayed from CUDA graphs (one per input set): no host work per wave group, which
     // shows how much of the eager time is launch overhead (the copy-engine collectives' host setup and
     // stream memory operations especially). Timed interleaved with each other.
-    double t_fo_graph = 0, t_ce_graph = 0;
+    double t_fo_graph = 0;
     {
       std::vector<cudaGraphExec_t> ge;
-      auto capture = [&](GemmOverlap& o, int i) {
+      auto capture = [&](GemmOverlap& o, void* outp, int i) {
         cudaGraph_t g = nullptr;
         cudaGraphExec_t e = nullptr;
         BRAID_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        o.run(in.a(i), in.b(i), out.p, s);
+        o.run(in.a(i), in.b(i), outp, s);
         BRAID_CUDA_CHECK(cudaStreamEndCapture(s, &g));
         BRAID_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
         BRAID_CUDA_CHECK(cudaGraphDestroy(g));
         ge.push_back(e);
       };
       const int sets = in.sets();
-      for (int i = 0; i < sets; ++i) capture(op, i);
-      if (op_ce)
-        for (int i = 0; i < sets; ++i) capture(*op_ce, i);
-      std::vector<std::function<void(int)>> gfns = {
-          [&](int i) { BRAID_CUDA_CHECK(cudaGraphLaunch(ge[size_t(i % sets)], s)); }};
-      if (op_ce) gfns.push_back([&](int i) { BRAID_CUDA_CHECK(cudaGraphLaunch(ge[size_t(sets + i % sets)], s)); });
+      for (int i = 0; i < sets; ++i) capture(op, out.p, i);
+      for (auto& o : others)
+        for (int i = 0; i < sets; ++i) capture(*o.op, o.out, i);
+      std::vector<std::function<void(int)>> gfns;
+      for (size_t k = 0; k <= others.size(); ++k)
+        gfns.push_back([&ge, k, sets, s](int i) { BRAID_CUDA_CHECK(cudaGraphLaunch(ge[k * sets + size_t(i % sets)], s)); });
       const auto gt = bench::time_interleaved(&team, s, t, 5, gfns);
       t_fo_graph = bench::summarize(gt[0]).median_us;
-      if (op_ce) t_ce_graph = bench::summarize(gt[1]).median_us;
+      for (size_t i = 0; i < others.size(); ++i) others[i].graph_us = bench::summarize(gt[1 + i]).median_us;
       team.synchronize(s, "graph timing");
       for (auto e : ge) BRAID_CUDA_CHECK(cudaGraphExecDestroy(e));
       op.check_error();
-      if (op_ce) op_ce->check_error();
+      for (auto& o : others) o.op->check_error();
     }
     const double t_gemm = std::min(t_cublas, t_braid);
     const double bound = std::max(t_gemm, t_comm);
@@ -410,17 +430,18 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     if (op.sequential()) gs << " sequential-fallback";
     const std::string groups = gs.str();
     if (rank == 0) {
-      std::printf("%8s %6s %6s | %8s %8s %8s | %8s | %8s %8s %8s %8s | %8s %7s %7s %6s | %s\n", "M", "N", "K",
-                  "cublas", "braid", "braid-r", "coll", "seq", "decomp", "flash", "flash-ce", "bound", "speedup",
-                  "sp-ce", "of-bnd", "groups");
-      std::printf("%8lld %6lld %6lld | %8.1f %8.1f %8.1f | %8.1f | %8.1f %8.1f %8.1f %8.1f | %8.1f %7.3f %7.3f %6.3f | "
-                  "%s (%s, %d CTAs, %d waves)\n",
+      std::printf("%8s %6s %6s | %8s %8s %8s | %8s | %8s %8s %8s | %8s %7s %6s | %s\n", "M", "N", "K", "cublas",
+                  "braid", "braid-r", "coll", "seq", "decomp", "flash", "bound", "speedup", "of-bnd", "groups");
+      std::printf("%8lld %6lld %6lld | %8.1f %8.1f %8.1f | %8.1f | %8.1f %8.1f %8.1f | %8.1f %7.3f %6.3f | %s (%s, %d "
+                  "CTAs, %d waves)\n",
                   (long long)sh.m, (long long)sh.n, (long long)sh.k, t_cublas, t_braid, t_braid_res, t_comm, t_seq, t_dec,
-                  t_fo, t_ce, bound, t_seq / t_fo, op_ce ? t_seq / t_ce : 0.0, bound / std::min(t_fo, op_ce ? t_ce : t_fo),
-                  groups.c_str(), tile_config_name(op.options().tile), map.grid.ctas, map.grid.num_waves());
-      std::printf("         graph replay: flash %.1f us (%.3fx seq)%s", t_fo_graph, t_seq / t_fo_graph,
-                  op_ce ? "" : "\n");
-      if (op_ce) std::printf(", flash-ce %.1f us (%.3fx seq)\n", t_ce_graph, t_seq / t_ce_graph);
+                  t_fo, bound, t_seq / t_fo, bound / t_fo, groups.c_str(), tile_config_name(op.options().tile),
+                  map.grid.ctas, map.grid.num_waves());
+      std::printf("         graph replay: flash %.1f us (%.3fx seq)", t_fo_graph, t_seq / t_fo_graph);
+      for (const auto& o : others)
+        std::printf("; over %s: eager %.1f us (%.3fx seq), graph %.1f us (%.3fx)", transport_name(o.t), o.eager_us,
+                    t_seq / o.eager_us, o.graph_us, t_seq / o.graph_us);
+      std::printf("\n");
       std::fflush(stdout);
     }
     if (rank == 0 && !a.json.empty()) {
@@ -454,13 +475,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add_context(ctx);
       if (!searched.empty()) j.add("predicted_us", std::stod(searched));
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);
-      if (op_ce)
-        j.add("flashoverlap_ce_graph_us", t_ce_graph)
-            .add("speedup_ce_graph", t_seq / t_ce_graph)
-            .add("flashoverlap_ce_us", t_ce)
-            .add("speedup_ce", t_seq / t_ce)
-            .add("fraction_of_bound_ce", bound / t_ce)
-            .add("ce_groups", groups);
+      for (const auto& o : others) {
+        const std::string k = key_of(o.t);
+        j.add("flashoverlap_" + k + "_graph_us", o.graph_us)
+            .add("speedup_" + k + "_graph", t_seq / o.graph_us)
+            .add("flashoverlap_" + k + "_us", o.eager_us)
+            .add("speedup_" + k, t_seq / o.eager_us)
+            .add("fraction_of_bound_" + k, bound / o.eager_us);
+      }
       bench::append_jsonl(a.json, j.str());
     }
   }

@@ -165,7 +165,11 @@ constexpr bool kHaveCopyEngineColl = false;
 }  // namespace
 
 const char* transport_name(Transport t) {
-  return t == Transport::kNcclCopyEngine ? "nccl-copy-engine" : "nccl-kernels";
+  switch (t) {
+    case Transport::kNcclCopyEngine: return "nccl-copy-engine";
+    case Transport::kNcclSymmetric: return "nccl-symmetric";
+    default: return "nccl-kernels";
+  }
 }
 
 // ============================================ verify helpers ============================================
@@ -332,6 +336,35 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     team.synchronize(warm, "FlashOverlap copy-engine warm-up");
     BRAID_CUDA_CHECK(cudaStreamDestroy(warm));
 #endif
+  } else if (opt.transport == Transport::kNcclSymmetric) {
+    if (!kHaveCopyEngineColl)
+      throw UnavailableError("FlashOverlap symmetric transport: needs NCCL >= 2.28", __FILE__, __LINE__);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    // d_ (and the reduce-scatter output) as symmetric windows on the team's communicator (collective, same
+    // sizes and order on every rank), so NCCL may pick its symmetric-memory kernels for the group slices.
+    const bool rs = opt.coll == Collective::kReduceScatter;
+    BRAID_NCCL_CHECK(ncclMemAlloc(&d_, d_bytes));
+    ncclWindow_t wd = nullptr, wo = nullptr;
+    BRAID_NCCL_CHECK(ncclCommWindowRegister(team.nccl(), d_, d_bytes, &wd, NCCL_WIN_COLL_SYMMETRIC));
+    win_d_ = wd;
+    if (rs) {
+      BRAID_NCCL_CHECK(ncclMemAlloc(&sym_out_, d_bytes / team.size()));
+      BRAID_NCCL_CHECK(ncclCommWindowRegister(team.nccl(), sym_out_, d_bytes / team.size(), &wo, NCCL_WIN_COLL_SYMMETRIC));
+      win_out_ = wo;
+    }
+    // NCCL may set up its symmetric runtime at the first such collective (allocations, which a stream
+    // capture forbids): one small eager call here, so run() can be captured.
+    cudaStream_t warm = nullptr;
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking));
+    const size_t few = 64 * size_t(team.size());
+    auto* dd = static_cast<__nv_bfloat16*>(d_);
+    if (rs)
+      BRAID_NCCL_CHECK(ncclReduceScatter(dd, sym_out_, few / team.size(), kBf16, ncclSum, team.nccl(), warm));
+    else
+      BRAID_NCCL_CHECK(ncclAllReduce(dd, dd, few, kBf16, ncclSum, team.nccl(), warm));
+    team.synchronize(warm, "FlashOverlap symmetric warm-up");
+    BRAID_CUDA_CHECK(cudaStreamDestroy(warm));
+#endif
   } else {
     BRAID_CUDA_CHECK(cudaMalloc(&d_, d_bytes));
   }
@@ -358,6 +391,11 @@ GemmOverlap::~GemmOverlap() {
     if (win_recv_) ncclCommWindowDeregister(ce, static_cast<ncclWindow_t>(win_recv_));
     if (win_d_) ncclCommWindowDeregister(ce, static_cast<ncclWindow_t>(win_d_));
     if (recv_) ncclMemFree(recv_);
+    if (d_) ncclMemFree(d_);
+  } else if (opt_.transport == Transport::kNcclSymmetric) {
+    if (win_out_) ncclCommWindowDeregister(team_.nccl(), static_cast<ncclWindow_t>(win_out_));
+    if (win_d_) ncclCommWindowDeregister(team_.nccl(), static_cast<ncclWindow_t>(win_d_));
+    if (sym_out_) ncclMemFree(sym_out_);
     if (d_) ncclMemFree(d_);
   } else {
     cudaFree(d_);
@@ -419,6 +457,8 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   const int32_t* group_first = tables_ + 3 * tiles;
   const bool rs = opt_.coll == Collective::kReduceScatter;
   BRAID_REQUIRE(!rs || out != nullptr, "GemmOverlap: reduce-scatter needs an output buffer");
+  BRAID_REQUIRE(!rs || !sym_out_ || out == sym_out_,
+                "GemmOverlap: the symmetric transport's reduce-scatter writes into output() (pass it as out)");
 
   // Counters restart at 0 every run: ordered after the previous run's waits by the join below (the
   // stream waits on comm_ before this memset), before this run's waits by the fork.
