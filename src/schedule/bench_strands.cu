@@ -709,6 +709,13 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                             std::to_string(sms) + " SMs") &&
              ok;
       va.set_gemm_sm_target(0), vb.set_gemm_sm_target(0);
+      // -opcap: the executor sets each GEMM's cap itself (gemms_beside_collectives on the small DAG)
+      StrandExecutor vexc(vd, vexd.plan(), st.s);
+      const auto [cf, cb] = gemms_beside_collectives(vd, vexd.plan());
+      vexc.set_gemm_caps(cf, cb, sms);
+      ok = l2_verdict(team, root, ref, strands_sequence(team, va, vb, vexc, st, 1), sc,
+                      "strands-whole-2link-dag-opcap (GEMMs beside a collective on " + std::to_string(sms) + " SMs)") &&
+           ok;
     }
     if (!ok) return 3;
   }
@@ -791,6 +798,33 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     if (a.gemm_sm_reserve > 0 && !order_ex.empty()) {  // order_ex[0]: strands-best-order-2link
       StrandExecutor* e = order_ex[0].get();
       add(order_plans2[0].first + "-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
+    }
+    // -opcap: only the GEMMs that the plan's model runs beside the other strand's collectives leave the
+    // SMs (gemms_beside_collectives); the others take every SM.
+    if (a.gemm_sm_reserve > 0) {
+      const Plan wd = whole_pass_plan(dag_dep2, plan);
+      order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, wd, st.s));
+      auto [cf, cb] = gemms_beside_collectives(dag_dep2, wd);
+      order_ex.back()->set_gemm_caps(cf, cb, gemm_sms);
+      StrandExecutor* e = order_ex.back().get();
+      add("strands-whole-2link-dag-opcap", [&, e](int) { e->run(la, lb); }, two_sets);
+      if (!order_plans2.empty()) {
+        const Plan bo = from_plan_file(dag2, order_plans2[0].second);
+        order_ex.push_back(std::make_unique<StrandExecutor>(dag2, bo, st.s));
+        auto [bf, bb] = gemms_beside_collectives(dag2, bo);
+        order_ex.back()->set_gemm_caps(bf, bb, gemm_sms);
+        StrandExecutor* e2 = order_ex.back().get();
+        add(order_plans2[0].first + "-opcap", [&, e2](int) { e2->run(la, lb); }, two_sets);
+      }
+      if (root) {
+        auto count = [](const std::vector<char>& v) { return int(std::count(v.begin(), v.end(), 1)); };
+        int gf = 0, gb = 0;
+        for (const auto& o : dag_dep2.fwd) gf += o.type == "gemm";
+        for (const auto& o : dag_dep2.bwd) gb += o.type == "gemm";
+        std::printf("# -opcap: GEMMs beside a collective in the model (whole-2link-dag): forward %d of %d, backward "
+                    "%d of %d, capped at %d SMs\n",
+                    count(cf), gf, count(cb), gb, gemm_sms);
+      }
     }
     for (const auto& [name, pf] : order_plans2)  // the same order, operators waiting for dependencies only
       if (name == "strands-best-order-sinks-2link") {

@@ -103,6 +103,13 @@ std::vector<std::pair<Pass, int>> StrandExecutor::issue_order(const std::vector<
 
 double StrandExecutor::simulated_us() const { return plan_makespan_us(dag_, plan_); }
 
+void StrandExecutor::set_gemm_caps(std::vector<char> fwd, std::vector<char> bwd, int sms) {
+  BRAID_REQUIRE((fwd.empty() && bwd.empty()) || (fwd.size() == dag_.fwd.size() && bwd.size() == dag_.bwd.size()),
+                "strands: set_gemm_caps needs one flag per operator of each pass");
+  BRAID_REQUIRE(sms >= 0, "strands: set_gemm_caps needs sms >= 0");
+  cap_f_ = std::move(fwd), cap_b_ = std::move(bwd), cap_sms_ = sms;
+}
+
 void StrandExecutor::set_memory_waits(std::vector<std::vector<int>> waits) {
   BRAID_REQUIRE(waits.empty() || waits.size() == dag_.fwd.size(), "strands: memory waits need one list per forward op");
   BRAID_REQUIRE(waits.empty() || !step_barrier_, "strands: memory waits are for the barrier-free executor (one issue)");
@@ -149,6 +156,7 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, last_event[sidx], 0));
     }
     if (sidx == 0) memory_wait(i, st, after_bwd);
+    if (!cap_f_.empty()) layer->set_gemm_sm_target((sidx == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     layer->run_op(phase_of(pass), size_t(i), st);
     if (sidx == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(st);
     // Record only when this strand's next op runs on another stream.
@@ -202,6 +210,7 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     for (int j = 0; j < 3; ++j)
       if (latest[j] >= 0) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream[q], ev[latest[j]], 0));
     if (s == 0) memory_wait(i, stream[q], after_bwd);
+    if (!cap_f_.empty()) (s == 0 ? fwd : bwd)->set_gemm_sm_target((s == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     (s == 0 ? fwd : bwd)->run_op(phase_of(pass), size_t(i), stream[q]);
     if (s == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(stream[q]);
     if (needs_event[q]) {
@@ -224,6 +233,7 @@ void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
     }
     issue(&fwd, &bwd, order);
     join();
+    if (!cap_f_.empty()) fwd.set_gemm_sm_target(0), bwd.set_gemm_sm_target(0);
     return;
   }
   for (size_t k = 0; k < plan_.steps.size(); ++k) {
@@ -241,6 +251,7 @@ void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
     step(&fwd, plan_.steps[k].fwd, &bwd, plan_.steps[k].bwd);
   }
   join();
+  if (!cap_f_.empty()) fwd.set_gemm_sm_target(0), bwd.set_gemm_sm_target(0);
 }
 
 void StrandExecutor::run_step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd,
@@ -249,6 +260,10 @@ void StrandExecutor::run_step(model::Layer* fwd, const std::vector<int>& fseg, m
   fork();
   step(fwd, fseg, bwd, bseg);
   join();
+  if (!cap_f_.empty()) {
+    if (fwd) fwd->set_gemm_sm_target(0);
+    if (bwd) bwd->set_gemm_sm_target(0);
+  }
 }
 
 void run_single_strand(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream) {

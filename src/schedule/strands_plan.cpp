@@ -349,6 +349,21 @@ double plan_makespan_us(const Layer& dag, const Plan& plan) {
   return end;
 }
 
+std::pair<std::vector<char>, std::vector<char>> gemms_beside_collectives(const Layer& dag, const Plan& plan) {
+  std::vector<char> f(dag.fwd.size(), 0), b(dag.bwd.size(), 0);
+  const auto spans = plan_timeline(dag, plan);
+  auto op_of = [&](const OpSpan& x) -> const Op& { return x.pass == Pass::Forward ? dag.fwd[x.op] : dag.bwd[x.op]; };
+  for (const auto& g : spans) {
+    if (op_of(g).type != "gemm") continue;
+    for (const auto& c : spans)
+      if (c.pass != g.pass && op_of(c).kind == OpKind::Comm && c.start_us < g.end_us && g.start_us < c.end_us) {
+        (g.pass == Pass::Forward ? f : b)[g.op] = 1;
+        break;
+      }
+  }
+  return {f, b};
+}
+
 std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p) {
   const bool moe = c.moe(), gathered = p.sp && p.tp > 1;
   const double T = double(c.tokens()), Tl = gathered ? T / p.tp : T, H = c.hidden;

@@ -532,3 +532,33 @@ TEST(StrandsPlan, CorunModelPredictsMeasuredOrders) {
     EXPECT_GT(f.err_solo, 0.10);
   }
 }
+
+// The GEMMs the -opcap variants cap: only GEMMs, each overlapping a collective of the other strand in the
+// plan's timeline; on the 70B layer some are and some are not.
+TEST(StrandsPlan, GemmsBesideCollectives) {
+  auto d = sch::two_link_layer(sch::strand_layer(cfg("llama3-70b", 4096), m::Parallel{2, true}));
+  sch::apply_solo_times(d, sch::synthetic_pair_table(d));
+  const auto plan = sch::whole_pass_plan(d);
+  const auto [f, b] = sch::gemms_beside_collectives(d, plan);
+  ASSERT_EQ(f.size(), d.fwd.size());
+  ASSERT_EQ(b.size(), d.bwd.size());
+  const auto spans = sch::plan_timeline(d, plan);
+  auto op_of = [&](const sch::OpSpan& x) -> const sch::Op& { return x.pass == sch::Pass::Forward ? d.fwd[x.op] : d.bwd[x.op]; };
+  int flagged = 0, gemms = 0;
+  for (const auto& g : spans) {
+    const bool flag = (g.pass == sch::Pass::Forward ? f : b)[g.op] != 0;
+    if (op_of(g).type != "gemm") {
+      EXPECT_FALSE(flag) << op_of(g).name;
+      continue;
+    }
+    ++gemms;
+    bool beside = false;
+    for (const auto& c : spans)
+      beside = beside || (c.pass != g.pass && op_of(c).kind == sch::OpKind::Comm && c.start_us < g.end_us &&
+                          g.start_us < c.end_us);
+    EXPECT_EQ(flag, beside) << op_of(g).name;
+    flagged += flag;
+  }
+  EXPECT_GT(flagged, 0);
+  EXPECT_LT(flagged, gemms);
+}

@@ -91,6 +91,11 @@ struct OpSpan {
 /// Every op of `plan` with its simulated start and end, in issue order.
 std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan);
 
+/// The GEMMs worth capping (StrandExecutor::set_gemm_caps): in `plan`'s timeline, the GEMM operators
+/// (type "gemm") whose span overlaps a collective of the other strand — a persistent GEMM that takes every
+/// SM holds such a collective's CTAs back. Indexed like dag.fwd / dag.bwd.
+std::pair<std::vector<char>, std::vector<char>> gemms_beside_collectives(const Layer& dag, const Plan& plan);
+
 /// A tensor the forward saves for the backward: written by forward op `producer` ("f.<op>"), last read
 /// by backward op `last_reader` ("b.<op>").
 struct SavedTensor {
@@ -260,6 +265,10 @@ class StrandExecutor {
   /// backward operators whose completion forward operator i waits for (it writes memory they read).
   /// Each must be issued before i (run() throws UsageError otherwise). Empty (default): no such waits.
   void set_memory_waits(std::vector<std::vector<int>> waits);
+  /// Per-operator GEMM SM caps: before issuing forward op i (backward op j) the executor sets its layer's
+  /// cuBLAS SM target (model::Layer::set_gemm_sm_target) to `sms` where fwd[i] (bwd[j]) is non-zero, else
+  /// to 0 (all SMs); both layers are left at 0 after run(). Empty vectors (default): no per-op setting.
+  void set_gemm_caps(std::vector<char> fwd, std::vector<char> bwd, int sms);
 
   const Plan& plan() const { return plan_; }
   const Layer& dag() const { return dag_; }
@@ -280,6 +289,8 @@ class StrandExecutor {
   // The memory waits of forward op i, issued on stream `st`, given the events recorded after backward ops.
   void memory_wait(int i, cudaStream_t st, const std::vector<cudaEvent_t>& after_bwd) const;
   std::vector<std::vector<int>> mem_waits_;
+  std::vector<char> cap_f_, cap_b_;  // set_gemm_caps
+  int cap_sms_ = 0;
   std::vector<char> mem_needed_;  // backward op j is waited for by some forward op
 
   Layer dag_;
