@@ -17,9 +17,10 @@
 # warm; `sweep-rs` with OVERLAP_TRANSPORT=both (graph replay included) ~3.5 min (OVERLAP_TRANSPORT=all adds
 # the symmetric-memory transport, written after the eighth session's device time). Pass BRAID_COMMIT as a literal sha:
 # the device copy's git metadata may be stale (`git rev-parse` there named the session start's commit).
-# Next: `build test strands-smres` (the MoE activation pool and the pool-minimising arena order, written
-# after the eighth session's device time) and `strands-mixtral` (below); `peers` beside `allreduce` (the
-# unrolled two-shot against torch on one node); x4/x8 when lent:
+# Next (all written after the eighth session's device time): `build test strands-smres strands-mixtral`
+# (the MoE activation pool, the pool-minimising arena order, the -opcap per-operator GEMM caps), then
+# OVERLAP_TRANSPORT=all `sweep-rs` (FlashOverlap over NCCL's symmetric-memory kernels); `peers` beside
+# `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
 set -uo pipefail
