@@ -372,21 +372,22 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
   const double bf = 2, f32 = 4, i32 = 4;
   // The attention half (dense and MoE alike).
   std::vector<SavedTensor> v = {
-      {"rstd1", Tl * f32, "f.norm1", "b.norm1_bwd"},
-      {"qkv", T * nqkv * bf, "f.qkv_proj", "b.attention_bwd"},
+      {"rstd1", Tl * f32, "f.norm1", "b.norm1_bwd", {}},
+      {"qkv", T * nqkv * bf, "f.qkv_proj", "b.attention_bwd", {}},
       {"o", T * qd * bf, "f.attention", "b.attention_bwd", {"b.out_proj_wgrad"}},
-      {"lse", double(c.micro_batch) * hq * c.seq * f32, "f.attention", "b.attention_bwd"},
-      {"x1", Tl * H * bf, "f.residual_norm2", "b.norm2_bwd"},
-      {"rstd2", Tl * f32, "f.residual_norm2", "b.norm2_bwd"},
+      {"lse", double(c.micro_batch) * hq * c.seq * f32, "f.attention", "b.attention_bwd", {}},
+      {"x1", Tl * H * bf, "f.residual_norm2", "b.norm2_bwd", {}},
+      {"rstd2", Tl * f32, "f.residual_norm2", "b.norm2_bwd", {}},
   };
-  const SavedTensor h1 = gathered ? SavedTensor{"h1f", T * H * bf, "f.ag_h1", "b.qkv_wgrad"}  // the local h1
-                                  : SavedTensor{"h1", Tl * H * bf, "f.norm1", "b.qkv_wgrad"};  // then feeds only the AG
+  // With sp the gathered copy (the local h1 then only feeds the all-gather), else h1 itself.
+  const SavedTensor h1 = gathered ? SavedTensor{"h1f", T * H * bf, "f.ag_h1", "b.qkv_wgrad", {}}
+                                  : SavedTensor{"h1", Tl * H * bf, "f.norm1", "b.qkv_wgrad", {}};
   if (!moe) {  // (this order is the placement's input order: kept as it was measured)
-    v.push_back({"gu", T * 2 * Fl * bf, "f.gate_up_proj", "b.swiglu_bwd"});
-    v.push_back({"act", T * Fl * bf, "f.swiglu", "b.down_proj_wgrad"});
+    v.push_back({"gu", T * 2 * Fl * bf, "f.gate_up_proj", "b.swiglu_bwd", {}});
+    v.push_back({"act", T * Fl * bf, "f.swiglu", "b.down_proj_wgrad", {}});
     v.push_back(h1);
-    if (gathered) v.push_back({"h2f", T * H * bf, "f.ag_h2", "b.gate_up_wgrad"});
-    else v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.gate_up_wgrad"});  // without sp h2f is h2
+    if (gathered) v.push_back({"h2f", T * H * bf, "f.ag_h2", "b.gate_up_wgrad", {}});
+    else v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.gate_up_wgrad", {}});  // without sp h2f is h2
     return v;
   }
   v.push_back(h1);
@@ -395,16 +396,16 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
   // rank routed here), which is what the layer allocates. sort_map / unsort_map are written by the counts
   // exchange (a host copy on the op's stream). h2 stays the router's input (router_bwd reads it).
   const double K = c.top_k, Rmax = T * K, F = double(c.ffn);
-  v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.router_bwd"});
-  v.push_back({"prob", Tl * K * f32, "f.route", "b.combine_bwd"});
-  v.push_back({"route", Tl * K * i32, "f.route", "b.combine_bwd"});
+  v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.router_bwd", {}});
+  v.push_back({"prob", Tl * K * f32, "f.route", "b.combine_bwd", {}});
+  v.push_back({"route", Tl * K * i32, "f.route", "b.combine_bwd", {}});
   v.push_back({"pos", Tl * K * i32, "f.route", "b.route_bwd", {"b.combine_bwd"}});
-  v.push_back({"sort_map", Rmax * i32, "f.a2a_counts", "b.expert_sort_bwd"});
-  v.push_back({"unsort_map", Rmax * i32, "f.a2a_counts", "b.expert_unsort_bwd"});
-  v.push_back({"ret", Tl * K * H * bf, "f.a2a_combine", "b.combine_bwd"});
-  v.push_back({"xs", Rmax * H * bf, "f.expert_sort", "b.expert_gate_up_wgrad"});
-  v.push_back({"egu", Rmax * 2 * F * bf, "f.expert_gate_up", "b.expert_swiglu_bwd"});
-  v.push_back({"eact", Rmax * F * bf, "f.expert_swiglu", "b.expert_down_wgrad"});
+  v.push_back({"sort_map", Rmax * i32, "f.a2a_counts", "b.expert_sort_bwd", {}});
+  v.push_back({"unsort_map", Rmax * i32, "f.a2a_counts", "b.expert_unsort_bwd", {}});
+  v.push_back({"ret", Tl * K * H * bf, "f.a2a_combine", "b.combine_bwd", {}});
+  v.push_back({"xs", Rmax * H * bf, "f.expert_sort", "b.expert_gate_up_wgrad", {}});
+  v.push_back({"egu", Rmax * 2 * F * bf, "f.expert_gate_up", "b.expert_swiglu_bwd", {}});
+  v.push_back({"eact", Rmax * F * bf, "f.expert_swiglu", "b.expert_down_wgrad", {}});
   return v;
 }
 
