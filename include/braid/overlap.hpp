@@ -303,11 +303,12 @@ class GemmOverlap {
   Mapping map_;
   void* d_ = nullptr;                 // reordered GEMM output (ncclMemAlloc'd for the copy-engine transport)
   void* recv_ = nullptr;              // copy-engine transport: the all-to-all's receive buffer (M*N bf16)
-  void* win_d_ = nullptr;             // ncclWindow_t of d_ / recv_ on the zero-CTA communicator
-  void* win_recv_ = nullptr;
-  void* ce_comm_ = nullptr;           // ncclComm_t: team.nccl_zero_cta()
   void* sym_out_ = nullptr;           // symmetric transport, reduce-scatter: the output window
-  void* win_out_ = nullptr;           // its ncclWindow_t (d_'s is win_d_, on team.nccl())
+  void* win_comm_ = nullptr;          // ncclComm_t the windows below are registered on (null: kNcclKernels)
+  void* win_d_ = nullptr;             // ncclWindow_t of d_, recv_, sym_out_
+  void* win_recv_ = nullptr;
+  void* win_out_ = nullptr;
+  void* ce_comm_ = nullptr;           // ncclComm_t: team.nccl_zero_cta() (copy-engine transport)
   int reduce_ctas_ = 16;              // CTAs of the per-group reduction (copy-engine transport)
   int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first | slot_tile
   uint32_t* counters_ = nullptr;

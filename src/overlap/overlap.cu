@@ -156,12 +156,6 @@ __global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const uint4* __
 
 ncclDataType_t kBf16 = ncclBfloat16;
 
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-constexpr bool kHaveCopyEngineColl = true;
-#else
-constexpr bool kHaveCopyEngineColl = false;
-#endif
-
 }  // namespace
 
 const char* transport_name(Transport t) {
@@ -308,65 +302,49 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   map_ = make_mapping(grid, fit, parts);
 
   const size_t d_bytes = size_t(opt.m) * opt.n * 2;
-  if (opt.transport == Transport::kNcclCopyEngine) {
-    if (!kHaveCopyEngineColl)
-      throw UnavailableError("FlashOverlap copy-engine transport: needs NCCL >= 2.28", __FILE__, __LINE__);
+  if (opt.transport == Transport::kNcclKernels) {
+    BRAID_CUDA_CHECK(cudaMalloc(&d_, d_bytes));
+  } else {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-    // Symmetric windows on the zero-CTA communicator (collective: every rank registers the same sizes
-    // in the same order); group slices are at the same offsets on every rank, as the windows require.
-    ncclComm_t ce = team.nccl_zero_cta();
-    ce_comm_ = ce;
-    BRAID_NCCL_CHECK(ncclMemAlloc(&d_, d_bytes));
-    BRAID_NCCL_CHECK(ncclMemAlloc(&recv_, d_bytes));
-    ncclWindow_t wd = nullptr, wr = nullptr;
-    BRAID_NCCL_CHECK(ncclCommWindowRegister(ce, d_, d_bytes, &wd, NCCL_WIN_COLL_SYMMETRIC));
-    BRAID_NCCL_CHECK(ncclCommWindowRegister(ce, recv_, d_bytes, &wr, NCCL_WIN_COLL_SYMMETRIC));
-    win_d_ = wd, win_recv_ = wr;
-    reduce_ctas_ = std::max(8, 2 * std::max(0, opt.reserve_sms));
-    // NCCL sets up its copy-engine state (a symmetric sync window: ncclMemAlloc + registration) at the
-    // communicator's first copy-engine collective, which fails inside a stream capture (seen on the node:
-    // "unhandled cuda error" from a captured ncclAlltoAll). One eager all-to-all and all-gather of a few
-    // elements here, so run() can be captured.
+    // Symmetric windows (collective: every rank registers the same sizes in the same order; group slices sit
+    // at the same offsets on every rank, as the windows require) on the zero-CTA communicator (copy engines)
+    // or on the team's (symmetric-memory kernels).
+    const bool ce = opt.transport == Transport::kNcclCopyEngine, rs = opt.coll == Collective::kReduceScatter;
+    ncclComm_t wc = ce ? team.nccl_zero_cta() : team.nccl();
+    win_comm_ = wc;
+    auto window = [&](void** p, void** win, size_t bytes) {
+      BRAID_NCCL_CHECK(ncclMemAlloc(p, bytes));
+      ncclWindow_t w = nullptr;
+      BRAID_NCCL_CHECK(ncclCommWindowRegister(wc, *p, bytes, &w, NCCL_WIN_COLL_SYMMETRIC));
+      *win = w;
+    };
+    window(&d_, &win_d_, d_bytes);
+    if (ce) window(&recv_, &win_recv_, d_bytes);             // the all-to-all's receive buffer
+    if (!ce && rs) window(&sym_out_, &win_out_, d_bytes / team.size());  // the reduce-scatter's output
+    if (ce) ce_comm_ = wc, reduce_ctas_ = std::max(8, 2 * std::max(0, opt.reserve_sms));
+    // NCCL sets up its copy-engine state (a symmetric sync window: ncclMemAlloc + registration), and may set
+    // up its symmetric runtime, at a communicator's first such collective, which fails inside a stream
+    // capture (seen on the node: "unhandled cuda error" from a captured ncclAlltoAll). One eager call of
+    // each collective run() uses, on a few elements, so run() can be captured.
     cudaStream_t warm = nullptr;
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking));
     const size_t few = 64;  // elements per rank
     auto* dd = static_cast<__nv_bfloat16*>(d_);
-    BRAID_NCCL_CHECK(ncclAlltoAll(dd, static_cast<__nv_bfloat16*>(recv_), few, kBf16, ce, warm));
-    BRAID_NCCL_CHECK(ncclAllGather(dd + size_t(team.rank()) * few, dd, few, kBf16, ce, warm));
-    team.synchronize(warm, "FlashOverlap copy-engine warm-up");
-    BRAID_CUDA_CHECK(cudaStreamDestroy(warm));
-#endif
-  } else if (opt.transport == Transport::kNcclSymmetric) {
-    if (!kHaveCopyEngineColl)
-      throw UnavailableError("FlashOverlap symmetric transport: needs NCCL >= 2.28", __FILE__, __LINE__);
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-    // d_ (and the reduce-scatter output) as symmetric windows on the team's communicator (collective, same
-    // sizes and order on every rank), so NCCL may pick its symmetric-memory kernels for the group slices.
-    const bool rs = opt.coll == Collective::kReduceScatter;
-    BRAID_NCCL_CHECK(ncclMemAlloc(&d_, d_bytes));
-    ncclWindow_t wd = nullptr, wo = nullptr;
-    BRAID_NCCL_CHECK(ncclCommWindowRegister(team.nccl(), d_, d_bytes, &wd, NCCL_WIN_COLL_SYMMETRIC));
-    win_d_ = wd;
-    if (rs) {
-      BRAID_NCCL_CHECK(ncclMemAlloc(&sym_out_, d_bytes / team.size()));
-      BRAID_NCCL_CHECK(ncclCommWindowRegister(team.nccl(), sym_out_, d_bytes / team.size(), &wo, NCCL_WIN_COLL_SYMMETRIC));
-      win_out_ = wo;
+    if (ce) {
+      BRAID_NCCL_CHECK(ncclAlltoAll(dd, static_cast<__nv_bfloat16*>(recv_), few, kBf16, wc, warm));
+      BRAID_NCCL_CHECK(ncclAllGather(dd + size_t(team.rank()) * few, dd, few, kBf16, wc, warm));
+    } else if (rs) {
+      BRAID_NCCL_CHECK(ncclReduceScatter(dd, sym_out_, few, kBf16, ncclSum, wc, warm));
+    } else {
+      BRAID_NCCL_CHECK(ncclAllReduce(dd, dd, few * team.size(), kBf16, ncclSum, wc, warm));
     }
-    // NCCL may set up its symmetric runtime at the first such collective (allocations, which a stream
-    // capture forbids): one small eager call here, so run() can be captured.
-    cudaStream_t warm = nullptr;
-    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking));
-    const size_t few = 64 * size_t(team.size());
-    auto* dd = static_cast<__nv_bfloat16*>(d_);
-    if (rs)
-      BRAID_NCCL_CHECK(ncclReduceScatter(dd, sym_out_, few / team.size(), kBf16, ncclSum, team.nccl(), warm));
-    else
-      BRAID_NCCL_CHECK(ncclAllReduce(dd, dd, few, kBf16, ncclSum, team.nccl(), warm));
-    team.synchronize(warm, "FlashOverlap symmetric warm-up");
+    team.synchronize(warm, "FlashOverlap transport warm-up");
     BRAID_CUDA_CHECK(cudaStreamDestroy(warm));
+#else
+    throw UnavailableError(std::string("FlashOverlap transport ") + transport_name(opt.transport) +
+                               ": needs NCCL >= 2.28",
+                           __FILE__, __LINE__);
 #endif
-  } else {
-    BRAID_CUDA_CHECK(cudaMalloc(&d_, d_bytes));
   }
   const size_t tiles = grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMalloc(&tables_, (3 * tiles + 2 * size_t(T) + 2) * sizeof(int32_t)));
@@ -386,17 +364,12 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
 GemmOverlap::~GemmOverlap() {
   if (comm_) cudaStreamSynchronize(comm_);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-  if (ce_comm_) {  // collective, in construction order on every rank
-    auto ce = static_cast<ncclComm_t>(ce_comm_);
-    if (win_recv_) ncclCommWindowDeregister(ce, static_cast<ncclWindow_t>(win_recv_));
-    if (win_d_) ncclCommWindowDeregister(ce, static_cast<ncclWindow_t>(win_d_));
-    if (recv_) ncclMemFree(recv_);
-    if (d_) ncclMemFree(d_);
-  } else if (opt_.transport == Transport::kNcclSymmetric) {
-    if (win_out_) ncclCommWindowDeregister(team_.nccl(), static_cast<ncclWindow_t>(win_out_));
-    if (win_d_) ncclCommWindowDeregister(team_.nccl(), static_cast<ncclWindow_t>(win_d_));
-    if (sym_out_) ncclMemFree(sym_out_);
-    if (d_) ncclMemFree(d_);
+  if (win_comm_) {  // symmetric windows: deregistration is collective, in construction order on every rank
+    auto wc = static_cast<ncclComm_t>(win_comm_);
+    for (void* w : {win_out_, win_recv_, win_d_})
+      if (w) ncclCommWindowDeregister(wc, static_cast<ncclWindow_t>(w));
+    for (void* p : {sym_out_, recv_, d_})
+      if (p) ncclMemFree(p);
   } else {
     cudaFree(d_);
   }

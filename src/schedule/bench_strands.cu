@@ -802,29 +802,21 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     // -opcap: only the GEMMs that the plan's model runs beside the other strand's collectives leave the
     // SMs (gemms_beside_collectives); the others take every SM.
     if (a.gemm_sm_reserve > 0) {
-      const Plan wd = whole_pass_plan(dag_dep2, plan);
-      order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, wd, st.s));
-      auto [cf, cb] = gemms_beside_collectives(dag_dep2, wd);
-      order_ex.back()->set_gemm_caps(cf, cb, gemm_sms);
-      StrandExecutor* e = order_ex.back().get();
-      add("strands-whole-2link-dag-opcap", [&, e](int) { e->run(la, lb); }, two_sets);
-      if (!order_plans2.empty()) {
-        const Plan bo = from_plan_file(dag2, order_plans2[0].second);
-        order_ex.push_back(std::make_unique<StrandExecutor>(dag2, bo, st.s));
-        auto [bf, bb] = gemms_beside_collectives(dag2, bo);
-        order_ex.back()->set_gemm_caps(bf, bb, gemm_sms);
-        StrandExecutor* e2 = order_ex.back().get();
-        add(order_plans2[0].first + "-opcap", [&, e2](int) { e2->run(la, lb); }, two_sets);
-      }
-      if (root) {
-        auto count = [](const std::vector<char>& v) { return int(std::count(v.begin(), v.end(), 1)); };
-        int gf = 0, gb = 0;
-        for (const auto& o : dag_dep2.fwd) gf += o.type == "gemm";
-        for (const auto& o : dag_dep2.bwd) gb += o.type == "gemm";
-        std::printf("# -opcap: GEMMs beside a collective in the model (whole-2link-dag): forward %d of %d, backward "
-                    "%d of %d, capped at %d SMs\n",
-                    count(cf), gf, count(cb), gb, gemm_sms);
-      }
+      auto add_opcap = [&](const std::string& name, const Layer& d, const Plan& pl) {
+        const auto [cf, cb] = gemms_beside_collectives(d, pl);
+        order_ex.push_back(std::make_unique<StrandExecutor>(d, pl, st.s));
+        order_ex.back()->set_gemm_caps(cf, cb, gemm_sms);
+        StrandExecutor* e = order_ex.back().get();
+        add(name + "-opcap", [&, e](int) { e->run(la, lb); }, two_sets);
+        if (root)
+          std::printf("# %s-opcap: %d forward and %d backward GEMMs beside a collective in the model, capped at %d "
+                      "SMs\n",
+                      name.c_str(), int(std::count(cf.begin(), cf.end(), 1)), int(std::count(cb.begin(), cb.end(), 1)),
+                      gemm_sms);
+      };
+      add_opcap("strands-whole-2link-dag", dag_dep2, whole_pass_plan(dag_dep2, plan));
+      if (!order_plans2.empty())
+        add_opcap(order_plans2[0].first, dag2, from_plan_file(dag2, order_plans2[0].second));
     }
     for (const auto& [name, pf] : order_plans2)  // the same order, operators waiting for dependencies only
       if (name == "strands-best-order-sinks-2link") {

@@ -110,6 +110,12 @@ void StrandExecutor::set_gemm_caps(std::vector<char> fwd, std::vector<char> bwd,
   cap_f_ = std::move(fwd), cap_b_ = std::move(bwd), cap_sms_ = sms;
 }
 
+void StrandExecutor::uncap(model::Layer* fwd, model::Layer* bwd) {
+  if (cap_f_.empty()) return;
+  for (model::Layer* l : {fwd, bwd})
+    if (l) l->set_gemm_sm_target(0);
+}
+
 void StrandExecutor::set_memory_waits(std::vector<std::vector<int>> waits) {
   BRAID_REQUIRE(waits.empty() || waits.size() == dag_.fwd.size(), "strands: memory waits need one list per forward op");
   BRAID_REQUIRE(waits.empty() || !step_barrier_, "strands: memory waits are for the barrier-free executor (one issue)");
@@ -233,7 +239,7 @@ void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
     }
     issue(&fwd, &bwd, order);
     join();
-    if (!cap_f_.empty()) fwd.set_gemm_sm_target(0), bwd.set_gemm_sm_target(0);
+    uncap(&fwd, &bwd);
     return;
   }
   for (size_t k = 0; k < plan_.steps.size(); ++k) {
@@ -251,7 +257,7 @@ void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
     step(&fwd, plan_.steps[k].fwd, &bwd, plan_.steps[k].bwd);
   }
   join();
-  if (!cap_f_.empty()) fwd.set_gemm_sm_target(0), bwd.set_gemm_sm_target(0);
+  uncap(&fwd, &bwd);
 }
 
 void StrandExecutor::run_step(model::Layer* fwd, const std::vector<int>& fseg, model::Layer* bwd,
@@ -260,10 +266,7 @@ void StrandExecutor::run_step(model::Layer* fwd, const std::vector<int>& fseg, m
   fork();
   step(fwd, fseg, bwd, bseg);
   join();
-  if (!cap_f_.empty()) {
-    if (fwd) fwd->set_gemm_sm_target(0);
-    if (bwd) bwd->set_gemm_sm_target(0);
-  }
+  uncap(fwd, bwd);
 }
 
 void run_single_strand(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream) {

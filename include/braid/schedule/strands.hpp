@@ -276,6 +276,7 @@ class StrandExecutor {
 
  private:
   cudaStream_t stream_of(Pass p, int op) const;
+  void uncap(model::Layer* fwd, model::Layer* bwd);  // set_gemm_caps: both layers back to every SM
   cudaEvent_t next_event();
   cudaEvent_t record_after(cudaStream_t st);
   void fork();
