@@ -307,7 +307,8 @@ if has sweep-ar; then
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
-  T=500 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --measure "$out/inputs.txt" \
+  T=540 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --measure "$out/inputs.txt" \
+    --transport ${OVERLAP_TRANSPORT:-kernels} \
     --cache "$out/cache.txt" --json "$out/gemm-rs-measured.jsonl" 2>&1 | tee -a "$log"
   python3 scripts/predictor_error.py "$out/gemm-rs-measured.jsonl" --json "$out/predictor-error.jsonl" 2>&1 | tail -3 | tee -a "$log"
 fi

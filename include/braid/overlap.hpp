@@ -38,6 +38,7 @@
 
 namespace braid {
 class Team;
+class NcclWindow;
 namespace bench {
 struct Context;
 }
@@ -304,10 +305,9 @@ class GemmOverlap {
   void* d_ = nullptr;                 // reordered GEMM output (ncclMemAlloc'd for the copy-engine transport)
   void* recv_ = nullptr;              // copy-engine transport: the all-to-all's receive buffer (M*N bf16)
   void* sym_out_ = nullptr;           // symmetric transport, reduce-scatter: the output window
-  void* win_comm_ = nullptr;          // ncclComm_t the windows below are registered on (null: kNcclKernels)
-  void* win_d_ = nullptr;             // ncclWindow_t of d_, recv_, sym_out_
-  void* win_recv_ = nullptr;
-  void* win_out_ = nullptr;
+  // Symmetric windows behind d_, recv_, sym_out_ (transports other than kNcclKernels); released out, recv,
+  // d on every rank.
+  std::unique_ptr<NcclWindow> win_d_, win_recv_, win_out_;
   void* ce_comm_ = nullptr;           // ncclComm_t: team.nccl_zero_cta() (copy-engine transport)
   int reduce_ctas_ = 16;              // CTAs of the per-group reduction (copy-engine transport)
   int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first | slot_tile

@@ -140,6 +140,27 @@ class Team {
   int next_slot_ = 1;  // slot 0 is the team's own barrier
 };
 
+// A buffer from ncclMemAlloc registered as a symmetric window (ncclCommWindowRegister,
+// NCCL_WIN_COLL_SYMMETRIC) on `comm` (NCCL >= 2.28, one node): NCCL's symmetric-memory kernels — and, on
+// a zero-CTA communicator (Team::nccl_zero_cta), its copy engines — run between such buffers. Creation
+// and destruction are collective over the communicator: every rank creates and destroys its windows with
+// the same sizes, in the same order. Throws UnavailableError where NCCL is older.
+class NcclWindow {
+ public:
+  NcclWindow(ncclComm_t comm, size_t bytes);
+  ~NcclWindow();
+  NcclWindow(const NcclWindow&) = delete;
+  NcclWindow& operator=(const NcclWindow&) = delete;
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  ncclComm_t comm_;
+  size_t bytes_;
+  void* p_ = nullptr;
+  void* win_ = nullptr;  // ncclWindow_t
+};
+
 // A buffer of the same size on every rank of a team, each mapped into every peer of the node.
 // Construction and destruction are collective over the team.
 class SymmetricBuffer {

@@ -112,10 +112,20 @@ void host_rmsnorm(const uint16_t* x, const std::vector<uint16_t>& gamma, int64_t
   for (int64_t c = 0; c < n; ++c) out[c] = bf16_to_float(x[c]) * inv * bf16_to_float(gamma[c]);
 }
 
+// The buffers the measurement's collectives run between: plain cudaMalloc'd ones (NCCL's ring kernels) or
+// symmetric windows (its symmetric-memory kernels: Transport::kNcclSymmetric). `in` is M*N bf16 and receives
+// cuBLAS's D in the sequential run; `out` M*N/world; `other`/`other_out` the same sizes, for the collective
+// run beside the GEMM.
+struct MeasureBuffers {
+  void *in, *out, *other, *other_out;
+};
+
 // Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
 // group can have, GEMM time per wave with the SMs left to NCCL).
 MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOverlap& op, CublasGemm& cublas,
-                              const void* A, const void* B, void* scratch_in, void* scratch_out) {
+                              const void* A, const void* B, const MeasureBuffers& buf) {
+  void* scratch_in = buf.in;
+  void* scratch_out = buf.out;
   MeasuredInputs mi;
   mi.coll = a.coll;
   mi.world = team.size();
@@ -152,7 +162,6 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   // Contention: the GEMM (reserved SMs) and the whole collective started together with no dependency
   // (the collective on its own buffer, a second stream); rho as defined in SearchInputs.
   const size_t mn = size_t(sh.m) * sh.n, W = size_t(team.size());
-  DevBuf other(mn * 2), other_out(mn * 2 / W);
   cudaStream_t s2 = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
@@ -169,7 +178,7 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
     BRAID_CUDA_CHECK(cudaEventRecord(fork, team.stream()));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(s2, fork, 0));
     gemm.run(A, B, sh.m, sh.n, sh.k, e, team.stream());
-    collective(other.p, other_out.p, s2);
+    collective(buf.other, buf.other_out, s2);
     BRAID_CUDA_CHECK(cudaEventRecord(join, s2));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(team.stream(), join, 0));
   });
@@ -252,23 +261,51 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     CublasGemm cublas;
     SignalGemm braid_full(op.options().tile, 0);
 
-    std::string searched;
+    // cuBLAS + NCCL in sequence between symmetric windows (NCCL's symmetric-memory kernels): what a user
+    // who registers windows would run without FlashOverlap, so the fair baseline of the symmetric transport.
+    Other* sym = nullptr;
+    for (auto& o : others)
+      if (o.t == Transport::kNcclSymmetric) sym = &o;
+    std::unique_ptr<NcclWindow> sym_d, sym_out;
+    if (sym) {
+      sym_d = std::make_unique<NcclWindow>(team.nccl(), mn * 2);
+      sym_out = std::make_unique<NcclWindow>(team.nccl(), mn * 2 / W);
+    }
+
+    // --measure: the search's inputs measured on this node per transport (the collective's latency curve,
+    // its contention with the GEMM, the sequential time, all over that transport's buffers), the search,
+    // and its decision applied to that transport's op (partition, or the sequential fallback).
+    std::string searched, searched_sym;
+    DecisionCache cache_sym;
     if (!a.measure.empty()) {
-      MeasuredInputs mi = measure_inputs(team, a, sh, op, cublas, A.p, B.p, D.p, out.p);
-      if (rank == 0) save_inputs(a.measure, {mi});
-      const SearchResult r = search_partition(mi.in);
-      if (a.groups.empty()) {
-        if (r.sequential) op.set_sequential(true);
-        else op.set_partition(r.group_waves);
+      auto measure_and_decide = [&](GemmOverlap& o, const MeasureBuffers& mb, DecisionCache& dc, const std::string& path,
+                                    const std::string& cache_path) {
+        const MeasuredInputs mi = measure_inputs(team, a, sh, o, cublas, A.p, B.p, mb);
+        if (rank == 0) save_inputs(path, {mi});
+        const SearchResult r = search_partition(mi.in);
+        if (a.groups.empty()) {
+          if (r.sequential) o.set_sequential(true);
+          else o.set_partition(r.group_waves);
+        }
+        CachedDecision d;
+        d.coll = a.coll, d.world = W, d.m = sh.m, d.n = sh.n, d.k = sh.k;
+        d.tile_config = mi.tile_config, d.sm_count = mi.sm_count, d.group_waves = r.group_waves;
+        d.predicted_us = r.predicted_us;
+        d.sequential = r.sequential;
+        dc.put(d);
+        if (rank == 0 && !cache_path.empty()) dc.save(cache_path);
+        return std::to_string(r.predicted_us);
+      };
+      {
+        DevBuf other(mn * 2), other_out(mn * 2 / W);
+        searched = measure_and_decide(op, {D.p, out.p, other.p, other_out.p}, cache, a.measure, a.cache);
       }
-      CachedDecision d;
-      d.coll = a.coll, d.world = W, d.m = sh.m, d.n = sh.n, d.k = sh.k;
-      d.tile_config = mi.tile_config, d.sm_count = mi.sm_count, d.group_waves = r.group_waves;
-      d.predicted_us = r.predicted_us;
-      d.sequential = r.sequential;
-      cache.put(d);
-      if (rank == 0 && !a.cache.empty()) cache.save(a.cache);
-      searched = std::to_string(r.predicted_us);
+      if (sym) {  // inputs and decisions of the symmetric transport beside the others' files, suffixed
+        NcclWindow other(team.nccl(), mn * 2), other_out(team.nccl(), mn * 2 / W);
+        searched_sym = measure_and_decide(*sym->op, {sym_d->get(), sym_out->get(), other.get(), other_out.get()},
+                                          cache_sym, a.measure + ".symmetric",
+                                          a.cache.empty() ? std::string() : a.cache + ".symmetric");
+      }
     }
 
     // ---------------- correctness (before any timing) ----------------
@@ -329,6 +366,17 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     };
     check_fo(op, out.p, wrong_fo, wrong_norm);
     for (auto& o : others) check_fo(*o.op, o.out, o.wrong, o.wrong_norm);
+    size_t wrong_seq_sym = 0;  // cuBLAS + NCCL between symmetric windows, normal layout
+    if (sym) {
+      run_sequential(team, cublas, a.coll, A.p, B.p, sym_d->get(), sym_out->get(), sh.m, sh.n, sh.k, s);
+      team.synchronize(s, "sequential over symmetric windows check");
+      if (a.coll == Collective::kAllReduce)
+        wrong_seq_sym = count_mismatch(exact, same, mn, download_bf16(sym_d->get(), mn), same, W, satol);
+      else
+        wrong_seq_sym = count_mismatch(
+            exact, [&](int64_t i) { return int64_t(rank) * int64_t(mn / W) + i; }, mn / W,
+            download_bf16(sym_out->get(), mn / W), same, W, satol);
+    }
     Decomposition dec(team, a.chunks);
     {
       dec.run(cublas, a.coll, A.p, B.p, D.p, out.p, sh.m, sh.n, sh.k, s);
@@ -346,6 +394,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     }
     std::vector<double> wv{double(wrong_gemm), double(wrong_fo), double(wrong_dec), double(wrong_norm)};
     for (const auto& o : others) wv.push_back(double(o.wrong)), wv.push_back(double(o.wrong_norm));
+    if (sym) wv.push_back(double(wrong_seq_sym));
     const std::vector<double> wr = team.allreduce_max(wv);
     const bool ok = std::all_of(wr.begin(), wr.end(), [](double w) { return w == 0; });
     if (!ok) ++failures;
@@ -354,6 +403,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       for (size_t i = 0; i < others.size(); ++i)
         more += ", flashoverlap over " + std::string(transport_name(others[i].t)) + " " +
                 std::to_string(long(wr[4 + 2 * i])) + " / rmsnorm " + std::to_string(long(wr[5 + 2 * i]));
+      if (sym) more += ", cuBLAS + NCCL over symmetric windows " + std::to_string(long(wr[4 + 2 * others.size()]));
       std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
                   "rmsnorm %.0f%s; gemm: atol %.3g rtol %.3g; reduced: |got - fp32 sum| <= %.2g + %d/256 * sum "
                   "|partials|)\n",
@@ -386,10 +436,21 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         [&](int i) { dec.run(cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
         [&](int i) { op.run(in.a(i), in.b(i), out.p, s); }};
     for (auto& o : others) fns.push_back([&o, &in, s](int i) { o.op->run(in.a(i), in.b(i), o.out, s); });
+    if (sym)
+      fns.push_back([&](int i) {
+        run_sequential(team, cublas, a.coll, in.a(i), in.b(i), sym_d->get(), sym_out->get(), sh.m, sh.n, sh.k, s);
+      });
     const auto cmp = bench::time_interleaved(&team, s, t, 5, fns);
     const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
                  t_fo = bench::summarize(cmp[2]).median_us;
     for (size_t i = 0; i < others.size(); ++i) others[i].eager_us = bench::summarize(cmp[3 + i]).median_us;
+    const double t_seq_sym = sym ? bench::summarize(cmp[3 + others.size()]).median_us : 0.0;
+    const double t_comm_sym = !sym ? 0.0 : median_us(team, t, [&](int) {
+      if (a.coll == Collective::kReduceScatter)
+        BRAID_NCCL_CHECK(ncclReduceScatter(sym_d->get(), sym_out->get(), mn / W, ncclBfloat16, ncclSum, team.nccl(), s));
+      else
+        BRAID_NCCL_CHECK(ncclAllReduce(sym_d->get(), sym_d->get(), mn, ncclBfloat16, ncclSum, team.nccl(), s));
+    });
     op.check_error();
     for (auto& o : others) o.op->check_error();
     // The same ops replayed from CUDA graphs (one per input set): no host work per wave group, which
@@ -442,6 +503,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         std::printf("; over %s: eager %.1f us (%.3fx seq), graph %.1f us (%.3fx)", transport_name(o.t), o.eager_us,
                     t_seq / o.eager_us, o.graph_us, t_seq / o.graph_us);
       std::printf("\n");
+      if (sym)
+        std::printf("         cuBLAS + NCCL between symmetric windows: collective %.1f us, sequential %.1f us; "
+                    "FlashOverlap over %s %.3fx of it%s\n",
+                    t_comm_sym, t_seq_sym, transport_name(sym->t), t_seq_sym / sym->eager_us,
+                    sym->op->sequential() ? " (decision: sequential fallback)" : "");
       std::fflush(stdout);
     }
     if (rank == 0 && !a.json.empty()) {
@@ -474,6 +540,17 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add("correct", ok)
           .add_context(ctx);
       if (!searched.empty()) j.add("predicted_us", std::stod(searched));
+      if (sym) {
+        j.add("collective_sym_us", t_comm_sym)
+            .add("sequential_sym_us", t_seq_sym)
+            .add("speedup_sym_vs_seq_sym", t_seq_sym / sym->eager_us)
+            .add("decision_sym", sym->op->sequential() ? "sequential" : "overlap");
+        std::ostringstream g2;
+        for (size_t i = 0; i < sym->op->mapping().group_waves.size(); ++i)
+          g2 << (i ? "," : "") << sym->op->mapping().group_waves[i];
+        j.add("groups_sym", g2.str());
+        if (!searched_sym.empty()) j.add("predicted_sym_us", std::stod(searched_sym));
+      }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);
       for (const auto& o : others) {
         const std::string k = key_of(o.t);

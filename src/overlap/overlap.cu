@@ -311,16 +311,13 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     // or on the team's (symmetric-memory kernels).
     const bool ce = opt.transport == Transport::kNcclCopyEngine, rs = opt.coll == Collective::kReduceScatter;
     ncclComm_t wc = ce ? team.nccl_zero_cta() : team.nccl();
-    win_comm_ = wc;
-    auto window = [&](void** p, void** win, size_t bytes) {
-      BRAID_NCCL_CHECK(ncclMemAlloc(p, bytes));
-      ncclWindow_t w = nullptr;
-      BRAID_NCCL_CHECK(ncclCommWindowRegister(wc, *p, bytes, &w, NCCL_WIN_COLL_SYMMETRIC));
-      *win = w;
+    auto window = [&](void** p, std::unique_ptr<NcclWindow>& win, size_t bytes) {
+      win = std::make_unique<NcclWindow>(wc, bytes);
+      *p = win->get();
     };
-    window(&d_, &win_d_, d_bytes);
-    if (ce) window(&recv_, &win_recv_, d_bytes);             // the all-to-all's receive buffer
-    if (!ce && rs) window(&sym_out_, &win_out_, d_bytes / team.size());  // the reduce-scatter's output
+    window(&d_, win_d_, d_bytes);
+    if (ce) window(&recv_, win_recv_, d_bytes);             // the all-to-all's receive buffer
+    if (!ce && rs) window(&sym_out_, win_out_, d_bytes / team.size());  // the reduce-scatter's output
     if (ce) ce_comm_ = wc, reduce_ctas_ = std::max(8, 2 * std::max(0, opt.reserve_sms));
     // NCCL sets up its copy-engine state (a symmetric sync window: ncclMemAlloc + registration), and may set
     // up its symmetric runtime, at a communicator's first such collective, which fails inside a stream
@@ -363,19 +360,13 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
 
 GemmOverlap::~GemmOverlap() {
   if (comm_) cudaStreamSynchronize(comm_);
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-  if (win_comm_) {  // symmetric windows: deregistration is collective, in construction order on every rank
-    auto wc = static_cast<ncclComm_t>(win_comm_);
-    for (void* w : {win_out_, win_recv_, win_d_})
-      if (w) ncclCommWindowDeregister(wc, static_cast<ncclWindow_t>(w));
-    for (void* p : {sym_out_, recv_, d_})
-      if (p) ncclMemFree(p);
+  if (win_d_) {  // symmetric windows: deregistration is collective, in the same order on every rank
+    win_out_.reset();
+    win_recv_.reset();
+    win_d_.reset();
   } else {
     cudaFree(d_);
   }
-#else
-  cudaFree(d_);
-#endif
   cudaFree(tables_);
   cudaFree(counters_);
   if (err_host_) cudaFreeHost(err_host_);

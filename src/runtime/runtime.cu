@@ -274,6 +274,29 @@ ncclComm_t Team::nccl_zero_cta() {
 #endif
 }
 
+NcclWindow::NcclWindow(ncclComm_t comm, size_t bytes) : comm_(comm), bytes_(bytes) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  BRAID_NCCL_CHECK(ncclMemAlloc(&p_, bytes));
+  ncclWindow_t w = nullptr;
+  const ncclResult_t r = ncclCommWindowRegister(comm, p_, bytes, &w, NCCL_WIN_COLL_SYMMETRIC);
+  if (r != ncclSuccess) ncclMemFree(p_);
+  BRAID_NCCL_CHECK(r);
+  win_ = w;
+#else
+  (void)comm_;
+  throw UnavailableError("NCCL symmetric window: needs NCCL >= 2.28 (built with " + std::to_string(NCCL_MAJOR) + "." +
+                             std::to_string(NCCL_MINOR) + ")",
+                         __FILE__, __LINE__);
+#endif
+}
+
+NcclWindow::~NcclWindow() {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  if (win_) ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(win_));
+  if (p_) ncclMemFree(p_);
+#endif
+}
+
 const SignalView& Team::signals() const {
   if (!peer_ok_) throw UnavailableError("no peer memory on this team: " + peer_status_, __FILE__, __LINE__);
   return view_;

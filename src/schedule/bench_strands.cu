@@ -508,18 +508,29 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   corun_makespan_us(dag, plan_issue_order(dag, whole_pass_plan(dag, plan)), table));
     }
   }
-  // Static two-strand pools of the two-link orders (two_strand_placement, deterministic: every rank gets the
-  // same), and the order the arena variants run: the one with the smallest pool (first on ties).
-  std::vector<ArenaPlacement> pools2;
-  std::string arena_order;
+  // Static two-strand pools (two_strand_placement, deterministic: every rank gets the same) of every issue
+  // order, two-link and one-link, and the order the arena variants run: the one with the smallest pool
+  // (two-link orders first on ties, as they are the faster ones on a slow link). Which orders pool small
+  // depends on the pair table: on NVLink a one-link order can (70B TP=2: 632 MiB against 913).
+  struct OrderPool {
+    std::string name;
+    bool two_links = false;
+    PlanFile pf;
+    ArenaPlacement pool;
+  };
+  std::vector<OrderPool> pools;
+  int arena = -1;  // index into pools
   if (!saved.empty()) {
-    for (const auto& [name, pf] : order_plans2)
-      pools2.push_back(two_strand_placement(dag2, plan_issue_order(dag2, from_plan_file(dag2, pf)), saved));
-    size_t best = 0;
-    for (size_t i = 1; i < pools2.size(); ++i)
-      if (pools2[i].pool_bytes < pools2[best].pool_bytes) best = i;
-    if (!pools2.empty()) arena_order = order_plans2[best].first;
+    for (const bool two : {true, false})
+      for (const auto& [name, pf] : two ? order_plans2 : order_plans) {
+        const Layer& d = two ? dag2 : dag;
+        pools.push_back({name, two, pf, two_strand_placement(d, plan_issue_order(d, from_plan_file(d, pf)), saved)});
+      }
+    for (size_t i = 0; i < pools.size(); ++i)
+      if (arena < 0 || pools[i].pool.pool_bytes < pools[size_t(arena)].pool.pool_bytes) arena = int(i);
   }
+  // The arena variants' names carry the chosen order's link count: strands-arena-2link (as before) or -1link.
+  const std::string arena_links = arena >= 0 && !pools[size_t(arena)].two_links ? "-1link" : "-2link";
   if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",
                 plan_makespan_us(dag, plan), whole.total_us);
@@ -531,18 +542,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   ps.one_set_bytes / 1048576.0, ps.peak_bytes / 1048576.0, ps.peak_bytes / ps.one_set_bytes,
                   pw.peak_bytes / 1048576.0, pw.peak_bytes / pw.one_set_bytes);
       // A static pool for both strands with issue-order event edges (two_strand_placement), per order.
-      for (const auto& [name, pf] : order_plans)
-        if (name == "strands-best-order" || name == "strands-budget-7pct") {
-          const Plan op = from_plan_file(dag, pf);
-          const auto a = two_strand_placement(dag, plan_issue_order(dag, op), saved);
-          std::printf("# static two-strand pool (computed) for %s: %.1f MiB = %.2fx one saved set\n", name.c_str(),
-                      a.pool_bytes / 1048576.0, a.pool_bytes / a.one_set_bytes);
-        }
-      for (size_t i = 0; i < pools2.size(); ++i)
+      for (size_t i = 0; i < pools.size(); ++i)
         std::printf("# static two-strand pool (computed) for %s: %.1f MiB = %.2fx one saved set%s\n",
-                    order_plans2[i].first.c_str(), pools2[i].pool_bytes / 1048576.0,
-                    pools2[i].pool_bytes / pools2[i].one_set_bytes,
-                    order_plans2[i].first == arena_order ? " (the arena variants' order: smallest pool)" : "");
+                    pools[i].name.c_str(), pools[i].pool.pool_bytes / 1048576.0,
+                    pools[i].pool.pool_bytes / pools[i].pool.one_set_bytes,
+                    int(i) == arena ? " (the arena variants' order: smallest pool)" : "");
     }
   }
 
@@ -649,25 +653,29 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                       sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
       }
       va.set_accumulate_grads(false);
-      // strands-arena-2link on the small shape: fresh layers with α's weights (seed 5), both strands'
-      // saved activations in one pool, memory waits; accumulating shared gradients as above.
-      for (const auto& [name, pf] : order_plans2) {
-        if (name != "strands-best-order-sinks-2link") continue;  // (dense and MoE alike)
+      // strands-arena-<n>link on the small shape, on as many link streams as the timed arena's order: fresh
+      // layers with α's weights (seed 5), both strands' saved activations in one pool, memory waits;
+      // accumulating shared gradients as above. The order: the search's best (sinks placed) on two links, the
+      // search's best on one (strands-best-order).
+      if (arena >= 0) {
+        const bool two = arena_links == "-2link";
+        const Layer& vd = two ? vdag2 : vdag;
+        const std::string L = arena_links;
         m::Layer vaa(sc, p, *comm_a);
         vaa.init_random_weights(5);
         vaa.set_accumulate_grads(true);
         m::Layer vbb(vaa, *comm_b, m::Layer::Share::kAll);
         vbb.share_cublas_workspace(vaa);  // the executor runs both layers' GEMMs on one stream
-        const Plan vop = order_plan(vdag2, best_issue_order(vdag2, from_plan_file(vdag, plan_file), 128, true).order);
-        SharedActivationPool vpool(vdag2, plan_issue_order(vdag2, vop), sc, p, vaa, vbb);
-        // strands-arena-2link, -2link-dag, arena-io-2link (y/dy/dx shared), then arena-io-2link-smres (its GEMMs
-        // leaving SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
+        const Plan vop = order_plan(vd, best_issue_order(vd, from_plan_file(vdag, plan_file), 128, two).order);
+        SharedActivationPool vpool(vd, plan_issue_order(vd, vop), sc, p, vaa, vbb);
+        // strands-arena, -dag, arena-io (y/dy/dx shared), then arena-io-smres (its GEMMs leaving SMs: cuBLAS
+        // may pick other kernels, so relative L2 instead of bits)
         for (const int k : {0, 1, 2, 3}) {
           const bool dep = k == 1, io = k >= 2, smres = k == 3;
           if (io && (!p.sp || p.tp < 2)) continue;
           if (smres && a.gemm_sm_reserve <= 0) continue;
           if (k == 2) vbb.share_interfaces(vaa);
-          StrandExecutor vexa(dep ? dep_ready_layer(vdag2) : vdag2, vop, st.s);
+          StrandExecutor vexa(dep ? dep_ready_layer(vd) : vd, vop, st.s);
           vexa.set_memory_waits(vpool.waits);
           if (smres) {
             const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
@@ -675,21 +683,20 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
             const Snapshot got = strands_sequence(team, vaa, vbb, vexa, st, 1, true, true);
             vaa.set_gemm_sm_target(0), vbb.set_gemm_sm_target(0);
             ok = l2_verdict(team, root, ref, got, sc,
-                            "strands-arena-io-2link with GEMMs on " + std::to_string(sms) + " SMs") && ok;
+                            "strands-arena-io" + L + " with GEMMs on " + std::to_string(sms) + " SMs") && ok;
             continue;
           }
           const double diff = team.allreduce_max(
               double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true, io), sc)));
           ok = ok && diff == 0;
           if (root)
-            std::printf("# verification (%s): strands-arena%s-2link%s (one activation pool, %.2fx one set, memory "
+            std::printf("# verification (%s): strands-arena%s%s%s (one activation pool, %.2fx one set, memory "
                         "waits) vs single strand: %.0f values beyond 2^-7 (gradients) or differing (activations) -> "
                         "%s\n",
-                        sc.name.c_str(), io ? "-io" : "", dep ? "-dag" : "", vpool.bytes / vpool.one_set, diff,
+                        sc.name.c_str(), io ? "-io" : "", L.c_str(), dep ? "-dag" : "", vpool.bytes / vpool.one_set, diff,
                         diff == 0 ? "Passed" : "FAILED");
         }
       }
-
     }
     if (p.sp && p.tp > 1 && va.local_tokens() % 2 == 0) {  // the intra-batch decomposition baseline
       va.set_decomposition(2), vb.set_decomposition(2);
@@ -885,19 +892,22 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     vs.push_back({"strands-whole-shared-grads", med([&](int) { ex_whole.run(la, lball); }), all_set});
   }
   la.set_accumulate_grads(false);
-  // strands-arena-2link: the two-link order with the weight gradients placed by the search, both strands'
-  // saved activations in one pool with the memory waits, scratch and gradients shared (Share::kAll): a
-  // fresh pair of layers (place_saved frees their own saved copies). Memory: both layers + the pool.
-  for (const auto& [name, pf] : order_plans2) {
-    if (name != arena_order) continue;  // dense and MoE alike
+  // strands-arena-<n>link: the order with the smallest static pool (above), both strands' saved activations
+  // in one pool with the memory waits, scratch and gradients shared (Share::kAll): a fresh pair of layers
+  // (place_saved frees their own saved copies). Memory: both layers + the pool. Dense and MoE alike.
+  if (arena >= 0) {
+    const OrderPool& ch = pools[size_t(arena)];
+    const Layer& ad = ch.two_links ? dag2 : dag;
+    const Layer& add = ch.two_links ? dag_dep2 : dag_dep;
+    const std::string L = arena_links;
     m::Layer aa(c, p, *comm_a);
     aa.init_random_weights(17);
     aa.set_accumulate_grads(true);
     m::Layer bb(aa, *comm_b, m::Layer::Share::kAll);
     bb.share_cublas_workspace(aa);  // the executor runs both layers' GEMMs on one stream
-    const Plan op = from_plan_file(dag2, pf);
-    SharedActivationPool pool(dag2, plan_issue_order(dag2, op), c, p, aa, bb);
-    StrandExecutor exa(dag2, op, st.s), exad(dag_dep2, op, st.s);
+    const Plan op = from_plan_file(ad, ch.pf);
+    SharedActivationPool pool(ad, plan_issue_order(ad, op), c, p, aa, bb);
+    StrandExecutor exa(ad, op, st.s), exad(add, op, st.s);
     exa.set_memory_waits(pool.waits);
     exad.set_memory_waits(pool.waits);
     fill_inputs(aa, 301 + team.rank(), s);
@@ -907,10 +917,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     team.synchronize(s, "strands-arena warm-up");
     const double arena_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
     if (root)
-      std::printf("# strands-arena-2link: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", name.c_str(),
-                  pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0);
-    vs.push_back({"strands-arena-2link", med([&](int) { exa.run(aa, bb); }), arena_mem});
-    vs.push_back({"strands-arena-2link-dag", med([&](int) { exad.run(aa, bb); }), arena_mem});
+      std::printf("# strands-arena%s: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", L.c_str(),
+                  ch.name.c_str(), pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0);
+    vs.push_back({"strands-arena" + L, med([&](int) { exa.run(aa, bb); }), arena_mem});
+    vs.push_back({"strands-arena" + L + "-dag", med([&](int) { exad.run(aa, bb); }), arena_mem});
     if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
       bb.share_interfaces(aa);
       fill_inputs(aa, 301 + team.rank(), s);
@@ -918,11 +928,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       bb.forward(s);
       team.synchronize(s, "strands-arena-io warm-up");
       const double io_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
-      vs.push_back({"strands-arena-io-2link", med([&](int) { exa.run(aa, bb); }), io_mem});
+      vs.push_back({"strands-arena-io" + L, med([&](int) { exa.run(aa, bb); }), io_mem});
       if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives
         const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
         aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
-        vs.push_back({"strands-arena-io-2link-smres", med([&](int) { exa.run(aa, bb); }), io_mem});
+        vs.push_back({"strands-arena-io" + L + "-smres", med([&](int) { exa.run(aa, bb); }), io_mem});
         aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
       }
     }
