@@ -907,9 +907,21 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     bb.share_cublas_workspace(aa);  // the executor runs both layers' GEMMs on one stream
     const Plan op = from_plan_file(ad, ch.pf);
     SharedActivationPool pool(ad, plan_issue_order(ad, op), c, p, aa, bb);
-    StrandExecutor exa(ad, op, st.s), exad(add, op, st.s);
+    // The steady state the pool is placed for: units alternate roles (aa forward with bb backward, then bb
+    // forward with aa backward), so every backward reads the set its own forward wrote one unit earlier. Each
+    // executor pair holds the memory waits of both roles; `turn` is shared by every arena variant (one pair of
+    // layers), and bb's forward below writes the set the first unit's backward reads.
+    StrandExecutor exa(ad, op, st.s), exad(add, op, st.s), exb(ad, op, st.s), exbd(add, op, st.s);
     exa.set_memory_waits(pool.waits);
     exad.set_memory_waits(pool.waits);
+    exb.set_memory_waits(pool.waits_b);
+    exbd.set_memory_waits(pool.waits_b);
+    bool turn = false;  // false: aa runs the forward next
+    auto unit = [&](StrandExecutor& ea, StrandExecutor& eb) {
+      if (!turn) ea.run(aa, bb);
+      else eb.run(bb, aa);
+      turn = !turn;
+    };
     fill_inputs(aa, 301 + team.rank(), s);
     fill_inputs(bb, 401 + team.rank(), s);
     aa.zero_grads(s);
@@ -919,20 +931,20 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     if (root)
       std::printf("# strands-arena%s: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", L.c_str(),
                   ch.name.c_str(), pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0);
-    vs.push_back({"strands-arena" + L, med([&](int) { exa.run(aa, bb); }), arena_mem});
-    vs.push_back({"strands-arena" + L + "-dag", med([&](int) { exad.run(aa, bb); }), arena_mem});
+    vs.push_back({"strands-arena" + L, med([&](int) { unit(exa, exb); }), arena_mem});
+    vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), arena_mem});
     if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
       bb.share_interfaces(aa);
       fill_inputs(aa, 301 + team.rank(), s);
       fill_inputs(bb, 401 + team.rank(), s);
-      bb.forward(s);
+      (turn ? aa : bb).forward(s);  // the set the next unit's backward strand reads
       team.synchronize(s, "strands-arena-io warm-up");
       const double io_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
-      vs.push_back({"strands-arena-io" + L, med([&](int) { exa.run(aa, bb); }), io_mem});
+      vs.push_back({"strands-arena-io" + L, med([&](int) { unit(exa, exb); }), io_mem});
       if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives
         const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
         aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
-        vs.push_back({"strands-arena-io" + L + "-smres", med([&](int) { exa.run(aa, bb); }), io_mem});
+        vs.push_back({"strands-arena-io" + L + "-smres", med([&](int) { unit(exa, exb); }), io_mem});
         aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
       }
     }

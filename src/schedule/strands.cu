@@ -318,6 +318,7 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
   a.place_saved(base, oa);
   b.place_saved(base, ob);
   waits = memory_waits(dag, saved, pl, /*a_forward=*/true);
+  waits_b = memory_waits(dag, saved, pl, /*a_forward=*/false);
 }
 
 SharedActivationPool::~SharedActivationPool() { cudaFree(base); }

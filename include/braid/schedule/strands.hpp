@@ -209,11 +209,16 @@ std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<S
 /// Both strands' saved activations in one device pool: two_strand_placement over `order` (each tensor
 /// rounded up to 256 bytes, sizes from a.saved_layout()), placed into `a` and `b` with
 /// model::Layer::place_saved (they free their own copies), and the memory waits for `a` running the
-/// forward (StrandExecutor::set_memory_waits). Dense layers of configuration (c, p). Freed with the holder.
+/// forward (StrandExecutor::set_memory_waits), and for `b` running it. The placement assumes the steady
+/// state: units alternate roles (a forward with b backward, then b forward with a backward, in the same
+/// issue order), so each strand's backward reads the set its own forward wrote one unit earlier; running a
+/// forward twice in a row into the pool overwrites the other strand's set. Dense and MoE layers of
+/// configuration (c, p). Freed with the holder.
 struct SharedActivationPool {
   void* base = nullptr;
   double bytes = 0, one_set = 0;
-  std::vector<std::vector<int>> waits;
+  std::vector<std::vector<int>> waits;    // `a` runs the forward (b the backward)
+  std::vector<std::vector<int>> waits_b;  // the next unit, roles swapped: `b` runs the forward, `a` the backward
   SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const model::ModelConfig& c,
                        const model::Parallel& p, model::Layer& a, model::Layer& b);
   ~SharedActivationPool();
