@@ -529,8 +529,6 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     for (size_t i = 0; i < pools.size(); ++i)
       if (arena < 0 || pools[i].pool.pool_bytes < pools[size_t(arena)].pool.pool_bytes) arena = int(i);
   }
-  // The arena variants' names carry the chosen order's link count: strands-arena-2link (as before) or -1link.
-  const std::string arena_links = arena >= 0 && !pools[size_t(arena)].two_links ? "-1link" : "-2link";
   if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",
                 plan_makespan_us(dag, plan), whole.total_us);
@@ -653,14 +651,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                       sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
       }
       va.set_accumulate_grads(false);
-      // strands-arena-<n>link on the small shape, on as many link streams as the timed arena's order: fresh
-      // layers with α's weights (seed 5), both strands' saved activations in one pool, memory waits;
-      // accumulating shared gradients as above. The order: the search's best (sinks placed) on two links, the
-      // search's best on one (strands-best-order).
-      if (arena >= 0) {
-        const bool two = arena_links == "-2link";
+      // strands-arena-<n>link on the small shape, on two link streams and on one (the timed arenas may take
+      // either): fresh layers with α's weights (seed 5), both strands' saved activations in one pool, memory
+      // waits; accumulating shared gradients as above. The order: the search's best (sinks placed) on two
+      // links, the search's best on one (strands-best-order).
+      for (const bool two : {true, false}) {
+        if (arena < 0) break;
         const Layer& vd = two ? vdag2 : vdag;
-        const std::string L = arena_links;
+        const std::string L = two ? "-2link" : "-1link";
         m::Layer vaa(sc, p, *comm_a);
         vaa.init_random_weights(5);
         vaa.set_accumulate_grads(true);
@@ -895,11 +893,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // strands-arena-<n>link: the order with the smallest static pool (above), both strands' saved activations
   // in one pool with the memory waits, scratch and gradients shared (Share::kAll): a fresh pair of layers
   // (place_saved frees their own saved copies). Memory: both layers + the pool. Dense and MoE alike.
-  if (arena >= 0) {
-    const OrderPool& ch = pools[size_t(arena)];
+  // Returns the memory of the last variant it timed (-io where the layer has sequence parallelism).
+  auto run_arena = [&](const OrderPool& ch, const std::string& tag) {
     const Layer& ad = ch.two_links ? dag2 : dag;
     const Layer& add = ch.two_links ? dag_dep2 : dag_dep;
-    const std::string L = arena_links;
+    const std::string L = tag + (ch.two_links ? "-2link" : "-1link");
     m::Layer aa(c, p, *comm_a);
     aa.init_random_weights(17);
     aa.set_accumulate_grads(true);
@@ -927,27 +925,52 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     aa.zero_grads(s);
     bb.forward(s);
     team.synchronize(s, "strands-arena warm-up");
-    const double arena_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
+    double mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
     if (root)
       std::printf("# strands-arena%s: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", L.c_str(),
                   ch.name.c_str(), pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0);
-    vs.push_back({"strands-arena" + L, med([&](int) { unit(exa, exb); }), arena_mem});
-    vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), arena_mem});
+    vs.push_back({"strands-arena" + L, med([&](int) { unit(exa, exb); }), mem});
+    vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
     if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
       bb.share_interfaces(aa);
       fill_inputs(aa, 301 + team.rank(), s);
       fill_inputs(bb, 401 + team.rank(), s);
       (turn ? aa : bb).forward(s);  // the set the next unit's backward strand reads
       team.synchronize(s, "strands-arena-io warm-up");
-      const double io_mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
-      vs.push_back({"strands-arena-io" + L, med([&](int) { unit(exa, exb); }), io_mem});
+      mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
+      vs.push_back({"strands-arena-io" + L, med([&](int) { unit(exa, exb); }), mem});
       if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives
         const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
         aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
-        vs.push_back({"strands-arena-io" + L + "-smres", med([&](int) { unit(exa, exb); }), io_mem});
+        vs.push_back({"strands-arena-io" + L + "-smres", med([&](int) { unit(exa, exb); }), mem});
         aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
       }
     }
+    return mem;
+  };
+  if (arena >= 0) {
+    const OrderPool& small = pools[size_t(arena)];
+    const double mem_small = run_arena(small, "");
+    // strands-arena-fast-<n>link: the order measured fastest above (its two-full-sets variant, this run) among
+    // those whose arena would stay within 1.05x the single strand's memory — the same layers and sharing, so
+    // its memory is the smallest-pool arena's plus the difference of the pools — when that is not the
+    // smallest-pool order itself.
+    const double budget = 1.05 * vs[0].mem;
+    auto measured = [&](const std::string& name) {
+      for (const auto& v : vs)
+        if (v.name == name) return v.us;
+      return -1.0;
+    };
+    int fast = -1;
+    for (size_t i = 0; i < pools.size(); ++i) {
+      const double t = measured(pools[i].name);
+      if (t <= 0 || mem_small + pools[i].pool.pool_bytes - small.pool.pool_bytes > budget) continue;
+      if (fast < 0 || t < measured(pools[size_t(fast)].name)) fast = int(i);
+    }
+    if (root)
+      std::printf("# arena order by measured time within 1.05x the single strand's memory (%.1f MiB): %s\n",
+                  budget / 1048576.0, fast < 0 ? "none fits" : pools[size_t(fast)].name.c_str());
+    if (fast >= 0 && fast != arena) run_arena(pools[size_t(fast)], "-fast");
   }
   const double mem_peak = bench::device_used_bytes();
 
