@@ -14,12 +14,13 @@
 # (STRANDS_ITERS=20, interleaved) ~2.7 min cold. Seventh session: `build test pipeline strands-quick`
 # 7.4 min cold; a warm machine (fire the next call within ~30 s) rebuilds and reruns a bench in seconds.
 # Eighth session: `build test` ~4 min cold (ctest 2.2 min); `strands-smres` with SMRES_NVLINK=0 ~30 s
-# warm; `sweep-rs` with OVERLAP_TRANSPORT=both (graph replay included) ~3.5 min (OVERLAP_TRANSPORT=all adds
-# the symmetric-memory transport, written after the eighth session's device time). Pass BRAID_COMMIT as a literal sha:
+# warm; `sweep-rs` with OVERLAP_TRANSPORT=both (graph replay included) ~3.5 min; OVERLAP_TRANSPORT=all ~4 min.
+# Ninth session: `build test strands-mixtral` ~4 min cold; `measure-rs` with OVERLAP_TRANSPORT=symmetric (both
+# transports measured and decided per shape) ~4.5 min; `strands-mixtral strands-smres` with STRANDS_ROUNDS=2
+# ~2 min warm. Pass BRAID_COMMIT as a literal sha:
 # the device copy's git metadata may be stale (`git rev-parse` there named the session start's commit).
-# Next (all written after the eighth session's device time): `build test strands-smres strands-mixtral`
-# (the MoE activation pool, the pool-minimising arena order, the -opcap per-operator GEMM caps), then
-# OVERLAP_TRANSPORT=all `sweep-rs` (FlashOverlap over NCCL's symmetric-memory kernels); `peers` beside
+# Next: `build test` (59b5a49 and later: all GPU-run except where the commit says otherwise), `sweep-ar` with
+# OVERLAP_TRANSPORT=symmetric (GEMM+AR over NCCL's symmetric kernels, not measured yet); `peers` beside
 # `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
