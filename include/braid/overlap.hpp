@@ -88,6 +88,11 @@ struct Mapping {
   std::vector<int32_t> tile_group;      // tile id -> group
   std::vector<int32_t> slot_tile;       // slot -> tile id (inverse of tile_slot)
   std::vector<int32_t> group_first;     // size groups+1: first slot of each group
+  // The sequential fallback's layout (GemmOverlap::set_sequential): D row-major as cuBLAS writes it (M x N,
+  // M = tiles_m * bm, N = tiles_n * bn), one group of every tile, the collective on all of it; part p of a
+  // reduce-scatter owns rows [p M / parts, (p + 1) M / parts). The index functions below follow it; the
+  // tables above (one group) are not used by it.
+  bool normal = false;
   int groups() const { return static_cast<int>(group_waves.size()); }
   int64_t group_elems(int g) const;     // elements of group g in the reordered buffer
   int64_t group_offset(int g) const;    // first element of group g
@@ -103,7 +108,8 @@ Mapping make_mapping(const TileGrid& grid, std::vector<int> group_waves, int par
 int64_t reordered_index(const Mapping& m, int64_t row, int64_t col, int* part = nullptr);
 // Rank p's reduce-scatter output: index into recv of original element (row, col) owned by p.
 int64_t scattered_index(const Mapping& m, int64_t row, int64_t col);
-// Original row of rank p's local output row j (the block-cyclic order the RS RMSNorm writes).
+// Original row of rank p's local output row j (the block-cyclic order the RS RMSNorm writes; with
+// Mapping::normal, rank p's contiguous block of rows).
 int64_t rs_original_row(const Mapping& m, int part, int64_t j);
 
 // ---- the GEMM (sm_90a, CUTLASS 3.x / CuTe: TMA loads, wgmma, warp-specialized, persistent) ----
@@ -251,11 +257,14 @@ struct OverlapOptions {
   const DecisionCache* cache = nullptr;
   bool use_stream_wait_value = true;  // cuStreamWaitValue32 (driver entry point) if available, else
                                       // a bounded spin kernel
-  // Fallback (also taken from a cached decision): the GEMM on every SM into the one-group layout, then
-  // one collective on the same stream. Same output layout and consumers as the overlapped op.
+  // Fallback (also taken from a cached decision): cuBLAS + NCCL in sequence on the same stream, exactly
+  // the baseline: D row-major (mapping().normal; the consumers below follow the mapping), the collective on
+  // plain memory (NCCL's ring kernels) whatever the transport.
   bool sequential = false;
   Transport transport = Transport::kNcclKernels;
 };
+
+class CublasGemm;
 
 class GemmOverlap {
  public:
@@ -270,7 +279,7 @@ class GemmOverlap {
   // Bytes of the reordered GEMM output (M*N bf16) and of `out` of run(): M*N (all-reduce, in place on
   // the reordered buffer) or M*N/world (reduce-scatter).
   size_t out_elems() const;
-  void* reordered() const { return d_; }
+  void* reordered() const { return sequential_ && fb_ ? fb_ : d_; }
   // Reduce-scatter over Transport::kNcclSymmetric: the window run() must write into (out_elems() elements);
   // null for the other transports, which write any `out`.
   void* output() const { return sym_out_; }
@@ -295,11 +304,14 @@ class GemmOverlap {
 
  private:
   void upload();
+  void enter_fallback();  // cuBLAS handle, and fb_ for the window transports
   void run_copy_engine_group(size_t off, size_t count, void* out);
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;
-  std::unique_ptr<SignalGemm> gemm_all_;  // the fallback's GEMM on every SM
+  std::unique_ptr<CublasGemm> cublas_;   // the fallback's GEMM (cuBLAS, every SM, row-major D)
+  void* fb_ = nullptr;                    // the fallback's D where d_ is a symmetric window (plain memory, so
+                                          // NCCL runs the same ring kernels as cuBLAS + NCCL in sequence)
   bool sequential_ = false;
   Mapping map_;
   void* d_ = nullptr;                 // reordered GEMM output (ncclMemAlloc'd for the copy-engine transport)
@@ -317,8 +329,6 @@ class GemmOverlap {
   void* wait_value_ = nullptr;        // PFN of cuStreamWaitValue32 (null: spin kernel)
   void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record
 };
-
-class CublasGemm;
 
 // ---- GEMM + all-to-all (FlashOverlap's third collective; MoE token routing) ----
 // Row i of D = A·Bᵀ (M, N) is sent to rank dest[i] (one destination per row: e.g. an expert's output
@@ -408,6 +418,8 @@ class GemmAllToAll {
 // Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of
 // M/world rows, rank-major): dst row mb*bm + p*sub + r <- src row p*(M/world) + mb*sub + r.
 void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, int world, cudaStream_t s);
+// The same for the rows of an op's mapping: a plain copy where the mapping is normal (already in order).
+void un_permute_rows(const Mapping& map, const void* src, void* dst, int64_t m, int64_t n, int world, cudaStream_t s);
 
 // ---- baselines (same binary) ----
 // cuBLAS bf16 GEMM (fp32 accumulate), D row-major (M, N) = A · Bᵀ with the layouts above.

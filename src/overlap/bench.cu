@@ -113,11 +113,11 @@ void host_rmsnorm(const uint16_t* x, const std::vector<uint16_t>& gamma, int64_t
 }
 
 // The buffers the measurement's collectives run between: plain cudaMalloc'd ones (NCCL's ring kernels) or
-// symmetric windows (its symmetric-memory kernels: Transport::kNcclSymmetric). `in` is M*N bf16 and receives
-// cuBLAS's D in the sequential run; `out` M*N/world; `other`/`other_out` the same sizes, for the collective
-// run beside the GEMM.
+// symmetric windows (its symmetric-memory kernels: Transport::kNcclSymmetric). `in` is M*N bf16, `out`
+// M*N/world; `other`/`other_out` the same sizes, for the collective run beside the GEMM; `seq_in`/`seq_out`
+// plain buffers for the sequential time (cuBLAS + NCCL in sequence: what the fallback runs, any transport).
 struct MeasureBuffers {
-  void *in, *out, *other, *other_out;
+  void *in, *out, *other, *other_out, *seq_in, *seq_out;
 };
 
 // Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
@@ -184,8 +184,8 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   });
   mi.in.interference = std::max(0.0, (t_both - std::max(t_gemm, t_coll)) / std::max(1e-9, std::min(t_gemm, t_coll)));
   mi.in.sequential_us = median_us(team, a.timing, [&](int) {
-    cublas.run(A, B, scratch_in, sh.m, sh.n, sh.k, team.stream());
-    collective(scratch_in, scratch_out, team.stream());
+    cublas.run(A, B, buf.seq_in, sh.m, sh.n, sh.k, team.stream());
+    collective(buf.seq_in, buf.seq_out, team.stream());
   });
   BRAID_CUDA_CHECK(cudaStreamSynchronize(s2));
   cudaEventDestroy(fork);
@@ -298,11 +298,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       };
       {
         DevBuf other(mn * 2), other_out(mn * 2 / W);
-        searched = measure_and_decide(op, {D.p, out.p, other.p, other_out.p}, cache, a.measure, a.cache);
+        searched = measure_and_decide(op, {D.p, out.p, other.p, other_out.p, D.p, out.p}, cache, a.measure, a.cache);
       }
       if (sym) {  // inputs and decisions of the symmetric transport beside the others' files, suffixed
         NcclWindow other(team.nccl(), mn * 2), other_out(team.nccl(), mn * 2 / W);
-        searched_sym = measure_and_decide(*sym->op, {sym_d->get(), sym_out->get(), other.get(), other_out.get()},
+        searched_sym = measure_and_decide(*sym->op, {sym_d->get(), sym_out->get(), other.get(), other_out.get(), D.p, out.p},
                                           cache_sym, a.measure + ".symmetric",
                                           a.cache.empty() ? std::string() : a.cache + ".symmetric");
       }

@@ -104,7 +104,17 @@ Mapping make_mapping(const TileGrid& grid, std::vector<int> group_waves, int par
   return m;
 }
 
+namespace {
+// Mapping::normal: D row-major, part p owning rows [p M / parts, (p + 1) M / parts).
+int64_t normal_rows_per_part(const Mapping& m) { return int64_t(m.grid.tiles_m) * m.grid.bm / m.parts; }
+int64_t normal_cols(const Mapping& m) { return int64_t(m.grid.tiles_n) * m.grid.bn; }
+}  // namespace
+
 int64_t reordered_index(const Mapping& m, int64_t row, int64_t col, int* part) {
+  if (m.normal) {
+    if (part) *part = static_cast<int>(row / normal_rows_per_part(m));
+    return row * normal_cols(m) + col;
+  }
   const auto& g = m.grid;
   const int64_t mb = row / g.bm, r = row % g.bm, nb = col / g.bn, c = col % g.bn;
   const int t = static_cast<int>(mb * g.tiles_n + nb);
@@ -117,6 +127,7 @@ int64_t reordered_index(const Mapping& m, int64_t row, int64_t col, int* part) {
 }
 
 int64_t scattered_index(const Mapping& m, int64_t row, int64_t col) {
+  if (m.normal) return (row % normal_rows_per_part(m)) * normal_cols(m) + col;
   const auto& g = m.grid;
   const int64_t mb = row / g.bm, r = row % g.bm, nb = col / g.bn, c = col % g.bn;
   const int s = m.tile_slot[mb * g.tiles_n + nb];
@@ -125,6 +136,7 @@ int64_t scattered_index(const Mapping& m, int64_t row, int64_t col) {
 }
 
 int64_t rs_original_row(const Mapping& m, int part, int64_t j) {
+  if (m.normal) return int64_t(part) * normal_rows_per_part(m) + j;
   const int64_t sub = m.grid.bm / m.parts;
   return (j / sub) * m.grid.bm + int64_t(part) * sub + j % sub;
 }

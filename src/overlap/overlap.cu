@@ -29,18 +29,20 @@ using detail::wait_value_entry_point;
 
 // RMSNorm over rows gathered through the slot table. Row j of the output reads, for each column block nb,
 // BN contiguous elements at x[(slot(mb, nb) * rows_per_tile + rr) * BN], mb = j / rows_per_tile,
-// rr = j % rows_per_tile (rows_per_tile = BM / parts). 16-byte accesses; N % 8 == 0, BN % 8 == 0.
+// rr = j % rows_per_tile (rows_per_tile = BM / parts); with `normal` (Mapping::normal), row j of x is
+// x[j * N ... j * N + N). 16-byte accesses; N % 8 == 0, BN % 8 == 0.
 constexpr int kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_gather_kernel(const __nv_bfloat16* __restrict__ x,
                                                                       const __nv_bfloat16* __restrict__ gamma,
                                                                       __nv_bfloat16* __restrict__ y,
                                                                       const int32_t* __restrict__ tile_slot, int n,
                                                                       int bn, int tiles_n, int rows_per_tile,
-                                                                      float eps) {
+                                                                      float eps, int normal) {
   const int64_t j = blockIdx.x;
   const int mb = static_cast<int>(j / rows_per_tile), rr = static_cast<int>(j % rows_per_tile);
   const int vecs = n / 8;
   auto src = [&](int v) -> const uint4* {
+    if (normal) return reinterpret_cast<const uint4*>(x + j * n) + v;  // Mapping::normal: row j is contiguous
     const int col = v * 8, nb = col / bn, c = col % bn;
     const int64_t s = tile_slot[mb * tiles_n + nb];
     return reinterpret_cast<const uint4*>(x + (s * rows_per_tile + rr) * bn + c);
@@ -277,7 +279,6 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   if (cfg == TileConfig::kAuto) cfg = choose_tile_config(opt.m, opt.n, opt.k, gemm_sms);
   opt_.tile = cfg;
   gemm_ = std::make_unique<SignalGemm>(cfg, gemm_sms);
-  if (sequential_) gemm_all_ = std::make_unique<SignalGemm>(cfg, 0);
   const TileGrid grid = gemm_->plan(opt.m, opt.n, opt.k);
   const int parts = opt.coll == Collective::kReduceScatter ? team.size() : 1;
   BRAID_REQUIRE(grid.bm % parts == 0 && (grid.bm / parts) % 8 == 0, "GemmOverlap: too many ranks for the tile");
@@ -300,6 +301,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     fit = default_group_waves(T);  // no measurements
   }
   map_ = make_mapping(grid, fit, parts);
+  map_.normal = sequential_;
 
   const size_t d_bytes = size_t(opt.m) * opt.n * 2;
   if (opt.transport == Transport::kNcclKernels) {
@@ -356,6 +358,16 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   std::memset(err, 0, sizeof(WaitError));
   err_host_ = err;
   upload();
+  if (sequential_) enter_fallback();
+}
+
+void GemmOverlap::enter_fallback() {
+  const TileGrid& g = map_.grid;
+  BRAID_REQUIRE(opt_.m == int64_t(g.tiles_m) * g.bm && opt_.n == int64_t(g.tiles_n) * g.bn,
+                "GemmOverlap: the fallback's row-major layout needs M and N multiples of the tile");
+  if (!cublas_) cublas_ = std::make_unique<CublasGemm>();
+  if (!fb_ && opt_.transport != Transport::kNcclKernels)
+    BRAID_CUDA_CHECK(cudaMalloc(&fb_, size_t(opt_.m) * opt_.n * 2));
 }
 
 GemmOverlap::~GemmOverlap() {
@@ -367,6 +379,7 @@ GemmOverlap::~GemmOverlap() {
   } else {
     cudaFree(d_);
   }
+  if (fb_) cudaFree(fb_);
   cudaFree(tables_);
   cudaFree(counters_);
   if (err_host_) cudaFreeHost(err_host_);
@@ -399,11 +412,13 @@ void GemmOverlap::set_partition(const std::vector<int>& group_waves) {
 void GemmOverlap::set_sequential(bool on) {
   if (!on) {
     sequential_ = false;
+    map_.normal = false;  // the one-group tables below it are valid
     return;
   }
-  set_partition({map_.grid.num_waves()});  // one group: slots are the scheduler's linear tile order,
-  sequential_ = true;                      // which does not depend on the grid size
-  if (!gemm_all_) gemm_all_ = std::make_unique<SignalGemm>(opt_.tile, 0);
+  set_partition({map_.grid.num_waves()});  // one group (tables valid if the fallback is left again)
+  map_.normal = true;
+  sequential_ = true;
+  enter_fallback();
 }
 
 size_t GemmOverlap::out_elems() const {
@@ -438,10 +453,11 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   e.counters = counters_;
   e.parts = map_.parts;
   if (sequential_) {
-    // Fallback: the GEMM on every SM into the one-group layout, then one collective on `stream`.
-    gemm_all_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
-    const size_t count = map_.group_elems(0);
-    auto* d = static_cast<__nv_bfloat16*>(d_);
+    // Fallback: cuBLAS + NCCL in sequence on `stream`, exactly the baseline (row-major D, Mapping::normal),
+    // the collective on plain memory (fb_ where d_ is a symmetric window) on the team's communicator.
+    auto* d = static_cast<__nv_bfloat16*>(reordered());
+    cublas_->run(a, b, d, opt_.m, opt_.n, opt_.k, stream);
+    const size_t count = size_t(opt_.m) * opt_.n;
     if (rs)
       BRAID_NCCL_CHECK(ncclReduceScatter(d, out, count / team_.size(), kBf16, ncclSum, team_.nccl(), stream));
     else
@@ -519,8 +535,13 @@ void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, 
   const int64_t rows = opt_.m / map_.parts;
   rmsnorm_gather_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
       static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(gamma), static_cast<__nv_bfloat16*>(y),
-      tables_, static_cast<int>(opt_.n), g.bn, g.tiles_n, rows_per_tile, eps);
+      tables_, static_cast<int>(opt_.n), g.bn, g.tiles_n, rows_per_tile, eps, map_.normal ? 1 : 0);
   BRAID_CHECK_LAUNCH();
+}
+
+void un_permute_rows(const Mapping& map, const void* src, void* dst, int64_t m, int64_t n, int world, cudaStream_t s) {
+  if (!map.normal) return un_permute_rows(src, dst, m, n, map.grid.bm, world, s);
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(m) * n * 2, cudaMemcpyDeviceToDevice, s));
 }
 
 void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, int world, cudaStream_t s) {

@@ -131,7 +131,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   if (rs) {
     // All-gather of y then un-permutation: every rank holds the normalized rows in original order.
     ASSERT_EQ(ncclAllGather(y.p, yall.p, mn / W, ncclBfloat16, team.nccl(), s), ncclSuccess);
-    un_permute_rows(yall.p, yorig.p, m, n, map.grid.bm, W, s);
+    un_permute_rows(map, yall.p, yorig.p, m, n, W, s);
     team.synchronize("all-gather");
     const auto yo = download_bf16(yorig.p, mn);
     const auto yl = download_bf16(y.p, mn / W);

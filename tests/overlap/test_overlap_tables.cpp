@@ -202,6 +202,32 @@ void check_a2a(const TileGrid& g, const std::vector<int>& waves, int W, uint64_t
 }
 }  // namespace
 
+// Mapping::normal (the sequential fallback: cuBLAS's row-major D): the index functions are the identity
+// layout, part p owning a contiguous block of rows, and agree with each other.
+TEST(OverlapTables, NormalMappingIsRowMajorWithContiguousParts) {
+  const TileGrid g = grid(6, 4, 5, 2, 1, false, 0, 32, 16);
+  const int64_t M = 6 * 32, N = 4 * 16;
+  for (const int parts : {1, 2, 4}) {
+    Mapping m = make_mapping(g, {g.num_waves()}, parts);
+    m.normal = true;
+    std::vector<int> seen(size_t(M * N), 0);
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t c = 0; c < N; ++c) {
+        int part = -1;
+        const int64_t i = reordered_index(m, r, c, &part);
+        EXPECT_EQ(i, r * N + c);
+        EXPECT_EQ(part, int(r / (M / parts)));
+        ++seen[size_t(i)];
+        // The part's local buffer: row r is its local row r - part * M / parts.
+        const int64_t j = scattered_index(m, r, c) / N;
+        EXPECT_EQ(scattered_index(m, r, c) % N, c);
+        EXPECT_EQ(rs_original_row(m, part, j), r);
+      }
+    for (int v : seen) EXPECT_EQ(v, 1);
+    EXPECT_EQ(m.group_elems(0), M * N);  // the fallback's one collective covers D
+  }
+}
+
 TEST(OverlapTables, AllToAllPlanDeliversEveryRowOnce) {
   check_a2a(grid(8, 3, 6, 2, 1, false, 0, 64, 16), {1, 2, 1}, 2, 1, -1);
   check_a2a(grid(8, 3, 6, 2, 1, false, 0, 64, 16), {}, 3, 2, -1);
