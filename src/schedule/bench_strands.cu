@@ -137,6 +137,7 @@ std::vector<uint16_t> bits_of(const void* p, size_t n) {
 // after α += β.
 struct Snapshot {
   std::vector<uint16_t> ya, dxa, dxb;
+  std::vector<uint16_t> yb2;  // two units: β's forward output in the second unit (empty otherwise)
   m::LayerWeights gb, gsum;
 };
 
@@ -156,7 +157,7 @@ size_t count_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b
 // ---- verification sequence ---------------------------------------------------------------------------
 
 size_t strands_differences(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
-  size_t n = count_diff(x.ya, y.ya) + count_diff(x.dxa, y.dxa) + count_diff(x.dxb, y.dxb);
+  size_t n = count_diff(x.ya, y.ya) + count_diff(x.dxa, y.dxa) + count_diff(x.dxb, y.dxb) + count_diff(x.yb2, y.yb2);
   for (const auto& f : m::field_names(c)) {
     n += count_diff(*m::field(x.gb, f), *m::field(y.gb, f));
     n += count_diff(*m::field(x.gsum, f), *m::field(y.gsum, f));
@@ -168,8 +169,15 @@ size_t strands_differences(const Snapshot& x, const Snapshot& y, const m::ModelC
 // accumulating: β shares α's accumulating gradients (Layer::Share::kAll): they are zeroed first, the unit
 // leaves β's contribution and α's backward adds its own — no add_grads.
 // shared_io: the layers share y/dy/dx (Layer::share_interfaces): α's dy is written again before its backward.
+// One unit (α forward, β backward after β's forward of an earlier unit), snapshot, then α's backward as
+// the next unit's. With `next` (two units, the steady state of a shared activation pool): the next unit
+// runs through `next` — β's forward on a fresh input beside α's backward, roles swapped — and the snapshot
+// adds β's forward output; variant 0 (the reference) then runs α's backward and β's forward one after the
+// other.
 Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, Streams& st, int variant,
-                          bool accumulating = false, bool shared_io = false) {
+                          bool accumulating = false, bool shared_io = false, StrandExecutor* next = nullptr,
+                          bool two_units = false) {
+  two_units = two_units || next != nullptr;
   cudaStream_t s = st.s.compute;
   fill_inputs(a, 11, s);
   fill_inputs(b, 21, s);
@@ -199,19 +207,27 @@ Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& 
   r.ya = bits_of(a.y(), n);
   r.dxb = bits_of(b.dx(), n);
   r.gb = b.download_grads();
-  if (shared_io) fill_inputs(a, 11, s);  // α's dy (x again, unchanged)
-  a.backward(s);  // α's backward: the next unit
+  if (two_units) fill_inputs(b, 31, s);  // β's next micro-batch (x; its dy is not read by a forward)
+  if (shared_io) fill_inputs(a, 11, s);  // α's dy (x again, unchanged), after β's: dy may be one buffer
+  if (two_units && variant != 0) {
+    BRAID_REQUIRE(next != nullptr, "strands_sequence: two units need the next unit's executor");
+    next->run(b, a);  // β forward beside α's backward: the next unit
+  } else {
+    a.backward(s);  // α's backward: the next unit
+    if (two_units) b.forward(s);
+  }
   if (!accumulating) a.add_grads(b, s);
   team.synchronize(s, "strands verification grads");
   r.dxa = bits_of(a.dx(), n);
   r.gsum = a.download_grads();
+  if (two_units) r.yb2 = bits_of(b.y(), n);
   return r;
 }
 
 // Activations bitwise; gradients within what accumulating in the GEMM (one rounding of fp32 α + bf16 β)
 // instead of adding two rounded bf16 values allows: 2^-7 (|want| + |β's|) + 1e-6.
 size_t accumulating_differences(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
-  size_t n = count_diff(x.ya, y.ya) + count_diff(x.dxa, y.dxa) + count_diff(x.dxb, y.dxb);
+  size_t n = count_diff(x.ya, y.ya) + count_diff(x.dxa, y.dxa) + count_diff(x.dxb, y.dxb) + count_diff(x.yb2, y.yb2);
   for (const auto& f : m::field_names(c)) {
     const auto &gb = *m::field(x.gb, f), &gb2 = *m::field(y.gb, f);
     const auto &gs = *m::field(x.gsum, f), &gs2 = *m::field(y.gsum, f);
@@ -245,6 +261,7 @@ size_t relative_l2_failures(const Snapshot& x, const Snapshot& y, const m::Model
   check(val(x.ya), val(y.ya));
   check(val(x.dxa), val(y.dxa));
   check(val(x.dxb), val(y.dxb));
+  check(val(x.yb2), val(y.yb2));
   for (const auto& f : m::field_names(c)) {
     check(*m::field(x.gb, f), *m::field(y.gb, f));
     check(*m::field(x.gsum, f), *m::field(y.gsum, f));
@@ -654,7 +671,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       // strands-arena-<n>link on the small shape, on two link streams and on one (the timed arenas may take
       // either): fresh layers with α's weights (seed 5), both strands' saved activations in one pool, memory
       // waits; accumulating shared gradients as above. The order: the search's best (sinks placed) on two
-      // links, the search's best on one (strands-best-order).
+      // links, the search's best on one (strands-best-order). Two units, as the timing runs them: the second
+      // swaps the roles (β's forward into the pool beside α's backward, SharedActivationPool::waits_b), and
+      // is compared too (α's gradients and dx, β's forward output).
+      const Snapshot ref2 = strands_sequence(team, va, vb, vex, st, 0, false, false, nullptr, true);
       for (const bool two : {true, false}) {
         if (arena < 0) break;
         const Layer& vd = two ? vdag2 : vdag;
@@ -673,24 +693,26 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
           if (io && (!p.sp || p.tp < 2)) continue;
           if (smres && a.gemm_sm_reserve <= 0) continue;
           if (k == 2) vbb.share_interfaces(vaa);
-          StrandExecutor vexa(dep ? dep_ready_layer(vd) : vd, vop, st.s);
+          const Layer vdk = dep ? dep_ready_layer(vd) : vd;
+          StrandExecutor vexa(vdk, vop, st.s), vexb(vdk, vop, st.s);
           vexa.set_memory_waits(vpool.waits);
+          vexb.set_memory_waits(vpool.waits_b);
           if (smres) {
             const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
             vaa.set_gemm_sm_target(sms), vbb.set_gemm_sm_target(sms);
-            const Snapshot got = strands_sequence(team, vaa, vbb, vexa, st, 1, true, true);
+            const Snapshot got = strands_sequence(team, vaa, vbb, vexa, st, 1, true, true, &vexb);
             vaa.set_gemm_sm_target(0), vbb.set_gemm_sm_target(0);
-            ok = l2_verdict(team, root, ref, got, sc,
-                            "strands-arena-io" + L + " with GEMMs on " + std::to_string(sms) + " SMs") && ok;
+            ok = l2_verdict(team, root, ref2, got, sc,
+                            "strands-arena-io" + L + " with GEMMs on " + std::to_string(sms) + " SMs, two units") && ok;
             continue;
           }
-          const double diff = team.allreduce_max(
-              double(accumulating_differences(ref, strands_sequence(team, vaa, vbb, vexa, st, 1, true, io), sc)));
+          const double diff = team.allreduce_max(double(
+              accumulating_differences(ref2, strands_sequence(team, vaa, vbb, vexa, st, 1, true, io, &vexb), sc)));
           ok = ok && diff == 0;
           if (root)
             std::printf("# verification (%s): strands-arena%s%s%s (one activation pool, %.2fx one set, memory "
-                        "waits) vs single strand: %.0f values beyond 2^-7 (gradients) or differing (activations) -> "
-                        "%s\n",
+                        "waits; two units, roles swapped in the second) vs single strand: %.0f values beyond 2^-7 "
+                        "(gradients) or differing (activations) -> %s\n",
                         sc.name.c_str(), io ? "-io" : "", L.c_str(), dep ? "-dag" : "", vpool.bytes / vpool.one_set, diff,
                         diff == 0 ? "Passed" : "FAILED");
         }
