@@ -524,6 +524,26 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   corun_makespan_us(dag, m1.order, table),
                   corun_makespan_us(dag, plan_issue_order(dag, whole_pass_plan(dag, plan)), table));
     }
+    // Orders searched for a small static pool (pool_bounded_issue_order under the co-run model), one- and
+    // two-link, from the model's best orders. Budget: one saved set + 5% of the single strand's memory -
+    // 64 MiB (what an arena adds beside its pool, with margin): an arena on such an order would stay
+    // within 1.05x. Timed and verified like the other orders; the arena-fast rule may pick them.
+    if (!saved.empty()) {
+      double one = 0;
+      for (const auto& t : saved) one += t.bytes;
+      const double budget = one + 0.05 * double(la.memory().total()) - 64.0 * 1048576.0;
+      const auto q1 = pool_bounded_issue_order(dag, {b1.order, m1.order}, saved, budget, table);
+      const auto q2 = pool_bounded_issue_order(dag2, {b2.order, m2.order, cr.order}, saved, budget, table);
+      if (std::isfinite(q1.makespan_us))
+        order_plans.push_back({"strands-pool-order", to_plan_file(dag, order_plan(dag, q1.order))});
+      if (std::isfinite(q2.makespan_us))
+        order_plans2.push_back({"strands-pool-order-2link", to_plan_file(dag2, order_plan(dag2, q2.order))});
+      if (root)
+        std::printf("# pool-bounded order search (budget %.1f MiB = %.2fx one saved set; co-run model): one link "
+                    "bound %.2fx, %.1f us; two links bound %.2fx, %.1f us (inf: no order found within the budget)\n",
+                    budget / 1048576.0, budget / one, two_strand_pool_bound(dag, q1.order, saved) / one,
+                    q1.makespan_us, two_strand_pool_bound(dag2, q2.order, saved) / one, q2.makespan_us);
+    }
   }
   // Static two-strand pools (two_strand_placement, deterministic: every rank gets the same) of every issue
   // order, two-link and one-link, and the order the arena variants run: the one with the smallest pool

@@ -443,29 +443,71 @@ std::vector<std::pair<Pass, int>> plan_issue_order(const Layer& dag, const Plan&
   return order;
 }
 
-ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
-                                    const std::vector<SavedTensor>& saved) {
-  std::vector<int> fpos(dag.fwd.size(), -1), bpos(dag.bwd.size(), -1);
-  for (size_t k = 0; k < order.size(); ++k) (order[k].first == Pass::Forward ? fpos : bpos)[order[k].second] = int(k);
-  const size_t n = saved.size();
-  std::vector<int> p(n), q(n);  // producer's and last reader's issue positions
-  ArenaPlacement r;
-  for (size_t i = 0; i < n; ++i) {
-    p[i] = fpos[op_index(dag.fwd, saved[i].producer)];
-    q[i] = bpos[op_index(dag.bwd, saved[i].last_reader)];
-    for (const auto& r : saved[i].other_readers) q[i] = std::max(q[i], bpos[op_index(dag.bwd, r)]);
-    BRAID_REQUIRE(p[i] >= 0 && q[i] >= 0, "two_strand_placement: the order misses a producer or reader");
-    r.one_set_bytes += saved[i].bytes;
+namespace {
+// The conflict graph of two strands' saved tensors under an issue order (two_strand_placement): items
+// 0..n-1 are a's tensors, n..2n-1 b's; two items conflict (may not overlap) when they belong to one layer
+// or when the cross pair may not share.
+struct PoolConflicts {
+  const std::vector<SavedTensor>& saved;
+  size_t n;
+  std::vector<int> p, q;  // producer's and last reader's issue positions
+  double one_set = 0;
+  PoolConflicts(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const std::vector<SavedTensor>& sv)
+      : saved(sv), n(sv.size()), p(sv.size()), q(sv.size()) {
+    std::vector<int> fpos(dag.fwd.size(), -1), bpos(dag.bwd.size(), -1);
+    for (size_t k = 0; k < order.size(); ++k) (order[k].first == Pass::Forward ? fpos : bpos)[order[k].second] = int(k);
+    for (size_t i = 0; i < n; ++i) {
+      p[i] = fpos[op_index(dag.fwd, saved[i].producer)];
+      q[i] = bpos[op_index(dag.bwd, saved[i].last_reader)];
+      for (const auto& r : saved[i].other_readers) q[i] = std::max(q[i], bpos[op_index(dag.bwd, r)]);
+      BRAID_REQUIRE(p[i] >= 0 && q[i] >= 0, "two_strand_placement: the order misses a producer or reader");
+      one_set += saved[i].bytes;
+    }
   }
-  auto share = [&](size_t i, size_t j) { return q[j] < p[i] && q[i] < p[j]; };  // a's i with b's j
-  // Items 0..n-1 are a's tensors, n..2n-1 b's. Two items conflict (may not overlap) when they belong to one
-  // layer or when the cross pair may not share.
-  auto conflict = [&](size_t u, size_t v) {
+  bool share(size_t i, size_t j) const { return q[j] < p[i] && q[i] < p[j]; }  // a's i with b's j
+  bool conflict(size_t u, size_t v) const {
     const bool ua = u < n, va = v < n;
     if (ua == va) return true;
     return ua ? !share(u, v - n) : !share(v, u - n);
-  };
-  auto bytes_of = [&](size_t u) { return saved[u % n].bytes; };
+  }
+  double bytes_of(size_t u) const { return saved[u % n].bytes; }
+  // The heaviest set of pairwise-conflicting items (all of them need disjoint bytes): exhaustive with
+  // pruning. At least one set (a's items all conflict).
+  double clique_bytes() const {
+    double best = 0;
+    std::vector<size_t> cand(2 * n);
+    for (size_t u = 0; u < 2 * n; ++u) cand[u] = u;
+    std::function<void(const std::vector<size_t>&, double)> grow = [&](const std::vector<size_t>& c, double w) {
+      best = std::max(best, w);
+      double rest = 0;
+      for (size_t u : c) rest += bytes_of(u);
+      if (w + rest <= best) return;
+      for (size_t k = 0; k < c.size(); ++k) {
+        std::vector<size_t> nc;
+        for (size_t m = k + 1; m < c.size(); ++m)
+          if (conflict(c[k], c[m])) nc.push_back(c[m]);
+        grow(nc, w + bytes_of(c[k]));
+      }
+    };
+    grow(cand, 0);
+    return best;
+  }
+};
+}  // namespace
+
+double two_strand_pool_bound(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                             const std::vector<SavedTensor>& saved) {
+  return PoolConflicts(dag, order, saved).clique_bytes();
+}
+
+ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                                    const std::vector<SavedTensor>& saved) {
+  const PoolConflicts pc(dag, order, saved);
+  const size_t n = pc.n;
+  ArenaPlacement r;
+  r.one_set_bytes = pc.one_set;
+  auto conflict = [&](size_t u, size_t v) { return pc.conflict(u, v); };
+  auto bytes_of = [&](size_t u) { return pc.bytes_of(u); };
   // First fit in a given insertion order: each item at the lowest offset clear of every placed item it
   // conflicts with.
   auto first_fit = [&](const std::vector<size_t>& ins, std::vector<double>& off) {
@@ -516,23 +558,7 @@ ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pai
   r.offset_a.assign(best_off.begin(), best_off.begin() + n);
   r.offset_b.assign(best_off.begin() + n, best_off.end());
   r.pool_bytes = best;
-  // Lower bound for this order: the heaviest set of pairwise-conflicting items (all of them need disjoint
-  // bytes). Exhaustive over the 2n items (n = 10 for the dense layer).
-  std::vector<size_t> cand(2 * n);
-  for (size_t u = 0; u < 2 * n; ++u) cand[u] = u;
-  std::function<void(std::vector<size_t>, double)> grow = [&](std::vector<size_t> c, double w) {
-    r.lower_bound_bytes = std::max(r.lower_bound_bytes, w);
-    double rest = 0;
-    for (size_t u : c) rest += bytes_of(u);
-    if (w + rest <= r.lower_bound_bytes) return;
-    for (size_t k = 0; k < c.size(); ++k) {
-      std::vector<size_t> nc;
-      for (size_t m = k + 1; m < c.size(); ++m)
-        if (conflict(c[k], c[m])) nc.push_back(c[m]);
-      grow(nc, w + bytes_of(c[k]));
-    }
-  };
-  grow(cand, 0);
+  r.lower_bound_bytes = pc.clique_bytes();  // no placement for this order goes below it
   return r;
 }
 
@@ -654,6 +680,73 @@ BudgetedSchedule corun_issue_order(const Layer& dag, const std::vector<std::vect
     }
     if (cur < best.makespan_us) best.makespan_us = cur, best.order = order;
   }
+  return best;
+}
+
+BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                          const std::vector<SavedTensor>& saved, double budget_bytes,
+                                          const PairTable& table, double weight, int max_rounds) {
+  BRAID_REQUIRE(!starts.empty(), "pool_bounded_issue_order: needs a start order");
+  using Order = std::vector<std::pair<Pass, int>>;
+  const double inf = std::numeric_limits<double>::infinity();
+  // Moves: one op shifted past 1..kMaxShift consecutive ops of the other pass, left or right (each pass
+  // keeps its own order, so every result is a valid interleaving; a shift of 1 is an adjacent swap).
+  constexpr int kMaxShift = 16;
+  auto moved = [](const Order& o, size_t k, int shift) {  // shift > 0: right, < 0: left; empty if illegal
+    Order r = o;
+    const int n = int(o.size());
+    const int to = int(k) + shift;
+    if (to < 0 || to >= n) return Order{};
+    const int step = shift > 0 ? 1 : -1;
+    for (int j = int(k) + step; j != to + step; j += step)
+      if (o[size_t(j)].first == o[k].first) return Order{};
+    for (int j = int(k); j != to; j += step) std::swap(r[size_t(j)], r[size_t(j + step)]);
+    return r;
+  };
+  BudgetedSchedule best;
+  best.makespan_us = inf;
+  double best_bound = inf;
+  Order lowest;  // the lowest-bound order seen, if none fits
+  for (Order order : starts) {
+    double bound = two_strand_pool_bound(dag, order, saved);
+    double cur = corun_makespan_us(dag, order, table, weight);
+    // Phase 1: while the bound is over budget, the move that lowers it most (ties: the shorter make-span).
+    for (int round = 0; bound > budget_bytes && round < max_rounds; ++round) {
+      Order pick;
+      double pick_bound = bound, pick_t = cur;
+      for (size_t k = 0; k < order.size(); ++k)
+        for (int sh = -kMaxShift; sh <= kMaxShift; ++sh) {
+          if (sh == 0) continue;
+          const Order o = moved(order, k, sh);
+          if (o.empty()) continue;
+          const double b = two_strand_pool_bound(dag, o, saved);
+          if (b > pick_bound + 1e-6 || (pick.empty() && b >= bound - 1e-6)) continue;
+          const double t = corun_makespan_us(dag, o, table, weight);
+          if (b < pick_bound - 1e-6 || t < pick_t) pick = o, pick_bound = b, pick_t = t;
+        }
+      if (pick.empty()) break;  // no move lowers the bound
+      order = pick, bound = pick_bound, cur = pick_t;
+    }
+    if (bound < best_bound) best_bound = bound, lowest = order;
+    if (bound > budget_bytes) continue;
+    // Phase 2: first improvements of the make-span among moves that keep the bound within budget.
+    for (int round = 0; round < max_rounds; ++round) {
+      bool improved = false;
+      for (size_t k = 0; k < order.size(); ++k)
+        for (int sh = -kMaxShift; sh <= kMaxShift; ++sh) {
+          if (sh == 0) continue;
+          const Order o = moved(order, k, sh);
+          if (o.empty()) continue;
+          const double t = corun_makespan_us(dag, o, table, weight);
+          if (t < cur - 1e-6 && two_strand_pool_bound(dag, o, saved) <= budget_bytes) {
+            order = o, cur = t, improved = true;
+          }
+        }
+      if (!improved) break;
+    }
+    if (cur < best.makespan_us) best.makespan_us = cur, best.order = order;
+  }
+  if (best.order.empty()) best.order = lowest;  // nothing fits: the lowest bound found, makespan_us = inf
   return best;
 }
 

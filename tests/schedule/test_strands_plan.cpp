@@ -3,7 +3,9 @@
 
 #include <map>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <cstdio>
 #include <set>
@@ -530,6 +532,55 @@ TEST(StrandsPlan, CorunModelPredictsMeasuredOrders) {
     EXPECT_GT(f.spearman_corun, f.spearman_solo);
     EXPECT_LT(f.err_corun, 0.05);
     EXPECT_GT(f.err_solo, 0.10);
+  }
+}
+
+// The pool-bounded order search: on measured pair tables of the 70B layer (NVLink and throttled, two links)
+// and on the MoE layer's synthetic table, from the model's best orders, it finds an order whose pool bound
+// fits a budget the starts miss (or reports none), every order a valid interleaving, in seconds.
+TEST(StrandsPlan, PoolBoundedOrderSearch) {
+  const std::string dir = BRAID_RESULTS_DIR "/h200x2/";
+  struct Case {
+    std::string model, pairs;
+  };
+  for (const Case& k : {Case{"llama3-70b", dir + "strands-pairs-llama3-70b.txt"},
+                        Case{"llama3-70b", dir + "strands-pairs-llama3-70b-throttled-e782a52.txt"},
+                        Case{"mixtral-8x7b", ""}}) {
+    SCOPED_TRACE(k.model + " " + k.pairs);
+    const auto c = cfg(k.model, 4096);
+    const m::Parallel p{2, true};
+    auto dag = sch::strand_layer(c, p);
+    const auto table = k.pairs.empty() ? sch::synthetic_pair_table(dag) : sch::load_pair_table(k.pairs);
+    sch::apply_solo_times(dag, table);
+    const auto dag2 = sch::two_link_layer(dag);
+    const auto sv = sch::saved_tensors(c, p);
+    double one = 0;
+    for (const auto& t : sv) one += t.bytes;
+    const auto b2 = sch::best_issue_order(dag2, {}, 64), m2 = sch::best_issue_order(dag2, {}, 64, true);
+    double start_bound = std::numeric_limits<double>::infinity();
+    for (const auto& o : {b2.order, m2.order}) start_bound = std::min(start_bound, sch::two_strand_pool_bound(dag2, o, sv));
+    const double budget = (k.model == "llama3-70b" ? 1.20 : 1.02) * one;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r = sch::pool_bounded_issue_order(dag2, {b2.order, m2.order}, sv, budget, table);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double bound = sch::two_strand_pool_bound(dag2, r.order, sv);
+    std::printf("%s, budget %.2fx: starts' smallest pool bound %.2fx one set (co-run %.0f / %.0f us); search: "
+                "bound %.2fx, co-run %.0f us (%.1f s)\n",
+                k.model.c_str(), budget / one, start_bound / one, sch::corun_makespan_us(dag2, b2.order, table),
+                sch::corun_makespan_us(dag2, m2.order, table), bound / one, r.makespan_us, secs);
+    // A valid interleaving: every op once, each pass in its own order as in a start (whole-pass order).
+    ASSERT_EQ(r.order.size(), dag2.fwd.size() + dag2.bwd.size());
+    std::vector<int> seenf, seenb, wantf, wantb;
+    for (const auto& [pass, i] : r.order) (pass == sch::Pass::Forward ? seenf : seenb).push_back(i);
+    for (const auto& [pass, i] : m2.order) (pass == sch::Pass::Forward ? wantf : wantb).push_back(i);
+    EXPECT_EQ(seenf, wantf);
+    EXPECT_EQ(std::multiset<int>(seenb.begin(), seenb.end()), std::multiset<int>(wantb.begin(), wantb.end()));
+    if (std::isfinite(r.makespan_us)) {
+      EXPECT_LE(bound, budget + 1e-6);
+      // The placement reaches (or nearly reaches) the bound it searched on.
+      EXPECT_LE(sch::two_strand_placement(dag2, r.order, sv).pool_bytes, 1.02 * bound);
+    }
+    EXPECT_LT(secs, 60.0);
   }
 }
 

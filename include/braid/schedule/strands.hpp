@@ -135,6 +135,10 @@ struct ArenaPlacement {
 };
 ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
                                     const std::vector<SavedTensor>& saved);
+/// The heaviest clique of that conflict graph alone (two_strand_placement's lower_bound_bytes): what no
+/// static pool for `order` goes below, cheap enough for a search.
+double two_strand_pool_bound(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                             const std::vector<SavedTensor>& saved);
 /// The issue order a plan runs in (its steps' list schedules back to back).
 std::vector<std::pair<Pass, int>> plan_issue_order(const Layer& dag, const Plan& plan);
 
@@ -185,6 +189,16 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
 /// order found (and its model make-span in makespan_us). Deterministic.
 BudgetedSchedule corun_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
                                    const PairTable& table, double weight = kCorunWeight, int max_rounds = 200);
+
+/// A local search for an issue order whose static two-strand pool fits `budget_bytes` (by
+/// two_strand_pool_bound) with the shortest co-run make-span: from each of `starts`, moves shift one op
+/// past 1..16 consecutive ops of the other pass (each pass keeps its own order, so every order is valid);
+/// while the bound is over budget, the move that lowers it most (ties: the shorter make-span); then first
+/// improvements of the make-span among moves that keep the bound within budget. Returns the fastest fitting order found;
+/// if none fits, the lowest-bound order with makespan_us = +inf. Deterministic.
+BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                          const std::vector<SavedTensor>& saved, double budget_bytes,
+                                          const PairTable& table, double weight = kCorunWeight, int max_rounds = 200);
 
 /// `dag` with the backward strand's local-link collectives on the cross-link stream: each strand's
 /// collectives get their own stream, as round-robin's do (with one communicator per strand they then run
