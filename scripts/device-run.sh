@@ -19,8 +19,10 @@
 # transports measured and decided per shape) ~4.5 min; `strands-mixtral strands-smres` with STRANDS_ROUNDS=2
 # ~2 min warm. Pass BRAID_COMMIT as a literal sha:
 # the device copy's git metadata may be stale (`git rev-parse` there named the session start's commit).
-# Next: `build test` (59b5a49 and later: all GPU-run except where the commit says otherwise), `sweep-ar` with
-# OVERLAP_TRANSPORT=symmetric (GEMM+AR over NCCL's symmetric kernels, not measured yet); `peers` beside
+# Next (written after the ninth session's device time): `build test` (the FlashOverlap fallback as cuBLAS +
+# NCCL exactly, Mapping::normal), then STRANDS_ROUNDS=2 `strands-mixtral strands-smres` (the arena's two-unit
+# verification, strands-pool-order[-2link]), OVERLAP_TRANSPORT=symmetric `measure-rs` (the fallback rows at
+# ~1.0x?) and `sweep-ar` (GEMM+AR over NCCL's symmetric kernels, not measured yet); `peers` beside
 # `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
