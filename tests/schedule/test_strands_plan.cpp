@@ -581,6 +581,15 @@ TEST(StrandsPlan, PoolBoundedOrderSearch) {
       EXPECT_LE(sch::two_strand_placement(dag2, r.order, sv).pool_bytes, 1.02 * bound);
     }
     EXPECT_LT(secs, 60.0);
+    // One link (both strands' collectives on one stream), from the one-link best orders.
+    const auto b1 = sch::best_issue_order(dag, {}, 64), m1 = sch::best_issue_order(dag, {}, 64, true);
+    const auto r1 = sch::pool_bounded_issue_order(dag, {b1.order, m1.order}, sv, budget, table);
+    std::printf("  one link: starts' pool bounds %.2fx / %.2fx; search: bound %.2fx, co-run %.0f us (starts %.0f / "
+                "%.0f)\n",
+                sch::two_strand_pool_bound(dag, b1.order, sv) / one, sch::two_strand_pool_bound(dag, m1.order, sv) / one,
+                sch::two_strand_pool_bound(dag, r1.order, sv) / one, r1.makespan_us,
+                sch::corun_makespan_us(dag, b1.order, table), sch::corun_makespan_us(dag, m1.order, table));
+    if (std::isfinite(r1.makespan_us)) EXPECT_LE(sch::two_strand_pool_bound(dag, r1.order, sv), budget + 1e-6);
   }
 }
 
