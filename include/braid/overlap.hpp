@@ -314,7 +314,7 @@ class GemmOverlap {
                                           // NCCL runs the same ring kernels as cuBLAS + NCCL in sequence)
   bool sequential_ = false;
   Mapping map_;
-  void* d_ = nullptr;                 // reordered GEMM output (ncclMemAlloc'd for the copy-engine transport)
+  void* d_ = nullptr;                 // reordered GEMM output (a symmetric window for the window transports)
   void* recv_ = nullptr;              // copy-engine transport: the all-to-all's receive buffer (M*N bf16)
   void* sym_out_ = nullptr;           // symmetric transport, reduce-scatter: the output window
   // Symmetric windows behind d_, recv_, sym_out_ (transports other than kNcclKernels); released out, recv,

@@ -455,13 +455,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   if (sequential_) {
     // Fallback: cuBLAS + NCCL in sequence on `stream`, exactly the baseline (row-major D, Mapping::normal),
     // the collective on plain memory (fb_ where d_ is a symmetric window) on the team's communicator.
-    auto* d = static_cast<__nv_bfloat16*>(reordered());
-    cublas_->run(a, b, d, opt_.m, opt_.n, opt_.k, stream);
-    const size_t count = size_t(opt_.m) * opt_.n;
-    if (rs)
-      BRAID_NCCL_CHECK(ncclReduceScatter(d, out, count / team_.size(), kBf16, ncclSum, team_.nccl(), stream));
-    else
-      BRAID_NCCL_CHECK(ncclAllReduce(d, d, count, kBf16, ncclSum, team_.nccl(), stream));
+    run_sequential(team_, *cublas_, opt_.coll, a, b, reordered(), out, opt_.m, opt_.n, opt_.k, stream);
     // Keep the fork/join shape of the overlapped path (the comm stream joins empty).
     BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));

@@ -696,7 +696,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       // is compared too (α's gradients and dx, β's forward output).
       const Snapshot ref2 = strands_sequence(team, va, vb, vex, st, 0, false, false, nullptr, true);
       for (const bool two : {true, false}) {
-        if (arena < 0) break;
+        if (arena < 0) break;  // no saved tensors: no arena is timed
         const Layer& vd = two ? vdag2 : vdag;
         const std::string L = two ? "-2link" : "-1link";
         m::Layer vaa(sc, p, *comm_a);

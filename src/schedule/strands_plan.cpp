@@ -693,14 +693,14 @@ BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<st
   // keeps its own order, so every result is a valid interleaving; a shift of 1 is an adjacent swap).
   constexpr int kMaxShift = 16;
   auto moved = [](const Order& o, size_t k, int shift) {  // shift > 0: right, < 0: left; empty if illegal
-    Order r = o;
-    const int n = int(o.size());
     const int to = int(k) + shift;
-    if (to < 0 || to >= n) return Order{};
+    if (to < 0 || to >= int(o.size())) return Order{};
     const int step = shift > 0 ? 1 : -1;
     for (int j = int(k) + step; j != to + step; j += step)
       if (o[size_t(j)].first == o[k].first) return Order{};
-    for (int j = int(k); j != to; j += step) std::swap(r[size_t(j)], r[size_t(j + step)]);
+    Order r = o;
+    r.erase(r.begin() + long(k));
+    r.insert(r.begin() + to, o[k]);  // at position `to` of the result, either direction
     return r;
   };
   BudgetedSchedule best;
