@@ -179,12 +179,18 @@ struct SearchInputs {
   // perfectly; 1: no better than in sequence; > 1: worse (seen on 2x H200, docs/flashoverlap.md).
   double interference = 0;
   double sequential_us = 0;        // cuBLAS + the collective in sequence (0: unknown, never fall back)
+  // Overlap is kept only when predicted <= max_ratio x sequential_us, i.e. a predicted gain of at least
+  // 1/max_ratio - 1 (5.3% at 0.95). The margin covers the predictor's error where it matters: on 2x H100
+  // (378ca05, symmetric transport) the shapes chosen with a predicted gain under 5% ran 0.92-1.05x, and
+  // those under 3.8% all ran slower than sequential. BRAID_OVERLAP_MAX_RATIO overrides the default.
+  double max_ratio = default_max_ratio();
+  static double default_max_ratio();
 };
 struct SearchResult {
   std::vector<int> group_waves;
   double predicted_us = 0;    // of the chosen partition, contention included
   int candidates = 0;         // partitions evaluated after pruning
-  bool sequential = false;    // fall back: predicted overlap >= 0.97 x sequential_us
+  bool sequential = false;    // fall back: predicted overlap > max_ratio x sequential_us
 };
 // Predicted end-to-end time of one partition (the paper's recurrence; no contention).
 double predict_us(const SearchInputs& in, const std::vector<int>& group_waves);

@@ -12,6 +12,7 @@
 // O(P·T²) instead of O(2^T) — needed on H100 where shapes have 30+ waves.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -20,6 +21,20 @@
 #include "braid/overlap.hpp"
 
 namespace braid::overlap {
+
+// BRAID_OVERLAP_MAX_RATIO in (0, 1]: the fallback's threshold (SearchInputs::max_ratio), default 0.95.
+double SearchInputs::default_max_ratio() {
+  static const double r = [] {
+    const char* e = std::getenv("BRAID_OVERLAP_MAX_RATIO");
+    if (!e) return 0.95;
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end == e || *end || !(v > 0 && v <= 1))
+      throw UsageError("BRAID_OVERLAP_MAX_RATIO: a number in (0, 1]", __FILE__, __LINE__);
+    return v;
+  }();
+  return r;
+}
 
 double BandwidthCurve::latency_us(double b) const {
   BRAID_REQUIRE(!bytes.empty() && bytes.size() == us.size(), "bandwidth curve is empty");
@@ -116,7 +131,7 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
   const std::vector<int> one{T};
   const double p_one = predict_contended_us(in, one);
   if (p_one < res.predicted_us) res.group_waves = one, res.predicted_us = p_one;
-  if (in.sequential_us > 0 && res.predicted_us >= 0.97 * in.sequential_us) {
+  if (in.sequential_us > 0 && res.predicted_us > in.max_ratio * in.sequential_us) {
     res.sequential = true;
     res.group_waves = one;
     res.predicted_us = in.sequential_us;

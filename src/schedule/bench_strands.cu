@@ -994,9 +994,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     const OrderPool& small = pools[size_t(arena)];
     const double mem_small = run_arena(small, "");
     // strands-arena-fast-<n>link: the order measured fastest above (its two-full-sets variant, this run) among
-    // those whose arena would stay within 1.05x the single strand's memory — the same layers and sharing, so
-    // its memory is the smallest-pool arena's plus the difference of the pools — when that is not the
-    // smallest-pool order itself.
+    // those whose -io arena would stay within 1.05x the single strand's memory — the same layers and sharing,
+    // so its memory is the smallest-pool -io arena's (run_arena's return) plus the difference of the pools —
+    // when that is not the smallest-pool order itself. The plain -fast arena (own y/dy/dx) is reported with
+    // its own, larger memory.
     const double budget = 1.05 * vs[0].mem;
     auto measured = [&](const std::string& name) {
       for (const auto& v : vs)
@@ -1010,7 +1011,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       if (fast < 0 || t < measured(pools[size_t(fast)].name)) fast = int(i);
     }
     if (root)
-      std::printf("# arena order by measured time within 1.05x the single strand's memory (%.1f MiB): %s\n",
+      std::printf("# arena order by measured time within 1.05x the single strand's memory (%.1f MiB) with y/dy/dx "
+                  "shared (the -io arena; the plain arena keeps its own y/dy/dx and may exceed it): %s\n",
                   budget / 1048576.0, fast < 0 ? "none fits" : pools[size_t(fast)].name.c_str());
     if (fast >= 0 && fast != arena) run_arena(pools[size_t(fast)], "-fast");
   }

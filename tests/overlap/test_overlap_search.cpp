@@ -98,7 +98,14 @@ TEST(OverlapSearch, ContentionModelAndFallback) {
   in.interference = 0;
   r = search_partition(in);
   EXPECT_FALSE(r.sequential);
-  EXPECT_LT(r.predicted_us, 0.97 * 44);
+  EXPECT_LT(r.predicted_us, 0.95 * 44);
+  // The margin: a predicted gain under 1/max_ratio - 1 is not worth the predictor's error.
+  const double pred = r.predicted_us;
+  in.sequential_us = pred / 0.96;  // predicted 4% faster: under the default 5.3% margin
+  EXPECT_DOUBLE_EQ(in.max_ratio, 0.95);
+  EXPECT_TRUE(search_partition(in).sequential);
+  in.max_ratio = 0.97;  // a 3.1% margin keeps the overlap
+  EXPECT_FALSE(search_partition(in).sequential);
 }
 
 TEST(OverlapSearch, DynamicProgramMatchesEnumeration) {
