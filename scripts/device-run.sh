@@ -19,12 +19,11 @@
 # transports measured and decided per shape) ~4.5 min; `strands-mixtral strands-smres` with STRANDS_ROUNDS=2
 # ~2 min warm. Pass BRAID_COMMIT as a literal sha:
 # the device copy's git metadata may be stale (`git rev-parse` there named the session start's commit).
-# Next (written after the ninth session's device time): `build test` (the FlashOverlap fallback as cuBLAS +
-# NCCL exactly, Mapping::normal), then STRANDS_ROUNDS=2 `strands-mixtral strands-smres` (the arena's two-unit
-# verification, strands-pool-order[-2link]), OVERLAP_TRANSPORT=symmetric `measure-rs` (the fallback rows at
-# ~1.0x?) and `sweep-ar` (GEMM+AR over NCCL's symmetric kernels, not measured yet); `peers` beside
-# `allreduce` (the unrolled two-shot against torch on one node); x4/x8 when lent:
-# `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
+# Tenth session (2x H100): `build test strands-mixtral strands-smres` (STRANDS_ROUNDS=2) 5.4 min cold;
+# `build measure-rs sweep-ar` (symmetric) 9.1 min warm, where sweep-ar hit its 300 s limit at 48/50 shapes;
+# `build measure-rs` 4.5 min cold + `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-auto) 3 min; `peers-tp` 19 s.
+# Next: x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`; `ncu-t3` on
+# H100 (the DRAM criterion was measured on H200 only); `allreduce peers` on H100. Uses .deps carried from this
 # machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
@@ -306,7 +305,7 @@ if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing
 fi
 if has sweep-ar; then
   echo "== gemm-ar sweep (bench/shapes/sweep.txt)" | tee -a "$log"
-  T=300 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
+  T=420 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
