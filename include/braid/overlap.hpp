@@ -304,6 +304,18 @@ class GemmOverlap {
   // Switch to (or leave) the sequential fallback (one group; see OverlapOptions::sequential).
   void set_sequential(bool on);
   bool sequential() const { return sequential_; }
+  // Checks the search's choice by timing it: the op as planned (overlapped, its partition) against the
+  // fallback's exact work (cuBLAS + NCCL on plain memory) on the caller's inputs, `reps` interleaved
+  // rounds of kTuneBatch back-to-back runs each, the slowest rank's median per candidate (the same
+  // numbers on every rank, so every rank decides alike). Keeps the overlap only when it measured at most
+  // max_ratio x the fallback; otherwise switches to the fallback. Returns sequential(). No-op on an op
+  // already in the fallback, or whose shape the fallback's row-major layout cannot take (M, N not
+  // multiples of the tile). Collective: every rank calls it with the same arguments. Not capturable.
+  static constexpr int kTuneBatch = 4;
+  bool tune(const void* a, const void* b, void* out, cudaStream_t stream, int reps = 5, double max_ratio = 0.99);
+  // The medians the last tune() measured (µs; 0 before any): the overlapped op and the fallback's work.
+  double tuned_overlap_us() const { return tuned_overlap_us_; }
+  double tuned_sequential_us() const { return tuned_sequential_us_; }
   // Throws TimeoutError if a spin wait of this op timed out (call after synchronizing the stream).
   void check_error() const;
   const SignalGemm& gemm() const { return *gemm_; }
@@ -319,6 +331,7 @@ class GemmOverlap {
   void* fb_ = nullptr;                    // the fallback's D where d_ is a symmetric window (plain memory, so
                                           // NCCL runs the same ring kernels as cuBLAS + NCCL in sequence)
   bool sequential_ = false;
+  double tuned_overlap_us_ = 0, tuned_sequential_us_ = 0;
   Mapping map_;
   void* d_ = nullptr;                 // reordered GEMM output (a symmetric window for the window transports)
   void* recv_ = nullptr;              // copy-engine transport: the all-to-all's receive buffer (M*N bf16)

@@ -51,6 +51,9 @@ struct Args {
   std::vector<Transport> extra;
   TileConfig tile = TileConfig::kAuto;
   bench::TimingOptions timing{5, 20};
+  // --tune (with --measure): after the search, GemmOverlap::tune() times the chosen partition against the
+  // fallback's work and keeps the faster (the overlap only when <= 0.99x); --no-tune: the search alone.
+  bool tune = true;
 };
 
 Args parse(int argc, char** argv) {
@@ -70,6 +73,8 @@ Args parse(int argc, char** argv) {
     } else if (k == "--json") a.json = val();
     else if (k == "--cache") a.cache = val();
     else if (k == "--measure") a.measure = val();
+    else if (k == "--tune") a.tune = true;
+    else if (k == "--no-tune") a.tune = false;
     else if (k == "--groups") {
       for (auto w : parse_ints(val(), ',')) a.groups.push_back(static_cast<int>(w));
     } else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
@@ -286,12 +291,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         if (a.groups.empty()) {
           if (r.sequential) o.set_sequential(true);
           else o.set_partition(r.group_waves);
+          // The search's overlap checked by timing it against the fallback (GemmOverlap::tune).
+          if (!r.sequential && a.tune) o.tune(A.p, B.p, o.output() ? o.output() : out.p, s);
         }
         CachedDecision d;
         d.coll = a.coll, d.world = W, d.m = sh.m, d.n = sh.n, d.k = sh.k;
         d.tile_config = mi.tile_config, d.sm_count = mi.sm_count, d.group_waves = r.group_waves;
         d.predicted_us = r.predicted_us;
-        d.sequential = r.sequential;
+        d.sequential = o.sequential();
         dc.put(d);
         if (rank == 0 && !cache_path.empty()) dc.save(cache_path);
         return std::to_string(r.predicted_us);
@@ -540,6 +547,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add("correct", ok)
           .add_context(ctx);
       if (!searched.empty()) j.add("predicted_us", std::stod(searched));
+      // tune(): the search chose overlap and tuning measured it (and the fallback) before deciding.
+      if (op.tuned_overlap_us() > 0)
+        j.add("tuned_overlap_us", op.tuned_overlap_us()).add("tuned_sequential_us", op.tuned_sequential_us());
       if (sym) {
         j.add("collective_sym_us", t_comm_sym)
             .add("sequential_sym_us", t_seq_sym)
@@ -550,6 +560,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           g2 << (i ? "," : "") << sym->op->mapping().group_waves[i];
         j.add("groups_sym", g2.str());
         if (!searched_sym.empty()) j.add("predicted_sym_us", std::stod(searched_sym));
+        if (sym->op->tuned_overlap_us() > 0)
+          j.add("tuned_overlap_sym_us", sym->op->tuned_overlap_us())
+              .add("tuned_sequential_sym_us", sym->op->tuned_sequential_us());
       }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);
       for (const auto& o : others) {

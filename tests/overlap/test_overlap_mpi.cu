@@ -37,6 +37,9 @@ struct Case {
   bool graph;
   bool sequential = false;  // the fallback path (one group, GEMM on every SM, then one collective)
   Transport transport = Transport::kNcclKernels;
+  // >= 0: GemmOverlap::tune(..., max_ratio = tune_ratio) before the checks. 0 forces the fallback (no
+  // overlap is 0x the fallback's time), 1e9 keeps the overlap: both outcomes of a tuned op are checked.
+  double tune_ratio = -1;
 };
 
 class OverlapMpi : public ::testing::TestWithParam<Case> {};
@@ -76,6 +79,14 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   else EXPECT_GT(op.mapping().groups(), 1);
   const bool rs = c.coll == Collective::kReduceScatter;
   void* outp = op.output() ? op.output() : out.p;  // the symmetric transport's reduce-scatter window
+  if (c.tune_ratio >= 0) {
+    const bool fell_back = op.tune(a.p, b.p, outp, s, 2, c.tune_ratio);
+    EXPECT_EQ(fell_back, c.tune_ratio == 0);
+    EXPECT_EQ(op.sequential(), fell_back);
+    EXPECT_GT(op.tuned_overlap_us(), 0);
+    EXPECT_GT(op.tuned_sequential_us(), 0);
+    EXPECT_EQ(op.mapping().groups() == 1, fell_back);
+  }
   const void* x = rs ? outp : op.reordered();
   cudaGraphExec_t exec = nullptr;
   if (c.graph) {
@@ -163,7 +174,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // over NCCL's symmetric-memory kernels (symmetric windows on the team's communicator)
                       Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kNcclSymmetric},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, false, true, false, Transport::kNcclSymmetric},
-                      Case{Collective::kAllReduce, 2048, 2048, 512, true, true, false, Transport::kNcclSymmetric}));
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, true, false, Transport::kNcclSymmetric},
+                      // tuned (GemmOverlap::tune): forced to the fallback, and kept overlapped, then run eager and
+                      // captured; the fallback reached after construction writes the row-major layout
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kNcclKernels, 0},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kNcclKernels, 1e9},
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kNcclKernels, 0},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kNcclSymmetric, 0},
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kNcclSymmetric, 1e9}));
 
 TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
   braid::Team team(MPI_COMM_WORLD);
