@@ -181,8 +181,9 @@ struct SearchInputs {
   double sequential_us = 0;        // cuBLAS + the collective in sequence (0: unknown, never fall back)
   // Overlap is kept only when predicted <= max_ratio x sequential_us, i.e. a predicted gain of at least
   // 1/max_ratio - 1 (5.3% at 0.95). The margin covers the predictor's error where it matters: on 2x H100
-  // (378ca05, symmetric transport) the shapes chosen with a predicted gain under 5% ran 0.92-1.05x, and
-  // those under 3.8% all ran slower than sequential. BRAID_OVERLAP_MAX_RATIO overrides the default.
+  // (378ca05, symmetric transport) the 8 shapes chosen with a predicted gain under 5% ran 0.92-1.05x of
+  // sequential, 5 of them below 0.97x. BRAID_OVERLAP_MAX_RATIO overrides the default. GemmOverlap::tune()
+  // then checks a kept overlap by timing it.
   double max_ratio = default_max_ratio();
   static double default_max_ratio();
 };
