@@ -198,8 +198,11 @@ if has allreduce; then
   echo "== bench allreduce" | tee -a "$log"
   mpi bench allreduce --algo nccl,oneshot-ll,oneshot,twoshot,int8,int6,int4,int8-nccl -b 64K -e 1G -f 2 \
     --json "$out/allreduce.jsonl" --write-table "$out/allreduce.tsv" 2>&1 | tee -a "$log"
-  mpi bench allreduce --graph --algo nccl,oneshot-ll,oneshot,twoshot -b 64K -e 16M -f 2 \
+  mpi bench allreduce --graph --algo nccl,oneshot-ll,oneshot,twoshot,oneshot-sym,twoshot-sym -b 64K -e 16M -f 2 \
     --json "$out/allreduce-graph.jsonl" 2>&1 | tee -a "$log"
+  # the symmetric-buffer paths (run_symmetric) beside the workspace ones, direct launches, to 256 MiB
+  mpi bench allreduce --algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym -b 64K -e 256M -f 4 \
+    --json "$out/allreduce-sym.jsonl" 2>&1 | tee -a "$log"
   for d in student-t outlier; do
     mpi bench allreduce --algo nccl,int8,int6,int4 -b 4M -e 64M -f 16 --dist $d --json "$out/allreduce-dists.jsonl" \
       2>&1 | tee -a "$log"

@@ -113,6 +113,23 @@ class AllReducer {
            const AllReduceOptions& opt = {});
   // The algorithm run() would use.
   ArAlgo choose(size_t count, DType dtype, const AllReduceOptions& opt) const;
+
+  // All-reduce of buf.local()[offset, offset + count) on a SymmetricBuffer of this reducer's team (every rank allocates
+  // it with the same size): the kernels read the peers' copies directly, with no workspace copy —
+  // PyTorch symmetric memory's model, for callers that can keep the tensor in such a buffer. Exact,
+  // fp32 in rank order: the same bits as run() with the same algorithm.
+  //   kTwoShot (and kAuto without `out`): in place, buf.local() receives the sum. Each rank reduces its
+  //     1/W chunk from every copy and writes it into every copy.
+  //   kOneShot (kAuto with `out`): every rank reads every copy and writes the sum to `out`, a local
+  //     buffer that must not overlap buf.
+  // Two per-block barriers (signal_device.cuh), no closing device-wide sync; graph-capturable. The
+  // kernels share the two-shot's signal slots, so calls on one reducer must be issued in the same order
+  // on every rank (as for run()). bf16/fp16; needs peer access (Team::peer_ok()).
+  // Not measured on a GPU yet (written 2026-11-26 after the device time): kAuto's rule is provisional.
+  // `offset` (elements, a multiple of 8) selects a slice buf.local()[offset, offset + count), the same on
+  // every rank (benchmarks rotate over slices of one buffer).
+  void run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t stream,
+                     ArAlgo algo = ArAlgo::kAuto, void* out = nullptr, size_t offset = 0);
   Team& team() const { return team_; }
 
  private:
@@ -132,6 +149,7 @@ class AllReducer {
   size_t ll_slot_ = 0;
   size_t oneshot_slot_ = 0, twoshot_slot_ = 0, quant_slot_ = 0;
   int slot_oneshot_ = 0, slot_twoshot_ = 0, slot_quant_ = 0;
+  int symm_blocks_ = 0;  // grid cap of run_symmetric's kernels (all resident at once)
   uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 4
   void* nccl_send_ = nullptr;
   void* nccl_recv_ = nullptr;

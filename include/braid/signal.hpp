@@ -18,6 +18,7 @@ enum class OpId : uint32_t {
   kAllReduceOneShot = 10,
   kAllReduceTwoShot = 11,
   kAllReduceQuant = 12,
+  kAllReduceSymmetric = 13,
   kTest = 99,
 };
 const char* op_name(uint32_t op);

@@ -99,10 +99,22 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
 
   std::vector<std::string> algos = a.algos;
   if (std::find(algos.begin(), algos.end(), "nccl") == algos.end()) algos.insert(algos.begin(), "nccl");
+  // "oneshot-sym" / "twoshot-sym": AllReducer::run_symmetric, the input in a SymmetricBuffer (read by the
+  // peers directly; two-shot in place), as PyTorch's symmetric-memory all-reduce takes it.
+  auto sym_algo = [](const std::string& name, ArAlgo* al) {
+    if (name == "oneshot-sym") return *al = ArAlgo::kOneShot, true;
+    if (name == "twoshot-sym") return *al = ArAlgo::kTwoShot, true;
+    return false;
+  };
+  bool any_sym = false;
   for (const auto& name : algos) {
     ArAlgo al;
     Precision p;
     QuantImpl impl;
+    if (sym_algo(name, &al)) {
+      any_sym = true;
+      continue;
+    }
     if (!parse_algo(name, &al, &p, &impl)) throw UsageError("unknown all-reduce algorithm '" + name + "'", __FILE__, __LINE__);
   }
 
@@ -116,6 +128,11 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
   BRAID_CUDA_CHECK(cudaMalloc(&out_pool, pool));
   BRAID_CUDA_CHECK(cudaMalloc(&ref, max_count * sizeof(float)));
   BRAID_CUDA_CHECK(cudaMalloc(&ref_in, max_count * sizeof(float)));
+  std::unique_ptr<SymmetricBuffer> sym_pool;  // the -sym algorithms' inputs, sliced like in_pool
+  if (any_sym) {
+    if (!team.peer_ok()) throw UsageError("-sym all-reduce algorithms need peer access", __FILE__, __LINE__);
+    sym_pool = std::make_unique<SymmetricBuffer>(team, pool);
+  }
 
   // Quantized inputs: a block of up to kRefElems values per rank from the distribution (the same
   // generator on every rank, so each rank can also compute the CPU reference for all ranks).
@@ -149,20 +166,31 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
     bool have_qin = false, have_ref = false;
     for (const auto& name : algos) {
       ArAlgo al;
-      Precision prec;
-      QuantImpl impl;
-      parse_algo(name, &al, &prec, &impl);  // "int8-pipe" / "int8-classic": that kernel of the fused path
+      Precision prec = Precision::kExact;
+      QuantImpl impl = QuantImpl::kDefault;
+      const bool sym = sym_algo(name, &al);
+      if (!sym) parse_algo(name, &al, &prec, &impl);  // "int8-pipe" / "int8-classic": that kernel of the fused path
       AllReduceOptions opt;
       opt.algo = al;
       opt.precision = prec;
       opt.group = a.group;
       opt.quant_impl = impl;
       const bool quant_mode = prec != Precision::kExact;
-      char* in0 = in_pool;
+      char* in_base = sym ? static_cast<char*>(sym_pool->local()) : in_pool;
+      char* in0 = in_base;
       char* out0 = out_pool;
+      // run(): set k of the rotation (the -sym two-shot reduces in place, so its "output" is its input)
+      const bool sym_one = sym && al == ArAlgo::kOneShot;
+      auto call = [&](int k) {
+        if (sym)
+          ar.run_symmetric(*sym_pool, n, a.dtype, s, al, sym_one ? out_pool + k * stride : nullptr, k * stride / es);
+        else
+          ar.run(in_pool + k * stride, out_pool + k * stride, n, a.dtype, s, opt);
+      };
+      char* result0 = sym && !sym_one ? in0 : out0;
       // ---- inputs
       if (!quant_mode) {
-        for (int i = 0; i < sets; ++i) fill_pattern(in_pool + i * stride, a.dtype, n, 0xA11ULL + n, rank, 0, s);
+        for (int i = 0; i < sets; ++i) fill_pattern(in_base + i * stride, a.dtype, n, 0xA11ULL + n, rank, 0, s);
         have_qin = false;
       } else if (!have_qin) {
         const size_t first = std::min(n, block);
@@ -178,13 +206,13 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
       }
       // ---- verify
       BRAID_CUDA_CHECK(cudaMemsetAsync(out0, 0xFF, n * es, s));
-      ar.run(in0, out0, n, a.dtype, s, opt);
+      call(0);
       team.synchronize(s, "all-reduce verification run");
       bool ok = true;
       double nrms = 0, max_err = 0;
       std::string why;
       if (!quant_mode) {
-        const size_t wrong = count_wrong("allreduce", out0, a.dtype, n, 0xA11ULL + n, rank, W, s);
+        const size_t wrong = count_wrong("allreduce", result0, a.dtype, n, 0xA11ULL + n, rank, W, s);
         ok = wrong == 0;
         if (!ok) why = std::to_string(wrong) + " wrong";
       } else {
@@ -238,19 +266,16 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
       ok = all_ok != 0;
       // ---- time
       std::vector<double> us;
+      // (The -sym two-shot keeps reducing its sets in place: the values grow by W per call and may reach
+      // inf; the time does not depend on them. Verified above, before any timing.)
       if (a.graph) {  // one graph of `sets` calls over the rotating buffers
-        us = time_graph_iterations(&team, s, a.timing, sets, [&](int k) {
-          ar.run(in_pool + k * stride, out_pool + k * stride, n, a.dtype, s, opt);
-        });
+        us = time_graph_iterations(&team, s, a.timing, sets, [&](int k) { call(k); });
       } else {
-        us = time_iterations(&team, s, a.timing, [&](int i) {
-          const int k = i % sets;
-          ar.run(in_pool + k * stride, out_pool + k * stride, n, a.dtype, s, opt);
-        });
+        us = time_iterations(&team, s, a.timing, [&](int i) { call(i % sets); });
       }
       const Stats st = summarize(us);
       if (name == "nccl") nccl_us = st.median_us;
-      if (!quant_mode && ok && st.median_us < best_exact) {
+      if (!quant_mode && !sym && ok && st.median_us < best_exact) {  // (the table serves run(): no -sym)
         best_exact = st.median_us;
         best_exact_name = name;
       }

@@ -214,6 +214,19 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
       }
     }
     cfg_.twoshot_blocks = std::min(cfg_.twoshot_blocks, per_sm * sms);
+    {  // run_symmetric's kernels (they share the two-shot's slots, so at most twoshot_blocks)
+      int m = 1 << 30;
+      for (const void* k : {reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 1>),
+                            reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 4>),
+                            reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 1>),
+                            reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 4>)}) {
+        int b = 0;
+        BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, cfg_.threads, 0));
+        m = std::min(m, b);
+      }
+      symm_blocks_ = std::min(cfg_.twoshot_blocks, m * sms);
+      BRAID_REQUIRE(symm_blocks_ > 0, "AllReducer: the symmetric-buffer kernels do not fit on this GPU");
+    }
     int q = per_sm;
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::quant_allreduce_kernel<0, 4, 4, 32>,
                                                                  cfg_.threads, 0));
@@ -381,6 +394,51 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
     });
     BRAID_CHECK_LAUNCH();
   }
+}
+
+void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t s, ArAlgo algo,
+                               void* out, size_t offset) {
+  BRAID_REQUIRE(team_.peer_ok() && ws_twoshot_, "run_symmetric: needs peer access between all ranks");
+  BRAID_REQUIRE(dtype == DType::kBF16 || dtype == DType::kFP16, "run_symmetric: bf16 or fp16");
+  BRAID_REQUIRE(offset % ar::kVec == 0, "run_symmetric: offset must be a multiple of 8 elements");
+  BRAID_REQUIRE(offset <= buf.bytes() / 2 && count <= buf.bytes() / 2 - offset,
+                "run_symmetric: offset + count exceeds the symmetric buffer");
+  if (algo == ArAlgo::kAuto) algo = out && out != buf.local_as<uint16_t>() + offset ? ArAlgo::kOneShot : ArAlgo::kTwoShot;
+  BRAID_REQUIRE(algo == ArAlgo::kOneShot || algo == ArAlgo::kTwoShot, "run_symmetric: one-shot or two-shot");
+  if (count == 0) return;
+  const int W = team_.size();
+  ar::PeerBufs b{};
+  for (int r = 0; r < W; ++r) b.p[r] = buf.peer_as<uint16_t>(r) + offset;
+  if (algo == ArAlgo::kOneShot) {
+    BRAID_REQUIRE(out != nullptr, "run_symmetric: one-shot writes `out` (a local buffer outside buf)");
+    const auto o = reinterpret_cast<uintptr_t>(out), l = reinterpret_cast<uintptr_t>(buf.local());
+    BRAID_REQUIRE(o + count * 2 <= l || o >= l + buf.bytes(), "run_symmetric: `out` overlaps the symmetric buffer");
+    BRAID_REQUIRE(o % 16 == 0, "run_symmetric: `out` must be 16-byte aligned");
+    const uint64_t vecs = (count + ar::kVec - 1) / ar::kVec;
+    const int blocks = grid_for(vecs, cfg_.oneshot_min_vecs, symm_blocks_);
+    BRAID_DISPATCH_DT(dtype, DT, {
+      if (count >= (size_t(2) << 20))
+        ar::symm_oneshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(b, static_cast<uint16_t*>(out), count, W,
+                                                                        team_.signals(), slot_twoshot_);
+      else
+        ar::symm_oneshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(b, static_cast<uint16_t*>(out), count, W,
+                                                                        team_.signals(), slot_twoshot_);
+    });
+  } else {
+    BRAID_REQUIRE(out == nullptr || out == buf.local_as<uint16_t>() + offset,
+                  "run_symmetric: two-shot is in place (out null, or the slice itself)");
+    const uint64_t stride = round_up((count + W - 1) / W, ar::kVec);
+    const int blocks = grid_for(stride / ar::kVec, cfg_.twoshot_min_vecs, symm_blocks_);
+    BRAID_DISPATCH_DT(dtype, DT, {
+      if (count >= (size_t(2) << 20))
+        ar::symm_twoshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(),
+                                                                        team_.signals(), slot_twoshot_);
+      else
+        ar::symm_twoshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(),
+                                                                        team_.signals(), slot_twoshot_);
+    });
+  }
+  BRAID_CHECK_LAUNCH();
 }
 
 void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,

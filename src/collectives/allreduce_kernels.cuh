@@ -599,4 +599,100 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
   finish_launch(seq);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// All-reduce on a symmetric buffer (AllReducer::run_symmetric): every rank's input lives in a buffer
+// mapped into every peer, so the kernels read the peers' copies directly (remote loads) instead of
+// pushing them through a workspace — PyTorch symmetric memory's model. No workspace, no launch phase.
+//
+// Ordering (signal_device.cuh): barrier 1 — block b of every rank has started, so every rank's input
+// (written by earlier stream work) is visible to every peer's block b. Barrier 2 — every write a block
+// made to a peer's copy (two-shot) and every read of a peer's copy happened before any rank's block b
+// returns: after the kernel a rank may overwrite its copy, and its copy holds every chunk.
+// Block b of every rank only touches vectors [b*V/NB, (b+1)*V/NB) of a chunk, so it only meets block b.
+
+struct PeerBufs {
+  uint16_t* p[kMaxPeers];  // rank r's copy, mapped here
+};
+
+// Two-shot, in place: rank r reduces chunk r (stride elements at stride * r) from all W copies in rank
+// order (fp32) and stores the rounded sum into chunk r of every copy; no other rank reads or writes
+// chunk r of any copy, so the in-place writes race with nothing.
+template <int DT, int U>
+__global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant__ PeerBufs b, uint64_t n,
+                                                            uint64_t stride, int world, int rank,
+                                                            const __grid_constant__ SignalView sig, int slot0) {
+  const int slot = slot0 + blockIdx.x;
+  uint64_t v0, v1;
+  block_vec_range(stride / kVec, v0, v1);
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
+  const uint64_t c0 = stride * rank;
+  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
+    float acc[U][kVec];
+    int valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+      valid[u] = v < v1 && e < n ? static_cast<int>(valid_count(n - e)) : 0;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
+    }
+    for (int s = 0; s < world; ++s) {  // rank order; the U loads of one copy issued together
+      float x[U][kVec];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (valid[u] > 0) load8<DT>(b.p[s] + c0 + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], x[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (valid[u] > 0)
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[u][j]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (valid[u] <= 0) continue;
+      const uint64_t e = c0 + (vb + uint64_t(u) * blockDim.x) * kVec;
+      for (int i = 0; i < world; ++i) store8<DT>(b.p[(rank + i) % world] + e, valid[u], acc[u]);
+    }
+  }
+  dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric));
+}
+
+// One-shot, out of place: every rank reads all W copies of the whole vector and writes the sum to its
+// local `out` (which must not alias its copy: a peer's block b still reads that range of it).
+template <int DT, int U>
+__global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant__ PeerBufs b, uint16_t* out,
+                                                            uint64_t n, int world,
+                                                            const __grid_constant__ SignalView sig, int slot0) {
+  const int slot = slot0 + blockIdx.x;
+  uint64_t v0, v1;
+  block_vec_range((n + kVec - 1) / kVec, v0, v1);
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
+  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
+    float acc[U][kVec];
+    int valid[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint64_t v = vb + uint64_t(u) * blockDim.x;
+      valid[u] = v < v1 ? static_cast<int>(valid_count(n - v * kVec)) : 0;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
+    }
+    for (int s = 0; s < world; ++s) {
+      float x[U][kVec];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (valid[u] > 0) load8<DT>(b.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], x[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (valid[u] > 0)
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[u][j]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (valid[u] > 0) store8<DT>(out + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], acc[u]);
+  }
+  dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric));
+}
+
 }  // namespace braid::ar

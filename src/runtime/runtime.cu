@@ -20,6 +20,7 @@ const char* op_name(uint32_t op) {
     case OpId::kAllReduceOneShot: return "allreduce-oneshot";
     case OpId::kAllReduceTwoShot: return "allreduce-twoshot";
     case OpId::kAllReduceQuant: return "allreduce-quantized";
+    case OpId::kAllReduceSymmetric: return "allreduce-symmetric";
     case OpId::kTest: return "test";
   }
   return "unknown-op";

@@ -306,6 +306,68 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   cudaFree(y3);
 }
 
+// run_symmetric: the input in a SymmetricBuffer, the kernels reading the peers' copies. One-shot into a
+// local buffer, two-shot in place; tails of every class, both unrolls (U = 4 from 2 Mi elements); each
+// size run twice in a row on refilled data (the slots' epochs advance, the closing barrier keeps a rank
+// from refilling its copy while a peer still reads it); then captured in a graph and replayed; then the
+// argument errors.
+TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
+  ASSERT_TRUE(team().peer_ok());
+  auto& s = team();
+  const size_t max_n = (size_t(9) << 20) + 5;
+  braid::SymmetricBuffer buf(s, max_n * 2 + 256);
+  void* y = nullptr;
+  ASSERT_EQ(cudaMalloc(&y, max_n * 2), cudaSuccess);
+  for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 5, max_n})
+    for (DType dt : {DType::kBF16, DType::kFP16})
+      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot})
+        for (int rep = 0; rep < 2; ++rep) {
+          const uint64_t seed = 13 + n + rep;
+          braid::bench::fill_pattern(buf.local(), dt, n, seed, s.rank(), 0, s.stream());
+          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+          const bool one = algo == ArAlgo::kOneShot;
+          reducer().run_symmetric(buf, n, dt, s.stream(), algo, one ? y : nullptr);
+          s.synchronize("symmetric-buffer all-reduce");
+          const size_t wrong = braid::bench::count_wrong("allreduce", one ? y : buf.local(), dt, n, seed, s.rank(),
+                                                         s.size(), s.stream());
+          EXPECT_EQ(wrong, 0u) << braid::algo_name(algo) << " n=" << n << " " << braid::bench::dtype_name(dt)
+                               << " rep " << rep;
+        }
+  {  // captured: one-shot then two-shot in one graph, replayed on new data
+    const size_t n = 300001;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    ASSERT_EQ(cudaStreamBeginCapture(s.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kOneShot, y);
+    reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kTwoShot);
+    ASSERT_EQ(cudaStreamEndCapture(s.stream(), &g), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    for (int rep = 0; rep < 3; ++rep) {
+      const uint64_t seed = 700 + rep;
+      braid::bench::fill_pattern(buf.local(), DType::kBF16, n, seed, s.rank(), 0, s.stream());
+      ASSERT_EQ(cudaGraphLaunch(ge, s.stream()), cudaSuccess);
+      s.synchronize("symmetric graph replay");
+      EXPECT_EQ(braid::bench::count_wrong("allreduce", y, DType::kBF16, n, seed, s.rank(), s.size(), s.stream()), 0u);
+      EXPECT_EQ(braid::bench::count_wrong("allreduce", buf.local(), DType::kBF16, n, seed, s.rank(), s.size(),
+                                          s.stream()),
+                0u);
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+  // Argument errors, raised on the host before any launch (the same on every rank).
+  auto* l = static_cast<char*>(buf.local());
+  EXPECT_THROW(reducer().run_symmetric(buf, buf.bytes(), DType::kBF16, s.stream()), braid::UsageError);  // too long
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kFP32, s.stream()), braid::UsageError);
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShot, l + 1024),
+               braid::UsageError);  // out inside the buffer
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShot), braid::UsageError);
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kTwoShot, y), braid::UsageError);
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kQuantP2P), braid::UsageError);
+  s.synchronize("after symmetric argument checks");
+  cudaFree(y);
+}
+
 TEST(AllReduce, RejectsBadArgumentsClearly) {
   auto& s = team();
   char* x = nullptr;
