@@ -173,6 +173,46 @@ std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t strea
   return us;
 }
 
+std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int batch,
+                                 const std::vector<std::function<void()>>& cands,
+                                 const std::function<void(size_t)>& check) {
+  BRAID_REQUIRE(reps >= 1 && batch >= 1, "tune_medians: reps >= 1 and batch >= 1");
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  BRAID_CUDA_CHECK(cudaEventCreate(&e0));
+  BRAID_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> med(cands.size());
+  try {
+    for (size_t i = 0; i < cands.size(); ++i) {  // warm-up (and first-use costs)
+      cands[i]();
+      team.synchronize(stream, "tune warm-up");
+      if (check) check(i);
+    }
+    std::vector<std::vector<double>> t(cands.size());  // [candidate][round]: µs per call
+    for (int r = 0; r < reps; ++r)
+      for (size_t i = 0; i < cands.size(); ++i) {
+        BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
+        for (int j = 0; j < batch; ++j) cands[i]();
+        BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));
+        team.synchronize(stream, "tune");
+        if (check) check(i);
+        float ms = 0;
+        BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        t[i].push_back(1e3 * ms / batch);
+      }
+    for (size_t i = 0; i < cands.size(); ++i) {
+      std::nth_element(t[i].begin(), t[i].begin() + t[i].size() / 2, t[i].end());
+      med[i] = team.allreduce_max(t[i][t[i].size() / 2]);
+    }
+  } catch (...) {
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    throw;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return med;
+}
+
 std::vector<double> time_graph_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt, int calls,
                                           const std::function<void(int)>& enqueue) {
   cudaGraph_t g;

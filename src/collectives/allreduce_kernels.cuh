@@ -514,6 +514,39 @@ __device__ __forceinline__ void copy_vecs(uint4* dst, const uint16_t* src, uint6
   }
 }
 
+// valid[u]: the values (0..8) of vector vb + u * blockDim.x of a block range ending at v1, in a chunk
+// that starts at element c0 of an n-element vector (0 past the range or the end).
+template <int U>
+__device__ __forceinline__ void valid_counts(int (&valid)[U], uint64_t vb, uint64_t v1, uint64_t c0, uint64_t n) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
+    valid[u] = v < v1 && e < n ? static_cast<int>(valid_count(n - e)) : 0;
+  }
+}
+
+// The exact kernels' fixed-order sum: acc[u] = the sum over s = 0..W-1 (rank order, fp32, one rounding
+// per add) of the 8 values at src(s, u), of which valid[u] count (0: skipped, acc[u] stays 0). The U
+// loads of one source are issued together, so the bits do not depend on U.
+template <int DT, int U, class Src>
+__device__ __forceinline__ void sum_in_rank_order(float (&acc)[U][kVec], const int (&valid)[U], int world, Src src) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
+  for (int s = 0; s < world; ++s) {
+    float x[U][kVec];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (valid[u] > 0) load8<DT>(src(s, u), valid[u], x[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (valid[u] > 0)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[u][j]);
+  }
+}
+
 template <int DT, int U>
 __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, uint64_t stride,
                                                        int world, int rank, const __grid_constant__ ExactWorkspace ws,
@@ -536,30 +569,13 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
   {
     const uint64_t c0 = stride * rank;
     for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
-      float acc[U][kVec];
       int valid[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
-        valid[u] = v < v1 && e < n ? static_cast<int>(valid_count(n - e)) : 0;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
-      }
-      // Rank order s = 0..W-1 for every element (fixed reduction order); the U loads of one source are
-      // issued together.
-      for (int s = 0; s < world; ++s) {
-        float x[U][kVec];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const uint64_t v = vb + uint64_t(u) * blockDim.x;
-          if (valid[u] > 0) load8<DT>(s == rank ? in + c0 + v * kVec : rs(rank, s) + v * kVec, valid[u], x[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (valid[u] > 0)
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[u][j]);
-      }
+      valid_counts<U>(valid, vb, v1, c0, n);
+      float acc[U][kVec];
+      sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
+        const uint64_t v = vb + uint64_t(u) * blockDim.x;
+        return s == rank ? in + c0 + v * kVec : rs(rank, s) + v * kVec;
+      });
       // store8 rounds once to the output dtype: the owner keeps exactly the bytes it sends.
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -627,26 +643,12 @@ __global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
   const uint64_t c0 = stride * rank;
   for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
-    float acc[U][kVec];
     int valid[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
-      valid[u] = v < v1 && e < n ? static_cast<int>(valid_count(n - e)) : 0;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
-    }
-    for (int s = 0; s < world; ++s) {  // rank order; the U loads of one copy issued together
-      float x[U][kVec];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (valid[u] > 0) load8<DT>(b.p[s] + c0 + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], x[u]);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (valid[u] > 0)
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[u][j]);
-    }
+    valid_counts<U>(valid, vb, v1, c0, n);
+    float acc[U][kVec];
+    sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
+      return b.p[s] + c0 + (vb + uint64_t(u) * blockDim.x) * kVec;
+    });
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (valid[u] <= 0) continue;
@@ -668,26 +670,12 @@ __global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant
   block_vec_range((n + kVec - 1) / kVec, v0, v1);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
   for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
-    float acc[U][kVec];
     int valid[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const uint64_t v = vb + uint64_t(u) * blockDim.x;
-      valid[u] = v < v1 ? static_cast<int>(valid_count(n - v * kVec)) : 0;
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
-    }
-    for (int s = 0; s < world; ++s) {
-      float x[U][kVec];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (valid[u] > 0) load8<DT>(b.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], x[u]);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (valid[u] > 0)
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[u][j]);
-    }
+    valid_counts<U>(valid, vb, v1, 0, n);
+    float acc[U][kVec];
+    sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
+      return b.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec;
+    });
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (valid[u] > 0) store8<DT>(out + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], acc[u]);

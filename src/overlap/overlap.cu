@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 
+#include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
@@ -430,40 +431,11 @@ bool GemmOverlap::tune(const void* a, const void* b, void* out, cudaStream_t str
   if (!cublas_) cublas_ = std::make_unique<CublasGemm>();
   if (!fb_ && opt_.transport != Transport::kNcclKernels) BRAID_CUDA_CHECK(cudaMalloc(&fb_, size_t(opt_.m) * opt_.n * 2));
   void* seq_d = fb_ ? fb_ : d_;  // the ring transport's fallback writes d_, as the overlap does
-  const std::function<void()> cand[2] = {
+  const std::vector<std::function<void()>> cand = {
       [&] { run(a, b, out, stream); },
       [&] { run_sequential(team_, *cublas_, opt_.coll, a, b, seq_d, out, opt_.m, opt_.n, opt_.k, stream); }};
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  BRAID_CUDA_CHECK(cudaEventCreate(&e0));
-  BRAID_CUDA_CHECK(cudaEventCreate(&e1));
-  double med[2] = {0, 0};
-  try {
-    for (const auto& c : cand) c();  // warm-up (first-use costs)
-    team_.synchronize(stream, "FlashOverlap tune");
-    check_error();
-    std::vector<double> t[2];  // µs per run, per round
-    for (int r = 0; r < reps; ++r)
-      for (int i = 0; i < 2; ++i) {
-        BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
-        for (int j = 0; j < kTuneBatch; ++j) cand[i]();
-        BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));
-        team_.synchronize(stream, "FlashOverlap tune");
-        check_error();
-        float ms = 0;
-        BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        t[i].push_back(1e3 * ms / kTuneBatch);
-      }
-    for (int i = 0; i < 2; ++i) {
-      std::nth_element(t[i].begin(), t[i].begin() + t[i].size() / 2, t[i].end());
-      med[i] = team_.allreduce_max(t[i][t[i].size() / 2]);
-    }
-  } catch (...) {
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    throw;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const std::vector<double> med =
+      bench::tune_medians(team_, stream, reps, kTuneBatch, cand, [&](size_t) { check_error(); });
   tuned_overlap_us_ = med[0];
   tuned_sequential_us_ = med[1];
   if (med[0] > max_ratio * med[1]) set_sequential(true);

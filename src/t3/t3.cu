@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/runtime.hpp"
@@ -295,9 +296,6 @@ const void* GemmReduceScatter::result() const { return active_ ? active_->result
 Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStream_t stream, int reps) {
   if (!active_) return opt_.variant;
   BRAID_REQUIRE(reps >= 1, "T3 tune: reps >= 1");
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  BRAID_CUDA_CHECK(cudaEventCreate(&e0));
-  BRAID_CUDA_CHECK(cudaEventCreate(&e1));
   double best = 0;
   GemmReduceScatter* pick = nullptr;
   // The fallback, built only for the tuning: kept when it beats both overlapped variants.
@@ -308,36 +306,12 @@ Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStr
   for (auto& c : cand_)
     if (c->opt_.variant != Variant::kSequential) all.push_back(c.get());
   all.push_back(seq.get());
-  try {
-    for (GemmReduceScatter* c : all) {
-      c->run(a, b, out, stream);  // warm-up (and first-use costs)
-      team_.synchronize(stream, "t3 tune");
-      c->check_error();
-    }
-    std::vector<std::vector<double>> t(all.size());  // [candidate][round]: µs per run
-    for (int r = 0; r < reps; ++r)
-      for (size_t i = 0; i < all.size(); ++i) {
-        BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
-        for (int j = 0; j < kTuneBatch; ++j) all[i]->run(a, b, out, stream);
-        BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));
-        team_.synchronize(stream, "t3 tune");
-        all[i]->check_error();
-        float ms = 0;
-        BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        t[i].push_back(1e3 * ms / kTuneBatch);
-      }
-    for (size_t i = 0; i < all.size(); ++i) {
-      std::nth_element(t[i].begin(), t[i].begin() + t[i].size() / 2, t[i].end());
-      const double med = team_.allreduce_max(t[i][t[i].size() / 2]);  // the same number on every rank
-      if (!pick || med < best) best = med, pick = all[i];
-    }
-  } catch (...) {
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    throw;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  std::vector<std::function<void()>> runs;
+  for (GemmReduceScatter* c : all) runs.push_back([=] { c->run(a, b, out, stream); });
+  const std::vector<double> med =
+      bench::tune_medians(team_, stream, reps, kTuneBatch, runs, [&](size_t i) { all[i]->check_error(); });
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!pick || med[i] < best) best = med[i], pick = all[i];
   if (pick == seq.get()) {
     cand_.push_back(std::move(seq));  // (a tuned op that fell back once keeps the fallback around)
   } else {
