@@ -161,7 +161,7 @@ if has strands-mixtral; then  # DHelix on the MoE layer: strands tests, then Mix
   echo "== strands (Mixtral EP=2, NVLink and throttled, GEMMs leaving ${SMRES_THROTTLED:-4} SMs)" | tee -a "$log"
   (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
   grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
-  for thr in 0 1; do
+  for thr in ${MIXTRAL_THROTTLES:-0 1}; do  # NCCL CTAs per communicator (0: none); e.g. MIXTRAL_THROTTLES="0 2"
     T=150 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --throttle $thr \
       --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-3} --warmup 2 --no-graph \
       --gemm-sm-reserve ${SMRES_THROTTLED:-4} --json "$out/strands-mixtral.jsonl" 2>&1 | tee -a "$log"
@@ -177,7 +177,8 @@ if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B 
 fi
 if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smres), the co-run-model order
   echo "== strands with --gemm-sm-reserve ($(date +%T))" | tee -a "$log"
-  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --iters ${STRANDS_ITERS:-10} \
+  # STRANDS_THROTTLE: NCCL CTAs of the throttled run (1: ~14.5 GB/s busbw; 2 is closer to a PCIe Gen4 x16 link)
+  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle ${STRANDS_THROTTLE:-1} --iters ${STRANDS_ITERS:-10} \
     --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} \
     --pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt \
     --json "$out/strands-smres-throttled.jsonl" 2>&1 | tee -a "$log"
