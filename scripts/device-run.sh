@@ -177,10 +177,12 @@ if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B 
 fi
 if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smres), the co-run-model order
   echo "== strands with --gemm-sm-reserve ($(date +%T))" | tee -a "$log"
-  # STRANDS_THROTTLE: NCCL CTAs of the throttled run (1: ~14.5 GB/s busbw; 2 is closer to a PCIe Gen4 x16 link)
-  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle ${STRANDS_THROTTLE:-1} --iters ${STRANDS_ITERS:-10} \
-    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} \
-    --pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt \
+  # STRANDS_THROTTLE: NCCL CTAs of the throttled run (1: ~14.5 GB/s busbw; 2 is closer to a PCIe Gen4 x16
+  # link). The committed pair table was profiled at 1 CTA; at another throttle the run profiles its own.
+  thr=${STRANDS_THROTTLE:-1}; pairs=()
+  [[ $thr == 1 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt)
+  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle $thr --iters ${STRANDS_ITERS:-10} \
+    --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} "${pairs[@]}" \
     --json "$out/strands-smres-throttled.jsonl" 2>&1 | tee -a "$log"
   [[ ${SMRES_NVLINK:-16} != 0 ]] && T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 \
     --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph \
