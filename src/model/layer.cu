@@ -92,6 +92,12 @@ struct Layer::Impl {
   std::vector<size_t> sc, sd, rc, rd;               // all-to-all counts/displacements (elements)
   std::vector<int64_t> expert_rows;                 // rows per local expert (last forward)
   int64_t R = 0;                                    // rows received in the last forward
+  // The count exchange is split so that its host wait sits at the dispatch, not at the exchange:
+  // a2a_counts enqueues the exchange and the copies to the host and records counts_ev; a2a_dispatch
+  // first waits for counts_ev on the host (moe_finish_counts), so an executor issues the ops it placed
+  // between the two (the other strand's) before the host blocks.
+  cudaEvent_t counts_ev = nullptr;
+  bool counts_pending = false;
 
   Impl(const ModelConfig& cfg, const Parallel& par, Comm& cm) : c(cfg), p(par), comm(cm) {}
 
@@ -186,6 +192,7 @@ struct Layer::Impl {
   void build_forward();
   void build_backward();
   void moe_exchange_counts(cudaStream_t s);
+  void moe_finish_counts(cudaStream_t s);
   void add_op(Phase ph, const std::string& name, std::function<void(cudaStream_t)> f) {
     const int i = int(ph);
     const size_t idx = fn[i].size();
@@ -281,6 +288,7 @@ void Layer::Impl::setup() {
     BRAID_CUDA_CHECK(cudaMallocHost(&counts_h, E * sizeof(float)));
     BRAID_CUDA_CHECK(cudaMallocHost(&rcounts_h, tp * El * sizeof(float)));
     BRAID_CUDA_CHECK(cudaMallocHost(&maps_h, 2 * Rmax * sizeof(int)));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&counts_ev, cudaEventDisableTiming));
     sc.assign(tp, 0), sd.assign(tp, 0), rc.assign(tp, 0), rd.assign(tp, 0);
     expert_rows.assign(El, 0);
   }
@@ -296,15 +304,26 @@ void Layer::Impl::setup() {
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// Exchange per-expert counts, wait for them, and derive the all-to-all layout and the row maps between
-// the receive layout [source rank][local expert][rows] and the expert-major layout [expert][source][rows].
+// Exchange per-expert counts and copy them to the host (asynchronous: counts_ev marks their arrival).
 void Layer::Impl::moe_exchange_counts(cudaStream_t s) {
   std::vector<size_t> one(tp, size_t(El)), displ(tp);
   for (int r = 0; r < tp; ++r) displ[r] = size_t(r) * El;
   comm.all_to_all_v(counts, one.data(), displ.data(), rcounts, one.data(), displ.data(), DType::kFP32, s);
   BRAID_CUDA_CHECK(cudaMemcpyAsync(counts_h, counts, E * sizeof(float), cudaMemcpyDeviceToHost, s));
   BRAID_CUDA_CHECK(cudaMemcpyAsync(rcounts_h, rcounts, tp * El * sizeof(float), cudaMemcpyDeviceToHost, s));
-  BRAID_CUDA_CHECK(cudaStreamSynchronize(s));  // dropless: the host needs the counts to size the exchange
+  BRAID_CUDA_CHECK(cudaEventRecord(counts_ev, s));
+  counts_pending = true;
+}
+
+// Wait for the counts on the host (dropless: they size the exchange), then derive the all-to-all layout
+// and the row maps between the receive layout [source rank][local expert][rows] and the expert-major
+// layout [expert][source][rows], and upload the maps on `s` (the dispatch's stream, before the dispatch;
+// the ops that read them follow it). Nothing of the layer reads these between a2a_counts and
+// a2a_dispatch (the forward DAG chains them).
+void Layer::Impl::moe_finish_counts(cudaStream_t s) {
+  if (!counts_pending) return;
+  BRAID_CUDA_CHECK(cudaEventSynchronize(counts_ev));
+  counts_pending = false;
   auto rcnt = [&](int src, int e) { return int64_t(rcounts_h[src * El + e]); };
   size_t so = 0, ro = 0;
   for (int r = 0; r < tp; ++r) {
@@ -408,6 +427,7 @@ void Layer::Impl::build_forward() {
   });
   add_op(F_, "a2a_counts", [=, this](cudaStream_t s) { moe_exchange_counts(s); });
   add_op(F_, "a2a_dispatch", [=, this](cudaStream_t s) {
+    moe_finish_counts(s);
     comm.all_to_all_v(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), DType::kBF16, s);
   });
   add_op(F_, "expert_sort", [=, this](cudaStream_t s) { k::gather_rows(recv, xs, sort_map, R, int(H), s); });
@@ -757,6 +777,7 @@ Layer::~Layer() {
   if (impl_->counts_h) cudaFreeHost(impl_->counts_h);
   if (impl_->rcounts_h) cudaFreeHost(impl_->rcounts_h);
   if (impl_->maps_h) cudaFreeHost(impl_->maps_h);
+  if (impl_->counts_ev) cudaEventDestroy(impl_->counts_ev);
   for (cudaEvent_t e : impl_->devents) cudaEventDestroy(e);
   if (impl_->dstream) cudaStreamDestroy(impl_->dstream);
 }

@@ -277,8 +277,8 @@ void run_single_strand(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream
 void run_round_robin(model::Layer& fwd, model::Layer& bwd, cudaStream_t s1, cudaStream_t s2, cudaEvent_t ev[2]) {
   BRAID_CUDA_CHECK(cudaEventRecord(ev[0], s1));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(s2, ev[0], 0));
-  // The backward first: an MoE forward blocks the host at its count exchange, and the backward must
-  // already be queued by then to overlap with it.
+  // The backward first: an MoE forward blocks the host at its dispatch (waiting for its counts), and
+  // the backward must already be queued by then to overlap with it.
   bwd.backward(s2);
   fwd.forward(s1);
   BRAID_CUDA_CHECK(cudaEventRecord(ev[1], s2));
