@@ -9,6 +9,11 @@ sequential time measured by --measure, which the fallback reruns, so its error i
 the overlapped shapes' mean signed error (> 0: the model is optimistic), and how often the choice (overlap vs fallback) was right, i.e. not slower than
 the other option measured in the same row; for each transport measured (NCCL's kernels; its
 symmetric-memory kernels: `*_sym*` fields). Usage: predictor_error.py ROWS.jsonl [--json SUMMARY.jsonl]
+
+`--fit`: the calibration of tuning/overlap.tsv instead — per transport, the comm_stretch c that makes
+predicted + c x (the collective's solo time) fit the measured overlapped times (least squares on the
+relative error), from rows measured with comm_stretch 0 (the rows' `comm_stretch` field, else 0); prints
+the table's lines. `--check C_KERNELS,C_SYMMETRIC`: the overlapped-shape errors those values would give.
 """
 import json
 import math
@@ -74,11 +79,65 @@ def report(rows, transport, argv):
     return 0
 
 
+# Per transport: (predicted, measured overlap, decision, the collective's solo time in the same row).
+FIT_FIELDS = {
+    "nccl-kernels": ("predicted_us", "flashoverlap_us", "decision", "collective_us", "tuned_overlap_us"),
+    "nccl-symmetric": ("predicted_sym_us", "flashoverlap_sym_us", "decision_sym", "collective_sym_us",
+                       "tuned_overlap_sym_us"),
+}
+
+
+def overlapped(rows, fields):
+    kp, km, kd, kc, kt = fields
+    out = []
+    for r in rows:
+        if kp not in r or not r.get("correct", False):
+            continue
+        if r.get(kd) != "sequential":
+            meas = r[km]
+        elif kt in r:
+            meas = r[kt]  # the search's overlap, rejected by tuning: its tuned time
+        else:
+            continue
+        stretch = r.get("comm_stretch_sym" if "sym" in kp else "comm_stretch", 0.0)
+        out.append((r[kp] - stretch * r[kc], meas, r[kc]))  # the prediction without any stretch
+    return out
+
+
+def fit(rows):
+    for t, fields in FIT_FIELDS.items():
+        pts = overlapped(rows, fields)
+        if not pts:
+            continue
+        num = sum((m - p) * c / (m * m) for p, m, c in pts)
+        den = sum(c * c / (m * m) for p, m, c in pts)
+        c = max(0.0, num / den) if den > 0 else 0.0
+        before = statistics.median(abs(m - p) / m for p, m, _ in pts)
+        after = statistics.median(abs(m - p - c * cc) / m for p, m, cc in pts)
+        print(f"{t}\t{c:.3f}\t# {len(pts)} overlapped shapes: median error {100 * before:.1f}% -> {100 * after:.1f}%")
+
+
+def check(rows, values):
+    for (t, fields), c in zip(FIT_FIELDS.items(), values):
+        pts = overlapped(rows, fields)
+        if not pts:
+            continue
+        e = [abs(m - p - c * cc) / m for p, m, cc in pts]
+        print(f"# {t}, comm_stretch {c}: {len(pts)} overlapped shapes, median error {100 * statistics.median(e):.1f}%, "
+              f"max {100 * max(e):.1f}%")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
         return 2
     rows = [json.loads(l) for l in open(argv[1]) if l.strip()]
+    if "--fit" in argv:
+        fit(rows)
+        return 0
+    if "--check" in argv:
+        check(rows, [float(x) for x in argv[argv.index("--check") + 1].split(",")])
+        return 0
     rcs = [report(rows, t, argv) for t in TRANSPORTS if any(TRANSPORTS[t][0] in r for r in rows)]
     if not rcs:
         print("no verified rows with predicted_us (run the bench with --measure)")

@@ -180,12 +180,17 @@ struct SearchInputs {
   double interference = 0;
   double sequential_us = 0;        // cuBLAS + the collective in sequence (0: unknown, never fall back)
   // Overlap is kept only when predicted <= max_ratio x sequential_us, i.e. a predicted gain of at least
-  // 1/max_ratio - 1 (5.3% at 0.95). The margin covers the predictor's error where it matters: on 2x H100
-  // (378ca05, symmetric transport) the 8 shapes chosen with a predicted gain under 5% ran 0.92-1.05x of
-  // sequential, 5 of them below 0.97x. BRAID_OVERLAP_MAX_RATIO overrides the default. GemmOverlap::tune()
-  // then checks a kept overlap by timing it.
+  // 1/max_ratio - 1 (3.1% at 0.97). Before the calibration below, 0.95 covered the model's optimism
+  // (on 2x H100, 378ca05, the 8 shapes chosen with a predicted gain under 5% ran 0.92-1.05x, 5 of them
+  // below 0.97x); with it, 0.97 keeps the real gains (docs/flashoverlap.md). BRAID_OVERLAP_MAX_RATIO
+  // overrides the default. GemmOverlap::tune() then checks a kept overlap by timing it.
   double max_ratio = default_max_ratio();
   static double default_max_ratio();
+  // Calibration: predict_contended_us adds comm_stretch x the whole collective's solo time (the
+  // collective cut into groups beside the GEMM runs slower than its latency curve and the contention
+  // term say). The same for every partition of a shape, so it moves the prediction and the fallback
+  // decision, not the partition. Per transport from tuning/overlap.tsv (default_comm_stretch).
+  double comm_stretch = 0;
 };
 struct SearchResult {
   std::vector<int> group_waves;
@@ -254,6 +259,12 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path);
 //                    writes into the op's own window, output(): pass it as run()'s `out`.
 enum class Transport { kNcclKernels, kNcclCopyEngine, kNcclSymmetric };
 const char* transport_name(Transport t);
+// The predictor's calibration of a transport (SearchInputs::comm_stretch): tuning/overlap.tsv, embedded
+// at build time; BRAID_OVERLAP_COMM_STRETCH (a number >= 0) overrides it for every transport. 0 where
+// the table has no row.
+double default_comm_stretch(Transport t);
+// Parses the table's text ("transport value" lines, '#' comments); throws UsageError on a bad line.
+std::vector<std::pair<std::string, double>> parse_overlap_table(const std::string& text);
 
 struct OverlapOptions {
   Collective coll = Collective::kReduceScatter;

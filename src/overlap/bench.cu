@@ -143,6 +143,7 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   e.d = scratch_in;
   const double t_gemm =
       median_us(team, a.timing, [&](int) { gemm.run(A, B, sh.m, sh.n, sh.k, e, team.stream()); });
+  mi.in.comm_stretch = default_comm_stretch(op.options().transport);  // the calibration (not stored in the file)
   mi.in.waves = g.num_waves();
   mi.in.wave_us = t_gemm / g.num_waves();
   mi.in.bytes_per_wave = double(g.ctas) * g.bm * g.bn * 2;
@@ -546,7 +547,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add("braid_vs_cublas", t_cublas / t_braid)
           .add("correct", ok)
           .add_context(ctx);
-      if (!searched.empty()) j.add("predicted_us", std::stod(searched));
+      if (!searched.empty())
+        j.add("predicted_us", std::stod(searched)).add("comm_stretch", default_comm_stretch(Transport::kNcclKernels));
       // tune(): the search chose overlap and tuning measured it (and the fallback) before deciding.
       if (op.tuned_overlap_us() > 0)
         j.add("tuned_overlap_us", op.tuned_overlap_us()).add("tuned_sequential_us", op.tuned_sequential_us());
@@ -559,7 +561,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         for (size_t i = 0; i < sym->op->mapping().group_waves.size(); ++i)
           g2 << (i ? "," : "") << sym->op->mapping().group_waves[i];
         j.add("groups_sym", g2.str());
-        if (!searched_sym.empty()) j.add("predicted_sym_us", std::stod(searched_sym));
+        if (!searched_sym.empty())
+          j.add("predicted_sym_us", std::stod(searched_sym))
+              .add("comm_stretch_sym", default_comm_stretch(Transport::kNcclSymmetric));
         if (sym->op->tuned_overlap_us() > 0)
           j.add("tuned_overlap_sym_us", sym->op->tuned_overlap_us())
               .add("tuned_sequential_sym_us", sym->op->tuned_sequential_us());

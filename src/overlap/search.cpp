@@ -22,11 +22,11 @@
 
 namespace braid::overlap {
 
-// BRAID_OVERLAP_MAX_RATIO in (0, 1]: the fallback's threshold (SearchInputs::max_ratio), default 0.95.
+// BRAID_OVERLAP_MAX_RATIO in (0, 1]: the fallback's threshold (SearchInputs::max_ratio), default 0.97.
 double SearchInputs::default_max_ratio() {
   static const double r = [] {
     const char* e = std::getenv("BRAID_OVERLAP_MAX_RATIO");
-    if (!e) return 0.95;
+    if (!e) return 0.97;
     char* end = nullptr;
     const double v = std::strtod(e, &end);
     if (end == e || *end || !(v > 0 && v <= 1))
@@ -34,6 +34,49 @@ double SearchInputs::default_max_ratio() {
     return v;
   }();
   return r;
+}
+
+namespace {
+constexpr const char* kOverlapTable =
+#include "braid_overlap_table.inc"
+    ;
+}  // namespace
+
+std::vector<std::pair<std::string, double>> parse_overlap_table(const std::string& text) {
+  std::vector<std::pair<std::string, double>> rows;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    std::istringstream ls(line);
+    std::string name, value, extra;
+    if (!(ls >> name)) continue;  // blank or comment
+    char* end = nullptr;
+    double v = 0;
+    if (ls >> value) v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end || !(v >= 0) || (ls >> extra))
+      throw UsageError("overlap table: expected 'transport value', got '" + line + "'", __FILE__, __LINE__);
+    rows.emplace_back(name, v);
+  }
+  return rows;
+}
+
+double default_comm_stretch(Transport t) {
+  static const double env = [] {
+    const char* e = std::getenv("BRAID_OVERLAP_COMM_STRETCH");
+    if (!e) return -1.0;
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end == e || *end || !(v >= 0))
+      throw UsageError("BRAID_OVERLAP_COMM_STRETCH: a number >= 0", __FILE__, __LINE__);
+    return v;
+  }();
+  if (env >= 0) return env;
+  static const auto table = parse_overlap_table(kOverlapTable);
+  for (const auto& [name, v] : table)
+    if (name == transport_name(t)) return v;
+  return 0;
 }
 
 double BandwidthCurve::latency_us(double b) const {
@@ -73,15 +116,17 @@ double predict_us(const SearchInputs& in, const std::vector<int>& group_waves) {
 }
 
 double predict_contended_us(const SearchInputs& in, const std::vector<int>& group_waves) {
+  // The calibration (SearchInputs::comm_stretch) is added last, to the contended time it was fitted on.
+  const double stretch = in.comm_stretch > 0 ? in.comm_stretch * in.comm.latency_us(group_bytes(in, 0, in.waves)) : 0;
   const double p0 = predict_us(in, group_waves);
-  if (in.interference <= 0) return p0;
+  if (in.interference <= 0) return p0 + stretch;
   double serial = group_compute(in, 0, in.waves);
   int w = 0;
   for (int gw : group_waves) {
     serial += in.comm.latency_us(group_bytes(in, w, w + gw)) + in.signal_overhead_us;
     w += gw;
   }
-  return p0 + in.interference * (serial - p0);
+  return p0 + in.interference * (serial - p0) + stretch;
 }
 
 SearchResult search_partition(const SearchInputs& in, int max_groups) {

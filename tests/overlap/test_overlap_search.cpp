@@ -6,9 +6,10 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
-#include <unistd.h>
 #include <cstdlib>
+#include <unistd.h>
 
+#include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 
 using namespace braid::overlap;
@@ -101,8 +102,9 @@ TEST(OverlapSearch, ContentionModelAndFallback) {
   EXPECT_LT(r.predicted_us, 0.95 * 44);
   // The margin: a predicted gain under 1/max_ratio - 1 is not worth the predictor's error.
   const double pred = r.predicted_us;
-  in.sequential_us = pred / 0.96;  // predicted 4% faster: under the default 5.3% margin
-  EXPECT_DOUBLE_EQ(in.max_ratio, 0.95);
+  in.sequential_us = pred / 0.96;  // predicted 4% faster
+  if (!std::getenv("BRAID_OVERLAP_MAX_RATIO")) EXPECT_DOUBLE_EQ(in.max_ratio, 0.97);
+  in.max_ratio = 0.95;  // a 5.3% margin: fall back
   EXPECT_TRUE(search_partition(in).sequential);
   in.max_ratio = 0.97;  // a 3.1% margin keeps the overlap
   EXPECT_FALSE(search_partition(in).sequential);
@@ -173,6 +175,54 @@ TEST(OverlapSearch, CacheNearestM) {
   EXPECT_FALSE(back.lookup(Collective::kReduceScatter, 2, 16384, 8192, 1024)->sequential);
   EXPECT_TRUE(back.lookup(Collective::kReduceScatter, 2, 8192, 8192, 2048)->sequential);
   std::remove(path);
+}
+
+// The calibration adds comm_stretch x the whole collective's solo time to the contended prediction of
+// every partition alike: the chosen partition does not move, the prediction and the fallback do.
+TEST(OverlapSearch, CommStretchMovesThePredictionNotThePartition) {
+  SearchInputs in;
+  in.waves = 3;
+  in.wave_us = 10;
+  in.bytes_per_wave = 1000;
+  in.signal_overhead_us = 0;
+  in.comm.bytes = {1000, 3000};
+  in.comm.us = {5, 15};  // the whole collective (3000 bytes): 15 us
+  for (double rho : {0.0, 0.5}) {
+    in.interference = rho;
+    in.comm_stretch = 0;
+    const double p = predict_contended_us(in, {1, 2});
+    const SearchResult r0 = search_partition(in);
+    in.comm_stretch = 0.4;
+    EXPECT_DOUBLE_EQ(predict_contended_us(in, {1, 2}), p + 0.4 * 15) << "rho " << rho;
+    const SearchResult r1 = search_partition(in);
+    EXPECT_EQ(r1.group_waves, r0.group_waves) << "rho " << rho;
+    EXPECT_DOUBLE_EQ(r1.predicted_us, r0.predicted_us + 0.4 * 15) << "rho " << rho;
+    // With a sequential time between the two predictions, only the calibrated one falls back.
+    in.sequential_us = (r0.predicted_us + 0.2 * 15) / in.max_ratio;
+    EXPECT_TRUE(search_partition(in).sequential) << "rho " << rho;
+    in.comm_stretch = 0;
+    EXPECT_FALSE(search_partition(in).sequential) << "rho " << rho;
+    in.sequential_us = 0;
+  }
+}
+
+TEST(OverlapSearch, CalibrationTable) {
+  const auto rows = parse_overlap_table("# comment\nnccl-kernels\t0.5  # trailing\n\nnccl-symmetric 0.125\n");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].first, "nccl-kernels");
+  EXPECT_DOUBLE_EQ(rows[0].second, 0.5);
+  EXPECT_DOUBLE_EQ(rows[1].second, 0.125);
+  EXPECT_THROW(parse_overlap_table("nccl-kernels\n"), braid::UsageError);
+  EXPECT_THROW(parse_overlap_table("nccl-kernels x\n"), braid::UsageError);
+  EXPECT_THROW(parse_overlap_table("nccl-kernels -1\n"), braid::UsageError);
+  EXPECT_THROW(parse_overlap_table("nccl-kernels 1 2\n"), braid::UsageError);
+  // The embedded table (tuning/overlap.tsv) has every transport; without BRAID_OVERLAP_COMM_STRETCH its
+  // values are what the search uses.
+  if (!std::getenv("BRAID_OVERLAP_COMM_STRETCH")) {
+    EXPECT_GT(default_comm_stretch(Transport::kNcclKernels), 0);
+    EXPECT_GT(default_comm_stretch(Transport::kNcclSymmetric), 0);
+    EXPECT_DOUBLE_EQ(default_comm_stretch(Transport::kNcclCopyEngine), 0);
+  }
 }
 
 TEST(OverlapSearch, InputsRoundTrip) {
