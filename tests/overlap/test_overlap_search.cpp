@@ -54,14 +54,20 @@ double brute_force(const SearchInputs& in, int max_groups, std::vector<int>* bes
   return best;
 }
 
-TEST(OverlapSearch, PredictorFollowsTheRecurrence) {
+// Three waves of 10 us, 1000 output bytes each, the collective 5 us per 1000 bytes, no signal cost.
+SearchInputs three_waves() {
   SearchInputs in;
   in.waves = 3;
   in.wave_us = 10;
   in.bytes_per_wave = 1000;
   in.signal_overhead_us = 0;
   in.comm.bytes = {1000, 3000};
-  in.comm.us = {5, 15};  // 5 us per 1000 bytes
+  in.comm.us = {5, 15};
+  return in;
+}
+
+TEST(OverlapSearch, PredictorFollowsTheRecurrence) {
+  SearchInputs in = three_waves();
   // groups (1,2): tp 10 -> tm 15; tp 30 -> tm max(30,15)+10 = 40
   EXPECT_DOUBLE_EQ(predict_us(in, {1, 2}), 40.0);
   // one group: 30 + 15
@@ -71,13 +77,7 @@ TEST(OverlapSearch, PredictorFollowsTheRecurrence) {
 }
 
 TEST(OverlapSearch, ContentionModelAndFallback) {
-  SearchInputs in;
-  in.waves = 3;
-  in.wave_us = 10;
-  in.bytes_per_wave = 1000;
-  in.signal_overhead_us = 0;
-  in.comm.bytes = {1000, 3000};
-  in.comm.us = {5, 15};
+  SearchInputs in = three_waves();
   // (1,2): P0 40, in sequence 30 + 5 + 10 = 45: rho 0 -> 40, rho 1 -> 45, rho 2 -> 50.
   EXPECT_DOUBLE_EQ(predict_contended_us(in, {1, 2}), 40.0);
   in.interference = 1;
@@ -180,13 +180,7 @@ TEST(OverlapSearch, CacheNearestM) {
 // The calibration adds comm_stretch x the whole collective's solo time to the contended prediction of
 // every partition alike: the chosen partition does not move, the prediction and the fallback do.
 TEST(OverlapSearch, CommStretchMovesThePredictionNotThePartition) {
-  SearchInputs in;
-  in.waves = 3;
-  in.wave_us = 10;
-  in.bytes_per_wave = 1000;
-  in.signal_overhead_us = 0;
-  in.comm.bytes = {1000, 3000};
-  in.comm.us = {5, 15};  // the whole collective (3000 bytes): 15 us
+  SearchInputs in = three_waves();  // the whole collective (3000 bytes): 15 us
   for (double rho : {0.0, 0.5}) {
     in.interference = rho;
     in.comm_stretch = 0;
