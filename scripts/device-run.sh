@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -90,6 +90,23 @@ if has test; then
   (cd build && timeout "$(left)" ctest --output-on-failure --timeout 300 ${CTEST_E:+-E "$CTEST_E"} > "$out/ctest.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*" "$out/ctest.log" | tee -a "$log"
+fi
+if has barrier-ab; then  # barrier_block's two orderings (SignalView::barrier_mode, BRAID_BARRIER): tests, then A/B
+  echo "== barrier A/B: tests with BRAID_BARRIER=release ($(date +%T))" | tee -a "$log"
+  (cd build && BRAID_BARRIER=release timeout "$(left)" ctest --output-on-failure --timeout 200 -R "allreduce|runtime|t3" \
+    -E "np4|np8" > "$out/ctest-barrier-release.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-barrier-release.log" | tee -a "$log"
+  for m in fence release; do
+    echo "-- BRAID_BARRIER=$m" | tee -a "$log"
+    E="BRAID_BARRIER=$m" T=150 mpi bench allreduce --graph --algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym,int8 \
+      -b 64K -e 64M -f 4 --json "$out/allreduce-barrier-$m.jsonl" 2>&1 | tee -a "$log"
+  done
+  for b in ${SYMM_BLOCKS:-24 66 132}; do  # fewer blocks (PyTorch's two-shot launches 24 x 1024 threads)
+    echo "-- BRAID_BARRIER=${AB_MODE:-release} BRAID_AR_TWOSHOT_BLOCKS=$b" | tee -a "$log"
+    E="BRAID_BARRIER=${AB_MODE:-release} BRAID_AR_TWOSHOT_BLOCKS=$b" T=100 mpi bench allreduce --graph \
+      --algo nccl,twoshot,oneshot-sym,twoshot-sym -b 1M -e 64M -f 4 --json "$out/allreduce-blocks-$b.jsonl" 2>&1 | tee -a "$log"
+  done
 fi
 if has ctest-new; then  # only the suites of the components still being brought up
   echo "== ctest (t3, overlap, layer)" | tee -a "$log"

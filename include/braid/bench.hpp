@@ -60,15 +60,16 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
 
 // Several variants compared with each other: `rounds` passes, each pass timing every fn in turn for
 // about iters / rounds iterations (warm-up `opt.warmup` in the first pass, 2 in later ones), so that
-// clock or thermal drift during the run hits every variant alike instead of the last ones timed.
+// clock or thermal drift during the run hits every variant alike instead of the last ones timed. Pass r
+// starts at fn r mod n (no fn is always first after the barrier that opens a pass).
 // Returns, per fn, its per-iteration microseconds over all passes (slowest rank per iteration).
 std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                                   int rounds, const std::vector<std::function<void(int)>>& fns);
 
 // The ops' tune() (FlashOverlap, T3): times candidates the way they run in a step — `batch` calls back to
-// back per measurement (µs per call between two CUDA events) — in `reps` interleaved rounds (A, B, A, B,
-// ...: drift hits every candidate alike), after one warm-up call each; `check(i)` runs after every
-// synchronisation that follows candidate i (an op's check_error). Returns per candidate the slowest
+// back per measurement (µs per call between two CUDA events) — in `reps` interleaved rounds (A, B, B, A,
+// A, B, ...: rotated, so drift and position hit every candidate alike), after one warm-up call each;
+// `check(i)` runs after every synchronisation that follows candidate i (an op's check_error). Returns per candidate the slowest
 // rank's median (the maximum over ranks of each rank's median: the same numbers on every rank, so every
 // rank decides alike). Collective and synchronous.
 std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int batch,

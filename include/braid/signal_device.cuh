@@ -74,19 +74,23 @@ __device__ __forceinline__ bool error_raised(const SignalView& v) {
 }
 
 // Wait until *flag >= epoch (wrap-safe). Bounded: returns false after view.timeout_ns or as soon as
-// another waiter of this rank has timed out. Acquire on success.
+// another waiter of this rank has timed out. Acquire on success: by default relaxed polls, then one
+// fence.acq_rel.sys; kAcquireLoads polls with ld.acquire.sys instead (no fence; the load that sees the
+// epoch is the acquire).
+template <bool kAcquireLoads = false>
 __device__ __forceinline__ bool wait_geq(const SignalView& v, const uint32_t* flag, uint32_t epoch, uint32_t op,
                                          uint32_t flag_index, int peer) {
-  uint32_t seen = load_relaxed(flag);
+  auto poll = [flag] { return kAcquireLoads ? load_acquire(flag) : load_relaxed(flag); };
+  uint32_t seen = poll();
   if (epoch_reached(seen, epoch)) {
-    fence_acquire();
+    if (!kAcquireLoads) fence_acquire();
     return true;
   }
   const uint64_t start = globaltimer_ns();
   for (uint32_t it = 1;; ++it) {
-    seen = load_relaxed(flag);
+    seen = poll();
     if (epoch_reached(seen, epoch)) {
-      fence_acquire();
+      if (!kAcquireLoads) fence_acquire();
       return true;
     }
     if ((it & 255u) == 0u) {
@@ -119,9 +123,14 @@ __device__ __forceinline__ bool barrier_block(const SignalView& v, int slot, uin
   const uint32_t epoch = s_epoch;
   if (threadIdx.x < static_cast<unsigned>(v.world)) {
     const int peer = threadIdx.x;
-    fence_release();
-    store_release(flag_at(v.peer_flags[peer], slot, v.rank), epoch);
-    if (!wait_geq(v, flag_at(v.local_flags, slot, peer), epoch, op, slot, peer)) s_ok = 0;
+    if (v.barrier_mode == 0) {  // "fence" (SignalView::barrier_mode)
+      fence_release();
+      store_release(flag_at(v.peer_flags[peer], slot, v.rank), epoch);
+      if (!wait_geq(v, flag_at(v.local_flags, slot, peer), epoch, op, slot, peer)) s_ok = 0;
+    } else {  // "release": the release store and acquire polls carry the ordering
+      store_release(flag_at(v.peer_flags[peer], slot, v.rank), epoch);
+      if (!wait_geq<true>(v, flag_at(v.local_flags, slot, peer), epoch, op, slot, peer)) s_ok = 0;
+    }
   }
   __syncthreads();
   return s_ok != 0;

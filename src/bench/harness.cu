@@ -162,8 +162,11 @@ std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t strea
   BRAID_REQUIRE(rounds >= 1, "time_interleaved: rounds >= 1");
   std::vector<std::vector<double>> us(fns.size());
   const int per = std::max(1, (opt.iters + rounds - 1) / rounds);
+  // Round r starts at function r mod n: no function always runs first (right after the host-side
+  // barrier, when clocks and caches differ from the middle of a round).
   for (int r = 0; r < rounds; ++r)
-    for (size_t f = 0; f < fns.size(); ++f) {
+    for (size_t j = 0; j < fns.size(); ++j) {
+      const size_t f = (j + size_t(r)) % fns.size();
       TimingOptions o = opt;
       o.warmup = r == 0 ? opt.warmup : std::min(opt.warmup, 2);
       o.iters = per;
@@ -189,7 +192,8 @@ std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int 
     }
     std::vector<std::vector<double>> t(cands.size());  // [candidate][round]: µs per call
     for (int r = 0; r < reps; ++r)
-      for (size_t i = 0; i < cands.size(); ++i) {
+      for (size_t j = 0; j < cands.size(); ++j) {
+        const size_t i = (j + size_t(r)) % cands.size();  // rotated, as time_interleaved
         BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
         for (int j = 0; j < batch; ++j) cands[i]();
         BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));

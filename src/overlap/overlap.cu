@@ -460,6 +460,14 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   BRAID_REQUIRE(!rs || !sym_out_ || out == sym_out_,
                 "GemmOverlap: the symmetric transport's reduce-scatter writes into output() (pass it as out)");
 
+  if (sequential_) {
+    // Fallback: cuBLAS + NCCL in sequence on `stream`, exactly the baseline (row-major D, Mapping::normal),
+    // the collective on plain memory (fb_ where d_ is a symmetric window) on the team's communicator.
+    // Nothing else is enqueued (no counter reset, no fork/join: a few µs on small shapes); an earlier
+    // overlapped run already joined comm_ into `stream`.
+    run_sequential(team_, *cublas_, opt_.coll, a, b, reordered(), out, opt_.m, opt_.n, opt_.k, stream);
+    return;
+  }
   // Counters restart at 0 every run: ordered after the previous run's waits by the join below (the
   // stream waits on comm_ before this memset), before this run's waits by the fork.
   BRAID_CUDA_CHECK(cudaMemsetAsync(counters_, 0, G * sizeof(uint32_t), stream));
@@ -473,15 +481,6 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   e.group_first = group_first;
   e.counters = counters_;
   e.parts = map_.parts;
-  if (sequential_) {
-    // Fallback: cuBLAS + NCCL in sequence on `stream`, exactly the baseline (row-major D, Mapping::normal),
-    // the collective on plain memory (fb_ where d_ is a symmetric window) on the team's communicator.
-    run_sequential(team_, *cublas_, opt_.coll, a, b, reordered(), out, opt_.m, opt_.n, opt_.k, stream);
-    // Keep the fork/join shape of the overlapped path (the comm stream joins empty).
-    BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
-    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
-    return;
-  }
   gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
 
   const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
