@@ -169,11 +169,11 @@ void Team::init(TeamOptions opt) {
     view_.world = size_;
     view_.num_slots = opt_.signal_slots;
     view_.timeout_ns = static_cast<uint64_t>(opt_.timeout_s * 1e9);
-    view_.barrier_mode = 0;
+    view_.barrier_mode = 1;  // "release" (2x H100: one-shot 64 KiB 10.7 -> 6.9 us; docs/flash-communication.md)
     if (const char* e = std::getenv("BRAID_BARRIER")) {
       const std::string m = e;
-      if (m == "release") view_.barrier_mode = 1;
-      else if (m != "fence") throw UsageError("BRAID_BARRIER: fence or release, not '" + m + "'", __FILE__, __LINE__);
+      if (m == "fence") view_.barrier_mode = 0;
+      else if (m != "release") throw UsageError("BRAID_BARRIER: fence or release, not '" + m + "'", __FILE__, __LINE__);
     }
   }
 }
