@@ -125,7 +125,7 @@ class AllReducer {
   // Two per-block barriers (signal_device.cuh), no closing device-wide sync; graph-capturable. The
   // kernels share the two-shot's signal slots, so calls on one reducer must be issued in the same order
   // on every rank (as for run()). bf16/fp16; needs peer access (Team::peer_ok()).
-  // Not measured on a GPU yet (written 2026-11-26 after the device time): kAuto's rule is provisional.
+  // Measured on 2x H100 (docs/flash-communication.md, eleventh session); kAuto's rule is not tuned.
   // `offset` (elements, a multiple of 8) selects a slice buf.local()[offset, offset + count), the same on
   // every rank (benchmarks rotate over slices of one buffer).
   void run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t stream,
