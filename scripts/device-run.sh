@@ -22,9 +22,11 @@
 # Tenth session (2x H100): `build test strands-mixtral strands-smres` (STRANDS_ROUNDS=2) 5.4 min cold;
 # `build measure-rs sweep-ar` (symmetric) 9.1 min warm, where sweep-ar hit its 300 s limit at 48/50 shapes;
 # `build measure-rs` 4.5 min cold + `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-auto) 3 min; `peers-tp` 19 s.
-# Next: x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`; `ncu-t3` on
-# H100 (the DRAM criterion was measured on H200 only); `allreduce peers` on H100. Uses .deps carried from this
-# machine (setup.sh --stage).
+# Eleventh session (2x H100): `build test allreduce peers` 4.9 min cold; `build barrier-ab strands-mixtral` 3.6 min cold;
+# `allreduce measure-rs` 3.9 min warm; `build test` (CTEST_E="np4|np8") 3.4 min.
+# Next: x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp` (the world-4
+# all-reduce table predates the release barrier); `ncu-t3` with NCU_ALGOS including t3-ring-cublas on H100;
+# `strands-smres` with STRANDS_THROTTLE=2. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
