@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -108,6 +108,13 @@ if has barrier-ab; then  # barrier_block's two orderings (SignalView::barrier_mo
     echo "-- BRAID_BARRIER=${AB_MODE:-release} BRAID_AR_TWOSHOT_BLOCKS=$b" | tee -a "$log"
     E="BRAID_BARRIER=${AB_MODE:-release} BRAID_AR_TWOSHOT_BLOCKS=$b" T=100 mpi bench allreduce --graph \
       --algo nccl,twoshot,oneshot-sym,twoshot-sym -b 1M -e 64M -f 4 --json "$out/allreduce-blocks-$b.jsonl" 2>&1 | tee -a "$log"
+  done
+fi
+if has ar-grid; then  # all-reduce grid knobs at 256 KiB - 4 MiB in graph replays (issue 3's 1.5x band)
+  for v in "" ${AR_GRID:-BRAID_AR_LL_MIN_VECS=256 BRAID_AR_LL_MIN_VECS=128 BRAID_AR_ONESHOT_MIN_VECS=256 BRAID_AR_ONESHOT_MIN_VECS=128}; do
+    echo "-- ar-grid env=[$v]" | tee -a "$log"
+    E="$v" T=60 mpi bench allreduce --graph --algo nccl,oneshot-ll,oneshot,twoshot -b 256K -e 4M -f 2 \
+      --json "$out/allreduce-grid-$(echo "${v:-default}" | tr "=" "-").jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
   done
 fi
 if has ctest-new; then  # only the suites of the components still being brought up

@@ -84,7 +84,10 @@ struct AllReducerConfig {
   int quant_blocks = 528;
   uint64_t oneshot_min_vecs = 512;
   uint64_t twoshot_min_vecs = 512;
+  uint64_t ll_min_vecs = 512;  // LL one-shot (its grid strides, so any value works)
   uint64_t quant_min_groups = 32;
+  // Environment overrides for experiments: BRAID_AR_{ONESHOT,TWOSHOT,QUANT,LL}_BLOCKS and
+  // BRAID_AR_{ONESHOT,TWOSHOT,LL}_MIN_VECS (positive integers; device item `ar-grid` sweeps them).
   int threads = 512;
   // Two-shot: 16-byte vectors per thread per loop iteration (1, 2 or 4; loads issued together before
   // their stores), or 0: 4 for launches of at least 2 Mi elements, else 1 (2x H200: 4 is 5-15% faster

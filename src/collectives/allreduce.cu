@@ -163,6 +163,14 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_QUANT_BLOCKS")) cfg_.quant_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_LL_BLOCKS")) cfg_.ll_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
+  BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0 && cfg_.ll_blocks > 0,
+                "AllReducer: block counts (BRAID_AR_*_BLOCKS) must be positive");
+  BRAID_REQUIRE(cfg_.oneshot_min_vecs > 0 && cfg_.twoshot_min_vecs > 0 && cfg_.ll_min_vecs > 0,
+                "AllReducer: minimum vectors per block (BRAID_AR_*_MIN_VECS) must be positive");
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_UNROLL")) cfg_.twoshot_unroll = std::atoi(e);
   BRAID_REQUIRE(cfg_.twoshot_unroll == 0 || cfg_.twoshot_unroll == 1 || cfg_.twoshot_unroll == 2 ||
                     cfg_.twoshot_unroll == 4,
@@ -359,7 +367,7 @@ void AllReducer::run_oneshot_ll(const void* in, void* out, size_t count, DType d
   const size_t piece = cfg_.ll_max_bytes / 2;  // elements per launch
   for (size_t off = 0; off < count; off += piece) {
     const size_t n = std::min(piece, count - off);
-    const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.threads, cfg_.ll_blocks);
+    const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.ll_min_vecs, cfg_.ll_blocks);
     BRAID_DISPATCH_DT(dtype, DT,
                       (ar::oneshot_ll_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
                           static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n, W, team_.rank(),

@@ -77,14 +77,17 @@ TEST(Runtime, SymmetricMemoryRoundTripBothDirections) {
 
 // Each round: write the round number into every peer's data slot [rank] with a plain remote store,
 // barrier, read every slot [peer] of our own array expecting this round (a stale value is counted),
-// barrier again so nobody overwrites before everyone has read.
+// barrier again so nobody overwrites before everyone has read. The stores and loads are made by the
+// second warp, the flags by the first warp's threads 0..W-1: the barrier must order other threads'
+// writes (through its bar.sync), not only the signalling thread's own.
 __global__ void stress_kernel(braid::SignalView v, int slot, uint32_t* const* data, int rounds,
                               unsigned long long* stale, int* completed) {
+  const int t = static_cast<int>(threadIdx.x) - 32;  // data lane: threads 32 .. 32 + W - 1
   for (int round = 1; round <= rounds; ++round) {
-    if (threadIdx.x < static_cast<unsigned>(v.world)) data[threadIdx.x][v.rank] = static_cast<uint32_t>(round);
+    if (t >= 0 && t < v.world) data[t][v.rank] = static_cast<uint32_t>(round);
     if (!braid::dev::barrier_block(v, slot, static_cast<uint32_t>(braid::OpId::kBarrier))) return;
-    if (threadIdx.x < static_cast<unsigned>(v.world)) {
-      const uint32_t got = *reinterpret_cast<volatile uint32_t*>(&data[v.rank][threadIdx.x]);
+    if (t >= 0 && t < v.world) {
+      const uint32_t got = *reinterpret_cast<volatile uint32_t*>(&data[v.rank][t]);
       if (got != static_cast<uint32_t>(round)) atomicAdd(stale, 1ull);
     }
     if (!braid::dev::barrier_block(v, slot, static_cast<uint32_t>(braid::OpId::kBarrier))) return;
@@ -111,23 +114,33 @@ TEST(Runtime, FlagBarrierStress100kRounds) {
   cudaMemset(stale, 0, sizeof(*stale));
   cudaMemset(completed, 0, sizeof(int));
   cudaDeviceSynchronize();
-  team.barrier();
   const int rounds = 100000;
-  const auto t0 = std::chrono::steady_clock::now();
-  stress_kernel<<<1, 32, 0, team.stream()>>>(team.signals(), slot, dp, rounds, stale, completed);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  team.synchronize("barrier stress");
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  unsigned long long h_stale = 0;
-  int h_done = 0;
-  cudaMemcpy(&h_stale, stale, sizeof(h_stale), cudaMemcpyDeviceToHost);
-  cudaMemcpy(&h_done, completed, sizeof(int), cudaMemcpyDeviceToHost);
-  EXPECT_EQ(h_done, rounds);
-  EXPECT_EQ(h_stale, 0ull);
-  if (team.rank() == 0)
-    std::printf("[ info ] %d rounds (%d barriers) in %.3f s: %.2f us per barrier\n", rounds, 2 * rounds, sec,
-                sec * 1e6 / (2 * rounds));
-  team.barrier();
+  // Both orderings of barrier_block (SignalView::barrier_mode: 0 fence, 1 release), whatever
+  // BRAID_BARRIER says; the same slot, epochs continuing.
+  for (int mode : {0, 1}) {
+    SCOPED_TRACE(mode == 0 ? "barrier_mode fence" : "barrier_mode release");
+    braid::SignalView v = team.signals();
+    v.barrier_mode = mode;
+    cudaMemset(stale, 0, sizeof(*stale));
+    cudaMemset(completed, 0, sizeof(int));
+    cudaDeviceSynchronize();
+    team.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    stress_kernel<<<1, 64, 0, team.stream()>>>(v, slot, dp, rounds, stale, completed);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    team.synchronize("barrier stress");
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    unsigned long long h_stale = 0;
+    int h_done = 0;
+    cudaMemcpy(&h_stale, stale, sizeof(h_stale), cudaMemcpyDeviceToHost);
+    cudaMemcpy(&h_done, completed, sizeof(int), cudaMemcpyDeviceToHost);
+    EXPECT_EQ(h_done, rounds);
+    EXPECT_EQ(h_stale, 0ull);
+    if (team.rank() == 0)
+      std::printf("[ info ] %s: %d rounds (%d barriers) in %.3f s: %.2f us per barrier\n",
+                  mode == 0 ? "fence" : "release", rounds, 2 * rounds, sec, sec * 1e6 / (2 * rounds));
+    team.barrier();
+  }
   cudaFree(dp);
   cudaFree(stale);
   cudaFree(completed);
