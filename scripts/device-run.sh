@@ -116,6 +116,11 @@ if has ar-grid; then  # all-reduce grid knobs at 256 KiB - 4 MiB in graph replay
     E="$v" T=60 mpi bench allreduce --graph --algo nccl,oneshot-ll,oneshot,twoshot -b 256K -e 4M -f 2 \
       --json "$out/allreduce-grid-$(echo "${v:-default}" | tr "=" "-").jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
   done
+  for l in blocked interleaved; do  # run_symmetric's block layout, against PyTorch's two-shot from 16 MiB
+    echo "-- ar-grid BRAID_AR_SYMM_LAYOUT=$l" | tee -a "$log"
+    E="BRAID_AR_SYMM_LAYOUT=$l" T=90 mpi bench allreduce --algo nccl,twoshot,oneshot-sym,twoshot-sym -b 4M -e 256M -f 4 \
+      --json "$out/allreduce-symm-$l.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+  done
 fi
 if has ctest-new; then  # only the suites of the components still being brought up
   echo "== ctest (t3, overlap, layer)" | tee -a "$log"

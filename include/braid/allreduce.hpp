@@ -85,6 +85,10 @@ struct AllReducerConfig {
   uint64_t oneshot_min_vecs = 512;
   uint64_t twoshot_min_vecs = 512;
   uint64_t ll_min_vecs = 512;  // LL one-shot (its grid strides, so any value works)
+  // run_symmetric's kernels: each block's vectors one contiguous range (false) or pieces dealt round
+  // robin over the blocks (true, PyTorch's grid-stride order); the same bits either way. Environment:
+  // BRAID_AR_SYMM_LAYOUT=blocked|interleaved. Not measured yet.
+  bool symm_interleaved = false;
   uint64_t quant_min_groups = 32;
   // Environment overrides for experiments: BRAID_AR_{ONESHOT,TWOSHOT,QUANT,LL}_BLOCKS and
   // BRAID_AR_{ONESHOT,TWOSHOT,LL}_MIN_VECS (positive integers; device item `ar-grid` sweeps them).

@@ -164,6 +164,11 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_LL_BLOCKS")) cfg_.ll_blocks = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_SYMM_LAYOUT")) {
+    const std::string m = e;
+    BRAID_REQUIRE(m == "blocked" || m == "interleaved", "BRAID_AR_SYMM_LAYOUT must be blocked or interleaved");
+    cfg_.symm_interleaved = m == "interleaved";
+  }
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
@@ -417,6 +422,7 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
   const int W = team_.size();
   ar::PeerBufs b{};
   for (int r = 0; r < W; ++r) b.p[r] = buf.peer_as<uint16_t>(r) + offset;
+  const int il = cfg_.symm_interleaved ? 1 : 0;
   if (algo == ArAlgo::kOneShot) {
     BRAID_REQUIRE(out != nullptr, "run_symmetric: one-shot writes `out` (a local buffer outside buf)");
     const auto o = reinterpret_cast<uintptr_t>(out), l = reinterpret_cast<uintptr_t>(buf.local());
@@ -427,10 +433,10 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     BRAID_DISPATCH_DT(dtype, DT, {
       if (count >= (size_t(2) << 20))
         ar::symm_oneshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(b, static_cast<uint16_t*>(out), count, W,
-                                                                        team_.signals(), slot_twoshot_);
+                                                                        team_.signals(), slot_twoshot_, il);
       else
         ar::symm_oneshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(b, static_cast<uint16_t*>(out), count, W,
-                                                                        team_.signals(), slot_twoshot_);
+                                                                        team_.signals(), slot_twoshot_, il);
     });
   } else {
     BRAID_REQUIRE(out == nullptr || out == buf.local_as<uint16_t>() + offset,
@@ -440,10 +446,10 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     BRAID_DISPATCH_DT(dtype, DT, {
       if (count >= (size_t(2) << 20))
         ar::symm_twoshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(),
-                                                                        team_.signals(), slot_twoshot_);
+                                                                        team_.signals(), slot_twoshot_, il);
       else
         ar::symm_twoshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(),
-                                                                        team_.signals(), slot_twoshot_);
+                                                                        team_.signals(), slot_twoshot_, il);
     });
   }
   BRAID_CHECK_LAUNCH();

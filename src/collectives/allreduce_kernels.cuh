@@ -630,19 +630,38 @@ struct PeerBufs {
   uint16_t* p[kMaxPeers];  // rank r's copy, mapped here
 };
 
+// The vectors block b handles, the same set on every rank (so block b only meets block b): blocked —
+// one contiguous range [b*V/NB, (b+1)*V/NB); interleaved — pieces of U x blockDim vectors dealt round
+// robin over the blocks (PyTorch's grid-stride order: the grid's in-flight accesses stay in one window
+// of the buffer). The loop is `for (vb = v0 + threadIdx.x; vb < v1; vb += step)`, with vectors
+// vb + u x blockDim (u < U) in each iteration; valid_counts bounds them by v1.
+template <int U>
+__device__ __forceinline__ void symm_block_vecs(uint64_t vecs, int interleaved, uint64_t& v0, uint64_t& v1,
+                                                uint64_t& step) {
+  if (interleaved) {
+    v0 = uint64_t(blockIdx.x) * U * blockDim.x;
+    v1 = vecs;
+    step = uint64_t(gridDim.x) * U * blockDim.x;
+  } else {
+    block_vec_range(vecs, v0, v1);
+    step = uint64_t(U) * blockDim.x;
+  }
+}
+
 // Two-shot, in place: rank r reduces chunk r (stride elements at stride * r) from all W copies in rank
 // order (fp32) and stores the rounded sum into chunk r of every copy; no other rank reads or writes
 // chunk r of any copy, so the in-place writes race with nothing.
 template <int DT, int U>
 __global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant__ PeerBufs b, uint64_t n,
                                                             uint64_t stride, int world, int rank,
-                                                            const __grid_constant__ SignalView sig, int slot0) {
+                                                            const __grid_constant__ SignalView sig, int slot0,
+                                                            int interleaved) {
   const int slot = slot0 + blockIdx.x;
-  uint64_t v0, v1;
-  block_vec_range(stride / kVec, v0, v1);
+  uint64_t v0, v1, step;
+  symm_block_vecs<U>(stride / kVec, interleaved, v0, v1, step);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
   const uint64_t c0 = stride * rank;
-  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
+  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += step) {
     int valid[U];
     valid_counts<U>(valid, vb, v1, c0, n);
     float acc[U][kVec];
@@ -664,12 +683,13 @@ __global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant
 template <int DT, int U>
 __global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant__ PeerBufs b, uint16_t* out,
                                                             uint64_t n, int world,
-                                                            const __grid_constant__ SignalView sig, int slot0) {
+                                                            const __grid_constant__ SignalView sig, int slot0,
+                                                            int interleaved) {
   const int slot = slot0 + blockIdx.x;
-  uint64_t v0, v1;
-  block_vec_range((n + kVec - 1) / kVec, v0, v1);
+  uint64_t v0, v1, step;
+  symm_block_vecs<U>((n + kVec - 1) / kVec, interleaved, v0, v1, step);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
-  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += uint64_t(U) * blockDim.x) {
+  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += step) {
     int valid[U];
     valid_counts<U>(valid, vb, v1, 0, n);
     float acc[U][kVec];

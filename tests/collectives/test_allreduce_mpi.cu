@@ -368,6 +368,38 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
   cudaFree(y);
 }
 
+// The interleaved block layout of the symmetric-buffer kernels (AllReducerConfig::symm_interleaved):
+// the same exact sum, with grids from 1 block to the default and every tail class.
+TEST(AllReduce, SymmetricBufferInterleavedEqualsTheExactSum) {
+  ASSERT_TRUE(team().peer_ok());
+  auto& s = team();
+  const size_t max_n = (size_t(3) << 20) + 7;
+  braid::SymmetricBuffer buf(s, max_n * 2 + 256);
+  void* y = nullptr;
+  ASSERT_EQ(cudaMalloc(&y, max_n * 2), cudaSuccess);
+  for (int blocks : {1, 3, 528}) {
+    braid::AllReducerConfig cfg;
+    cfg.symm_interleaved = true;
+    cfg.twoshot_blocks = blocks;  // caps run_symmetric's grid
+    cfg.oneshot_blocks = cfg.quant_blocks = cfg.quant_pipe_blocks = 1;  // unused here: few signal slots
+    braid::AllReducer r(s, cfg);
+    for (size_t n : {size_t(9), size_t(65536 + 3), (size_t(2) << 20) + 1, max_n})
+      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot}) {
+        const uint64_t seed = 91 + n + blocks;
+        braid::bench::fill_pattern(buf.local(), DType::kBF16, n, seed, s.rank(), 0, s.stream());
+        cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+        const bool one = algo == ArAlgo::kOneShot;
+        r.run_symmetric(buf, n, DType::kBF16, s.stream(), algo, one ? y : nullptr);
+        s.synchronize("interleaved symmetric-buffer all-reduce");
+        EXPECT_EQ(braid::bench::count_wrong("allreduce", one ? y : buf.local(), DType::kBF16, n, seed, s.rank(),
+                                            s.size(), s.stream()),
+                  0u)
+            << braid::algo_name(algo) << " n=" << n << " blocks=" << blocks;
+      }
+  }
+  cudaFree(y);
+}
+
 TEST(AllReduce, RejectsBadArgumentsClearly) {
   auto& s = team();
   char* x = nullptr;
