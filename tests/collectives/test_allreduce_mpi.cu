@@ -355,33 +355,13 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
   }
-  // Argument errors, raised on the host before any launch (the same on every rank).
-  auto* l = static_cast<char*>(buf.local());
-  EXPECT_THROW(reducer().run_symmetric(buf, buf.bytes(), DType::kBF16, s.stream()), braid::UsageError);  // too long
-  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kFP32, s.stream()), braid::UsageError);
-  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShot, l + 1024),
-               braid::UsageError);  // out inside the buffer
-  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShot), braid::UsageError);
-  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kTwoShot, y), braid::UsageError);
-  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kQuantP2P), braid::UsageError);
-  s.synchronize("after symmetric argument checks");
-  cudaFree(y);
-}
-
-// The interleaved block layout of the symmetric-buffer kernels (AllReducerConfig::symm_interleaved):
-// the same exact sum, with grids from 1 block to the default and every tail class.
-TEST(AllReduce, SymmetricBufferInterleavedEqualsTheExactSum) {
-  ASSERT_TRUE(team().peer_ok());
-  auto& s = team();
-  const size_t max_n = (size_t(3) << 20) + 7;
-  braid::SymmetricBuffer buf(s, max_n * 2 + 256);
-  void* y = nullptr;
-  ASSERT_EQ(cudaMalloc(&y, max_n * 2), cudaSuccess);
+  // The interleaved block layout (AllReducerConfig::symm_interleaved): the same exact sum, with grids
+  // from 1 block to the default; few other slots reserved (signal slots are never returned).
   for (int blocks : {1, 3, 528}) {
     braid::AllReducerConfig cfg;
     cfg.symm_interleaved = true;
     cfg.twoshot_blocks = blocks;  // caps run_symmetric's grid
-    cfg.oneshot_blocks = cfg.quant_blocks = cfg.quant_pipe_blocks = 1;  // unused here: few signal slots
+    cfg.oneshot_blocks = cfg.quant_blocks = cfg.quant_pipe_blocks = 1;
     braid::AllReducer r(s, cfg);
     for (size_t n : {size_t(9), size_t(65536 + 3), (size_t(2) << 20) + 1, max_n})
       for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot}) {
@@ -394,9 +374,19 @@ TEST(AllReduce, SymmetricBufferInterleavedEqualsTheExactSum) {
         EXPECT_EQ(braid::bench::count_wrong("allreduce", one ? y : buf.local(), DType::kBF16, n, seed, s.rank(),
                                             s.size(), s.stream()),
                   0u)
-            << braid::algo_name(algo) << " n=" << n << " blocks=" << blocks;
+            << "interleaved " << braid::algo_name(algo) << " n=" << n << " blocks=" << blocks;
       }
   }
+  // Argument errors, raised on the host before any launch (the same on every rank).
+  auto* l = static_cast<char*>(buf.local());
+  EXPECT_THROW(reducer().run_symmetric(buf, buf.bytes(), DType::kBF16, s.stream()), braid::UsageError);  // too long
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kFP32, s.stream()), braid::UsageError);
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShot, l + 1024),
+               braid::UsageError);  // out inside the buffer
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShot), braid::UsageError);
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kTwoShot, y), braid::UsageError);
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kQuantP2P), braid::UsageError);
+  s.synchronize("after symmetric argument checks");
   cudaFree(y);
 }
 
