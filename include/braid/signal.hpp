@@ -51,8 +51,9 @@ struct SignalView {
   uint64_t timeout_ns;                 // bound of every wait
   // barrier_block's ordering instructions (both give its contract; environment BRAID_BARRIER):
   //   0 ("fence"): fence.acq_rel.sys, st.release.sys; poll relaxed, then fence.acq_rel.sys.
-  //   1 ("release", the default): st.release.sys alone (cumulative over the block's writes ordered by the bar.sync
-  //      before it); poll with ld.acquire.sys (the bar.sync after it extends the acquire to the block).
+  //   1 ("release", the default): st.release.sys alone (cumulative over the block's writes ordered by
+  //      the bar.sync before it); poll with ld.acquire.sys (the bar.sync after it extends the acquire
+  //      to the block).
   int barrier_mode;
 };
 

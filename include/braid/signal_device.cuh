@@ -13,6 +13,10 @@
 //                           the caller must leave the kernel. It never spins forever.
 //   barrier_block(...)    : all ranks' blocks with the same slot meet; every write made by any thread
 //                           of this block before the call is visible to all peers' blocks after it.
+//                           SignalView::barrier_mode picks the instructions: release/acquire only
+//                           (default; the bar.sync before the release store makes the block's writes
+//                           part of what it releases, the bar.sync after the acquire poll hands the
+//                           acquire to every thread) or with two fence.acq_rel.sys added (BRAID_BARRIER=fence).
 // Epochs, not resets: a slot's flag only grows; wait for (int32)(flag - epoch) >= 0.
 #pragma once
 
