@@ -78,7 +78,9 @@ struct AllReducerConfig {
   int ll_blocks = 132;
   size_t piece_elems = size_t(32) << 20;         // elements per launch for two-shot / quantized
   // Grid: at most this many blocks (each owns one signal slot); fewer for small messages, so that a
-  // block has at least the given amount of work (vectors of 8 values; quantization groups).
+  // block has at least the given amount of work (vectors of 8 values; quantization groups). Environment
+  // overrides for experiments: BRAID_AR_{ONESHOT,TWOSHOT,QUANT,LL}_BLOCKS and
+  // BRAID_AR_{ONESHOT,TWOSHOT,LL}_MIN_VECS (positive integers; device item `ar-grid` sweeps them).
   int oneshot_blocks = 264;
   int twoshot_blocks = 528;
   int quant_blocks = 528;
@@ -90,8 +92,6 @@ struct AllReducerConfig {
   // BRAID_AR_SYMM_LAYOUT=blocked|interleaved. Not measured yet.
   bool symm_interleaved = false;
   uint64_t quant_min_groups = 32;
-  // Environment overrides for experiments: BRAID_AR_{ONESHOT,TWOSHOT,QUANT,LL}_BLOCKS and
-  // BRAID_AR_{ONESHOT,TWOSHOT,LL}_MIN_VECS (positive integers; device item `ar-grid` sweeps them).
   int threads = 512;
   // Two-shot: 16-byte vectors per thread per loop iteration (1, 2 or 4; loads issued together before
   // their stores), or 0: 4 for launches of at least 2 Mi elements, else 1 (2x H200: 4 is 5-15% faster

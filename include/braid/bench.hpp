@@ -69,8 +69,8 @@ std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t strea
 // The ops' tune() (FlashOverlap, T3): times candidates the way they run in a step — `batch` calls back to
 // back per measurement (µs per call between two CUDA events) — in `reps` interleaved rounds (A, B, B, A,
 // A, B, ...: rotated, so drift and position hit every candidate alike), after one warm-up call each;
-// `check(i)` runs after every synchronisation that follows candidate i (an op's check_error). Returns per candidate the slowest
-// rank's median (the maximum over ranks of each rank's median: the same numbers on every rank, so every
+// `check(i)` runs after every synchronisation that follows candidate i (an op's check_error). Returns
+// per candidate the slowest rank's median (the maximum over ranks of each rank's median: the same numbers on every rank, so every
 // rank decides alike). Collective and synchronous.
 std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int batch,
                                  const std::vector<std::function<void()>>& cands,

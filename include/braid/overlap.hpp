@@ -334,7 +334,8 @@ class GemmOverlap {
 
  private:
   void upload();
-  void enter_fallback();  // cuBLAS handle, and fb_ for the window transports
+  void make_fallback_resources();  // cuBLAS handle, and fb_ for the window transports
+  void enter_fallback();           // checks the shape, then make_fallback_resources()
   void run_copy_engine_group(size_t off, size_t count, void* out);
   Team& team_;
   OverlapOptions opt_;

@@ -195,7 +195,7 @@ std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int 
       for (size_t j = 0; j < cands.size(); ++j) {
         const size_t i = (j + size_t(r)) % cands.size();  // rotated, as time_interleaved
         BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
-        for (int j = 0; j < batch; ++j) cands[i]();
+        for (int c = 0; c < batch; ++c) cands[i]();
         BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));
         team.synchronize(stream, "tune");
         if (check) check(i);

@@ -624,7 +624,8 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
 // (written by earlier stream work) is visible to every peer's block b. Barrier 2 — every write a block
 // made to a peer's copy (two-shot) and every read of a peer's copy happened before any rank's block b
 // returns: after the kernel a rank may overwrite its copy, and its copy holds every chunk.
-// Block b of every rank only touches vectors [b*V/NB, (b+1)*V/NB) of a chunk, so it only meets block b.
+// Block b of every rank only touches its own set of vectors of a chunk (symm_block_vecs: the same set on
+// every rank), so it only meets block b.
 
 struct PeerBufs {
   uint16_t* p[kMaxPeers];  // rank r's copy, mapped here

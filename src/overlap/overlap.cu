@@ -363,13 +363,17 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   if (sequential_) enter_fallback();
 }
 
+void GemmOverlap::make_fallback_resources() {
+  if (!cublas_) cublas_ = std::make_unique<CublasGemm>();
+  if (!fb_ && opt_.transport != Transport::kNcclKernels)
+    BRAID_CUDA_CHECK(cudaMalloc(&fb_, size_t(opt_.m) * opt_.n * 2));
+}
+
 void GemmOverlap::enter_fallback() {
   const TileGrid& g = map_.grid;
   BRAID_REQUIRE(opt_.m == int64_t(g.tiles_m) * g.bm && opt_.n == int64_t(g.tiles_n) * g.bn,
                 "GemmOverlap: the fallback's row-major layout needs M and N multiples of the tile");
-  if (!cublas_) cublas_ = std::make_unique<CublasGemm>();
-  if (!fb_ && opt_.transport != Transport::kNcclKernels)
-    BRAID_CUDA_CHECK(cudaMalloc(&fb_, size_t(opt_.m) * opt_.n * 2));
+  make_fallback_resources();
 }
 
 GemmOverlap::~GemmOverlap() {
@@ -427,9 +431,7 @@ bool GemmOverlap::tune(const void* a, const void* b, void* out, cudaStream_t str
   BRAID_REQUIRE(reps >= 1, "GemmOverlap::tune: reps >= 1");
   const TileGrid& g = map_.grid;
   if (sequential_ || opt_.m != int64_t(g.tiles_m) * g.bm || opt_.n != int64_t(g.tiles_n) * g.bn) return sequential_;
-  // What the fallback would run (enter_fallback's resources, made without leaving the overlap).
-  if (!cublas_) cublas_ = std::make_unique<CublasGemm>();
-  if (!fb_ && opt_.transport != Transport::kNcclKernels) BRAID_CUDA_CHECK(cudaMalloc(&fb_, size_t(opt_.m) * opt_.n * 2));
+  make_fallback_resources();  // what the fallback would run, made without leaving the overlap
   void* seq_d = fb_ ? fb_ : d_;  // the ring transport's fallback writes d_, as the overlap does
   const std::vector<std::function<void()>> cand = {
       [&] { run(a, b, out, stream); },

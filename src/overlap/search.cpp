@@ -16,23 +16,31 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string>
 
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 
 namespace braid::overlap {
 
+namespace {
+// The number in environment variable `name`, or `fallback` when unset; UsageError(`what`) unless it
+// parses whole and `ok` accepts it.
+template <class Ok>
+double env_number(const char* name, double fallback, Ok ok, const char* what) {
+  const char* e = std::getenv(name);
+  if (!e) return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  if (end == e || *end || !ok(v)) throw UsageError(std::string(name) + ": " + what, __FILE__, __LINE__);
+  return v;
+}
+}  // namespace
+
 // BRAID_OVERLAP_MAX_RATIO in (0, 1]: the fallback's threshold (SearchInputs::max_ratio), default 0.97.
 double SearchInputs::default_max_ratio() {
-  static const double r = [] {
-    const char* e = std::getenv("BRAID_OVERLAP_MAX_RATIO");
-    if (!e) return 0.97;
-    char* end = nullptr;
-    const double v = std::strtod(e, &end);
-    if (end == e || *end || !(v > 0 && v <= 1))
-      throw UsageError("BRAID_OVERLAP_MAX_RATIO: a number in (0, 1]", __FILE__, __LINE__);
-    return v;
-  }();
+  static const double r =
+      env_number("BRAID_OVERLAP_MAX_RATIO", 0.97, [](double v) { return v > 0 && v <= 1; }, "a number in (0, 1]");
   return r;
 }
 
@@ -63,15 +71,8 @@ std::vector<std::pair<std::string, double>> parse_overlap_table(const std::strin
 }
 
 double default_comm_stretch(Transport t) {
-  static const double env = [] {
-    const char* e = std::getenv("BRAID_OVERLAP_COMM_STRETCH");
-    if (!e) return -1.0;
-    char* end = nullptr;
-    const double v = std::strtod(e, &end);
-    if (end == e || *end || !(v >= 0))
-      throw UsageError("BRAID_OVERLAP_COMM_STRETCH: a number >= 0", __FILE__, __LINE__);
-    return v;
-  }();
+  static const double env =
+      env_number("BRAID_OVERLAP_COMM_STRETCH", -1.0, [](double v) { return v >= 0; }, "a number >= 0");
   if (env >= 0) return env;
   static const auto table = parse_overlap_table(kOverlapTable);
   for (const auto& [name, v] : table)
