@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -241,6 +241,25 @@ if has allreduce; then
     mpi bench allreduce --algo nccl,int8,int6,int4 -b 4M -e 64M -f 16 --dist $d --json "$out/allreduce-dists.jsonl" \
       2>&1 | tee -a "$log"
   done
+fi
+if has ar-ce; then  # run_symmetric's one-shot by copy engines: its test, then against the SM paths and NCCL
+  echo "== test_allreduce_mpi ($(date +%T))" | tee -a "$log"
+  (cd build && timeout 120 ctest --output-on-failure --timeout 110 -R "test_allreduce_mpi" > "$out/ctest-ar-ce.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-ce.log" | tee -a "$log"
+  for l in blocked interleaved; do
+    echo "-- BRAID_AR_SYMM_LAYOUT=$l, direct launches" | tee -a "$log"
+    E="BRAID_AR_SYMM_LAYOUT=$l" T=120 mpi bench allreduce --algo nccl,twoshot,oneshot-sym,twoshot-sym,oneshot-ce-sym \
+      -b 1M -e 256M -f 2 --json "$out/allreduce-ce-$l.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+  done
+  for c in ${CE_CHUNKS:-2097152 8388608}; do
+    echo "-- BRAID_AR_CE_CHUNK_BYTES=$c" | tee -a "$log"
+    E="BRAID_AR_CE_CHUNK_BYTES=$c" T=90 mpi bench allreduce --algo nccl,oneshot-ce-sym -b 4M -e 256M -f 4 \
+      --json "$out/allreduce-ce-chunk-$c.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+  done
+  echo "-- graph replays" | tee -a "$log"
+  E="BRAID_AR_SYMM_LAYOUT=interleaved" T=90 mpi bench allreduce --graph --algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym,oneshot-ce-sym \
+    -b 1M -e 64M -f 2 --json "$out/allreduce-ce-graph.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
 fi
 if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless ctest-mod ran it), A/B bench
   if ! has ctest-mod; then

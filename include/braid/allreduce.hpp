@@ -33,7 +33,8 @@ enum class ArAlgo {
   kOneShotLL, // the same with data and flag in one 16-byte store (NCCL's LL protocol): small messages
   kTwoShot,   // reduce-scatter by remote stores, then all-gather by remote stores
   kQuantP2P,  // Flash Communication two-step, fused, over peer memory
-  kQuantNccl  // Flash Communication two-step, NCCL all-to-all + all-gather as transport
+  kQuantNccl, // Flash Communication two-step, NCCL all-to-all + all-gather as transport
+  kOneShotCE  // AllReducer::run_symmetric only: copy engines pull the peers' copies, SMs only add
 };
 // Kernel of the fused quantized algorithm (kQuantP2P); same output bits either way.
 enum class QuantImpl {
@@ -91,6 +92,13 @@ struct AllReducerConfig {
   // robin over the blocks (true, PyTorch's grid-stride order); the same bits either way. Environment:
   // BRAID_AR_SYMM_LAYOUT=blocked|interleaved. Not measured yet.
   bool symm_interleaved = false;
+  // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
+  // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
+  // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).
+  size_t ce_chunk_bytes = 0;
+  // kOneShotCE at W > 2: elements per piece; peers 2..W-1 are staged in a local buffer of
+  // (W - 2) x ce_piece_elems elements, allocated by the first such call (W = 2 stages in `out`).
+  size_t ce_piece_elems = size_t(16) << 20;
   uint64_t quant_min_groups = 32;
   int threads = 512;
   // Two-shot: 16-byte vectors per thread per loop iteration (1, 2 or 4; loads issued together before
@@ -129,6 +137,10 @@ class AllReducer {
   //     1/W chunk from every copy and writes it into every copy.
   //   kOneShot (kAuto with `out`): every rank reads every copy and writes the sum to `out`, a local
   //     buffer that must not overlap buf.
+  //   kOneShotCE: as kOneShot, but the copy engines move the peers' copies (cudaMemcpyAsync from the
+  //     peer mapping, on a side stream, in chunks) into `out` (W = 2) or a local staging buffer, and an
+  //     add kernel per chunk sums them in rank order once its copy has landed: no SM issues a remote
+  //     load or store. One barrier kernel before the copies, one after them (on the side stream).
   // Two per-block barriers (signal_device.cuh), no closing device-wide sync; graph-capturable. The
   // kernels share the two-shot's signal slots, so calls on one reducer must be issued in the same order
   // on every rank (as for run()). bf16/fp16; needs peer access (Team::peer_ok()).
@@ -147,6 +159,7 @@ class AllReducer {
                      int group, QuantImpl impl);
   void run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                       int group, unsigned phases);
+  void run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t s, uint16_t* out, size_t offset);
 
   Team& team_;
   AllReducerConfig cfg_;
@@ -157,6 +170,11 @@ class AllReducer {
   size_t oneshot_slot_ = 0, twoshot_slot_ = 0, quant_slot_ = 0;
   int slot_oneshot_ = 0, slot_twoshot_ = 0, slot_quant_ = 0;
   int symm_blocks_ = 0;  // grid cap of run_symmetric's kernels (all resident at once)
+  // kOneShotCE: the copy-engine side stream, its fork/chunk/join events, the W > 2 staging buffer.
+  static constexpr int kMaxCeChunks = 32;
+  cudaStream_t ce_stream_ = nullptr;
+  std::vector<cudaEvent_t> ce_events_;  // [0] fork, [1 .. kMaxCeChunks] chunks, [kMaxCeChunks + 1] join
+  void* ce_stage_ = nullptr;
   uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 4
   void* nccl_send_ = nullptr;
   void* nccl_recv_ = nullptr;

@@ -99,11 +99,13 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
 
   std::vector<std::string> algos = a.algos;
   if (std::find(algos.begin(), algos.end(), "nccl") == algos.end()) algos.insert(algos.begin(), "nccl");
-  // "oneshot-sym" / "twoshot-sym": AllReducer::run_symmetric, the input in a SymmetricBuffer (read by the
-  // peers directly; two-shot in place), as PyTorch's symmetric-memory all-reduce takes it.
+  // "oneshot-sym" / "twoshot-sym" / "oneshot-ce-sym": AllReducer::run_symmetric, the input in a
+  // SymmetricBuffer (read by the peers directly — by their SMs, or by their copy engines for oneshot-ce;
+  // two-shot in place), as PyTorch's symmetric-memory all-reduce takes it.
   auto sym_algo = [](const std::string& name, ArAlgo* al) {
     if (name == "oneshot-sym") return *al = ArAlgo::kOneShot, true;
     if (name == "twoshot-sym") return *al = ArAlgo::kTwoShot, true;
+    if (name == "oneshot-ce-sym") return *al = ArAlgo::kOneShotCE, true;
     return false;
   };
   bool any_sym = false;
@@ -180,7 +182,7 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
       char* in0 = in_base;
       char* out0 = out_pool;
       // run(): set k of the rotation (the -sym two-shot reduces in place, so its "output" is its input)
-      const bool sym_one = sym && al == ArAlgo::kOneShot;
+      const bool sym_one = sym && (al == ArAlgo::kOneShot || al == ArAlgo::kOneShotCE);
       auto call = [&](int k) {
         if (sym)
           ar.run_symmetric(*sym_pool, n, a.dtype, s, al, sym_one ? out_pool + k * stride : nullptr, k * stride / es);

@@ -76,6 +76,7 @@ const char* algo_name(ArAlgo a) {
     case ArAlgo::kTwoShot: return "twoshot";
     case ArAlgo::kQuantP2P: return "quant";
     case ArAlgo::kQuantNccl: return "quant-nccl";
+    case ArAlgo::kOneShotCE: return "oneshot-ce";
   }
   return "?";
 }
@@ -119,6 +120,7 @@ bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
   if (s == "oneshot") { *algo = ArAlgo::kOneShot; return true; }
   if (s == "oneshot-ll") { *algo = ArAlgo::kOneShotLL; return true; }
   if (s == "twoshot") { *algo = ArAlgo::kTwoShot; return true; }
+  if (s == "oneshot-ce") { *algo = ArAlgo::kOneShotCE; return true; }
   if (s == "auto") { *algo = ArAlgo::kAuto; return true; }
   const bool nccl = s.size() > 5 && s.substr(s.size() - 5) == "-nccl";
   const std::string base = nccl ? s.substr(0, s.size() - 5) : s;
@@ -142,8 +144,9 @@ std::vector<TuningRow> parse_tuning_table(const std::string& text) {
     Precision p;
     if (algo == "quant") t.algo = ArAlgo::kQuantP2P;
     else if (algo == "quant-nccl") t.algo = ArAlgo::kQuantNccl;
-    else if (!parse_algo(algo, &t.algo, &p) || t.algo == ArAlgo::kAuto)
-      throw UsageError("tuning table: unknown algorithm '" + algo + "'", __FILE__, __LINE__);
+    else if (!parse_algo(algo, &t.algo, &p) || t.algo == ArAlgo::kAuto || t.algo == ArAlgo::kOneShotCE)
+      throw UsageError("tuning table: unknown algorithm '" + algo + "' (oneshot-ce is run_symmetric only)", __FILE__,
+                       __LINE__);
     table.push_back(t);
   }
   return table;
@@ -172,6 +175,8 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("BRAID_AR_CE_CHUNK_BYTES")) cfg_.ce_chunk_bytes = std::strtoull(e, nullptr, 10);
+  BRAID_REQUIRE(cfg_.ce_piece_elems >= ar::kVec, "AllReducer: ce_piece_elems must hold at least one vector");
   BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0 && cfg_.ll_blocks > 0,
                 "AllReducer: block counts (BRAID_AR_*_BLOCKS) must be positive");
   BRAID_REQUIRE(cfg_.oneshot_min_vecs > 0 && cfg_.twoshot_min_vecs > 0 && cfg_.ll_min_vecs > 0,
@@ -263,6 +268,9 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     BRAID_CUDA_CHECK(cudaMemset(ws_ll_->local(), 0, ws_ll_->bytes()));  // epochs start at 1
     BRAID_CUDA_CHECK(cudaDeviceSynchronize());
     team.barrier();
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_stream_, cudaStreamNonBlocking));
+    ce_events_.resize(kMaxCeChunks + 2);
+    for (auto& e : ce_events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     slot_oneshot_ = team.reserve_slots(cfg_.oneshot_blocks);
     slot_twoshot_ = team.reserve_slots(cfg_.twoshot_blocks);
     // Both fused quantized kernels use these slots (block b: slot_quant_ + b); their epochs share the
@@ -276,6 +284,9 @@ AllReducer::~AllReducer() {
   cudaFree(nccl_recv_);
   cudaFree(nccl_ag_);
   if (seq_) cudaFree(seq_);
+  for (auto e : ce_events_) cudaEventDestroy(e);
+  if (ce_stream_) cudaStreamDestroy(ce_stream_);
+  if (ce_stage_) cudaFree(ce_stage_);
 }
 
 namespace {
@@ -298,6 +309,9 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
   if (quant && a != ArAlgo::kQuantP2P && a != ArAlgo::kQuantNccl) a = ArAlgo::kQuantP2P;
   if (!quant && (a == ArAlgo::kQuantP2P || a == ArAlgo::kQuantNccl))
     throw UsageError("a quantized algorithm was requested with exact precision", __FILE__, __LINE__);
+  if (a == ArAlgo::kOneShotCE)
+    throw UsageError("oneshot-ce reads the peers' copies of the input: AllReducer::run_symmetric only", __FILE__,
+                     __LINE__);
   if (!team_.peer_ok()) {
     if (a == ArAlgo::kQuantP2P) a = ArAlgo::kQuantNccl;
     if (a == ArAlgo::kOneShot || a == ArAlgo::kOneShotLL || a == ArAlgo::kTwoShot) a = ArAlgo::kNccl;
@@ -341,7 +355,8 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
       else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group, opt.quant_phases);
       return;
     }
-    case ArAlgo::kAuto: break;
+    case ArAlgo::kAuto:
+    case ArAlgo::kOneShotCE: break;
   }
   throw UsageError("all-reduce: no algorithm", __FILE__, __LINE__);
 }
@@ -417,17 +432,25 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
   BRAID_REQUIRE(offset <= buf.bytes() / 2 && count <= buf.bytes() / 2 - offset,
                 "run_symmetric: offset + count exceeds the symmetric buffer");
   if (algo == ArAlgo::kAuto) algo = out && out != buf.local_as<uint16_t>() + offset ? ArAlgo::kOneShot : ArAlgo::kTwoShot;
-  BRAID_REQUIRE(algo == ArAlgo::kOneShot || algo == ArAlgo::kTwoShot, "run_symmetric: one-shot or two-shot");
+  BRAID_REQUIRE(algo == ArAlgo::kOneShot || algo == ArAlgo::kTwoShot || algo == ArAlgo::kOneShotCE,
+                "run_symmetric: one-shot, two-shot or one-shot by copy engines");
+  const bool one = algo != ArAlgo::kTwoShot;
+  if (one) {
+    BRAID_REQUIRE(out != nullptr, "run_symmetric: one-shot writes `out` (a local buffer outside buf)");
+    const auto o = reinterpret_cast<uintptr_t>(out), l = reinterpret_cast<uintptr_t>(buf.local());
+    BRAID_REQUIRE(o + count * 2 <= l || o >= l + buf.bytes(), "run_symmetric: `out` overlaps the symmetric buffer");
+    BRAID_REQUIRE(o % 16 == 0, "run_symmetric: `out` must be 16-byte aligned");
+  }
   if (count == 0) return;
+  if (algo == ArAlgo::kOneShotCE) {
+    run_symmetric_ce(buf, count, dtype, s, static_cast<uint16_t*>(out), offset);
+    return;
+  }
   const int W = team_.size();
   ar::PeerBufs b{};
   for (int r = 0; r < W; ++r) b.p[r] = buf.peer_as<uint16_t>(r) + offset;
   const int il = cfg_.symm_interleaved ? 1 : 0;
   if (algo == ArAlgo::kOneShot) {
-    BRAID_REQUIRE(out != nullptr, "run_symmetric: one-shot writes `out` (a local buffer outside buf)");
-    const auto o = reinterpret_cast<uintptr_t>(out), l = reinterpret_cast<uintptr_t>(buf.local());
-    BRAID_REQUIRE(o + count * 2 <= l || o >= l + buf.bytes(), "run_symmetric: `out` overlaps the symmetric buffer");
-    BRAID_REQUIRE(o % 16 == 0, "run_symmetric: `out` must be 16-byte aligned");
     const uint64_t vecs = (count + ar::kVec - 1) / ar::kVec;
     const int blocks = grid_for(vecs, cfg_.oneshot_min_vecs, symm_blocks_);
     BRAID_DISPATCH_DT(dtype, DT, {
@@ -453,6 +476,71 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     });
   }
   BRAID_CHECK_LAUNCH();
+}
+
+void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t s, uint16_t* out,
+                                  size_t offset) {
+  const int W = team_.size(), me = team_.rank();
+  constexpr size_t kEs = 2;  // bf16 / fp16
+  size_t piece = count;      // W = 2: the peer's copy lands in `out`, no staging, one piece
+  if (W > 2) {
+    if (!ce_stage_) {  // allocated once; cudaMalloc cannot be captured
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      BRAID_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+      BRAID_REQUIRE(st == cudaStreamCaptureStatusNone,
+                    "run_symmetric(oneshot-ce): the first call at more than 2 ranks allocates its staging buffer "
+                    "and cannot be captured in a CUDA graph; make one call before capturing");
+      BRAID_CUDA_CHECK(cudaMalloc(&ce_stage_, size_t(W - 2) * cfg_.ce_piece_elems * kEs));
+    }
+    piece = std::min(count, cfg_.ce_piece_elems);
+  }
+  const int sms = std::max(1, symm_blocks_);
+  const int slot = slot_twoshot_;  // block 0's slot of the symmetric kernels (same call order on every rank)
+  ar::symm_barrier_kernel<<<1, 32, 0, s>>>(team_.signals(), slot);
+  BRAID_CHECK_LAUNCH();
+  cudaEvent_t fork = ce_events_[0], join = ce_events_[kMaxCeChunks + 1];
+  for (size_t off = 0; off < count; off += piece) {
+    const size_t n = std::min(piece, count - off);
+    // Chunk: configured, or n / 8 between 1 and 16 MiB; at most kMaxCeChunks per piece; a multiple of 8.
+    size_t chunk = cfg_.ce_chunk_bytes ? cfg_.ce_chunk_bytes / kEs
+                                       : std::clamp(n / 8, (size_t(1) << 20) / kEs, (size_t(16) << 20) / kEs);
+    chunk = std::max<size_t>(chunk, (n + kMaxCeChunks - 1) / kMaxCeChunks);
+    chunk = round_up(std::max<size_t>(chunk, 1), ar::kVec);
+    const int chunks = static_cast<int>((n + chunk - 1) / chunk);
+    // The side stream starts after the barrier (first piece) or after the previous piece's adds (W > 2
+    // reuses the staging buffer).
+    BRAID_CUDA_CHECK(cudaEventRecord(fork, s));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_stream_, fork, 0));
+    auto dst = [&](int j, size_t c0) {  // where peer (me + j) % W's values [off + c0, ...) land
+      return j == 1 ? out + off + c0 : static_cast<uint16_t*>(ce_stage_) + size_t(j - 2) * piece + c0;
+    };
+    for (int c = 0; c < chunks; ++c) {
+      const size_t c0 = size_t(c) * chunk, len = std::min(chunk, n - c0);
+      for (int j = 1; j < W; ++j)
+        BRAID_CUDA_CHECK(cudaMemcpyAsync(dst(j, c0), buf.peer_as<uint16_t>((me + j) % W) + offset + off + c0,
+                                         len * kEs, cudaMemcpyDeviceToDevice, ce_stream_));
+      BRAID_CUDA_CHECK(cudaEventRecord(ce_events_[1 + c], ce_stream_));
+    }
+    if (off + piece >= count) {  // after the last copy: nobody returns while a peer still reads its copy
+      ar::symm_barrier_kernel<<<1, 32, 0, ce_stream_>>>(team_.signals(), slot);
+      BRAID_CHECK_LAUNCH();
+      BRAID_CUDA_CHECK(cudaEventRecord(join, ce_stream_));
+    }
+    for (int c = 0; c < chunks; ++c) {
+      const size_t c0 = size_t(c) * chunk, len = std::min(chunk, n - c0);
+      ar::LocalSrcs src{};
+      for (int r = 0; r < W; ++r) {
+        const int j = (r - me + W) % W;
+        src.p[r] = j == 0 ? buf.local_as<uint16_t>() + offset + off + c0 : dst(j, c0);
+      }
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, ce_events_[1 + c], 0));
+      const int blocks = grid_for((len + ar::kVec - 1) / ar::kVec, 4 * 512, sms);
+      BRAID_DISPATCH_DT(dtype, DT, (ar::sum_local_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(
+                                       src, out + off + c0, len, W)));
+      BRAID_CHECK_LAUNCH();
+    }
+  }
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
 }
 
 void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,

@@ -704,4 +704,44 @@ __global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant
   dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric));
 }
 
+// ---------------------------------------------------------------------------------------------------
+// One-shot by copy engines (run_symmetric, kOneShotCE). The SMs never touch a peer's memory: a barrier
+// kernel, then cudaMemcpyAsync pulls each peer's chunk into local memory on a side stream, then an add
+// kernel per chunk (after its copy's event) sums the W local sources in rank order, then a second
+// barrier kernel (on the side stream, after the last copy) keeps every rank from returning while a peer
+// still copies from its buffer.
+//
+// Ordering: the first barrier's release (block 0 of every rank, after the earlier stream work that wrote
+// the input) and acquire happen before the copies in stream order, so the copies read complete inputs;
+// the copies complete before the second barrier's release in stream order, so no rank overwrites its
+// copy (later stream work) before every peer's reads of it are done.
+__global__ void symm_barrier_kernel(const __grid_constant__ SignalView sig, int slot) {
+  dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric));
+}
+
+struct LocalSrcs {
+  const uint16_t* p[kMaxPeers];  // rank r's values, already in this GPU's memory
+};
+
+// out[i] = the rank-order fp32 sum of src.p[0..world)[i], rounded once (the exact kernels' arithmetic, so
+// the same bits as every other exact algorithm). `out` may be one of the sources (each thread reads all
+// of its vectors before it stores them).
+template <int DT, int U>
+__global__ void __launch_bounds__(512) sum_local_kernel(const __grid_constant__ LocalSrcs src, uint16_t* out,
+                                                         uint64_t n, int world) {
+  const uint64_t vecs = (n + kVec - 1) / kVec;
+  const uint64_t step = uint64_t(gridDim.x) * U * blockDim.x;
+  for (uint64_t vb = uint64_t(blockIdx.x) * U * blockDim.x + threadIdx.x; vb < vecs; vb += step) {
+    int valid[U];
+    valid_counts<U>(valid, vb, vecs, 0, n);
+    float acc[U][kVec];
+    sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
+      return src.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec;
+    });
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (valid[u] > 0) store8<DT>(out + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], acc[u]);
+  }
+}
+
 }  // namespace braid::ar

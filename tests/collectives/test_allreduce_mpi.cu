@@ -320,12 +320,12 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
   ASSERT_EQ(cudaMalloc(&y, max_n * 2), cudaSuccess);
   for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 5, max_n})
     for (DType dt : {DType::kBF16, DType::kFP16})
-      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot})
+      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot, ArAlgo::kOneShotCE})
         for (int rep = 0; rep < 2; ++rep) {
           const uint64_t seed = 13 + n + rep;
           braid::bench::fill_pattern(buf.local(), dt, n, seed, s.rank(), 0, s.stream());
           cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
-          const bool one = algo == ArAlgo::kOneShot;
+          const bool one = algo != ArAlgo::kTwoShot;
           reducer().run_symmetric(buf, n, dt, s.stream(), algo, one ? y : nullptr);
           s.synchronize("symmetric-buffer all-reduce");
           const size_t wrong = braid::bench::count_wrong("allreduce", one ? y : buf.local(), dt, n, seed, s.rank(),
@@ -333,11 +333,12 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
           EXPECT_EQ(wrong, 0u) << braid::algo_name(algo) << " n=" << n << " " << braid::bench::dtype_name(dt)
                                << " rep " << rep;
         }
-  {  // captured: one-shot then two-shot in one graph, replayed on new data
+  {  // captured: one-shot by copy engines, one-shot, then two-shot in one graph, replayed on new data
     const size_t n = 300001;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     ASSERT_EQ(cudaStreamBeginCapture(s.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kOneShotCE, y);
     reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kOneShot, y);
     reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kTwoShot);
     ASSERT_EQ(cudaStreamEndCapture(s.stream(), &g), cudaSuccess);
@@ -377,6 +378,27 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
             << "interleaved " << braid::algo_name(algo) << " n=" << n << " blocks=" << blocks;
       }
   }
+  // One-shot by copy engines with small chunks (many copies and add kernels per call; at most 32 chunks
+  // per piece, so the largest n also checks the chunk-count cap) and, at W > 2, several staged pieces.
+  {
+    braid::AllReducerConfig cfg;
+    cfg.ce_chunk_bytes = 4096 + 16;
+    cfg.ce_piece_elems = 100000;
+    cfg.oneshot_blocks = cfg.quant_blocks = cfg.quant_pipe_blocks = cfg.twoshot_blocks = 1;
+    braid::AllReducer r(s, cfg);
+    for (size_t n : {size_t(9), size_t(65536 + 3), (size_t(2) << 20) + 1, max_n})
+      for (int rep = 0; rep < 2; ++rep) {
+        const uint64_t seed = 57 + n + rep;
+        const size_t off = rep * 64;  // rep 1: a slice at element 64 of the buffer
+        braid::bench::fill_pattern(static_cast<char*>(buf.local()) + off * 2, DType::kFP16, n, seed, s.rank(), 0,
+                                   s.stream());
+        cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+        r.run_symmetric(buf, n, DType::kFP16, s.stream(), ArAlgo::kOneShotCE, y, off);
+        s.synchronize("one-shot by copy engines, small chunks");
+        EXPECT_EQ(braid::bench::count_wrong("allreduce", y, DType::kFP16, n, seed, s.rank(), s.size(), s.stream()), 0u)
+            << "oneshot-ce n=" << n << " rep " << rep;
+      }
+  }
   // Argument errors, raised on the host before any launch (the same on every rank).
   auto* l = static_cast<char*>(buf.local());
   EXPECT_THROW(reducer().run_symmetric(buf, buf.bytes(), DType::kBF16, s.stream()), braid::UsageError);  // too long
@@ -386,6 +408,12 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
   EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShot), braid::UsageError);
   EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kTwoShot, y), braid::UsageError);
   EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kQuantP2P), braid::UsageError);
+  EXPECT_THROW(reducer().run_symmetric(buf, 100, DType::kBF16, s.stream(), ArAlgo::kOneShotCE), braid::UsageError);
+  {
+    braid::AllReduceOptions o;
+    o.algo = ArAlgo::kOneShotCE;  // symmetric buffers only
+    EXPECT_THROW(reducer().run(buf.local(), y, 100, DType::kBF16, s.stream(), o), braid::UsageError);
+  }
   s.synchronize("after symmetric argument checks");
   cudaFree(y);
 }
