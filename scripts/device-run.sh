@@ -89,7 +89,7 @@ if has test-overlap; then  # the FlashOverlap GPU tests alone (both transports)
 fi
 if has test; then
   echo "== ctest ($(date +%T))" | tee -a "$log"
-  (cd build && timeout "$(left)" ctest --output-on-failure --timeout 300 ${CTEST_E:+-E "$CTEST_E"} > "$out/ctest.log" 2>&1)
+  (cd build && timeout "$(left)" ctest --output-on-failure --timeout 300 ${CTEST_E:+-E "$CTEST_E"} ${CTEST_R:+-R "$CTEST_R"} > "$out/ctest.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*" "$out/ctest.log" | tee -a "$log"
 fi
