@@ -153,7 +153,7 @@ class SignalGemm {
   int sm_count_;
 };
 
-// The persistent scheduler's swizzle for braid's GEMMs (BRAID_GEMM_SWIZZLE, default 1).
+// The persistent scheduler's swizzle cap for braid's GEMMs (BRAID_GEMM_SWIZZLE, default 8).
 int gemm_swizzle();
 
 // Picks a tile configuration for a shape (larger tiles unless that leaves under ~2 waves).
