@@ -372,7 +372,7 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
 fi
 if has gemm-swizzle; then  # braid GEMM vs cuBLAS at large K under the scheduler's swizzle
   echo "== gemm-rs, BRAID_GEMM_SWIZZLE" | tee -a "$log"
-  for sw in 1 2 4 8; do
+  for sw in ${SWIZZLES:-1 2 4 8}; do
     echo "-- BRAID_GEMM_SWIZZLE=$sw" | tee -a "$log"
     # default: the H100 sweep's worst braid/cuBLAS shapes (N = 16384: 0.77-0.86x, 2c2b4ce) and two at large K
     shs=(); for sh in ${SWIZZLE_SHAPES:-16384,16384,4096 4096,16384,2048 2048,16384,4096 8192,16384,8192 8192,8192,14336 16384,8192,8192}; do shs+=(--shape "$sh"); done

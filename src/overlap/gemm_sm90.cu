@@ -20,8 +20,8 @@ namespace braid::overlap {
 // BRAID_GEMM_SWIZZLE=1|2|4|8: the persistent scheduler's swizzle cap (strips of m-blocks walk N
 // together, so a wave's footprint of B stays in L2); 1 keeps the plain AlongN order. Default 8: on 2x
 // H100 it lifts braid's GEMM from 0.78-0.84x to 0.92-0.99x of cuBLAS at N = 16384 (03c2db9,
-// `gemm-swizzle-*.jsonl`); CUTLASS lowers it where the grid is too small. The host model of the execution
-// order (execution_order) follows it through TileGrid::log_swizzle.
+// `gemm-swizzle-*.jsonl`). Per problem the cap is lowered by swizzle_for (below). The host model of the
+// execution order (execution_order) follows it through TileGrid::log_swizzle.
 int gemm_swizzle() {
   static const int s = [] {
     const char* e = std::getenv("BRAID_GEMM_SWIZZLE");
@@ -29,6 +29,16 @@ int gemm_swizzle() {
     if (v != 1 && v != 2 && v != 4 && v != 8) throw UsageError("BRAID_GEMM_SWIZZLE: 1, 2, 4 or 8", __FILE__, __LINE__);
     return v;
   }();
+  return s;
+}
+
+// The cap for one problem: the largest power of two <= gemm_swizzle() whose strips (s x cluster tiles
+// per dimension) divide the tile grid, so the scheduler walks no phantom work items — the signalling
+// epilogue does not predicate its stores for tiles outside the problem (9e2ead2 on 2x H200: with cap 8
+// every shape with M <= 1024 came out wrong, and one faulted).
+static int swizzle_for(int tiles_m, int tiles_n, int cluster_m, int cluster_n) {
+  int s = gemm_swizzle();
+  while (s > 1 && (tiles_m % (s * cluster_m) != 0 || tiles_n % (s * cluster_n) != 0)) s /= 2;
   return s;
 }
 
@@ -43,7 +53,7 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
   static TileGrid plan(int m, int n, int k, int sm_count) {
     detail::SignalEpilogueParams epi{};
     epi.d = reinterpret_cast<__nv_bfloat16*>(16);  // not dereferenced
-    auto args = Base::arguments(nullptr, nullptr, m, n, k, epi, sm_count, gemm_swizzle());
+    auto args = Base::arguments(nullptr, nullptr, m, n, k, epi, sm_count, swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN));
     auto params = GemmKernel::to_underlying_arguments(args, nullptr);
     const dim3 grid = GemmKernel::get_grid_shape(params);
     TileGrid g;
@@ -61,7 +71,7 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
 
   static void run(const void* a, const void* b, int m, int n, int k, const detail::SignalEpilogueParams& epi,
                   int sm_count, cudaStream_t stream) {
-    Base::run(Base::arguments(a, b, m, n, k, epi, sm_count, gemm_swizzle()), stream, "this GEMM");
+    Base::run(Base::arguments(a, b, m, n, k, epi, sm_count, swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN)), stream, "this GEMM");
   }
 };
 
