@@ -79,6 +79,12 @@ struct TileGrid {
 // Reproduces CUTLASS's static persistent scheduler (cutlass/gemm/kernel/sm90_tile_scheduler.hpp).
 std::vector<int> execution_order(const TileGrid& g);
 
+// The largest power of two s <= cap whose strips (s x cluster tiles per dimension) divide the tile grid,
+// so that the scheduler walks no phantom work items at that swizzle or any smaller one (CUTLASS may lower
+// the cap further). braid's signalling epilogue does not predicate phantom tiles: 9e2ead2 ran cap 8 on
+// every shape and got wrong outputs, and one fault, at M <= 1024 (2x H200).
+int swizzle_without_phantoms(int tiles_m, int tiles_n, int cluster_m, int cluster_n, int cap);
+
 // Host mapping tables of one (problem, partition, parts).
 struct Mapping {
   TileGrid grid;

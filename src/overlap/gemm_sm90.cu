@@ -32,14 +32,10 @@ int gemm_swizzle() {
   return s;
 }
 
-// The cap for one problem: the largest power of two <= gemm_swizzle() whose strips (s x cluster tiles
-// per dimension) divide the tile grid, so the scheduler walks no phantom work items — the signalling
-// epilogue does not predicate its stores for tiles outside the problem (9e2ead2 on 2x H200: with cap 8
-// every shape with M <= 1024 came out wrong, and one faulted).
+// The cap for one problem: gemm_swizzle(), lowered until the strips divide the tile grid
+// (swizzle_without_phantoms, mapping.cpp).
 static int swizzle_for(int tiles_m, int tiles_n, int cluster_m, int cluster_n) {
-  int s = gemm_swizzle();
-  while (s > 1 && (tiles_m % (s * cluster_m) != 0 || tiles_n % (s * cluster_n) != 0)) s /= 2;
-  return s;
+  return swizzle_without_phantoms(tiles_m, tiles_n, cluster_m, cluster_n, gemm_swizzle());
 }
 
 namespace {

@@ -44,6 +44,15 @@ std::vector<int> execution_order(const TileGrid& g) {
   return order;
 }
 
+int swizzle_without_phantoms(int tiles_m, int tiles_n, int cluster_m, int cluster_n, int cap) {
+  BRAID_REQUIRE(tiles_m > 0 && tiles_n > 0 && cluster_m > 0 && cluster_n > 0 && cap >= 1,
+                "swizzle_without_phantoms: bad grid");
+  int s = 1;
+  while (s * 2 <= cap) s *= 2;  // the largest power of two <= cap
+  while (s > 1 && (tiles_m % (s * cluster_m) != 0 || tiles_n % (s * cluster_n) != 0)) s /= 2;
+  return s;
+}
+
 int64_t Mapping::group_elems(int g) const {
   return int64_t(tiles_in_group(g)) * grid.bm * grid.bn;
 }

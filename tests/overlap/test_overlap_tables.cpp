@@ -37,6 +37,28 @@ TEST(OverlapTables, ExecutionOrderIsAPermutation) {
   }
 }
 
+// The swizzle cap braid's GEMM runs with leaves no phantom work item at that swizzle or any smaller one
+// (CUTLASS may pick a smaller one), for both tile configurations' clusters and both rasters.
+TEST(OverlapTables, SwizzleCapLeavesNoPhantomTiles) {
+  EXPECT_EQ(swizzle_without_phantoms(8, 16, 2, 1, 8), 4);    // M = 1024 at 128x256: strips of 8 m-blocks
+  EXPECT_EQ(swizzle_without_phantoms(128, 64, 2, 1, 8), 8);  // M = 16384, N = 16384
+  EXPECT_EQ(swizzle_without_phantoms(8, 3, 2, 1, 8), 1);     // N = 768 at 256: 3 n-blocks
+  EXPECT_EQ(swizzle_without_phantoms(4, 3, 2, 1, 8), 1);     // M = 512, N = 384 at 128x128
+  EXPECT_EQ(swizzle_without_phantoms(64, 64, 2, 1, 6), 4);   // a cap that is not a power of two
+  for (int tm = 2; tm <= 40; tm += 2)
+    for (int tn = 1; tn <= 40; ++tn)
+      for (int cap : {1, 2, 4, 8}) {
+        const int s = swizzle_without_phantoms(tm, tn, 2, 1, cap);
+        ASSERT_GE(s, 1);
+        ASSERT_LE(s, cap);
+        for (int log = 0; (1 << log) <= s; ++log)
+          for (bool along_m : {false, true}) {
+            const auto order = execution_order(grid(tm, tn, 132, 2, 1, along_m, log));
+            for (int t : order) ASSERT_GE(t, 0) << tm << "x" << tn << " cap " << cap << " swizzle " << (1 << log);
+          }
+      }
+}
+
 TEST(OverlapTables, AlongNWithClusterOfTwoWalksPairsOfRows) {
   // Cluster 2x1, raster along N, no swizzle: work i and i+1 are the two CTAs of one cluster (rows 2c,
   // 2c+1 of the same column), then the column advances.
