@@ -706,10 +706,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         vbb.share_cublas_workspace(vaa);  // the executor runs both layers' GEMMs on one stream
         const Plan vop = order_plan(vd, best_issue_order(vd, from_plan_file(vdag, plan_file), 128, two).order);
         SharedActivationPool vpool(vd, plan_issue_order(vd, vop), sc, p, vaa, vbb);
-        // strands-arena, -dag, arena-io (y/dy/dx shared), then arena-io-smres (its GEMMs leaving SMs: cuBLAS
-        // may pick other kernels, so relative L2 instead of bits)
-        for (const int k : {0, 1, 2, 3}) {
-          const bool dep = k == 1, io = k >= 2, smres = k == 3;
+        // strands-arena, -dag, arena-io (y/dy/dx shared), arena-io-dag, then arena-io-smres (its GEMMs leaving
+        // SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
+        for (const int k : {0, 1, 2, 4, 3}) {
+          const bool dep = k == 1 || k == 4, io = k >= 2, smres = k == 3;
           if (io && (!p.sp || p.tp < 2)) continue;
           if (smres && a.gemm_sm_reserve <= 0) continue;
           if (k == 2) vbb.share_interfaces(vaa);
@@ -981,6 +981,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       team.synchronize(s, "strands-arena-io warm-up");
       mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
       vs.push_back({"strands-arena-io" + L, med([&](int) { unit(exa, exb); }), mem});
+      // ... with operators waiting for their dependencies only (the -dag executors; same pool and waits)
+      vs.push_back({"strands-arena-io" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
       if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives
         const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
         aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
