@@ -7,6 +7,7 @@
 // input is the kRefElems block tiled, outputs must be identical on all ranks and their normalized RMS
 // error against an fp32 NCCL reference must stay within 1.2x of the error at the bit-checked size.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -268,13 +269,26 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
       ok = all_ok != 0;
       // ---- time
       std::vector<double> us;
+      // Host time to enqueue one call during the timed direct launches (the call alone, not the events
+      // around it): where it exceeds the GPU time, the direct-launch rows measure the host, not the kernel.
+      double host_sum_us = 0;
+      int host_calls = 0;
       // (The -sym two-shot keeps reducing its sets in place: the values grow by W per call and may reach
       // inf; the time does not depend on them. Verified above, before any timing.)
       if (a.graph) {  // one graph of `sets` calls over the rotating buffers
         us = time_graph_iterations(&team, s, a.timing, sets, [&](int k) { call(k); });
       } else {
-        us = time_iterations(&team, s, a.timing, [&](int i) { call(i % sets); });
+        us = time_iterations(&team, s, a.timing, [&](int i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          call(i % sets);
+          if (i >= a.timing.warmup) {
+            host_sum_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+            ++host_calls;
+          }
+        });
       }
+      // The slowest rank's mean (direct launches only; -1 in graph replays, where one launch replays `sets` calls).
+      const double host_us = host_calls ? team.allreduce_max(host_sum_us / host_calls) : -1.0;
       const Stats st = summarize(us);
       if (name == "nccl") nccl_us = st.median_us;
       if (!quant_mode && !sym && ok && st.median_us < best_exact) {  // (the table serves run(): no -sym)
@@ -296,7 +310,7 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
             .add("baseline_algo", "nccl").add("baseline_time_us", nccl_us).add("speedup", speedup)
             .add("correct", ok).add("precision", precision_name(prec)).add("group", a.group)
             .add("dist", quant_mode ? a.dist : std::string("half-integers")).add("nrms", nrms).add("max_err", max_err)
-            .add("buffer_sets", sets).add("graph", a.graph).add_context(a.ctx);
+            .add("buffer_sets", sets).add("graph", a.graph).add("host_enqueue_us", host_us).add_context(a.ctx);
         append_jsonl(a.json, j.str());
       }
       // ---- ablation: each phase of the NCCL-transport quantized path alone (same buffers, same grid)
