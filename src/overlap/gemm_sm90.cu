@@ -49,7 +49,8 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
   static TileGrid plan(int m, int n, int k, int sm_count) {
     detail::SignalEpilogueParams epi{};
     epi.d = reinterpret_cast<__nv_bfloat16*>(16);  // not dereferenced
-    auto args = Base::arguments(nullptr, nullptr, m, n, k, epi, sm_count, swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN));
+    const int swz = swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN);
+    auto args = Base::arguments(nullptr, nullptr, m, n, k, epi, sm_count, swz);
     auto params = GemmKernel::to_underlying_arguments(args, nullptr);
     const dim3 grid = GemmKernel::get_grid_shape(params);
     TileGrid g;
@@ -67,7 +68,8 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
 
   static void run(const void* a, const void* b, int m, int n, int k, const detail::SignalEpilogueParams& epi,
                   int sm_count, cudaStream_t stream) {
-    Base::run(Base::arguments(a, b, m, n, k, epi, sm_count, swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN)), stream, "this GEMM");
+    const int swz = swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN);
+    Base::run(Base::arguments(a, b, m, n, k, epi, sm_count, swz), stream, "this GEMM");
   }
 };
 
