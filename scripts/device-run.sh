@@ -24,9 +24,13 @@
 # `build measure-rs` 4.5 min cold + `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-auto) 3 min; `peers-tp` 19 s.
 # Eleventh session (2x H100): `build test allreduce peers` 4.9 min cold; `build barrier-ab strands-mixtral` 3.6 min cold;
 # `allreduce measure-rs` 3.9 min warm; `build test` (CTEST_E="np4|np8") 3.4 min.
-# Next: x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp` (the world-4
-# all-reduce table predates the release barrier); `ncu-t3` with NCU_ALGOS including t3-ring-cublas on H100;
-# `strands-smres` with STRANDS_THROTTLE=2. Uses .deps carried from this machine (setup.sh --stage).
+# Twelfth session: `build test ar-grid` 4.1 min cold (2x H200); `build ar-ce peers` 2.1 min; `build test
+# strands-smres gemm-swizzle` (CTEST_R=test_allreduce_mpi, STRANDS_THROTTLE=2, SMRES_NVLINK=0, STRANDS_ROUNDS=2)
+# 5 min; `build test gemm-swizzle` (CTEST_R=overlap, SWIZZLES="1 8", 12 shapes) 3.4 min.
+# Next: `build test measure-rs` (OVERLAP_TRANSPORT=symmetric: the full sweep with the swizzle default), then
+# `strands-smres` (STRANDS_THROTTLE=2: the new strands-arena-io-2link-dag) and `allreduce` (host_enqueue_us);
+# x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`; `ncu-t3` with
+# NCU_ALGOS including t3-ring-cublas on H100. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
