@@ -631,6 +631,24 @@ struct PeerBufs {
   uint16_t* p[kMaxPeers];  // rank r's copy, mapped here
 };
 
+// The one-shot body, shared by symm_oneshot_kernel (sources: the peers' mapped copies) and
+// sum_local_kernel (sources in local memory): for vectors vb + u x blockDim (u < U) below v1,
+// out = the rank-order fp32 sum over src.p[0..world) of an n-element vector, rounded once. Each thread
+// reads all of its vectors before it stores them, so `out` may be one of the sources.
+template <int DT, int U, class Srcs>
+__device__ __forceinline__ void sum_vectors_to(const Srcs& src, int world, uint16_t* out, uint64_t vb, uint64_t v1,
+                                               uint64_t n) {
+  int valid[U];
+  valid_counts<U>(valid, vb, v1, 0, n);
+  float acc[U][kVec];
+  sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
+    return src.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec;
+  });
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (valid[u] > 0) store8<DT>(out + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], acc[u]);
+}
+
 // The vectors block b handles, the same set on every rank (so block b only meets block b): blocked —
 // one contiguous range [b*V/NB, (b+1)*V/NB); interleaved — pieces of U x blockDim vectors dealt round
 // robin over the blocks (PyTorch's grid-stride order: the grid's in-flight accesses stay in one window
@@ -690,17 +708,7 @@ __global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant
   uint64_t v0, v1, step;
   symm_block_vecs<U>((n + kVec - 1) / kVec, interleaved, v0, v1, step);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
-  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += step) {
-    int valid[U];
-    valid_counts<U>(valid, vb, v1, 0, n);
-    float acc[U][kVec];
-    sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
-      return b.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec;
-    });
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (valid[u] > 0) store8<DT>(out + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], acc[u]);
-  }
+  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += step) sum_vectors_to<DT, U>(b, world, out, vb, v1, n);
   dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric));
 }
 
@@ -731,17 +739,8 @@ __global__ void __launch_bounds__(512) sum_local_kernel(const __grid_constant__ 
                                                          uint64_t n, int world) {
   const uint64_t vecs = (n + kVec - 1) / kVec;
   const uint64_t step = uint64_t(gridDim.x) * U * blockDim.x;
-  for (uint64_t vb = uint64_t(blockIdx.x) * U * blockDim.x + threadIdx.x; vb < vecs; vb += step) {
-    int valid[U];
-    valid_counts<U>(valid, vb, vecs, 0, n);
-    float acc[U][kVec];
-    sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
-      return src.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec;
-    });
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (valid[u] > 0) store8<DT>(out + (vb + uint64_t(u) * blockDim.x) * kVec, valid[u], acc[u]);
-  }
+  for (uint64_t vb = uint64_t(blockIdx.x) * U * blockDim.x + threadIdx.x; vb < vecs; vb += step)
+    sum_vectors_to<DT, U>(src, world, out, vb, vecs, n);
 }
 
 }  // namespace braid::ar
