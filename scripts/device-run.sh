@@ -29,7 +29,7 @@
 # 5 min; `build test gemm-swizzle` (CTEST_R=overlap, SWIZZLES="1 8", 12 shapes) 3.4 min.
 # Next: `build test measure-rs` (OVERLAP_TRANSPORT=symmetric: the full sweep with the swizzle default), then
 # `strands-smres` (STRANDS_THROTTLE=2: the new strands-arena-io-2link-dag), `allreduce` (host_enqueue_us) and
-# `ar-batch` (the two-source load batching A/B, after `test` has checked its bits);
+# `ar-batch` (the two-source load batching A/B; the bench verifies every row first);
 # x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`; `ncu-t3` with
 # NCU_ALGOS including t3-ring-cublas on H100. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail

@@ -526,13 +526,14 @@ __device__ __forceinline__ void valid_counts(int (&valid)[U], uint64_t vb, uint6
 }
 
 // Process-wide switch of sum_in_rank_order's two-source fast path (environment BRAID_AR_BATCH_LOADS=0|1,
-// set by AllReducer's constructor; default 1). Only for A/B timing: both paths give the same bits.
-__constant__ int g_batch_two_sources = 1;
+// set by AllReducer's constructor). Off by default until it is timed on the GPU (written after the twelfth
+// session's device time); both paths give the same bits.
+__constant__ int g_batch_two_sources = 0;
 
 // The exact kernels' fixed-order sum: acc[u] = the sum over s = 0..W-1 (rank order, fp32, one rounding
 // per add) of the 8 values at src(s, u), of which valid[u] count (0: skipped, acc[u] stays 0). The U
-// loads of one source are issued together, so the bits do not depend on U. With two sources and U whole
-// vectors (the common case at W = 2), all 2U loads are issued before the first add, so the two sources'
+// loads of one source are issued together, so the bits do not depend on U. With two sources, U whole
+// vectors (the common case at W = 2) and g_batch_two_sources on, all 2U loads are issued before the first add, so the two sources'
 // latencies (one of them often a peer's, over NVLink) overlap instead of adding up; same adds, same order.
 template <int DT, int U, class Src>
 __device__ __forceinline__ void sum_in_rank_order(float (&acc)[U][kVec], const int (&valid)[U], int world, Src src) {
