@@ -34,6 +34,18 @@ TEST(AllReduceTable, RejectsUnknownAlgorithms) {
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kFP16, Precision::kExact, 1001), ArAlgo::kAuto);
 }
 
+// The copy-engine one-shot is a run_symmetric algorithm: it parses (for the bench and run_symmetric's
+// callers) but a tuning table, which serves run(), may not name it.
+TEST(AllReduceTable, CopyEngineOneShotIsNotATableAlgorithm) {
+  ArAlgo a;
+  Precision p;
+  ASSERT_TRUE(braid::parse_algo("oneshot-ce", &a, &p));
+  EXPECT_EQ(a, ArAlgo::kOneShotCE);
+  EXPECT_EQ(p, Precision::kExact);
+  EXPECT_STREQ(braid::algo_name(ArAlgo::kOneShotCE), "oneshot-ce");
+  EXPECT_THROW(braid::parse_tuning_table("2\tbf16\texact\t100\toneshot-ce\n"), braid::UsageError);
+}
+
 TEST(AllReduceTable, AlgorithmNamesRoundTrip) {
   for (const char* n : {"nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6-nccl", "int4"}) {
     ArAlgo a;
