@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -28,8 +28,7 @@
 # strands-smres gemm-swizzle` (CTEST_R=test_allreduce_mpi, STRANDS_THROTTLE=2, SMRES_NVLINK=0, STRANDS_ROUNDS=2)
 # 5 min; `build test gemm-swizzle` (CTEST_R=overlap, SWIZZLES="1 8", 12 shapes) 3.4 min.
 # Next: `build test measure-rs` (OVERLAP_TRANSPORT=symmetric: the full sweep with the swizzle default), then
-# `strands-smres` (STRANDS_THROTTLE=2: the new strands-arena-io-2link-dag), `allreduce` (host_enqueue_us) and
-# `ar-batch` (the two-source load batching A/B; the bench verifies every row first);
+# `strands-smres` (STRANDS_THROTTLE=2: the new strands-arena-io-2link-dag) and `allreduce` (host_enqueue_us);
 # x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`; `ncu-t3` with
 # NCU_ALGOS including t3-ring-cublas on H100. Uses .deps carried from this machine (setup.sh --stage).
 set -uo pipefail
@@ -265,15 +264,6 @@ if has ar-ce; then  # run_symmetric's one-shot by copy engines: its test, then a
   echo "-- graph replays" | tee -a "$log"
   E="BRAID_AR_SYMM_LAYOUT=interleaved" T=90 mpi bench allreduce --graph --algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym,oneshot-ce-sym \
     -b 1M -e 64M -f 2 --json "$out/allreduce-ce-graph.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
-fi
-if has ar-batch; then  # sum_in_rank_order's two-source fast path (all loads before the first add) A/B, same call
-  for v in 1 0; do
-    echo "-- BRAID_AR_BATCH_LOADS=$v" | tee -a "$log"
-    E="BRAID_AR_BATCH_LOADS=$v" T=120 mpi bench allreduce --algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym \
-      -b 1M -e 256M -f 4 --json "$out/allreduce-batch$v.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
-    E="BRAID_AR_BATCH_LOADS=$v" T=90 mpi bench allreduce --graph --algo nccl,twoshot,oneshot-sym,twoshot-sym \
-      -b 1M -e 64M -f 4 --json "$out/allreduce-batch$v-graph.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
-  done
 fi
 if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless ctest-mod ran it), A/B bench
   if ! has ctest-mod; then

@@ -176,12 +176,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_CE_CHUNK_BYTES")) cfg_.ce_chunk_bytes = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_BATCH_LOADS")) {  // process-wide A/B switch (allreduce_kernels.cuh)
-    const std::string v = e;
-    BRAID_REQUIRE(v == "0" || v == "1", "BRAID_AR_BATCH_LOADS must be 0 or 1");
-    const int on = v == "1" ? 1 : 0;
-    BRAID_CUDA_CHECK(cudaMemcpyToSymbol(ar::g_batch_two_sources, &on, sizeof on));
-  }
   BRAID_REQUIRE(cfg_.ce_piece_elems >= ar::kVec, "AllReducer: ce_piece_elems must hold at least one vector");
   BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0 && cfg_.ll_blocks > 0,
                 "AllReducer: block counts (BRAID_AR_*_BLOCKS) must be positive");

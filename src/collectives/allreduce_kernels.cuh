@@ -525,45 +525,15 @@ __device__ __forceinline__ void valid_counts(int (&valid)[U], uint64_t vb, uint6
   }
 }
 
-// Process-wide switch of sum_in_rank_order's two-source fast path (environment BRAID_AR_BATCH_LOADS=0|1,
-// set by AllReducer's constructor). Off by default until it is timed on the GPU (written after the twelfth
-// session's device time); both paths give the same bits.
-__constant__ int g_batch_two_sources = 0;
-
 // The exact kernels' fixed-order sum: acc[u] = the sum over s = 0..W-1 (rank order, fp32, one rounding
 // per add) of the 8 values at src(s, u), of which valid[u] count (0: skipped, acc[u] stays 0). The U
-// loads of one source are issued together, so the bits do not depend on U. With two sources, U whole
-// vectors (the common case at W = 2) and g_batch_two_sources on, all 2U loads are issued before the first add, so the two sources'
-// latencies (one of them often a peer's, over NVLink) overlap instead of adding up; same adds, same order.
+// loads of one source are issued together, so the bits do not depend on U.
 template <int DT, int U, class Src>
 __device__ __forceinline__ void sum_in_rank_order(float (&acc)[U][kVec], const int (&valid)[U], int world, Src src) {
 #pragma unroll
   for (int u = 0; u < U; ++u)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
-  bool whole = world == 2 && g_batch_two_sources != 0;
-#pragma unroll
-  for (int u = 0; u < U; ++u) whole = whole && valid[u] == kVec;
-  if (whole) {
-    uint4 raw[2][U];
-#pragma unroll
-    for (int s = 0; s < 2; ++s)
-#pragma unroll
-      for (int u = 0; u < U; ++u) raw[s][u] = *reinterpret_cast<const uint4*>(src(s, u));
-#pragma unroll
-    for (int s = 0; s < 2; ++s)
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float x[kVec];
-        unpack2<DT>(raw[s][u].x, x[0], x[1]);
-        unpack2<DT>(raw[s][u].y, x[2], x[3]);
-        unpack2<DT>(raw[s][u].z, x[4], x[5]);
-        unpack2<DT>(raw[s][u].w, x[6], x[7]);
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[j]);
-      }
-    return;
-  }
   for (int s = 0; s < world; ++s) {
     float x[U][kVec];
 #pragma unroll
