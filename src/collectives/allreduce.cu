@@ -494,7 +494,7 @@ void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtyp
     }
     piece = std::min(count, cfg_.ce_piece_elems);
   }
-  const int sms = std::max(1, symm_blocks_);
+  const int max_blocks = std::max(1, symm_blocks_);  // the add kernels stride, so any grid works
   const int slot = slot_twoshot_;  // block 0's slot of the symmetric kernels (same call order on every rank)
   ar::symm_barrier_kernel<<<1, 32, 0, s>>>(team_.signals(), slot);
   BRAID_CHECK_LAUNCH();
@@ -534,7 +534,7 @@ void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtyp
         src.p[r] = j == 0 ? buf.local_as<uint16_t>() + offset + off + c0 : dst(j, c0);
       }
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, ce_events_[1 + c], 0));
-      const int blocks = grid_for((len + ar::kVec - 1) / ar::kVec, 4 * 512, sms);
+      const int blocks = grid_for((len + ar::kVec - 1) / ar::kVec, 4 * 512, max_blocks);
       BRAID_DISPATCH_DT(dtype, DT, (ar::sum_local_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(
                                        src, out + off + c0, len, W)));
       BRAID_CHECK_LAUNCH();
