@@ -94,6 +94,10 @@ struct AllReducerConfig {
   // H200 (one-shot-sym 67.0 vs 69.4 us at 16 MiB, 219 vs 227 at 64 MiB, 820 vs 848 at 256 MiB, H100
   // b6a92a2), within run-to-run noise below.
   bool symm_interleaved = true;
+  // run_symmetric's kernels: each thread loads two sources' vectors before adding them (PyTorch's
+  // load_and_reduce issues every source's load first) instead of one source at a time; the same bits.
+  // Environment: BRAID_AR_SYMM_BATCH=0|1. Off until measured (it costs registers).
+  bool symm_batch_sources = false;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
   // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).

@@ -172,6 +172,11 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     BRAID_REQUIRE(m == "blocked" || m == "interleaved", "BRAID_AR_SYMM_LAYOUT must be blocked or interleaved");
     cfg_.symm_interleaved = m == "interleaved";
   }
+  if (const char* e = std::getenv("BRAID_AR_SYMM_BATCH")) {
+    const std::string m = e;
+    BRAID_REQUIRE(m == "0" || m == "1", "BRAID_AR_SYMM_BATCH must be 0 or 1");
+    cfg_.symm_batch_sources = m == "1";
+  }
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
@@ -234,10 +239,16 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.twoshot_blocks = std::min(cfg_.twoshot_blocks, per_sm * sms);
     {  // run_symmetric's kernels (they share the two-shot's slots, so at most twoshot_blocks)
       int m = 1 << 30;
-      for (const void* k : {reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 1>),
-                            reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 4>),
-                            reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 1>),
-                            reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 4>)}) {
+      // only the variants this reducer launches (the paired-load ones use more registers)
+      const bool pb = cfg_.symm_batch_sources;
+      for (const void* k : {pb ? reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 1, true>)
+                               : reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 1, false>),
+                            pb ? reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 4, true>)
+                               : reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 4, false>),
+                            pb ? reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 1, true>)
+                               : reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 1, false>),
+                            pb ? reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 4, true>)
+                               : reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 4, false>)}) {
         int b = 0;
         BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, cfg_.threads, 0));
         m = std::min(m, b);
@@ -431,7 +442,8 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
   BRAID_REQUIRE(offset % ar::kVec == 0, "run_symmetric: offset must be a multiple of 8 elements");
   BRAID_REQUIRE(offset <= buf.bytes() / 2 && count <= buf.bytes() / 2 - offset,
                 "run_symmetric: offset + count exceeds the symmetric buffer");
-  if (algo == ArAlgo::kAuto) algo = out && out != buf.local_as<uint16_t>() + offset ? ArAlgo::kOneShot : ArAlgo::kTwoShot;
+  if (algo == ArAlgo::kAuto)
+    algo = out && out != buf.local_as<uint16_t>() + offset ? ArAlgo::kOneShot : ArAlgo::kTwoShot;
   BRAID_REQUIRE(algo == ArAlgo::kOneShot || algo == ArAlgo::kTwoShot || algo == ArAlgo::kOneShotCE,
                 "run_symmetric: one-shot, two-shot or one-shot by copy engines");
   const bool one = algo != ArAlgo::kTwoShot;
@@ -450,29 +462,28 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
   ar::PeerBufs b{};
   for (int r = 0; r < W; ++r) b.p[r] = buf.peer_as<uint16_t>(r) + offset;
   const int il = cfg_.symm_interleaved ? 1 : 0;
+  const bool big = count >= (size_t(2) << 20);  // U = 4 vectors per thread per iteration from 2 Mi elements
+  const bool pb = cfg_.symm_batch_sources;
   if (algo == ArAlgo::kOneShot) {
     const uint64_t vecs = (count + ar::kVec - 1) / ar::kVec;
     const int blocks = grid_for(vecs, cfg_.oneshot_min_vecs, symm_blocks_);
+    auto* o = static_cast<uint16_t*>(out);
+    const SignalView sig = team_.signals();
     BRAID_DISPATCH_DT(dtype, DT, {
-      if (count >= (size_t(2) << 20))
-        ar::symm_oneshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(b, static_cast<uint16_t*>(out), count, W,
-                                                                        team_.signals(), slot_twoshot_, il);
-      else
-        ar::symm_oneshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(b, static_cast<uint16_t*>(out), count, W,
-                                                                        team_.signals(), slot_twoshot_, il);
+      auto k = big ? (pb ? ar::symm_oneshot_kernel<DT, 4, true> : ar::symm_oneshot_kernel<DT, 4, false>)
+                   : (pb ? ar::symm_oneshot_kernel<DT, 1, true> : ar::symm_oneshot_kernel<DT, 1, false>);
+      k<<<blocks, cfg_.threads, 0, s>>>(b, o, count, W, sig, slot_twoshot_, il);
     });
   } else {
     BRAID_REQUIRE(out == nullptr || out == buf.local_as<uint16_t>() + offset,
                   "run_symmetric: two-shot is in place (out null, or the slice itself)");
     const uint64_t stride = round_up((count + W - 1) / W, ar::kVec);
     const int blocks = grid_for(stride / ar::kVec, cfg_.twoshot_min_vecs, symm_blocks_);
+    const SignalView sig = team_.signals();
     BRAID_DISPATCH_DT(dtype, DT, {
-      if (count >= (size_t(2) << 20))
-        ar::symm_twoshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(),
-                                                                        team_.signals(), slot_twoshot_, il);
-      else
-        ar::symm_twoshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(),
-                                                                        team_.signals(), slot_twoshot_, il);
+      auto k = big ? (pb ? ar::symm_twoshot_kernel<DT, 4, true> : ar::symm_twoshot_kernel<DT, 4, false>)
+                   : (pb ? ar::symm_twoshot_kernel<DT, 1, true> : ar::symm_twoshot_kernel<DT, 1, false>);
+      k<<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(), sig, slot_twoshot_, il);
     });
   }
   BRAID_CHECK_LAUNCH();

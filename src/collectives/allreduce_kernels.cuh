@@ -547,6 +547,55 @@ __device__ __forceinline__ void sum_in_rank_order(float (&acc)[U][kVec], const i
   }
 }
 
+// sum_in_rank_order with the loads of two sources in flight at once (PyTorch's load_and_reduce issues
+// every source's load before the first add): the raw 16-byte vectors of sources s and s+1 are loaded
+// together, then added in rank order, so the bits are sum_in_rank_order's. Costs 4 x U more registers.
+// Partial vectors (valid < 8) take load8's scalar path at add time.
+template <int DT, int U, class Src>
+__device__ __forceinline__ void sum_in_rank_order_paired(float (&acc)[U][kVec], const int (&valid)[U], int world,
+                                                         Src src) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) acc[u][j] = 0.f;
+  for (int s = 0; s < world; s += 2) {
+    const bool two = s + 1 < world;
+    uint4 r[2][U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (valid[u] == kVec) {
+        r[0][u] = *reinterpret_cast<const uint4*>(src(s, u));
+        if (two) r[1][u] = *reinterpret_cast<const uint4*>(src(s + 1, u));
+      }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (k == 1 && !two) break;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (valid[u] <= 0) continue;
+        float x[kVec];
+        if (valid[u] == kVec) {
+          unpack2<DT>(r[k][u].x, x[0], x[1]);
+          unpack2<DT>(r[k][u].y, x[2], x[3]);
+          unpack2<DT>(r[k][u].z, x[4], x[5]);
+          unpack2<DT>(r[k][u].w, x[6], x[7]);
+        } else {
+          load8<DT>(src(s + k, u), valid[u], x);
+        }
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) acc[u][j] = __fadd_rn(acc[u][j], x[j]);
+      }
+    }
+  }
+}
+
+// The symmetric kernels' choice between the two (template flag B: sources loaded in pairs).
+template <int DT, int U, bool B, class Src>
+__device__ __forceinline__ void sum_sources(float (&acc)[U][kVec], const int (&valid)[U], int world, Src src) {
+  if constexpr (B) sum_in_rank_order_paired<DT, U>(acc, valid, world, src);
+  else sum_in_rank_order<DT, U>(acc, valid, world, src);
+}
+
 template <int DT, int U>
 __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, uint64_t stride,
                                                        int world, int rank, const __grid_constant__ ExactWorkspace ws,
@@ -625,7 +674,8 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
 // made to a peer's copy (two-shot) and every read of a peer's copy happened before any rank's block b
 // returns: after the kernel a rank may overwrite its copy, and its copy holds every chunk.
 // Block b of every rank only touches its own set of vectors of a chunk (symm_block_vecs: the same set on
-// every rank), so it only meets block b.
+// every rank), so it only meets block b. Template flag B (AllReducerConfig::symm_batch_sources): each
+// thread loads two sources' vectors before adding them (sum_in_rank_order_paired); the same bits.
 
 struct PeerBufs {
   uint16_t* p[kMaxPeers];  // rank r's copy, mapped here
@@ -635,13 +685,13 @@ struct PeerBufs {
 // sum_local_kernel (sources in local memory): for vectors vb + u x blockDim (u < U) below v1,
 // out = the rank-order fp32 sum over src.p[0..world) of an n-element vector, rounded once. Each thread
 // reads all of its vectors before it stores them, so `out` may be one of the sources.
-template <int DT, int U, class Srcs>
+template <int DT, int U, class Srcs, bool B = false>
 __device__ __forceinline__ void sum_vectors_to(const Srcs& src, int world, uint16_t* out, uint64_t vb, uint64_t v1,
                                                uint64_t n) {
   int valid[U];
   valid_counts<U>(valid, vb, v1, 0, n);
   float acc[U][kVec];
-  sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
+  sum_sources<DT, U, B>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
     return src.p[s] + (vb + uint64_t(u) * blockDim.x) * kVec;
   });
 #pragma unroll
@@ -670,7 +720,7 @@ __device__ __forceinline__ void symm_block_vecs(uint64_t vecs, int interleaved, 
 // Two-shot, in place: rank r reduces chunk r (stride elements at stride * r) from all W copies in rank
 // order (fp32) and stores the rounded sum into chunk r of every copy; no other rank reads or writes
 // chunk r of any copy, so the in-place writes race with nothing.
-template <int DT, int U>
+template <int DT, int U, bool B>
 __global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant__ PeerBufs b, uint64_t n,
                                                             uint64_t stride, int world, int rank,
                                                             const __grid_constant__ SignalView sig, int slot0,
@@ -684,7 +734,7 @@ __global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant
     int valid[U];
     valid_counts<U>(valid, vb, v1, c0, n);
     float acc[U][kVec];
-    sum_in_rank_order<DT, U>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
+    sum_sources<DT, U, B>(acc, valid, world, [&](int s, int u) -> const uint16_t* {
       return b.p[s] + c0 + (vb + uint64_t(u) * blockDim.x) * kVec;
     });
 #pragma unroll
@@ -699,7 +749,7 @@ __global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant
 
 // One-shot, out of place: every rank reads all W copies of the whole vector and writes the sum to its
 // local `out` (which must not alias its copy: a peer's block b still reads that range of it).
-template <int DT, int U>
+template <int DT, int U, bool B>
 __global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant__ PeerBufs b, uint16_t* out,
                                                             uint64_t n, int world,
                                                             const __grid_constant__ SignalView sig, int slot0,
@@ -708,7 +758,8 @@ __global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant
   uint64_t v0, v1, step;
   symm_block_vecs<U>((n + kVec - 1) / kVec, interleaved, v0, v1, step);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric))) return;
-  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += step) sum_vectors_to<DT, U>(b, world, out, vb, v1, n);
+  for (uint64_t vb = v0 + threadIdx.x; vb < v1; vb += step)
+    sum_vectors_to<DT, U, PeerBufs, B>(b, world, out, vb, v1, n);
   dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceSymmetric));
 }
 

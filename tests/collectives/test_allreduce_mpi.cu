@@ -356,30 +356,33 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
   }
-  // Both block layouts (AllReducerConfig::symm_interleaved; interleaved is the default): the same exact
-  // sum, with grids from 1 block to the default; few other slots reserved (signal slots are never returned).
-  for (bool interleaved : {false, true})
-    for (int blocks : {1, 3, 528}) {
-      braid::AllReducerConfig cfg;
-      cfg.symm_interleaved = interleaved;
-      cfg.twoshot_blocks = blocks;  // caps run_symmetric's grid
-      cfg.oneshot_blocks = cfg.quant_blocks = cfg.quant_pipe_blocks = 1;
-      braid::AllReducer r(s, cfg);
-      const char* layout = interleaved ? "interleaved" : "blocked";
-      for (size_t n : {size_t(9), size_t(65536 + 3), (size_t(2) << 20) + 1, max_n})
-        for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot}) {
-          const uint64_t seed = 91 + n + blocks;
-          braid::bench::fill_pattern(buf.local(), DType::kBF16, n, seed, s.rank(), 0, s.stream());
-          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
-          const bool one = algo == ArAlgo::kOneShot;
-          r.run_symmetric(buf, n, DType::kBF16, s.stream(), algo, one ? y : nullptr);
-          s.synchronize("symmetric-buffer all-reduce, one layout");
-          EXPECT_EQ(braid::bench::count_wrong("allreduce", one ? y : buf.local(), DType::kBF16, n, seed, s.rank(),
-                                              s.size(), s.stream()),
-                    0u)
-              << layout << " " << braid::algo_name(algo) << " n=" << n << " blocks=" << blocks;
-        }
-    }
+  // Both block layouts (AllReducerConfig::symm_interleaved; interleaved is the default) and both load
+  // orders (symm_batch_sources: sources one at a time, or in pairs): the same exact sum, with grids from
+  // 1 block to the default; few other slots reserved (signal slots are never returned).
+  for (bool batch : {false, true})
+    for (bool interleaved : {false, true})
+      for (int blocks : {1, 3, 528}) {
+        braid::AllReducerConfig cfg;
+        cfg.symm_interleaved = interleaved;
+        cfg.symm_batch_sources = batch;
+        cfg.twoshot_blocks = blocks;  // caps run_symmetric's grid
+        cfg.oneshot_blocks = cfg.quant_blocks = cfg.quant_pipe_blocks = 1;
+        braid::AllReducer r(s, cfg);
+        const std::string layout = std::string(interleaved ? "interleaved" : "blocked") + (batch ? " paired" : "");
+        for (size_t n : {size_t(9), size_t(65536 + 3), (size_t(2) << 20) + 1, max_n})
+          for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kTwoShot}) {
+            const uint64_t seed = 91 + n + blocks;
+            braid::bench::fill_pattern(buf.local(), DType::kBF16, n, seed, s.rank(), 0, s.stream());
+            cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+            const bool one = algo == ArAlgo::kOneShot;
+            r.run_symmetric(buf, n, DType::kBF16, s.stream(), algo, one ? y : nullptr);
+            s.synchronize("symmetric-buffer all-reduce, one layout");
+            EXPECT_EQ(braid::bench::count_wrong("allreduce", one ? y : buf.local(), DType::kBF16, n, seed, s.rank(),
+                                                s.size(), s.stream()),
+                      0u)
+                << layout << " " << braid::algo_name(algo) << " n=" << n << " blocks=" << blocks;
+          }
+      }
   // One-shot by copy engines with small chunks (many copies and add kernels per call; at most 32 chunks
   // per piece, so the largest n also checks the chunk-count cap) and, at W > 2, several staged pieces.
   {
