@@ -267,16 +267,16 @@ if has ar-ce; then  # run_symmetric's one-shot by copy engines: its test, then a
 fi
 if has ar-batch; then  # run_symmetric's paired-source loads (BRAID_AR_SYMM_BATCH) A/B, two rounds, then graphs
   for round in 1 2; do
-    for bt in 0 1; do
+    for bt in ${AR_BATCH:-none oneshot}; do
       echo "-- BRAID_AR_SYMM_BATCH=$bt, round $round, direct launches ($(date +%T))" | tee -a "$log"
       E="BRAID_AR_SYMM_BATCH=$bt" T=90 mpi bench allreduce --algo nccl,oneshot-sym,twoshot-sym -b 1M -e 256M -f 2 \
-        --json "$out/allreduce-batch$bt-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+        --json "$out/allreduce-batch-$bt-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
     done
   done
-  for bt in 0 1; do
+  for bt in ${AR_BATCH:-none oneshot}; do
     echo "-- BRAID_AR_SYMM_BATCH=$bt, graph replays" | tee -a "$log"
     E="BRAID_AR_SYMM_BATCH=$bt" T=60 mpi bench allreduce --graph --algo nccl,oneshot-sym,twoshot-sym -b 1M -e 64M -f 2 \
-      --json "$out/allreduce-batch$bt-graph.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+      --json "$out/allreduce-batch-$bt-graph.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
   done
 fi
 if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless ctest-mod ran it), A/B bench

@@ -96,8 +96,11 @@ struct AllReducerConfig {
   bool symm_interleaved = true;
   // run_symmetric's kernels: each thread loads two sources' vectors before adding them (PyTorch's
   // load_and_reduce issues every source's load first) instead of one source at a time; the same bits.
-  // Environment: BRAID_AR_SYMM_BATCH=0|1. Off until measured (it costs registers).
-  bool symm_batch_sources = false;
+  // Environment: BRAID_AR_SYMM_BATCH=none|oneshot|twoshot|both. On 2x H200 (01854e8) pairing made the
+  // one-shot 3-4% faster from 4 MiB (212.5 vs 219.3 us at 64 MiB) and the two-shot 14-20% slower from
+  // 32 MiB (255.7 vs 220.5), so by default only the one-shot pairs its loads.
+  bool symm_pair_oneshot = true;
+  bool symm_pair_twoshot = false;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
   // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).

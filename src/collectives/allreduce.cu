@@ -174,8 +174,10 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   }
   if (const char* e = std::getenv("BRAID_AR_SYMM_BATCH")) {
     const std::string m = e;
-    BRAID_REQUIRE(m == "0" || m == "1", "BRAID_AR_SYMM_BATCH must be 0 or 1");
-    cfg_.symm_batch_sources = m == "1";
+    BRAID_REQUIRE(m == "none" || m == "oneshot" || m == "twoshot" || m == "both",
+                  "BRAID_AR_SYMM_BATCH must be none, oneshot, twoshot or both");
+    cfg_.symm_pair_oneshot = m == "oneshot" || m == "both";
+    cfg_.symm_pair_twoshot = m == "twoshot" || m == "both";
   }
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
@@ -240,14 +242,14 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     {  // run_symmetric's kernels (they share the two-shot's slots, so at most twoshot_blocks)
       int m = 1 << 30;
       // only the variants this reducer launches (the paired-load ones use more registers)
-      const bool pb = cfg_.symm_batch_sources;
-      for (const void* k : {pb ? reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 1, true>)
+      const bool p1 = cfg_.symm_pair_oneshot, p2 = cfg_.symm_pair_twoshot;
+      for (const void* k : {p2 ? reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 1, true>)
                                : reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 1, false>),
-                            pb ? reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 4, true>)
+                            p2 ? reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 4, true>)
                                : reinterpret_cast<const void*>(ar::symm_twoshot_kernel<0, 4, false>),
-                            pb ? reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 1, true>)
+                            p1 ? reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 1, true>)
                                : reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 1, false>),
-                            pb ? reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 4, true>)
+                            p1 ? reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 4, true>)
                                : reinterpret_cast<const void*>(ar::symm_oneshot_kernel<0, 4, false>)}) {
         int b = 0;
         BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k, cfg_.threads, 0));
@@ -463,8 +465,8 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
   for (int r = 0; r < W; ++r) b.p[r] = buf.peer_as<uint16_t>(r) + offset;
   const int il = cfg_.symm_interleaved ? 1 : 0;
   const bool big = count >= (size_t(2) << 20);  // U = 4 vectors per thread per iteration from 2 Mi elements
-  const bool pb = cfg_.symm_batch_sources;
   if (algo == ArAlgo::kOneShot) {
+    const bool pb = cfg_.symm_pair_oneshot;
     const uint64_t vecs = (count + ar::kVec - 1) / ar::kVec;
     const int blocks = grid_for(vecs, cfg_.oneshot_min_vecs, symm_blocks_);
     auto* o = static_cast<uint16_t*>(out);
@@ -480,6 +482,7 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     const uint64_t stride = round_up((count + W - 1) / W, ar::kVec);
     const int blocks = grid_for(stride / ar::kVec, cfg_.twoshot_min_vecs, symm_blocks_);
     const SignalView sig = team_.signals();
+    const bool pb = cfg_.symm_pair_twoshot;
     BRAID_DISPATCH_DT(dtype, DT, {
       auto k = big ? (pb ? ar::symm_twoshot_kernel<DT, 4, true> : ar::symm_twoshot_kernel<DT, 4, false>)
                    : (pb ? ar::symm_twoshot_kernel<DT, 1, true> : ar::symm_twoshot_kernel<DT, 1, false>);

@@ -674,7 +674,7 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
 // made to a peer's copy (two-shot) and every read of a peer's copy happened before any rank's block b
 // returns: after the kernel a rank may overwrite its copy, and its copy holds every chunk.
 // Block b of every rank only touches its own set of vectors of a chunk (symm_block_vecs: the same set on
-// every rank), so it only meets block b. Template flag B (AllReducerConfig::symm_batch_sources): each
+// every rank), so it only meets block b. Template flag B (AllReducerConfig::symm_pair_oneshot / _twoshot): each
 // thread loads two sources' vectors before adding them (sum_in_rank_order_paired); the same bits.
 
 struct PeerBufs {

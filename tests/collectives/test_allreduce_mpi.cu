@@ -357,14 +357,14 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
     cudaGraphDestroy(g);
   }
   // Both block layouts (AllReducerConfig::symm_interleaved; interleaved is the default) and both load
-  // orders (symm_batch_sources: sources one at a time, or in pairs): the same exact sum, with grids from
-  // 1 block to the default; few other slots reserved (signal slots are never returned).
+  // orders (symm_pair_oneshot / _twoshot: sources one at a time, or in pairs): the same exact sum, with
+  // grids from 1 block to the default; few other slots reserved (signal slots are never returned).
   for (bool batch : {false, true})
     for (bool interleaved : {false, true})
       for (int blocks : {1, 3, 528}) {
         braid::AllReducerConfig cfg;
         cfg.symm_interleaved = interleaved;
-        cfg.symm_batch_sources = batch;
+        cfg.symm_pair_oneshot = cfg.symm_pair_twoshot = batch;
         cfg.twoshot_blocks = blocks;  // caps run_symmetric's grid
         cfg.oneshot_blocks = cfg.quant_blocks = cfg.quant_pipe_blocks = 1;
         braid::AllReducer r(s, cfg);
