@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -277,6 +277,15 @@ if has ar-batch; then  # run_symmetric's paired-source loads (BRAID_AR_SYMM_BATC
     echo "-- BRAID_AR_SYMM_BATCH=$bt, graph replays" | tee -a "$log"
     E="BRAID_AR_SYMM_BATCH=$bt" T=60 mpi bench allreduce --graph --algo nccl,oneshot-sym,twoshot-sym -b 1M -e 64M -f 2 \
       --json "$out/allreduce-batch-$bt-graph.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+  done
+fi
+if has ar-qpair; then  # the fused quantized kernel's stage-2 load order (BRAID_AR_QUANT_PAIR) A/B, two rounds
+  for round in 1 2; do
+    for qp in 0 1; do
+      echo "-- BRAID_AR_QUANT_PAIR=$qp, round $round ($(date +%T))" | tee -a "$log"
+      E="BRAID_AR_QUANT_PAIR=$qp" T=90 mpi bench allreduce --algo nccl,int8,int6,int4 -b 4M -e 256M -f 4 \
+        --json "$out/allreduce-qpair$qp-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+    done
   done
 fi
 if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless ctest-mod ran it), A/B bench

@@ -179,6 +179,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.symm_pair_oneshot = m == "oneshot" || m == "both";
     cfg_.symm_pair_twoshot = m == "twoshot" || m == "both";
   }
+  if (const char* e = std::getenv("BRAID_AR_QUANT_PAIR")) cfg_.quant_pair_sources = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
@@ -566,7 +567,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
   const uint64_t meta = round_up(round_up((cfg_.piece_elems + W - 1) / W, 256), 16);
   for (size_t off = 0; off < count; off += cfg_.piece_elems) {
     const size_t n = std::min(cfg_.piece_elems, count - off);
-    ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta};
+    ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta, cfg_.quant_pair_sources ? 1 : 0};
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
     // The pipelined kernel is out-of-place only: in place it returned wrong elements on 2x H200 at
@@ -632,7 +633,7 @@ void AllReducer::run_quant_nccl(const void* in, void* out, size_t count, DType d
       }
       BRAID_NCCL_CHECK(ncclGroupEnd());
     }
-    ar::QuantGeom q2{n, stride, W, team_.rank(), m1, m2};
+    ar::QuantGeom q2{n, stride, W, team_.rank(), m1, m2, cfg_.quant_pair_sources ? 1 : 0};
     if (phases & kPhaseReduce) {
       BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
           ar::quant_stage2_kernel<B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(q2, recv, bytes1, ag_send))));

@@ -115,29 +115,48 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
   if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
 }
 
+// This lane's 8 codes of a group and the group's metadata word, as loaded (decode_group turns them
+// into values). Split from the decoding so that a caller can have several groups' loads in flight.
+struct RawGroup {
+  uint2 codes;  // INT8: 8 bytes; INT4: .x only (8 nibbles)
+  uint32_t meta;
+};
 template <int BITS>
-__device__ __forceinline__ void load_dequant(const uint8_t* payload, const uint32_t* meta, int lane_in_group, int valid,
-                                             float (&v)[kVec]) {
-  const uint32_t m = *meta;
+__device__ __forceinline__ RawGroup load_group(const uint8_t* payload, const uint32_t* meta, int lane_in_group) {
+  RawGroup g;
+  g.meta = *meta;
+  if constexpr (BITS == 8) {
+    g.codes = *reinterpret_cast<const uint2*>(payload + lane_in_group * 8);
+  } else {
+    g.codes.x = *reinterpret_cast<const uint32_t*>(payload + lane_in_group * 4);
+    g.codes.y = 0;
+  }
+  return g;
+}
+template <int BITS>
+__device__ __forceinline__ void decode_group(const RawGroup& g, int valid, float (&v)[kVec]) {
   // Decoding needs only scale and zero (no reciprocal): x' = fma(q, scale, zero), as dequantize_one.
   quant::GroupParams p;
-  p.scale = quant::half_bits_to_float(static_cast<uint16_t>(m & 0xffffu));
-  p.zero = quant::half_bits_to_float(static_cast<uint16_t>(m >> 16));
+  p.scale = quant::half_bits_to_float(static_cast<uint16_t>(g.meta & 0xffffu));
+  p.zero = quant::half_bits_to_float(static_cast<uint16_t>(g.meta >> 16));
   uint32_t q[kVec];
   if constexpr (BITS == 8) {
-    const uint2 w = *reinterpret_cast<const uint2*>(payload + lane_in_group * 8);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      q[j] = (w.x >> (8 * j)) & 0xffu;
-      q[4 + j] = (w.y >> (8 * j)) & 0xffu;
+      q[j] = (g.codes.x >> (8 * j)) & 0xffu;
+      q[4 + j] = (g.codes.y >> (8 * j)) & 0xffu;
     }
   } else {
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(payload + lane_in_group * 4);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) q[j] = (w >> (4 * j)) & 0xfu;
+    for (int j = 0; j < kVec; ++j) q[j] = (g.codes.x >> (4 * j)) & 0xfu;
   }
 #pragma unroll
   for (int j = 0; j < kVec; ++j) v[j] = j < valid ? quant::dequantize_one(q[j], p) : 0.f;
+}
+template <int BITS>
+__device__ __forceinline__ void load_dequant(const uint8_t* payload, const uint32_t* meta, int lane_in_group, int valid,
+                                             float (&v)[kVec]) {
+  decode_group<BITS>(load_group<BITS>(payload, meta, lane_in_group), valid, v);
 }
 
 // Launch sequence of one algorithm, in device memory: seq[0] counts completed launches, seq[1] counts
@@ -172,6 +191,7 @@ struct QuantGeom {
   int world, rank;
   uint64_t meta_in;    // offset of the metadata in a slot that is read
   uint64_t meta_out;   // offset of the metadata in a slot that is written
+  int pair_sources = 1;  // stage 2: two sources' loads in flight before decoding (1) or one at a time (0)
 };
 
 __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uint64_t& g0, uint64_t& g1) {
@@ -231,12 +251,25 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, Src src, Dst ds
 #pragma unroll
     for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
     if (valid > 0) {
-      for (int s = 0; s < q.world; ++s) {
-        float v[kVec];
-        load_dequant<BITS1>(src(s) + gi * G * BITS1 / 8, reinterpret_cast<const uint32_t*>(src(s) + q.meta_in) + gi,
-                            lane_in_group, valid, v);
+      // Two sources' loads in flight before the first is decoded (q.pair_sources); the adds stay in
+      // rank order, so the bits do not depend on it.
+      const int step = q.pair_sources ? 2 : 1;
+      for (int s = 0; s < q.world; s += step) {
+        const bool two = step == 2 && s + 1 < q.world;
+        RawGroup raw[2];
+        raw[0] = load_group<BITS1>(src(s) + gi * G * BITS1 / 8,
+                                   reinterpret_cast<const uint32_t*>(src(s) + q.meta_in) + gi, lane_in_group);
+        if (two)
+          raw[1] = load_group<BITS1>(src(s + 1) + gi * G * BITS1 / 8,
+                                     reinterpret_cast<const uint32_t*>(src(s + 1) + q.meta_in) + gi, lane_in_group);
 #pragma unroll
-        for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
+        for (int k = 0; k < 2; ++k) {
+          if (k == 1 && !two) break;
+          float v[kVec];
+          decode_group<BITS1>(raw[k], valid, v);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
+        }
       }
     }
     // Quantize once, store to every destination (same bytes everywhere).
@@ -308,7 +341,7 @@ struct QuantWorkspace {
 // a rank can only start launch k+2 after every peer finished its part of launch k+1, which each began
 // only after finishing launch k.
 template <int DT, int BITS1, int BITS2, int G>
-__global__ void __launch_bounds__(512) quant_allreduce_kernel(const uint16_t* in, uint16_t* out,
+__global__ void __launch_bounds__(512, 2) quant_allreduce_kernel(const uint16_t* in, uint16_t* out,
                                                                const __grid_constant__ QuantGeom q,
                                                                const __grid_constant__ QuantWorkspace ws,
                                                                const __grid_constant__ SignalView sig, int slot0,

@@ -118,6 +118,30 @@ TEST(AllReduce, QuantizedEqualsCpuReferenceBitForBit) {
   EXPECT_EQ(cases, 3 * 2 * 3 * 5 * 4);
 }
 
+TEST(AllReduce, QuantizedStage2LoadOrderDoesNotChangeBits) {
+  // AllReducerConfig::quant_pair_sources (the default, covered above) against one source at a time:
+  // both equal the CPU reference, fused and over NCCL, with few and many blocks (uneven group ranges).
+  ASSERT_TRUE(team().peer_ok());
+  const int rank = team().rank();
+  for (int blocks : {3, 528}) {
+    braid::AllReducerConfig cfg;
+    cfg.quant_pair_sources = false;
+    cfg.quant_blocks = blocks;
+    braid::AllReducer ar(team(), cfg);
+    for (Precision p : {Precision::kInt8, Precision::kInt6, Precision::kInt4})
+      for (size_t n : {size_t(7), size_t(65536 + 129), (size_t(1) << 20) + 5}) {
+        const int g = n % 3 ? 128 : 32;
+        const auto in = inputs(n, q::Dtype::bf16, braid::dist::Distribution::outlier, 77 + n + blocks);
+        const auto expect = q::reference_allreduce(mode_of(p), g, q::Dtype::bf16, in);
+        for (ArAlgo algo : {ArAlgo::kQuantP2P, ArAlgo::kQuantNccl}) {
+          const auto got = run_ar(ar, in[rank], DType::kBF16, algo, p, g, false);
+          EXPECT_EQ(differences(got, expect), 0u) << "unpaired " << braid::algo_name(algo) << " blocks<=" << blocks
+                                                  << " " << braid::precision_name(p) << " g=" << g << " n=" << n;
+        }
+      }
+  }
+}
+
 TEST(AllReduce, PipelinedDeepPipelinesOddSizesAndTails) {
   // Few blocks force many sub-rounds per block (deep pipelines, both barrier parities, uneven block
   // ranges); odd counts leave partial groups and partial 16-value units; g = 64 covers the last size.
