@@ -27,10 +27,14 @@
 # Twelfth session: `build test ar-grid` 4.1 min cold (2x H200); `build ar-ce peers` 2.1 min; `build test
 # strands-smres gemm-swizzle` (CTEST_R=test_allreduce_mpi, STRANDS_THROTTLE=2, SMRES_NVLINK=0, STRANDS_ROUNDS=2)
 # 5 min; `build test gemm-swizzle` (CTEST_R=overlap, SWIZZLES="1 8", 12 shapes) 3.4 min.
-# Next: `build test measure-rs` (OVERLAP_TRANSPORT=symmetric: the full sweep with the swizzle default), then
-# `strands-smres` (STRANDS_THROTTLE=2: the new strands-arena-io-2link-dag) and `allreduce` (host_enqueue_us);
-# x4/x8 when lent: `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`; `ncu-t3` with
-# NCU_ALGOS including t3-ring-cublas on H100. Uses .deps carried from this machine (setup.sh --stage).
+# Thirteenth session (every call served by 2x H200): `build test ar-batch peers` 5 min cold (full ctest);
+# `build test ar-batch peers` (CTEST_R=test_allreduce_mpi) 2.5 min cold; `measure-rs strands-smres` 4.3 min warm;
+# `allreduce` 34 s warm; `ncu-t3` (all 6 algos, 25 shapes) 3.5 min warm; `build test ar-batch ar-qpair peers` 2.3 min.
+# Next, on 2x H100 (the acceptance card; none was served in the thirteenth session): `build test ar-batch
+# ar-qpair peers` (does the paired one-shot beat PyTorch's two-shot at 16-256 MiB there too?), then
+# `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2); x4/x8 when lent:
+# `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
+# machine (setup.sh --stage).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
