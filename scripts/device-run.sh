@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -31,7 +31,8 @@
 # `build test ar-batch peers` (CTEST_R=test_allreduce_mpi) 2.5 min cold; `measure-rs strands-smres` 4.3 min warm;
 # `allreduce` 34 s warm; `ncu-t3` (all 6 algos, 25 shapes) 3.5 min warm; `build test ar-batch ar-qpair peers` 2.3 min.
 # Next, on 2x H100 (the acceptance card; none was served in the thirteenth session): `build test ar-batch
-# ar-qpair peers` (does the paired one-shot beat PyTorch's two-shot at 16-256 MiB there too?), then
+# ar-qpair ar-1step peers` (does the paired one-shot beat PyTorch's two-shot at 16-256 MiB there too? the
+# one-step quantized all-reduce, written after the device time, is not GPU-run: its test first), then
 # `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
@@ -290,6 +291,21 @@ if has ar-qpair; then  # the fused quantized kernel's stage-2 load order (BRAID_
       E="BRAID_AR_QUANT_PAIR=$qp" T=90 mpi bench allreduce --algo nccl,int8,int6,int4 -b 4M -e 256M -f 4 \
         --json "$out/allreduce-qpair$qp-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
     done
+  done
+fi
+if has ar-1step; then  # the one-step quantized all-reduce (int8-1step, int4-1step): its test, then beside the two-step
+  echo "== test_allreduce_mpi ($(date +%T))" | tee -a "$log"
+  (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce" > "$out/ctest-ar-1step.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-1step.log" | tee -a "$log"
+  for round in 1 2; do
+    echo "-- round $round ($(date +%T))" | tee -a "$log"
+    T=120 mpi bench allreduce --algo nccl,int8,int8-1step,int4,int4-1step -b 1M -e 256M -f 4 \
+      --json "$out/allreduce-1step-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+  done
+  for d in student-t outlier; do
+    T=60 mpi bench allreduce --algo nccl,int8,int8-1step,int4,int4-1step -b 64M -e 64M --dist $d \
+      --json "$out/allreduce-1step-dists.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
   done
 fi
 if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless ctest-mod ran it), A/B bench

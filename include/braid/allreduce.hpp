@@ -34,7 +34,10 @@ enum class ArAlgo {
   kTwoShot,   // reduce-scatter by remote stores, then all-gather by remote stores
   kQuantP2P,  // Flash Communication two-step, fused, over peer memory
   kQuantNccl, // Flash Communication two-step, NCCL all-to-all + all-gather as transport
-  kOneShotCE  // AllReducer::run_symmetric only: copy engines pull the peers' copies, SMs only add
+  kOneShotCE,   // AllReducer::run_symmetric only: copy engines pull the peers' copies, SMs only add
+  kQuantOneStep // INT8/INT4 only: each rank quantizes its input once into its own workspace, every rank
+                // pulls every rank's codes and sums them (quant::reference_allreduce_onestep); W = 2's
+                // equal of the two-step in link bytes, with one quantization instead of two
 };
 // Kernel of the fused quantized algorithm (kQuantP2P); same output bits either way.
 enum class QuantImpl {
@@ -45,7 +48,8 @@ enum class QuantImpl {
 const char* algo_name(ArAlgo a);
 const char* precision_name(Precision p);
 const char* quant_impl_name(QuantImpl i);
-// "nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6", "int4", "int8-nccl", ... -> (algo, precision).
+// "nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6", "int4", "int8-nccl", "int8-1step", "int4-1step",
+// ... -> (algo, precision).
 bool parse_algo(const std::string& s, ArAlgo* algo, Precision* precision);
 // The same, plus "int8-pipe" / "int8-classic" (and int6/int4): the fused algorithm with a given kernel
 // (*impl = kDefault for every other name).
@@ -172,6 +176,7 @@ class AllReducer {
                      int group, QuantImpl impl);
   void run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                       int group, unsigned phases);
+  void run_quant_onestep(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits, int group);
   void run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t s, uint16_t* out, size_t offset);
 
   Team& team_;

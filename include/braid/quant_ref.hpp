@@ -97,6 +97,13 @@ uint32_t code_at(const Quantized& q, uint64_t i);  // the code of element i
 std::vector<uint16_t> reference_allreduce(Mode mode, int group, Dtype dtype,
                                           const std::vector<std::vector<uint16_t>>& inputs);
 
+// The one-step variant (AllReducer's kQuantOneStep, W = 2's equal of the two-step in link bytes):
+// every rank quantizes each chunk of its input with `bits` (4 or 8; the chunks and groups of the
+// two-step's step 1), every rank decodes every rank's codes and sums them in fp32 in rank order, and the
+// sum is rounded once to `dtype`: one quantization instead of two. Same argument checks.
+std::vector<uint16_t> reference_allreduce_onestep(int bits, int group, Dtype dtype,
+                                                  const std::vector<std::vector<uint16_t>>& inputs);
+
 // Error model of one all-reduce, computed from the actual group parameters of both steps.
 struct ErrorModel {
   // sqrt(sum_i [sum_r s1(r,i)^2/12 + s2(i)^2/12]) / ||ref||_2: uniform rounding noise of the two

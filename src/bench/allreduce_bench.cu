@@ -222,9 +222,13 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
         if (n <= block) {
           std::vector<std::vector<uint16_t>> ins(W);
           for (int r = 0; r < W; ++r) ins[r].assign(qin[r].begin(), qin[r].begin() + n);
-          const auto expect = quant::reference_allreduce(
-              prec == Precision::kInt8 ? quant::Mode::int8 : prec == Precision::kInt6 ? quant::Mode::int6 : quant::Mode::int4,
-              a.group, qdtype(a.dtype), ins);
+          const auto expect =
+              al == ArAlgo::kQuantOneStep
+                  ? quant::reference_allreduce_onestep(prec == Precision::kInt8 ? 8 : 4, a.group, qdtype(a.dtype), ins)
+                  : quant::reference_allreduce(prec == Precision::kInt8   ? quant::Mode::int8
+                                               : prec == Precision::kInt6 ? quant::Mode::int6
+                                                                          : quant::Mode::int4,
+                                               a.group, qdtype(a.dtype), ins);
           std::vector<uint16_t> got(n);
           BRAID_CUDA_CHECK(cudaMemcpy(got.data(), out0, n * es, cudaMemcpyDeviceToHost));
           size_t diff = 0;

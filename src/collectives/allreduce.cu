@@ -77,6 +77,7 @@ const char* algo_name(ArAlgo a) {
     case ArAlgo::kQuantP2P: return "quant";
     case ArAlgo::kQuantNccl: return "quant-nccl";
     case ArAlgo::kOneShotCE: return "oneshot-ce";
+    case ArAlgo::kQuantOneStep: return "quant-1step";
   }
   return "?";
 }
@@ -122,6 +123,11 @@ bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
   if (s == "twoshot") { *algo = ArAlgo::kTwoShot; return true; }
   if (s == "oneshot-ce") { *algo = ArAlgo::kOneShotCE; return true; }
   if (s == "auto") { *algo = ArAlgo::kAuto; return true; }
+  if (s == "int8-1step" || s == "int4-1step") {
+    *prec = s[3] == '8' ? Precision::kInt8 : Precision::kInt4;
+    *algo = ArAlgo::kQuantOneStep;
+    return true;
+  }
   const bool nccl = s.size() > 5 && s.substr(s.size() - 5) == "-nccl";
   const std::string base = nccl ? s.substr(0, s.size() - 5) : s;
   if (base == "int8") *prec = Precision::kInt8;
@@ -144,6 +150,7 @@ std::vector<TuningRow> parse_tuning_table(const std::string& text) {
     Precision p;
     if (algo == "quant") t.algo = ArAlgo::kQuantP2P;
     else if (algo == "quant-nccl") t.algo = ArAlgo::kQuantNccl;
+    else if (algo == "quant-1step") t.algo = ArAlgo::kQuantOneStep;
     else if (!parse_algo(algo, &t.algo, &p) || t.algo == ArAlgo::kAuto || t.algo == ArAlgo::kOneShotCE)
       throw UsageError("tuning table: unknown algorithm '" + algo + "' (oneshot-ce is run_symmetric only)", __FILE__,
                        __LINE__);
@@ -320,9 +327,18 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
   }
   // Never change precision behind the caller's back; fall back on transport only.
   const bool quant = opt.precision != Precision::kExact;
-  if (quant && a != ArAlgo::kQuantP2P && a != ArAlgo::kQuantNccl) a = ArAlgo::kQuantP2P;
-  if (!quant && (a == ArAlgo::kQuantP2P || a == ArAlgo::kQuantNccl))
+  const bool quant_algo = a == ArAlgo::kQuantP2P || a == ArAlgo::kQuantNccl || a == ArAlgo::kQuantOneStep;
+  if (quant && !quant_algo) a = ArAlgo::kQuantP2P;
+  if (!quant && quant_algo)
     throw UsageError("a quantized algorithm was requested with exact precision", __FILE__, __LINE__);
+  if (a == ArAlgo::kQuantOneStep) {  // a different algorithm (its own error): never replaced silently
+    if (opt.precision == Precision::kInt6)
+      throw UsageError("the one-step quantized all-reduce is INT8 or INT4 (INT6 needs two steps)", __FILE__,
+                       __LINE__);
+    if (!team_.peer_ok())
+      throw UsageError("the one-step quantized all-reduce needs peer access (" + team_.peer_status() + ")", __FILE__,
+                       __LINE__);
+  }
   if (a == ArAlgo::kOneShotCE)
     throw UsageError("oneshot-ce reads the peers' copies of the input: AllReducer::run_symmetric only", __FILE__,
                      __LINE__);
@@ -369,6 +385,9 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
       else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group, opt.quant_phases);
       return;
     }
+    case ArAlgo::kQuantOneStep:
+      run_quant_onestep(in, out, count, dtype, s, opt.precision == Precision::kInt8 ? 8 : 4, opt.group);
+      return;
     case ArAlgo::kAuto:
     case ArAlgo::kOneShotCE: break;
   }
@@ -587,6 +606,26 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
     BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
         ar::quant_allreduce_kernel<DT, B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(
             x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4)))));
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+void AllReducer::run_quant_onestep(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits,
+                                   int group) {
+  const int W = team_.size();
+  ar::QuantWorkspace ws{};
+  for (int r = 0; r < W; ++r) ws.base[r] = ws_quant_->peer_as<uint8_t>(r);
+  ws.slot_bytes = quant_slot_;
+  const uint64_t meta = round_up(round_up((cfg_.piece_elems + W - 1) / W, 256), 16);
+  for (size_t off = 0; off < count; off += cfg_.piece_elems) {
+    const size_t n = std::min(cfg_.piece_elems, count - off);
+    const ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta};
+    const auto* x = static_cast<const uint16_t*>(in) + off;
+    auto* y = static_cast<uint16_t*>(out) + off;
+    const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
+    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(bits, bits, B, B2, BRAID_DISPATCH_GROUP(group, G, (
+        ar::quant_onestep_kernel<DT, B, G><<<blocks, cfg_.threads, 0, s>>>(x, y, q, ws, team_.signals(),
+                                                                            slot_quant_, seq_ + 4)))));
     BRAID_CHECK_LAUNCH();
   }
 }

@@ -363,6 +363,69 @@ __global__ void __launch_bounds__(512, 2) quant_allreduce_kernel(const uint16_t*
   finish_launch(seq);
 }
 
+// The one-step quantized all-reduce (ArAlgo::kQuantOneStep; quant::reference_allreduce_onestep): every
+// rank quantizes each chunk c of its input into its *own* workspace slot c (local stores), one per-block
+// barrier, then every rank reads every rank's codes of every chunk (remote loads; two sources in flight),
+// decodes, sums in rank order in fp32 and rounds once into `out`. All ranks read the same bytes in the same
+// order: bit-identical outputs. At W = 2 the link carries the two-step's bytes ((W-1) n codes per rank);
+// above W = 2 it carries more. Block b quantizes and reads the same groups of every chunk on every rank,
+// so it only meets block b; the barrier's release (after bar.sync) makes its local codes visible to the
+// peers' block b, its acquire makes theirs visible here. Reuse without a closing barrier: the workspace
+// phase alternates by launch (as quant_allreduce_kernel, sharing its launch counter and slots); a rank
+// writes the slots of launch k again only in launch k+2, after its block b met every peer's block b in
+// launch k+1, which each began after finishing launch k (and its reads of them).
+template <int DT, int BITS, int G>
+__global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* in, uint16_t* out,
+                                                                const __grid_constant__ QuantGeom q,
+                                                                const __grid_constant__ QuantWorkspace ws,
+                                                                const __grid_constant__ SignalView sig, int slot0,
+                                                                uint32_t* seq) {
+  constexpr int TPG = G / kVec;
+  const int slot = slot0 + blockIdx.x;
+  const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
+  const uint64_t sb = ws.slot_bytes;
+  auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
+  stage_quantize<DT, BITS, G>(in, q, [&](int c) { return slot_of(q.rank, c); });
+  if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
+  uint64_t g0, g1;
+  block_group_range(q.stride / G, g0, g1);
+  const int lane_in_group = threadIdx.x % TPG;
+  const int groups_per_iter = blockDim.x / TPG;
+  for (int i = 0; i < q.world; ++i) {
+    const int c = (q.rank + i) % q.world;  // staggered: ranks start on different chunks
+    const uint64_t c0 = q.stride * c;
+    for (uint64_t base = g0; base < g1; base += groups_per_iter) {
+      const uint64_t gi = base + threadIdx.x / TPG;
+      const uint64_t e = c0 + gi * G + lane_in_group * kVec;
+      const int valid = gi < g1 && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
+      if (valid <= 0) continue;  // no shuffles below
+      float sum[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
+      for (int s = 0; s < q.world; s += 2) {
+        const bool two = s + 1 < q.world;
+        RawGroup raw[2];
+        raw[0] = load_group<BITS>(slot_of(s, c) + gi * G * BITS / 8,
+                                  reinterpret_cast<const uint32_t*>(slot_of(s, c) + q.meta_out) + gi, lane_in_group);
+        if (two)
+          raw[1] = load_group<BITS>(slot_of(s + 1, c) + gi * G * BITS / 8,
+                                    reinterpret_cast<const uint32_t*>(slot_of(s + 1, c) + q.meta_out) + gi,
+                                    lane_in_group);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          if (k == 1 && !two) break;
+          float v[kVec];
+          decode_group<BITS>(raw[k], valid, v);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
+        }
+      }
+      store8<DT>(out + e, valid, sum);
+    }
+  }
+  finish_launch(seq);
+}
+
 // The three stages as separate kernels, for NCCL as transport.
 template <int DT, int BITS, int G>
 __global__ void __launch_bounds__(512) quant_stage1_kernel(const uint16_t* in, const __grid_constant__ QuantGeom q,

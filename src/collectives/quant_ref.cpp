@@ -178,15 +178,53 @@ std::vector<double> exact_sum(const std::vector<std::vector<float>>& inputs) {
   return r;
 }
 
+namespace {
+// deq = what the owners decode of one rank's values xr: each owner's chunk quantized with `bits` in
+// groups from the chunk's start (step 1 of both algorithms).
+void decode_contribution(const std::vector<float>& xr, uint64_t n, int world, int group, int bits,
+                         std::vector<float>& deq) {
+  std::vector<uint8_t> payload;
+  std::vector<uint16_t> meta;
+  for (int o = 0; o < world; ++o) {
+    const ChunkRange c = chunk_range(n, world, group, o);
+    if (c.size() == 0) continue;
+    payload.assign(payload_bytes(c.size(), bits), 0);
+    meta.assign(2 * num_groups(c.size(), group), 0);
+    quantize_groups(xr.data() + c.begin, c.size(), bits, group, payload.data(), meta.data());
+    dequantize_groups(payload.data(), meta.data(), c.size(), bits, group, deq.data() + c.begin);
+  }
+}
+uint64_t checked_length(const std::vector<std::vector<uint16_t>>& inputs) {
+  if (inputs.empty()) throw std::invalid_argument("braid::quant::reference_allreduce: empty world");
+  const uint64_t n = inputs[0].size();
+  for (const auto& in : inputs)
+    if (in.size() != n) throw std::invalid_argument("braid::quant::reference_allreduce: ranks of different lengths");
+  return n;
+}
+}  // namespace
+
+std::vector<uint16_t> reference_allreduce_onestep(int bits, int group, Dtype dtype,
+                                                  const std::vector<std::vector<uint16_t>>& inputs) {
+  check_bits_group(bits, group);
+  const uint64_t n = checked_length(inputs);
+  const int world = static_cast<int>(inputs.size());
+  std::vector<float> sum(n, 0.0f), xr(n), deq(n);
+  for (int r = 0; r < world; ++r) {  // rank order, fp32, from +0
+    for (uint64_t i = 0; i < n; ++i) xr[i] = to_float(inputs[r][i], dtype);
+    decode_contribution(xr, n, world, group, bits, deq);
+    for (uint64_t i = 0; i < n; ++i) sum[i] = sum[i] + deq[i];
+  }
+  std::vector<uint16_t> out(n);
+  for (uint64_t i = 0; i < n; ++i) out[i] = from_float(sum[i], dtype);
+  return out;
+}
+
 AllReduceTrace reference_allreduce_traced(Mode mode, int group, Dtype dtype,
                                           const std::vector<std::vector<uint16_t>>& inputs) {
   const ModeBits mb = mode_bits(mode);
   check_bits_group(mb.step1, group);
-  if (inputs.empty()) throw std::invalid_argument("braid::quant::reference_allreduce: empty world");
+  const uint64_t n = checked_length(inputs);
   const int world = static_cast<int>(inputs.size());
-  const uint64_t n = inputs[0].size();
-  for (const auto& in : inputs)
-    if (in.size() != n) throw std::invalid_argument("braid::quant::reference_allreduce: ranks of different lengths");
 
   const uint64_t ng = num_groups(n, group);
   AllReduceTrace t;
@@ -200,14 +238,7 @@ AllReduceTrace reference_allreduce_traced(Mode mode, int group, Dtype dtype,
   std::vector<uint16_t> meta;
   for (int r = 0; r < world; ++r) {  // rank order: sum = sum + x_r, r = 0..W-1
     for (uint64_t i = 0; i < n; ++i) xr[i] = to_float(inputs[r][i], dtype);
-    for (int o = 0; o < world; ++o) {  // rank r's contribution to owner o's chunk
-      const ChunkRange c = chunk_range(n, world, group, o);
-      if (c.size() == 0) continue;
-      payload.assign(payload_bytes(c.size(), mb.step1), 0);
-      meta.assign(2 * num_groups(c.size(), group), 0);
-      quantize_groups(xr.data() + c.begin, c.size(), mb.step1, group, payload.data(), meta.data());
-      dequantize_groups(payload.data(), meta.data(), c.size(), mb.step1, group, deq.data() + c.begin);
-    }
+    decode_contribution(xr, n, world, group, mb.step1, deq);  // rank r's contribution to every owner's chunk
     for (uint64_t i = 0; i < n; ++i) {
       t.sum[i] = t.sum[i] + deq[i];
       if (r > 0) round_sum[i] += kU * std::fabs(static_cast<double>(t.sum[i]));

@@ -142,6 +142,39 @@ TEST(AllReduce, QuantizedStage2LoadOrderDoesNotChangeBits) {
   }
 }
 
+TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
+  // ArAlgo::kQuantOneStep against quant::reference_allreduce_onestep: INT8 and INT4, both dtypes, group
+  // sizes, tails, in place and not, the default grid and 3 blocks (uneven group ranges), and alternating
+  // with the two-step kernel on the same workspace and launch counter.
+  ASSERT_TRUE(team().peer_ok());
+  const int rank = team().rank(), W = team().size();
+  braid::AllReducerConfig few;
+  few.quant_blocks = 3;
+  braid::AllReducer small(team(), few);
+  for (braid::AllReducer* ar : {&reducer(), &small})
+    for (Precision p : {Precision::kInt8, Precision::kInt4})
+      for (DType dt : {DType::kBF16, DType::kFP16})
+        for (int g : {32, 128, 256})
+          for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(123457), (size_t(1) << 20) + 3}) {
+            const q::Dtype qd = dt == DType::kBF16 ? q::Dtype::bf16 : q::Dtype::fp16;
+            const auto in = inputs(n, qd, braid::dist::Distribution::outlier, 4000 + n + g);
+            const auto expect = q::reference_allreduce_onestep(p == Precision::kInt8 ? 8 : 4, g, qd, in);
+            const bool in_place = (n + g) % 3 == 0;
+            const auto got = run_ar(*ar, in[rank], dt, ArAlgo::kQuantOneStep, p, g, in_place);
+            EXPECT_EQ(differences(got, expect), 0u)
+                << "one-step " << braid::precision_name(p) << " " << braid::bench::dtype_name(dt) << " g=" << g
+                << " n=" << n << " W=" << W << (in_place ? " in-place" : "") << (ar == &small ? " 3 blocks" : "");
+            if (n == 1000) {  // the two-step on the same reducer in between
+              const auto two = run_ar(*ar, in[rank], dt, ArAlgo::kQuantP2P, p, g, false);
+              EXPECT_EQ(differences(two, q::reference_allreduce(mode_of(p), g, qd, in)), 0u);
+            }
+          }
+  braid::AllReduceOptions o;  // INT6 has no one-step form: refused before anything is enqueued
+  o.algo = ArAlgo::kQuantOneStep;
+  o.precision = Precision::kInt6;
+  EXPECT_THROW(reducer().run(nullptr, nullptr, 64, DType::kBF16, team().stream(), o), braid::UsageError);
+}
+
 TEST(AllReduce, PipelinedDeepPipelinesOddSizesAndTails) {
   // Few blocks force many sub-rounds per block (deep pipelines, both barrier parities, uneven block
   // ranges); odd counts leave partial groups and partial 16-value units; g = 64 covers the last size.

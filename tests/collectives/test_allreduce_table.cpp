@@ -57,6 +57,24 @@ TEST(AllReduceTable, AlgorithmNamesRoundTrip) {
   EXPECT_FALSE(braid::parse_algo("int3", &a, &p));
 }
 
+// The one-step quantized all-reduce: INT8 and INT4 only (INT6 is a two-step mode), no kernel suffixes.
+TEST(AllReduceTable, OneStepNamesParse) {
+  ArAlgo a;
+  Precision p;
+  ASSERT_TRUE(braid::parse_algo("int8-1step", &a, &p));
+  EXPECT_EQ(a, ArAlgo::kQuantOneStep);
+  EXPECT_EQ(p, Precision::kInt8);
+  ASSERT_TRUE(braid::parse_algo("int4-1step", &a, &p));
+  EXPECT_EQ(p, Precision::kInt4);
+  EXPECT_FALSE(braid::parse_algo("int6-1step", &a, &p));
+  braid::QuantImpl i;
+  EXPECT_FALSE(braid::parse_algo("int8-1step-pipe", &a, &p, &i));
+  EXPECT_STREQ(braid::algo_name(ArAlgo::kQuantOneStep), "quant-1step");
+  const auto t = braid::parse_tuning_table("2\tbf16\tint8\t100\tquant-1step\n");
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].algo, ArAlgo::kQuantOneStep);
+}
+
 TEST(AllReduceTable, QuantImplSuffixesSelectTheFusedKernel) {
   ArAlgo a;
   Precision p;
