@@ -173,10 +173,9 @@ class AllReducer {
   void run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_twoshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
-                     int group, QuantImpl impl);
+                     int group, QuantImpl impl, bool one_step = false);
   void run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                       int group, unsigned phases);
-  void run_quant_onestep(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits, int group);
   void run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t s, uint16_t* out, size_t offset);
 
   Team& team_;

@@ -385,9 +385,11 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
       else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group, opt.quant_phases);
       return;
     }
-    case ArAlgo::kQuantOneStep:
-      run_quant_onestep(in, out, count, dtype, s, opt.precision == Precision::kInt8 ? 8 : 4, opt.group);
+    case ArAlgo::kQuantOneStep: {
+      const int bits = opt.precision == Precision::kInt8 ? 8 : 4;
+      run_quant_p2p(in, out, count, dtype, s, bits, bits, opt.group, QuantImpl::kClassic, /*one_step=*/true);
       return;
+    }
     case ArAlgo::kAuto:
     case ArAlgo::kOneShotCE: break;
   }
@@ -578,7 +580,7 @@ void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtyp
 }
 
 void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,
-                               int group, QuantImpl impl) {
+                               int group, QuantImpl impl, bool one_step) {
   const int W = team_.size();
   ar::QuantWorkspace ws{};
   for (int r = 0; r < W; ++r) ws.base[r] = ws_quant_->peer_as<uint8_t>(r);
@@ -589,6 +591,14 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
     ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta, cfg_.quant_pair_sources ? 1 : 0};
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
+    if (one_step) {  // kQuantOneStep (b1 == b2): same workspace, slots and launch counter
+      const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
+      BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
+          ar::quant_onestep_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(x, y, q, ws, team_.signals(),
+                                                                               slot_quant_, seq_ + 4)))));
+      BRAID_CHECK_LAUNCH();
+      continue;
+    }
     // The pipelined kernel is out-of-place only: in place it returned wrong elements on 2x H200 at
     // n = 2^20 (a rank's output chunk overwritten while a peer still reads its input; not yet fixed,
     // docs/flash-communication.md), so in-place calls take the classic kernel.
@@ -606,26 +616,6 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
     BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
         ar::quant_allreduce_kernel<DT, B1, B2, G><<<blocks, cfg_.threads, 0, s>>>(
             x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4)))));
-    BRAID_CHECK_LAUNCH();
-  }
-}
-
-void AllReducer::run_quant_onestep(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits,
-                                   int group) {
-  const int W = team_.size();
-  ar::QuantWorkspace ws{};
-  for (int r = 0; r < W; ++r) ws.base[r] = ws_quant_->peer_as<uint8_t>(r);
-  ws.slot_bytes = quant_slot_;
-  const uint64_t meta = round_up(round_up((cfg_.piece_elems + W - 1) / W, 256), 16);
-  for (size_t off = 0; off < count; off += cfg_.piece_elems) {
-    const size_t n = std::min(cfg_.piece_elems, count - off);
-    const ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta};
-    const auto* x = static_cast<const uint16_t*>(in) + off;
-    auto* y = static_cast<uint16_t*>(out) + off;
-    const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
-    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(bits, bits, B, B2, BRAID_DISPATCH_GROUP(group, G, (
-        ar::quant_onestep_kernel<DT, B, G><<<blocks, cfg_.threads, 0, s>>>(x, y, q, ws, team_.signals(),
-                                                                            slot_quant_, seq_ + 4)))));
     BRAID_CHECK_LAUNCH();
   }
 }

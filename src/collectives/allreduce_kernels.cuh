@@ -158,6 +158,28 @@ __device__ __forceinline__ void load_dequant(const uint8_t* payload, const uint3
                                              float (&v)[kVec]) {
   decode_group<BITS>(load_group<BITS>(payload, meta, lane_in_group), valid, v);
 }
+// sum[j] += the decoded codes of this lane's group from sources 0..world-1, in rank order (fp32, one
+// rounding per add). payload(s) / meta(s): source s's group (its first code byte, its metadata word).
+// pair_sources: two sources' loads in flight before the first is decoded; the bits do not depend on it.
+template <int BITS, class Payload, class Meta>
+__device__ __forceinline__ void add_decoded_sources(float (&sum)[kVec], int world, int pair_sources, int lane_in_group,
+                                                    int valid, Payload payload, Meta meta) {
+  const int step = pair_sources ? 2 : 1;
+  for (int s = 0; s < world; s += step) {
+    const bool two = step == 2 && s + 1 < world;
+    RawGroup raw[2];
+    raw[0] = load_group<BITS>(payload(s), meta(s), lane_in_group);
+    if (two) raw[1] = load_group<BITS>(payload(s + 1), meta(s + 1), lane_in_group);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (k == 1 && !two) break;
+      float v[kVec];
+      decode_group<BITS>(raw[k], valid, v);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
+    }
+  }
+}
 
 // Launch sequence of one algorithm, in device memory: seq[0] counts completed launches, seq[1] counts
 // the blocks of the current launch that finished. All blocks of a launch read the same seq[0] (it is
@@ -252,7 +274,8 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, Src src, Dst ds
     for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
     if (valid > 0) {
       // Two sources' loads in flight before the first is decoded (q.pair_sources); the adds stay in
-      // rank order, so the bits do not depend on it.
+      // rank order, so the bits do not depend on it. (add_decoded_sources does the same; this loop is
+      // kept inline because the call changes the generated code of the measured kernel, 16a19b8.)
       const int step = q.pair_sources ? 2 : 1;
       for (int s = 0; s < q.world; s += step) {
         const bool two = step == 2 && s + 1 < q.world;
@@ -402,24 +425,9 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
       float sum[kVec];
 #pragma unroll
       for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
-      for (int s = 0; s < q.world; s += 2) {
-        const bool two = s + 1 < q.world;
-        RawGroup raw[2];
-        raw[0] = load_group<BITS>(slot_of(s, c) + gi * G * BITS / 8,
-                                  reinterpret_cast<const uint32_t*>(slot_of(s, c) + q.meta_out) + gi, lane_in_group);
-        if (two)
-          raw[1] = load_group<BITS>(slot_of(s + 1, c) + gi * G * BITS / 8,
-                                    reinterpret_cast<const uint32_t*>(slot_of(s + 1, c) + q.meta_out) + gi,
-                                    lane_in_group);
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          if (k == 1 && !two) break;
-          float v[kVec];
-          decode_group<BITS>(raw[k], valid, v);
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
-        }
-      }
+      add_decoded_sources<BITS>(
+          sum, q.world, 1, lane_in_group, valid, [&](int s) { return slot_of(s, c) + gi * G * BITS / 8; },
+          [&](int s) { return reinterpret_cast<const uint32_t*>(slot_of(s, c) + q.meta_out) + gi; });
       store8<DT>(out + e, valid, sum);
     }
   }
