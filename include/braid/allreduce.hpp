@@ -103,12 +103,12 @@ struct AllReducerConfig {
   // Environment: BRAID_AR_SYMM_BATCH=none|oneshot|twoshot|both. On 2x H200 (01854e8) pairing made the
   // one-shot 3-4% faster from 4 MiB (212.5 vs 219.3 us at 64 MiB) and the two-shot 14-20% slower from
   // 32 MiB (255.7 vs 220.5), so by default only the one-shot pairs its loads.
-  // The fused quantized kernel's stage 2 (dequantize + sum the W contributions): two sources' codes
-  // and metadata loaded before the first is decoded, or one source at a time; the same bits.
-  // Environment: BRAID_AR_QUANT_PAIR=0|1.
-  bool quant_pair_sources = true;
   bool symm_pair_oneshot = true;
   bool symm_pair_twoshot = false;
+  // The fused quantized kernel's stage 2 (dequantize + sum the W contributions): two sources' codes
+  // and metadata loaded before the first is decoded, or one source at a time; the same bits.
+  // Environment: BRAID_AR_QUANT_PAIR=0|1 (2x H200, 16a19b8: INT4 4%, INT8 1.5% faster at 64 MiB paired).
+  bool quant_pair_sources = true;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
   // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).
