@@ -109,6 +109,15 @@ struct AllReducerConfig {
   // and metadata loaded before the first is decoded, or one source at a time; the same bits.
   // Environment: BRAID_AR_QUANT_PAIR=0|1 (2x H200, 16a19b8: INT4 4%, INT8 1.5% faster at 64 MiB paired).
   bool quant_pair_sources = true;
+  // The one-step quantized kernel (kQuantOneStep) pipelined: each block's work cut into steps of this
+  // many iterations (512 threads x 8 values each) with a flag per step, quantizing step k + onestep_lag
+  // while it pulls and reduces step k; 0 = not pipelined (every block quantizes all, one barrier, pulls
+  // all). onestep_reduce_unroll: iterations whose loads are in flight together when pulling (1 or 2; 2
+  // spills a few bytes at the 64-register cap). The same bits for every value. Environment:
+  // BRAID_AR_1STEP_ITERS, BRAID_AR_1STEP_LAG, BRAID_AR_1STEP_RU.
+  int onestep_step_iters = 4;
+  int onestep_lag = 1;
+  int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
   // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).

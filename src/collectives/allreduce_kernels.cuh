@@ -434,6 +434,149 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
   finish_launch(seq);
 }
 
+// The one-step quantized all-reduce, pipelined (AllReducerConfig::onestep_step_iters > 0): the same
+// arithmetic, bytes and workspace as quant_onestep_kernel, but each block's work is cut into steps with a
+// flag per step, so one block's quantizing (HBM) overlaps another's pulling (NVLink) instead of every block
+// quantizing, then every block pulling.
+//
+// Block b's work, on every rank: for chunk c = 0..W-1, the groups [g0, g1) of chunk c (block_group_range),
+// in iterations of blockDim/TPG groups (one per thread group of TPG lanes); `iters` = W x ceil((g1-g0) /
+// groups per iteration). Step k is iterations [k*U, (k+1)*U) (U = step_iters). Order per block:
+//   quantize steps 0..L-1, signalling each; then for k = 0..steps-1: quantize + signal step k+L (if any),
+//   wait for every peer's step-k flag, pull and reduce step k.
+// Signal (step k): __syncthreads (the block's local code stores of step k are ordered before it), then
+// thread p stores base+k+1 to peer p's flag [slot][rank] with st.release.sys (cumulative, as
+// barrier_block's release mode). Wait (step k): thread p polls flag [slot][p] with ld.acquire.sys until it
+// reaches base+k+1 (wait_geq, bounded), then __syncthreads hands the acquire to the block. base = this
+// slot's epoch at entry; the last thread-0 store sets it to base+steps, identical on every rank (same n,
+// grid and U), so flags only grow, and slots stay shareable with the two-step kernel.
+// Reuse (why no closing barrier): my block b writes phase-p slots in launch k+2 only after my launch k+1
+// ended, in which some block waited for a peer's launch-(k+1) flag; the peer wrote it after its launch k
+// ended (stream order), so its reads of my launch-k codes are done. In place is safe: a rank's `in` is read
+// only by its own quantize steps, each before the reduce of the same elements writes `out`.
+// RU: iterations per reduce pass, their loads in flight together (RU = 2 spills 8-40 bytes at 64 registers).
+template <int DT, int BITS, int G, int RU>
+__global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16_t* in, uint16_t* out,
+                                                                     const __grid_constant__ QuantGeom q,
+                                                                     const __grid_constant__ QuantWorkspace ws,
+                                                                     const __grid_constant__ SignalView sig,
+                                                                     int slot0, uint32_t* seq, int step_iters, int lag) {
+  constexpr int TPG = G / kVec;
+  constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
+  const int slot = slot0 + blockIdx.x;
+  const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
+  const uint64_t sb = ws.slot_bytes;
+  const int rank = q.rank, world = q.world;
+  auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
+  uint64_t g0, g1;
+  block_group_range(q.stride / G, g0, g1);
+  const int lane_in_group = threadIdx.x % TPG;
+  const int gpi = blockDim.x / TPG;                        // groups per iteration
+  const uint64_t ipc = (g1 - g0 + gpi - 1) / gpi;          // iterations per chunk
+  const uint64_t iters = ipc * world;
+  const uint64_t U = static_cast<uint64_t>(step_iters);
+  const uint32_t steps = static_cast<uint32_t>((iters + U - 1) / U);
+  __shared__ uint32_t s_base;
+  __shared__ int s_ok;
+  if (threadIdx.x == 0) {
+    s_base = sig.epochs[slot];
+    s_ok = 1;
+  }
+  __syncthreads();
+  const uint32_t base = s_base;
+  // Iteration j of this block, for this thread: its chunk, group, first element and valid values.
+  struct At {
+    int c, valid;
+    uint64_t gi;
+    __device__ uint64_t e(uint64_t stride, int lane) const { return stride * c + gi * G + lane * kVec; }
+  };
+  auto at = [&](uint64_t j, uint64_t end) {
+    At a;
+    a.c = j < end ? static_cast<int>(j / ipc) : 0;
+    a.gi = g0 + (j % ipc) * gpi + threadIdx.x / TPG;
+    const uint64_t e = a.e(q.stride, lane_in_group);
+    a.valid = j < end && a.gi < g1 && e < q.n ? valid_count(q.n - e) : 0;
+    return a;
+  };
+  auto quantize_step = [&](uint32_t k) {  // block-uniform trip counts: every lane reaches the shuffles
+    const uint64_t j0 = k * U, j1 = j0 + U < iters ? j0 + U : iters;
+    for (uint64_t j = j0; j < j1; j += 2) {
+      At a[2];
+      float v[2][kVec];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        a[u] = at(j + u, j1);
+        load8<DT>(in + (a[u].valid ? a[u].e(q.stride, lane_in_group) : 0), a[u].valid, v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+        if (j + u < j1)
+          quantize_store<BITS, TPG>(v[u], a[u].valid, lane_in_group, slot_of(rank, a[u].c) + a[u].gi * G * BITS / 8,
+                                    reinterpret_cast<uint32_t*>(slot_of(rank, a[u].c) + q.meta_out) + a[u].gi);
+    }
+    __syncthreads();  // signal: the block's code stores of step k before the release stores
+    if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != rank)
+      dev::store_release(dev::flag_at(sig.peer_flags[threadIdx.x], slot, rank), base + k + 1);
+  };
+  auto reduce_step = [&](uint32_t k) {  // RU iterations' loads (two sources each) in flight
+    const uint64_t j0 = k * U, j1 = j0 + U < iters ? j0 + U : iters;
+    for (uint64_t j = j0; j < j1; j += RU) {
+      At a[RU];
+      float sum[RU][kVec];
+#pragma unroll
+      for (int u = 0; u < RU; ++u) {
+        a[u] = at(j + u, j1);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) sum[u][i] = 0.f;
+      }
+      for (int s = 0; s < world; s += 2) {
+        const bool two = s + 1 < world;
+        RawGroup raw[RU][2];
+#pragma unroll
+        for (int u = 0; u < RU; ++u)
+          if (a[u].valid > 0) {
+            const uint64_t po = a[u].gi * G * BITS / 8;
+            raw[u][0] = load_group<BITS>(slot_of(s, a[u].c) + po,
+                                         reinterpret_cast<const uint32_t*>(slot_of(s, a[u].c) + q.meta_out) + a[u].gi,
+                                         lane_in_group);
+            if (two)
+              raw[u][1] = load_group<BITS>(
+                  slot_of(s + 1, a[u].c) + po,
+                  reinterpret_cast<const uint32_t*>(slot_of(s + 1, a[u].c) + q.meta_out) + a[u].gi, lane_in_group);
+          }
+#pragma unroll
+        for (int u = 0; u < RU; ++u)
+          if (a[u].valid > 0)
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+              if (t == 1 && !two) break;
+              float v[kVec];
+              decode_group<BITS>(raw[u][t], a[u].valid, v);
+#pragma unroll
+              for (int i = 0; i < kVec; ++i) sum[u][i] = __fadd_rn(sum[u][i], v[i]);
+            }
+      }
+#pragma unroll
+      for (int u = 0; u < RU; ++u)
+        if (a[u].valid > 0) store8<DT>(out + a[u].e(q.stride, lane_in_group), a[u].valid, sum[u]);
+    }
+  };
+  const uint32_t L = static_cast<uint32_t>(lag);
+  for (uint32_t k = 0; k < L && k < steps; ++k) quantize_step(k);
+  for (uint32_t k = 0; k < steps; ++k) {
+    if (k + L < steps) quantize_step(k + L);
+    if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != rank &&
+        !dev::wait_geq<true>(sig, dev::flag_at(sig.local_flags, slot, threadIdx.x), base + k + 1, kOp, slot,
+                             threadIdx.x))
+      s_ok = 0;
+    __syncthreads();
+    if (!s_ok) return;  // a timeout is recorded; the host's synchronize throws
+    reduce_step(k);
+  }
+  if (threadIdx.x == 0) sig.epochs[slot] = base + steps;
+  finish_launch(seq);
+}
+
 // The three stages as separate kernels, for NCCL as transport.
 template <int DT, int BITS, int G>
 __global__ void __launch_bounds__(512) quant_stage1_kernel(const uint16_t* in, const __grid_constant__ QuantGeom q,

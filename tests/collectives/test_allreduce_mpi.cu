@@ -145,13 +145,27 @@ TEST(AllReduce, QuantizedStage2LoadOrderDoesNotChangeBits) {
 TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // ArAlgo::kQuantOneStep against quant::reference_allreduce_onestep: INT8 and INT4, both dtypes, group
   // sizes, tails, in place and not, the default grid and 3 blocks (uneven group ranges), and alternating
-  // with the two-step kernel on the same workspace and launch counter.
+  // with the two-step kernel on the same workspace and launch counter. Kernels: pipelined with the
+  // default steps (reducer(), `small`), pipelined with one iteration per step, two steps ahead and two
+  // iterations per reduce pass (`deep`: many flags per block, both unrolls' tails), and not pipelined (`flat`).
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
   few.quant_blocks = 3;
   braid::AllReducer small(team(), few);
-  for (braid::AllReducer* ar : {&reducer(), &small})
+  braid::AllReducerConfig deep_cfg = few;
+  deep_cfg.onestep_step_iters = 1;
+  deep_cfg.onestep_lag = 2;
+  deep_cfg.onestep_reduce_unroll = 2;
+  braid::AllReducer deep(team(), deep_cfg);
+  braid::AllReducerConfig flat_cfg;
+  flat_cfg.onestep_step_iters = 0;
+  braid::AllReducer flat(team(), flat_cfg);
+  auto name = [&](const braid::AllReducer* ar) {
+    return ar == &small ? " 3 blocks" : ar == &deep ? " 3 blocks, 1 iteration per step, lag 2, unroll 2"
+                                      : ar == &flat ? " not pipelined" : "";
+  };
+  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &flat})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
@@ -163,7 +177,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
             const auto got = run_ar(*ar, in[rank], dt, ArAlgo::kQuantOneStep, p, g, in_place);
             EXPECT_EQ(differences(got, expect), 0u)
                 << "one-step " << braid::precision_name(p) << " " << braid::bench::dtype_name(dt) << " g=" << g
-                << " n=" << n << " W=" << W << (in_place ? " in-place" : "") << (ar == &small ? " 3 blocks" : "");
+                << " n=" << n << " W=" << W << (in_place ? " in-place" : "") << name(ar);
             if (n == 1000) {  // the two-step on the same reducer in between
               const auto two = run_ar(*ar, in[rank], dt, ArAlgo::kQuantP2P, p, g, false);
               EXPECT_EQ(differences(two, q::reference_allreduce(mode_of(p), g, qd, in)), 0u);
