@@ -118,6 +118,10 @@ struct AllReducerConfig {
   int onestep_step_iters = 4;
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
+  // The one-step kernels' pull: 16-byte code loads, one thread per 16 (INT8) or 32 (INT4) values (true),
+  // or the quantizer's 8-value mapping (false; then onestep_reduce_unroll applies). The same bits.
+  // Environment: BRAID_AR_1STEP_WIDE=0|1.
+  bool onestep_wide_pull = true;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
   // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).

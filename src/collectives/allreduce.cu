@@ -191,6 +191,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_ITERS")) cfg_.onestep_step_iters = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull = std::atoi(e) != 0;
   BRAID_REQUIRE(cfg_.onestep_step_iters >= 0 && cfg_.onestep_lag >= 1 &&
                     (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2),
                 "AllReducer: onestep_step_iters (BRAID_AR_1STEP_ITERS) must be >= 0, onestep_lag (BRAID_AR_1STEP_LAG) "
@@ -606,14 +607,15 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           constexpr int RU = decltype(ru)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_pipe_kernel<DT, B1, G, RU><<<blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, cfg_.onestep_step_iters, cfg_.onestep_lag)))));
+                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, cfg_.onestep_step_iters, cfg_.onestep_lag,
+                  cfg_.onestep_wide_pull ? 1 : 0)))));
         };
         if (cfg_.onestep_reduce_unroll == 2) launch(std::integral_constant<int, 2>{});
         else launch(std::integral_constant<int, 1>{});
       } else {
         BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
-            ar::quant_onestep_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(x, y, q, ws, team_.signals(),
-                                                                                 slot_quant_, seq_ + 4)))));
+            ar::quant_onestep_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(
+                x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, cfg_.onestep_wide_pull ? 1 : 0)))));
       }
       BRAID_CHECK_LAUNCH();
       continue;

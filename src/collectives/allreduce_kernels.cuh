@@ -386,6 +386,78 @@ __global__ void __launch_bounds__(512, 2) quant_allreduce_kernel(const uint16_t*
   finish_launch(seq);
 }
 
+// The one-step kernels' pull with 16-byte code loads: groups [ga, gb) of chunk c, all threads of the block.
+// A thread owns one "unit" of kWideVals<BITS> consecutive values of a group (16 bytes of codes: 16 INT8 or
+// 32 INT4 values; G >= 32, so a unit never straddles groups), loads its 16 bytes and the group's metadata
+// word from every rank's slot (two sources in flight), decodes and sums in rank order in fp32 (the same
+// per-element arithmetic as add_decoded_sources: the same bits), and stores 2 or 4 16-byte vectors. Against
+// the 8-value mapping it issues 2x (INT8) or 4x (INT4) fewer, wider remote loads, so more link bytes are in
+// flight per thread. slot(s) -> source s's slot for chunk c (codes at 0, metadata at q.meta_out).
+template <int BITS>
+inline constexpr int kWideVals = BITS == 8 ? 16 : 32;
+template <int DT, int BITS, int G, class SlotFn>
+__device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out, int c, uint64_t ga, uint64_t gb,
+                                              SlotFn slot) {
+  constexpr int V = kWideVals<BITS>;
+  static_assert(G % V == 0, "a 16-byte code unit must not straddle groups");
+  constexpr int UPG = G / V;  // units per group
+  const uint64_t units = (gb - ga) * UPG;
+  for (uint64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    const uint64_t gi = ga + u / UPG;
+    const int sub = static_cast<int>(u % UPG);
+    const uint64_t e = q.stride * c + gi * G + static_cast<uint64_t>(sub) * V;
+    if (e >= q.n) continue;
+    const uint64_t left = q.n - e;
+    uint4 code[2];
+    uint32_t meta[2];
+    auto load_pair = [&](int s) {  // sources s and s+1 (if any): both loads in flight
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        if (t == 1 && s + 1 >= q.world) break;
+        const uint8_t* base = slot(s + t);
+        code[t] = *reinterpret_cast<const uint4*>(base + gi * G * BITS / 8 + sub * 16);
+        meta[t] = reinterpret_cast<const uint32_t*>(base + q.meta_out)[gi];
+      }
+    };
+    load_pair(0);
+    // 16 values at a time (INT4: two halves of the 32), so only 16 sums are live; at W <= 2 the codes
+    // stay in registers across the halves (no second load).
+#pragma unroll
+    for (int h = 0; h < V / 16; ++h) {
+      if (left <= static_cast<uint64_t>(h) * 16) break;
+      float sum[16];
+      for (int s = 0; s < q.world; s += 2) {
+        if (s > 0 || (h > 0 && q.world > 2)) load_pair(s);
+        const bool two = s + 1 < q.world;
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          if (t == 1 && !two) break;
+          const float scale = quant::half_bits_to_float(static_cast<uint16_t>(meta[t] & 0xffffu));
+          const float zero = quant::half_bits_to_float(static_cast<uint16_t>(meta[t] >> 16));
+          const uint32_t w[4] = {code[t].x, code[t].y, code[t].z, code[t].w};
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            constexpr int kPer = 32 / BITS;  // values per 32-bit word
+            const int jj = h * 16 + j;
+            const uint32_t qv = (w[jj / kPer] >> (BITS * (jj % kPer))) & ((1u << BITS) - 1u);
+            const float v = __fmaf_rn(static_cast<float>(qv), scale, zero);  // quant::dequantize_one
+            sum[j] = s + t == 0 ? v : __fadd_rn(sum[j], v);  // 0 + v == v: the reference's first add
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint64_t at = static_cast<uint64_t>(h) * 16 + k * kVec;
+        if (left <= at) break;
+        float v8[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) v8[j] = sum[k * kVec + j];
+        store8<DT>(out + e + at, valid_count(left - at), v8);
+      }
+    }
+  }
+}
+
 // The one-step quantized all-reduce (ArAlgo::kQuantOneStep; quant::reference_allreduce_onestep): every
 // rank quantizes each chunk c of its input into its *own* workspace slot c (local stores), one per-block
 // barrier, then every rank reads every rank's codes of every chunk (remote loads; two sources in flight),
@@ -402,7 +474,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
                                                                 const __grid_constant__ QuantGeom q,
                                                                 const __grid_constant__ QuantWorkspace ws,
                                                                 const __grid_constant__ SignalView sig, int slot0,
-                                                                uint32_t* seq) {
+                                                                uint32_t* seq, int wide) {
   constexpr int TPG = G / kVec;
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
@@ -412,6 +484,14 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
+  if (wide) {  // 16-byte code loads (pull_sum_wide); the same bits
+    for (int i = 0; i < q.world; ++i) {
+      const int c = (q.rank + i) % q.world;
+      pull_sum_wide<DT, BITS, G>(q, out, c, g0, g1, [&](int s) { return slot_of(s, c); });
+    }
+    finish_launch(seq);
+    return;
+  }
   const int lane_in_group = threadIdx.x % TPG;
   const int groups_per_iter = blockDim.x / TPG;
   for (int i = 0; i < q.world; ++i) {
@@ -460,7 +540,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
                                                                      const __grid_constant__ QuantGeom q,
                                                                      const __grid_constant__ QuantWorkspace ws,
                                                                      const __grid_constant__ SignalView sig,
-                                                                     int slot0, uint32_t* seq, int step_iters, int lag) {
+                                                                     int slot0, uint32_t* seq, int step_iters, int lag,
+                                                                     int wide) {
   constexpr int TPG = G / kVec;
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   const int slot = slot0 + blockIdx.x;
@@ -561,6 +642,17 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
         if (a[u].valid > 0) store8<DT>(out + a[u].e(q.stride, lane_in_group), a[u].valid, sum[u]);
     }
   };
+  auto reduce_step_wide = [&](uint32_t k) {  // the step's group ranges, one per chunk, by pull_sum_wide
+    const uint64_t j0 = k * U, j1 = j0 + U < iters ? j0 + U : iters;
+    for (uint64_t j = j0; j < j1;) {
+      const int c = static_cast<int>(j / ipc);
+      const uint64_t jend = j1 < (c + 1) * ipc ? j1 : (c + 1) * ipc;
+      const uint64_t ga = g0 + (j % ipc) * gpi;
+      const uint64_t gb_full = g0 + ((jend - 1) % ipc + 1) * gpi;
+      pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb_full < g1 ? gb_full : g1, [&](int s) { return slot_of(s, c); });
+      j = jend;
+    }
+  };
   const uint32_t L = static_cast<uint32_t>(lag);
   for (uint32_t k = 0; k < L && k < steps; ++k) quantize_step(k);
   for (uint32_t k = 0; k < steps; ++k) {
@@ -571,7 +663,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
       s_ok = 0;
     __syncthreads();
     if (!s_ok) return;  // a timeout is recorded; the host's synchronize throws
-    reduce_step(k);
+    if (wide) reduce_step_wide(k);
+    else reduce_step(k);
   }
   if (threadIdx.x == 0) sig.epochs[slot] = base + steps;
   finish_launch(seq);

@@ -146,8 +146,9 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // ArAlgo::kQuantOneStep against quant::reference_allreduce_onestep: INT8 and INT4, both dtypes, group
   // sizes, tails, in place and not, the default grid and 3 blocks (uneven group ranges), and alternating
   // with the two-step kernel on the same workspace and launch counter. Kernels: pipelined with the
-  // default steps (reducer(), `small`), pipelined with one iteration per step, two steps ahead and two
-  // iterations per reduce pass (`deep`: many flags per block, both unrolls' tails), and not pipelined (`flat`).
+  // default steps and 16-byte pulls (reducer(), `small`), pipelined with one iteration per step, two steps
+  // ahead, the 8-value pull with two iterations per pass (`deep`: many flags per block, both unrolls' tails),
+  // and not pipelined with either pull (`flat`, `flat8`).
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
@@ -157,15 +158,22 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   deep_cfg.onestep_step_iters = 1;
   deep_cfg.onestep_lag = 2;
   deep_cfg.onestep_reduce_unroll = 2;
+  deep_cfg.onestep_wide_pull = false;
   braid::AllReducer deep(team(), deep_cfg);
   braid::AllReducerConfig flat_cfg;
   flat_cfg.onestep_step_iters = 0;
   braid::AllReducer flat(team(), flat_cfg);
+  braid::AllReducerConfig flat8_cfg = flat_cfg;
+  flat8_cfg.onestep_wide_pull = false;
+  braid::AllReducer flat8(team(), flat8_cfg);
   auto name = [&](const braid::AllReducer* ar) {
-    return ar == &small ? " 3 blocks" : ar == &deep ? " 3 blocks, 1 iteration per step, lag 2, unroll 2"
-                                      : ar == &flat ? " not pipelined" : "";
+    return ar == &small  ? " 3 blocks"
+           : ar == &deep ? " 3 blocks, 1 iteration per step, lag 2, 8-value pull, unroll 2"
+           : ar == &flat ? " not pipelined"
+           : ar == &flat8 ? " not pipelined, 8-value pull"
+                          : "";
   };
-  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &flat})
+  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &flat, &flat8})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
