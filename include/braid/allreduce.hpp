@@ -109,19 +109,20 @@ struct AllReducerConfig {
   // and metadata loaded before the first is decoded, or one source at a time; the same bits.
   // Environment: BRAID_AR_QUANT_PAIR=0|1 (2x H200, 16a19b8: INT4 4%, INT8 1.5% faster at 64 MiB paired).
   bool quant_pair_sources = true;
-  // The one-step quantized kernel (kQuantOneStep) pipelined: each block's work cut into steps of this
-  // many iterations (512 threads x 8 values each) with a flag per step, quantizing step k + onestep_lag
-  // while it pulls and reduces step k; 0 = not pipelined (every block quantizes all, one barrier, pulls
-  // all). onestep_reduce_unroll: iterations whose loads are in flight together when pulling (1 or 2; 2
-  // spills a few bytes at the 64-register cap). The same bits for every value. Environment:
-  // BRAID_AR_1STEP_ITERS, BRAID_AR_1STEP_LAG, BRAID_AR_1STEP_RU.
-  int onestep_step_iters = 4;
+  // The one-step quantized kernel (kQuantOneStep), per code width ([0]: INT8, [1]: INT4).
+  // onestep_step_iters: pipelined, each block's work cut into steps of this many iterations (512 threads x
+  // 8 values each) with a flag per step, quantizing step k + onestep_lag while it pulls and reduces step k;
+  // 0 = not pipelined (every block quantizes all, one barrier, pulls all). onestep_wide_pull: the pull
+  // loads 16 bytes of codes per thread (16 INT8 / 32 INT4 values) instead of the quantizer's 8-value
+  // mapping (onestep_reduce_unroll: 8-value iterations whose loads are in flight together, 1 or 2). The
+  // same bits for every setting. Defaults from 2x H200 (e476642, ar-1pipe, 64 MiB, two rounds): INT8
+  // pipelined with 8 iterations per step and 16-byte pulls 151.6 us vs 163.2 flat (1.66x vs 1.55x NCCL);
+  // INT4 flat with the 8-value pull 121.7 us (pipelined: 133-165; 16-byte pull: 125-126). Environment
+  // (both widths): BRAID_AR_1STEP_ITERS, BRAID_AR_1STEP_LAG, BRAID_AR_1STEP_RU, BRAID_AR_1STEP_WIDE=0|1.
+  int onestep_step_iters[2] = {8, 0};
+  bool onestep_wide_pull[2] = {true, false};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
-  // The one-step kernels' pull: 16-byte code loads, one thread per 16 (INT8) or 32 (INT4) values (true),
-  // or the quantizer's 8-value mapping (false; then onestep_reduce_unroll applies). The same bits.
-  // Environment: BRAID_AR_1STEP_WIDE=0|1.
-  bool onestep_wide_pull = true;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
   // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).

@@ -188,11 +188,11 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.symm_pair_twoshot = m == "twoshot" || m == "both";
   }
   if (const char* e = std::getenv("BRAID_AR_QUANT_PAIR")) cfg_.quant_pair_sources = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_1STEP_ITERS")) cfg_.onestep_step_iters = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_1STEP_ITERS")) cfg_.onestep_step_iters[0] = cfg_.onestep_step_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull = std::atoi(e) != 0;
-  BRAID_REQUIRE(cfg_.onestep_step_iters >= 0 && cfg_.onestep_lag >= 1 &&
+  if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
+  BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
                     (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2),
                 "AllReducer: onestep_step_iters (BRAID_AR_1STEP_ITERS) must be >= 0, onestep_lag (BRAID_AR_1STEP_LAG) "
                 ">= 1, onestep_reduce_unroll (BRAID_AR_1STEP_RU) 1 or 2");
@@ -602,20 +602,21 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
     auto* y = static_cast<uint16_t*>(out) + off;
     if (one_step) {  // kQuantOneStep (b1 == b2): same workspace, slots and launch counter
       const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
-      if (cfg_.onestep_step_iters > 0) {
+      const int wi = b1 == 8 ? 0 : 1;  // per-width knobs
+      const int iters = cfg_.onestep_step_iters[wi], wide = cfg_.onestep_wide_pull[wi] ? 1 : 0;
+      if (iters > 0) {
         auto launch = [&](auto ru) {
           constexpr int RU = decltype(ru)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_pipe_kernel<DT, B1, G, RU><<<blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, cfg_.onestep_step_iters, cfg_.onestep_lag,
-                  cfg_.onestep_wide_pull ? 1 : 0)))));
+                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, iters, cfg_.onestep_lag, wide)))));
         };
         if (cfg_.onestep_reduce_unroll == 2) launch(std::integral_constant<int, 2>{});
         else launch(std::integral_constant<int, 1>{});
       } else {
         BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
             ar::quant_onestep_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(
-                x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, cfg_.onestep_wide_pull ? 1 : 0)))));
+                x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, wide)))));
       }
       BRAID_CHECK_LAUNCH();
       continue;

@@ -145,35 +145,42 @@ TEST(AllReduce, QuantizedStage2LoadOrderDoesNotChangeBits) {
 TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // ArAlgo::kQuantOneStep against quant::reference_allreduce_onestep: INT8 and INT4, both dtypes, group
   // sizes, tails, in place and not, the default grid and 3 blocks (uneven group ranges), and alternating
-  // with the two-step kernel on the same workspace and launch counter. Kernels: pipelined with the
-  // default steps and 16-byte pulls (reducer(), `small`), pipelined with one iteration per step, two steps
-  // ahead, the 8-value pull with two iterations per pass (`deep`: many flags per block, both unrolls' tails),
-  // and not pipelined with either pull (`flat`, `flat8`).
+  // with the two-step kernel on the same workspace and launch counter. Kernels: the per-width defaults
+  // (reducer(), `small`: INT8 pipelined with 16-byte pulls, INT4 flat with 8-value pulls), pipelined with
+  // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
+  // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), and not pipelined with
+  // either pull (`flat`, `flat8`).
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
   few.quant_blocks = 3;
   braid::AllReducer small(team(), few);
   braid::AllReducerConfig deep_cfg = few;
-  deep_cfg.onestep_step_iters = 1;
+  deep_cfg.onestep_step_iters[0] = deep_cfg.onestep_step_iters[1] = 1;
   deep_cfg.onestep_lag = 2;
   deep_cfg.onestep_reduce_unroll = 2;
-  deep_cfg.onestep_wide_pull = false;
+  deep_cfg.onestep_wide_pull[0] = deep_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer deep(team(), deep_cfg);
+  braid::AllReducerConfig pipew_cfg = few;  // pipelined with 16-byte pulls for both widths, 2 iterations per step
+  pipew_cfg.onestep_step_iters[0] = pipew_cfg.onestep_step_iters[1] = 2;
+  pipew_cfg.onestep_wide_pull[0] = pipew_cfg.onestep_wide_pull[1] = true;
+  braid::AllReducer pipew(team(), pipew_cfg);
   braid::AllReducerConfig flat_cfg;
-  flat_cfg.onestep_step_iters = 0;
+  flat_cfg.onestep_step_iters[0] = flat_cfg.onestep_step_iters[1] = 0;
+  flat_cfg.onestep_wide_pull[0] = flat_cfg.onestep_wide_pull[1] = true;
   braid::AllReducer flat(team(), flat_cfg);
   braid::AllReducerConfig flat8_cfg = flat_cfg;
-  flat8_cfg.onestep_wide_pull = false;
+  flat8_cfg.onestep_wide_pull[0] = flat8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer flat8(team(), flat8_cfg);
   auto name = [&](const braid::AllReducer* ar) {
     return ar == &small  ? " 3 blocks"
            : ar == &deep ? " 3 blocks, 1 iteration per step, lag 2, 8-value pull, unroll 2"
+           : ar == &pipew ? " 3 blocks, 2 iterations per step, 16-byte pull"
            : ar == &flat ? " not pipelined"
            : ar == &flat8 ? " not pipelined, 8-value pull"
                           : "";
   };
-  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &flat, &flat8})
+  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
