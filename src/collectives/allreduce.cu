@@ -603,21 +603,28 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
     if (one_step) {  // kQuantOneStep (b1 == b2): same workspace, slots and launch counter
       const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
       const int wi = b1 == 8 ? 0 : 1;  // per-width knobs
-      const int iters = cfg_.onestep_step_iters[wi], wide = cfg_.onestep_wide_pull[wi] ? 1 : 0;
-      if (iters > 0) {
-        auto launch = [&](auto ru) {
-          constexpr int RU = decltype(ru)::value;
-          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
-              ar::quant_onestep_pipe_kernel<DT, B1, G, RU><<<blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, iters, cfg_.onestep_lag, wide)))));
-        };
-        if (cfg_.onestep_reduce_unroll == 2) launch(std::integral_constant<int, 2>{});
-        else launch(std::integral_constant<int, 1>{});
-      } else {
-        BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
-            ar::quant_onestep_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(
-                x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, wide)))));
-      }
+      const int iters = cfg_.onestep_step_iters[wi];
+      const bool wide = cfg_.onestep_wide_pull[wi];
+      // One kernel per (width, pull mapping); only b1 == b2 exists here, so BITS is b1 alone.
+      auto launch = [&](auto bits_c, auto pull_c) {
+        constexpr int BITS = decltype(bits_c)::value, PULL = decltype(pull_c)::value;
+        if (iters > 0) {
+          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
+              ar::quant_onestep_pipe_kernel<DT, BITS, G, PULL><<<blocks, cfg_.threads, 0, s>>>(
+                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, iters, cfg_.onestep_lag))));
+        } else if constexpr (PULL != 2) {  // the flat kernel has no unrolled 8-value pull
+          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
+              ar::quant_onestep_kernel<DT, BITS, G, PULL == 0><<<blocks, cfg_.threads, 0, s>>>(
+                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4))));
+        }
+      };
+      auto by_pull = [&](auto bits_c) {
+        if (wide) launch(bits_c, std::integral_constant<int, 0>{});
+        else if (iters > 0 && cfg_.onestep_reduce_unroll == 2) launch(bits_c, std::integral_constant<int, 2>{});
+        else launch(bits_c, std::integral_constant<int, 1>{});
+      };
+      if (b1 == 8) by_pull(std::integral_constant<int, 8>{});
+      else by_pull(std::integral_constant<int, 4>{});
       BRAID_CHECK_LAUNCH();
       continue;
     }

@@ -389,8 +389,9 @@ __global__ void __launch_bounds__(512, 2) quant_allreduce_kernel(const uint16_t*
 // The one-step kernels' pull with 16-byte code loads: groups [ga, gb) of chunk c, all threads of the block.
 // A thread owns one "unit" of kWideVals<BITS> consecutive values of a group (16 bytes of codes: 16 INT8 or
 // 32 INT4 values; G >= 32, so a unit never straddles groups), loads its 16 bytes and the group's metadata
-// word from every rank's slot (two sources in flight), decodes and sums in rank order in fp32 (the same
-// per-element arithmetic as add_decoded_sources: the same bits), and stores 2 or 4 16-byte vectors. Against
+// word from every rank's slot (two sources in flight), then decodes and sums 8 values at a time in rank
+// order in fp32 (the same per-element arithmetic as add_decoded_sources: the same bits) and stores them as
+// one 16-byte vector each (2 or 4 per unit; 8 sums live, no spills at the 64-register cap). Against
 // the 8-value mapping it issues 2x (INT8) or 4x (INT4) fewer, wider remote loads, so more link bytes are in
 // flight per thread. slot(s) -> source s's slot for chunk c (codes at 0, metadata at q.meta_out).
 template <int BITS>
@@ -420,12 +421,12 @@ __device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out,
       }
     };
     load_pair(0);
-    // 16 values at a time (INT4: two halves of the 32), so only 16 sums are live; at W <= 2 the codes
-    // stay in registers across the halves (no second load).
+    // 8 values at a time, so only 8 sums are live (fewer registers: no spills at the 64-register cap); at
+    // W <= 2 the codes stay in registers across the parts (no second load).
 #pragma unroll
-    for (int h = 0; h < V / 16; ++h) {
-      if (left <= static_cast<uint64_t>(h) * 16) break;
-      float sum[16];
+    for (int h = 0; h < V / kVec; ++h) {
+      if (left <= static_cast<uint64_t>(h) * kVec) break;
+      float sum[kVec];
       for (int s = 0; s < q.world; s += 2) {
         if (s > 0 || (h > 0 && q.world > 2)) load_pair(s);
         const bool two = s + 1 < q.world;
@@ -436,22 +437,18 @@ __device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out,
           const float zero = quant::half_bits_to_float(static_cast<uint16_t>(meta[t] >> 16));
           const uint32_t w[4] = {code[t].x, code[t].y, code[t].z, code[t].w};
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
+          for (int j = 0; j < kVec; ++j) {
             constexpr int kPer = 32 / BITS;  // values per 32-bit word
-            const int jj = h * 16 + j;
+            const int jj = h * kVec + j;
             const uint32_t qv = (w[jj / kPer] >> (BITS * (jj % kPer))) & ((1u << BITS) - 1u);
             const float v = __fmaf_rn(static_cast<float>(qv), scale, zero);  // quant::dequantize_one
             sum[j] = s + t == 0 ? v : __fadd_rn(sum[j], v);  // 0 + v == v: the reference's first add
           }
         }
       }
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const uint64_t at = static_cast<uint64_t>(h) * 16 + k * kVec;
-        if (left <= at) break;
-        float v8[kVec];
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) v8[j] = sum[k * kVec + j];
+      {
+        const uint64_t at = static_cast<uint64_t>(h) * kVec;
+        const float (&v8)[kVec] = sum;
         store8<DT>(out + e + at, valid_count(left - at), v8);
       }
     }
@@ -469,12 +466,14 @@ __device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out,
 // phase alternates by launch (as quant_allreduce_kernel, sharing its launch counter and slots); a rank
 // writes the slots of launch k again only in launch k+2, after its block b met every peer's block b in
 // launch k+1, which each began after finishing launch k (and its reads of them).
-template <int DT, int BITS, int G>
+// WIDE: the pull by pull_sum_wide (16-byte code loads), else the quantizer's 8-value mapping; one kernel
+// per mapping, so neither pays the other's registers.
+template <int DT, int BITS, int G, bool WIDE>
 __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* in, uint16_t* out,
                                                                 const __grid_constant__ QuantGeom q,
                                                                 const __grid_constant__ QuantWorkspace ws,
                                                                 const __grid_constant__ SignalView sig, int slot0,
-                                                                uint32_t* seq, int wide) {
+                                                                uint32_t* seq) {
   constexpr int TPG = G / kVec;
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
@@ -484,7 +483,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
-  if (wide) {  // 16-byte code loads (pull_sum_wide); the same bits
+  if constexpr (WIDE) {  // 16-byte code loads (pull_sum_wide); the same bits
     for (int i = 0; i < q.world; ++i) {
       const int c = (q.rank + i) % q.world;
       pull_sum_wide<DT, BITS, G>(q, out, c, g0, g1, [&](int s) { return slot_of(s, c); });
@@ -534,14 +533,16 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
 // ended, in which some block waited for a peer's launch-(k+1) flag; the peer wrote it after its launch k
 // ended (stream order), so its reads of my launch-k codes are done. In place is safe: a rank's `in` is read
 // only by its own quantize steps, each before the reduce of the same elements writes `out`.
-// RU: iterations per reduce pass, their loads in flight together (RU = 2 spills 8-40 bytes at 64 registers).
-template <int DT, int BITS, int G, int RU>
+// PULL: 0 = pull_sum_wide (16-byte code loads); 1 or 2 = the quantizer's 8-value mapping with that many
+// iterations' loads in flight per pass. One kernel per mapping: a runtime switch between them put both
+// paths' registers in one kernel and spilled (docs/flash-communication.md, fourteenth session).
+template <int DT, int BITS, int G, int PULL>
 __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16_t* in, uint16_t* out,
                                                                      const __grid_constant__ QuantGeom q,
                                                                      const __grid_constant__ QuantWorkspace ws,
                                                                      const __grid_constant__ SignalView sig,
-                                                                     int slot0, uint32_t* seq, int step_iters, int lag,
-                                                                     int wide) {
+                                                                     int slot0, uint32_t* seq, int step_iters, int lag) {
+  constexpr int RU = PULL == 2 ? 2 : 1;
   constexpr int TPG = G / kVec;
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   const int slot = slot0 + blockIdx.x;
@@ -663,7 +664,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
       s_ok = 0;
     __syncthreads();
     if (!s_ok) return;  // a timeout is recorded; the host's synchronize throws
-    if (wide) reduce_step_wide(k);
+    if constexpr (PULL == 0) reduce_step_wide(k);
     else reduce_step(k);
   }
   if (threadIdx.x == 0) sig.epochs[slot] = base + steps;
