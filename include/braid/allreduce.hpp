@@ -115,9 +115,9 @@ struct AllReducerConfig {
   // 0 = not pipelined (every block quantizes all, one barrier, pulls all). onestep_wide_pull: the pull
   // loads 16 bytes of codes per thread (16 INT8 / 32 INT4 values) instead of the quantizer's 8-value
   // mapping (onestep_reduce_unroll: 8-value iterations whose loads are in flight together, 1 or 2). The
-  // same bits for every setting. Defaults from 2x H200 (e476642, ar-1pipe, 64 MiB, two rounds): INT8
-  // pipelined with 8 iterations per step and 16-byte pulls 151.6 us vs 163.2 flat (1.66x vs 1.55x NCCL);
-  // INT4 flat with the 8-value pull 121.7 us (pipelined: 133-165; 16-byte pull: 125-126). Environment
+  // same bits for every setting. Defaults from 2x H200 (cff08b2, ar-1pipe, 64 MiB, two rounds): INT8
+  // pipelined with 8 iterations per step and 16-byte pulls 148.7 us vs 163.0 flat (1.68x vs 1.54x NCCL);
+  // INT4 flat with the 8-value pull 122.4-122.9 us (flat 16-byte 124-127, pipelined 124.5-138). Environment
   // (both widths): BRAID_AR_1STEP_ITERS, BRAID_AR_1STEP_LAG, BRAID_AR_1STEP_RU, BRAID_AR_1STEP_WIDE=0|1.
   int onestep_step_iters[2] = {8, 0};
   bool onestep_wide_pull[2] = {true, false};
