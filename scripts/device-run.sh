@@ -31,7 +31,7 @@
 # `build test ar-batch peers` (CTEST_R=test_allreduce_mpi) 2.5 min cold; `measure-rs strands-smres` 4.3 min warm;
 # `allreduce` 34 s warm; `ncu-t3` (all 6 algos, 25 shapes) 3.5 min warm; `build test ar-batch ar-qpair peers` 2.3 min.
 # Fourteenth session (every call 2x H200 again): `build test ar-batch ar-qpair ar-1step peers` (CTEST_R=allreduce)
-# 3.8 min cold; `build ar-1pipe` (5-6 configs x 2 rounds) 2.5-2.7 min cold; `build test ar-1step` 5 min cold.
+# 3.8 min cold; `build ar-1pipe` (2-6 configs x 2 rounds) 2.5-2.7 min cold; `build test ar-1step` 5 min cold.
 # Next, on 2x H100 (the acceptance card; none served in the thirteenth or fourteenth session): `build test
 # ar-batch ar-1step peers` (the paired one-shot vs PyTorch's two-shot at 16-256 MiB, and the one-step
 # INT8/INT4 defaults, there), then `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres`
