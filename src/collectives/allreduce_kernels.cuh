@@ -116,7 +116,9 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
 }
 
 // quantize_store into two places at once (the one-step push: this rank's own slot and the peer's): one
-// quantization, the same bytes in both.
+// quantization, the same bytes in both. It repeats quantize_store's body on purpose: folding the two into
+// one N-destination function changed the PTX of every INT8 quantizing kernel (address arithmetic moved
+// ahead of the early return), i.e. of the measured two-step kernels, which could not be re-timed then.
 template <int BITS, int TPG>
 __device__ __forceinline__ void quantize_store2(const float (&v)[kVec], int valid, int lane_in_group, uint8_t* pay0,
                                                 uint32_t* meta0, uint8_t* pay1, uint32_t* meta1) {
