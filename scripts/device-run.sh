@@ -315,7 +315,7 @@ if has ar-1pipe; then  # the pipelined one-step kernel: its test, then step size
   (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce_mpi$" > "$out/ctest-ar-1pipe.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
   grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-1pipe.log" | tee -a "$log"
-  cfgs=${ONESTEP_CFGS:-"BRAID_AR_1STEP_PUSH=0 BRAID_AR_1STEP_PUSH=1"}
+  cfgs=${ONESTEP_CFGS:-"BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=0 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0"}
   for round in 1 2; do
     for c in $cfgs; do
       echo "-- [$c] round $round ($(date +%T))" | tee -a "$log"

@@ -123,12 +123,6 @@ struct AllReducerConfig {
   bool onestep_wide_pull[2] = {true, false};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
-  // The one-step kernel's push form, at W = 2 only (ignored elsewhere; then the settings above apply): each
-  // group's codes are stored into this rank's slot and, by remote stores, into the peer's while quantizing,
-  // so after the barrier both sources are local 16-byte reads. The same bits. Slower on 2x H200 (8c69b41, 64
-  // MiB: INT8 177 vs 149 us, INT4 161 vs 122; its 4-8-byte remote stores), hence off. Environment:
-  // BRAID_AR_1STEP_PUSH.
-  bool onestep_push[2] = {false, false};
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
   // kernel that waits for it), 0 = by size (bytes / 8, between 1 and 16 MiB). Environment:
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).

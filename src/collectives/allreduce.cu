@@ -192,7 +192,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_1STEP_PUSH")) cfg_.onestep_push[0] = cfg_.onestep_push[1] = std::atoi(e) != 0;
   BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
                     (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2),
                 "AllReducer: onestep_step_iters (BRAID_AR_1STEP_ITERS) must be >= 0, onestep_lag (BRAID_AR_1STEP_LAG) "
@@ -620,12 +619,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         }
       };
       auto by_pull = [&](auto bits_c) {
-        constexpr int BITS = decltype(bits_c)::value;
-        if (cfg_.onestep_push[wi] && W == 2) {  // quantize + push, barrier, local 16-byte reads
-          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              ar::quant_onestep_kernel<DT, BITS, G, true, true><<<blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4))));
-        } else if (wide) launch(bits_c, std::integral_constant<int, 0>{});
+        if (wide) launch(bits_c, std::integral_constant<int, 0>{});
         else if (iters > 0 && cfg_.onestep_reduce_unroll == 2) launch(bits_c, std::integral_constant<int, 2>{});
         else launch(bits_c, std::integral_constant<int, 1>{});
       };

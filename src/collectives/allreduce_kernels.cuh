@@ -115,34 +115,6 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
   if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
 }
 
-// quantize_store into two places at once (the one-step push: this rank's own slot and the peer's): one
-// quantization, the same bytes in both. It repeats quantize_store's body on purpose: folding the two into
-// one N-destination function changed the PTX of every INT8 quantizing kernel (address arithmetic moved
-// ahead of the early return), i.e. of the measured two-step kernels, which could not be re-timed then.
-template <int BITS, int TPG>
-__device__ __forceinline__ void quantize_store2(const float (&v)[kVec], int valid, int lane_in_group, uint8_t* pay0,
-                                                uint32_t* meta0, uint8_t* pay1, uint32_t* meta1) {
-  float mn, mx;
-  group_minmax<TPG>(v, valid, mn, mx);
-  if (valid <= 0) return;  // after the shuffles: every lane took part
-  const quant::GroupParams p = quant::make_params(mn, mx, BITS);
-  uint32_t q[kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) q[j] = j < valid ? quant::quantize_one(v[j], p, BITS) : 0u;
-  if constexpr (BITS == 8) {
-    const uint2 w = make_uint2(q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24, q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24);
-    *reinterpret_cast<uint2*>(pay0 + lane_in_group * 8) = w;
-    *reinterpret_cast<uint2*>(pay1 + lane_in_group * 8) = w;
-  } else {
-    uint32_t w = 0;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) w |= q[j] << (4 * j);
-    *reinterpret_cast<uint32_t*>(pay0 + lane_in_group * 4) = w;
-    *reinterpret_cast<uint32_t*>(pay1 + lane_in_group * 4) = w;
-  }
-  if (lane_in_group == 0) *meta0 = *meta1 = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
-}
-
 // This lane's 8 codes of a group and the group's metadata word, as loaded (decode_group turns them
 // into values). Split from the decoding so that a caller can have several groups' loads in flight.
 struct RawGroup {
@@ -252,10 +224,8 @@ __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uin
 // Stage 1: quantize chunk r of `in` (BITS) into dst.p[r] (peer r's RS slot for this rank, or a local
 // send buffer), for every r. The loop trip count is uniform over the block, so every lane reaches the
 // shuffles.
-// store(r, gi, v, valid, lane_in_group) quantizes and stores group gi of chunk r (stage_quantize_with);
-// stage_quantize is the usual store into dst(r).
-template <int DT, int BITS, int G, class Store>
-__device__ __forceinline__ void stage_quantize_with(const uint16_t* in, const QuantGeom& q, Store store) {
+template <int DT, int BITS, int G, class Slot>
+__device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGeom& q, Slot dst) {
   constexpr int TPG = G / kVec;
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
@@ -277,17 +247,11 @@ __device__ __forceinline__ void stage_quantize_with(const uint16_t* in, const Qu
         load8<DT>(in + (valid[u] ? e : 0), valid[u], v[u]);
       }
 #pragma unroll
-      for (int u = 0; u < 2; ++u) store(r, gi[u], v[u], valid[u], lane_in_group);
+      for (int u = 0; u < 2; ++u)
+        quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, dst(r) + gi[u] * G * BITS / 8,
+                                  reinterpret_cast<uint32_t*>(dst(r) + q.meta_out) + gi[u]);
     }
   }
-}
-template <int DT, int BITS, int G, class Slot>
-__device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGeom& q, Slot dst) {
-  constexpr int TPG = G / kVec;
-  stage_quantize_with<DT, BITS, G>(in, q, [&](int r, uint64_t gi, const float (&v)[kVec], int valid, int lane) {
-    quantize_store<BITS, TPG>(v, valid, lane, dst(r) + gi * G * BITS / 8,
-                              reinterpret_cast<uint32_t*>(dst(r) + q.meta_out) + gi);
-  });
 }
 
 // Stage 2: for this rank's chunk, dequantize the W contributions in src.p[s] (BITS1), sum them in fp32
@@ -504,13 +468,7 @@ __device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out,
 // launch k+1, which each began after finishing launch k (and its reads of them).
 // WIDE: the pull by pull_sum_wide (16-byte code loads), else the quantizer's 8-value mapping; one kernel
 // per mapping, so neither pays the other's registers.
-// PUSH (W = 2 only; implies WIDE): the quantizer stores each group's codes twice, into its own slot and with
-// remote stores into the peer's (fire and forget: the link works while the block reads its input); after
-// the barrier both sources are local reads. Layout per phase region: slot s*W + c holds source s's codes of
-// chunk c (W^2 = 2W slots at W = 2). The barrier's release covers the remote stores as in the two-step
-// kernel (bar.sync, then st.release.sys: cumulative), and the reuse argument is the one above: a peer
-// writes my phase-p slots in launch k+2 only after meeting me in launch k+1.
-template <int DT, int BITS, int G, bool WIDE, bool PUSH = false>
+template <int DT, int BITS, int G, bool WIDE>
 __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* in, uint16_t* out,
                                                                 const __grid_constant__ QuantGeom q,
                                                                 const __grid_constant__ QuantWorkspace ws,
@@ -521,26 +479,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
   const uint64_t sb = ws.slot_bytes;
   auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
-  if constexpr (PUSH) {
-    static_assert(WIDE, "the push variant reads with pull_sum_wide");
-    const int me = q.rank, peer = 1 - q.rank;  // W == 2 (checked by the launcher)
-    auto at = [&](int r, int s, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(s * 2 + c) * sb; };
-    stage_quantize_with<DT, BITS, G>(in, q, [&](int c, uint64_t gi, const float (&v)[kVec], int valid, int lane) {
-      uint8_t* own = at(me, me, c);
-      uint8_t* far = at(peer, me, c);
-      quantize_store2<BITS, TPG>(v, valid, lane, own + gi * G * BITS / 8, reinterpret_cast<uint32_t*>(own + q.meta_out) + gi,
-                                 far + gi * G * BITS / 8, reinterpret_cast<uint32_t*>(far + q.meta_out) + gi);
-    });
-    if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
-    uint64_t g0, g1;
-    block_group_range(q.stride / G, g0, g1);
-    for (int i = 0; i < 2; ++i) {
-      const int c = (me + i) % 2;
-      pull_sum_wide<DT, BITS, G>(q, out, c, g0, g1, [&](int s) { return at(me, s, c); });
-    }
-    finish_launch(seq);
-    return;
-  }
   stage_quantize<DT, BITS, G>(in, q, [&](int c) { return slot_of(q.rank, c); });
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
   uint64_t g0, g1;

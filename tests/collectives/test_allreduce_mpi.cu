@@ -148,8 +148,8 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // with the two-step kernel on the same workspace and launch counter. Kernels: the per-width defaults
   // (reducer(), `small`: INT8 pipelined with 16-byte pulls, INT4 flat with 8-value pulls), pipelined with
   // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
-  // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), the push form (`push`), and
-  // not pipelined with either pull (`flat`, `flat8`).
+  // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), and not pipelined with
+  // either pull (`flat`, `flat8`).
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
@@ -169,9 +169,6 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   flat_cfg.onestep_step_iters[0] = flat_cfg.onestep_step_iters[1] = 0;
   flat_cfg.onestep_wide_pull[0] = flat_cfg.onestep_wide_pull[1] = true;
   braid::AllReducer flat(team(), flat_cfg);
-  braid::AllReducerConfig push_cfg = few;  // the push form (W = 2; elsewhere it is the default kernel again)
-  push_cfg.onestep_push[0] = push_cfg.onestep_push[1] = true;
-  braid::AllReducer push(team(), push_cfg);
   braid::AllReducerConfig flat8_cfg = flat_cfg;
   flat8_cfg.onestep_wide_pull[0] = flat8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer flat8(team(), flat8_cfg);
@@ -179,12 +176,11 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
     return ar == &small  ? " 3 blocks"
            : ar == &deep ? " 3 blocks, 1 iteration per step, lag 2, 8-value pull, unroll 2"
            : ar == &pipew ? " 3 blocks, 2 iterations per step, 16-byte pull"
-           : ar == &push ? " 3 blocks, push"
            : ar == &flat ? " not pipelined"
            : ar == &flat8 ? " not pipelined, 8-value pull"
                           : "";
   };
-  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &push, &flat, &flat8})
+  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
