@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -321,6 +321,20 @@ if has ar-1pipe; then  # the pipelined one-step kernel: its test, then step size
       echo "-- [$c] round $round ($(date +%T))" | tee -a "$log"
       E="${c//,/ }" T=60 mpi bench allreduce --algo nccl,int8,int8-1step,int4,int4-1step -b 4M -e 256M -f 4 \
         --json "$out/allreduce-1pipe-${c//[,=]/-}-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+    done
+  done
+fi
+if has ar-stamps; then  # one-step phase stamps (bench --phases) and A/B of pull unrolls, two rounds
+  echo "== test_allreduce_mpi ($(date +%T))" | tee -a "$log"
+  (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce_mpi$" > "$out/ctest-ar-stamps.log" 2>&1)
+  echo "ctest rc=$?" | tee -a "$log"
+  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-stamps.log" | tee -a "$log"
+  cfgs=${ONESTEP_CFGS:-"BRAID_AR_1STEP_RU=1 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=2 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4"}
+  for round in 1 2; do
+    for c in $cfgs; do
+      echo "-- [$c] round $round ($(date +%T))" | tee -a "$log"
+      E="${c//,/ }" T=60 mpi bench allreduce --algo nccl,int8-1step,int4-1step -b ${STAMP_MIN:-16M} -e ${STAMP_MAX:-64M} -f 4 --phases \
+        --json "$out/allreduce-stamps-${c//[,=]/-}-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]|stamps" | tee -a "$log"
     done
   done
 fi

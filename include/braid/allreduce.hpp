@@ -114,7 +114,7 @@ struct AllReducerConfig {
   // 8 values each) with a flag per step, quantizing step k + onestep_lag while it pulls and reduces step k;
   // 0 = not pipelined (every block quantizes all, one barrier, pulls all). onestep_wide_pull: the pull
   // loads 16 bytes of codes per thread (16 INT8 / 32 INT4 values) instead of the quantizer's 8-value
-  // mapping (onestep_reduce_unroll: 8-value iterations whose loads are in flight together, 1 or 2). The
+  // mapping (onestep_reduce_unroll: 8-value iterations whose loads are in flight together, 1, 2 or 4). The
   // same bits for every setting. Defaults from 2x H200 (cff08b2, ar-1pipe, 64 MiB, two rounds): INT8
   // pipelined with 8 iterations per step and 16-byte pulls 148.7 us vs 163.0 flat (1.68x vs 1.54x NCCL);
   // INT4 flat with the 8-value pull 122.4-122.9 us (flat 16-byte 124-127, pipelined 124.5-138). Environment
@@ -182,6 +182,13 @@ class AllReducer {
                      ArAlgo algo = ArAlgo::kAuto, void* out = nullptr, size_t offset = 0);
   Team& team() const { return team_; }
 
+  // Diagnostic (`braid bench allreduce --phases`): with it on, the one-step quantized kernels write per-block
+  // phase stamps of each launch (globaltimer ns: entry, own codes quantized, peers' codes visible, done);
+  // onestep_profile() synchronizes the device and returns the last launch's, 4 per block. Off by default
+  // (the kernels then take no stamp and no extra __syncthreads).
+  void set_onestep_profile(bool on);
+  std::vector<uint64_t> onestep_profile() const;
+
  private:
   void run_oneshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
@@ -207,6 +214,8 @@ class AllReducer {
   std::vector<cudaEvent_t> ce_events_;  // [0] fork, [1 .. kMaxCeChunks] chunks, [kMaxCeChunks + 1] join
   void* ce_stage_ = nullptr;
   uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 4
+  uint64_t* prof_ = nullptr;  // one-step phase stamps [4 x blocks] (set_onestep_profile), else null
+  int prof_blocks_ = 0;       // blocks of the last profiled launch
   void* nccl_send_ = nullptr;
   void* nccl_recv_ = nullptr;
   void* nccl_ag_ = nullptr;

@@ -345,6 +345,59 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
           std::printf("  %10s phases (us, each alone):%s; sum %.2f vs %.2f together\n", "", line.c_str(), sum,
                       st.median_us);
       }
+      // ---- one-step phase stamps (--phases): each block's quantize / wait / pull in the last of 8
+      // back-to-back calls, 5 times; per rank, us: median over the 5 of the blocks' median (and max).
+      if (a.phases && al == ArAlgo::kQuantOneStep && !a.graph) {
+        ar.set_onestep_profile(true);
+        std::vector<double> quant_med, wait_med, pull_med, quant_max, wait_max, pull_max, span, start_spread;
+        auto med = [](std::vector<double> v) {
+          if (v.empty()) return 0.0;
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+        for (int rep = 0; rep < 5; ++rep) {
+          for (int i = 0; i < 8; ++i) call((rep * 8 + i) % sets);
+          const std::vector<uint64_t> t = ar.onestep_profile();
+          const size_t B = t.size() / 4;
+          if (B == 0) break;
+          std::vector<double> dq(B), dw(B), dp(B);
+          uint64_t first = ~0ull, last_start = 0, end = 0;
+          for (size_t b = 0; b < B; ++b) {
+            dq[b] = (t[4 * b + 1] - t[4 * b]) * 1e-3;
+            dw[b] = (t[4 * b + 2] - t[4 * b + 1]) * 1e-3;
+            dp[b] = (t[4 * b + 3] - t[4 * b + 2]) * 1e-3;
+            first = std::min(first, t[4 * b]);
+            last_start = std::max(last_start, t[4 * b]);
+            end = std::max(end, t[4 * b + 3]);
+          }
+          quant_med.push_back(med(dq));
+          wait_med.push_back(med(dw));
+          pull_med.push_back(med(dp));
+          quant_max.push_back(mx(dq));
+          wait_max.push_back(mx(dw));
+          pull_max.push_back(mx(dp));
+          span.push_back((end - first) * 1e-3);
+          start_spread.push_back((last_start - first) * 1e-3);
+        }
+        team.synchronize(s, "one-step phase stamps");
+        ar.set_onestep_profile(false);
+        std::printf("  %10s rank %d %s stamps (us; block median / max): quantize %.2f / %.2f, wait %.2f / %.2f, "
+                    "pull %.2f / %.2f; span %.2f, block starts over %.2f\n",
+                    "", rank, name.c_str(), med(quant_med), med(quant_max), med(wait_med), med(wait_max),
+                    med(pull_med), med(pull_max), med(span), med(start_spread));
+        std::fflush(stdout);
+        if (rank == 0) {
+          Json j;
+          j.add("op", "allreduce-stamps").add("algo", name).add("dtype", dtype_name(a.dtype)).add("world", W)
+              .add("bytes", n * es).add("count", n).add("quantize_us", med(quant_med))
+              .add("quantize_max_us", med(quant_max)).add("wait_us", med(wait_med)).add("wait_max_us", med(wait_max))
+              .add("pull_us", med(pull_med)).add("pull_max_us", med(pull_max)).add("span_us", med(span))
+              .add("start_spread_us", med(start_spread)).add("full_time_us", st.median_us).add("group", a.group)
+              .add_context(a.ctx);
+          append_jsonl(a.json, j.str());
+        }
+      }
     }
     fastest_exact.emplace_back(n * es, best_exact_name);
     if (bytes >= a.max_bytes) break;

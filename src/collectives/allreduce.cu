@@ -193,9 +193,10 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
   BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
-                    (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2),
+                    (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2 ||
+                     cfg_.onestep_reduce_unroll == 4),
                 "AllReducer: onestep_step_iters (BRAID_AR_1STEP_ITERS) must be >= 0, onestep_lag (BRAID_AR_1STEP_LAG) "
-                ">= 1, onestep_reduce_unroll (BRAID_AR_1STEP_RU) 1 or 2");
+                ">= 1, onestep_reduce_unroll (BRAID_AR_1STEP_RU) 1, 2 or 4");
   if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
   if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
@@ -314,9 +315,31 @@ AllReducer::~AllReducer() {
   cudaFree(nccl_recv_);
   cudaFree(nccl_ag_);
   if (seq_) cudaFree(seq_);
+  if (prof_) cudaFree(prof_);
   for (auto e : ce_events_) cudaEventDestroy(e);
   if (ce_stream_) cudaStreamDestroy(ce_stream_);
   if (ce_stage_) cudaFree(ce_stage_);
+}
+
+void AllReducer::set_onestep_profile(bool on) {
+  if (on && !prof_) {
+    const int most = std::max(cfg_.quant_blocks, 1);
+    BRAID_CUDA_CHECK(cudaMalloc(&prof_, size_t(4) * most * sizeof(uint64_t)));
+    BRAID_CUDA_CHECK(cudaMemset(prof_, 0, size_t(4) * most * sizeof(uint64_t)));
+  } else if (!on && prof_) {
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+    BRAID_CUDA_CHECK(cudaFree(prof_));
+    prof_ = nullptr;
+  }
+  prof_blocks_ = 0;
+}
+
+std::vector<uint64_t> AllReducer::onestep_profile() const {
+  std::vector<uint64_t> v(size_t(4) * prof_blocks_);
+  if (!prof_ || v.empty()) return v;
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  BRAID_CUDA_CHECK(cudaMemcpy(v.data(), prof_, v.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  return v;
 }
 
 namespace {
@@ -611,18 +634,20 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         if (iters > 0) {
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_pipe_kernel<DT, BITS, G, PULL><<<blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, iters, cfg_.onestep_lag))));
-        } else if constexpr (PULL != 2) {  // the flat kernel has no unrolled 8-value pull
+                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, iters, cfg_.onestep_lag, prof_))));
+        } else if constexpr (PULL <= 1) {  // the flat kernel has no unrolled 8-value pull
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_kernel<DT, BITS, G, PULL == 0><<<blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4))));
+                  x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, prof_))));
         }
       };
       auto by_pull = [&](auto bits_c) {
         if (wide) launch(bits_c, std::integral_constant<int, 0>{});
         else if (iters > 0 && cfg_.onestep_reduce_unroll == 2) launch(bits_c, std::integral_constant<int, 2>{});
+        else if (iters > 0 && cfg_.onestep_reduce_unroll == 4) launch(bits_c, std::integral_constant<int, 4>{});
         else launch(bits_c, std::integral_constant<int, 1>{});
       };
+      if (prof_) prof_blocks_ = blocks;
       if (b1 == 8) by_pull(std::integral_constant<int, 8>{});
       else by_pull(std::integral_constant<int, 4>{});
       BRAID_CHECK_LAUNCH();

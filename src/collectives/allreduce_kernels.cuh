@@ -455,6 +455,16 @@ __device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out,
   }
 }
 
+// Phase stamps of the one-step kernels (AllReducer::set_onestep_profile; a diagnostic, off by default):
+// block b writes prof[4 b + i] = %globaltimer (ns) for i = 0 entry, 1 its codes quantized (after a
+// __syncthreads), 2 the peers' codes visible (after the barrier / first wait), 3 done. With prof == nullptr
+// (always, outside `bench allreduce --phases`) no stamp and no extra __syncthreads is taken.
+__device__ __forceinline__ void phase_stamp(uint64_t* prof, int i, bool sync) {
+  if (prof == nullptr) return;
+  if (sync) __syncthreads();
+  if (threadIdx.x == 0) prof[4 * static_cast<uint64_t>(blockIdx.x) + i] = dev::globaltimer_ns();
+}
+
 // The one-step quantized all-reduce (ArAlgo::kQuantOneStep; quant::reference_allreduce_onestep): every
 // rank quantizes each chunk c of its input into its *own* workspace slot c (local stores), one per-block
 // barrier, then every rank reads every rank's codes of every chunk (remote loads; two sources in flight),
@@ -473,14 +483,17 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
                                                                 const __grid_constant__ QuantGeom q,
                                                                 const __grid_constant__ QuantWorkspace ws,
                                                                 const __grid_constant__ SignalView sig, int slot0,
-                                                                uint32_t* seq) {
+                                                                uint32_t* seq, uint64_t* prof) {
   constexpr int TPG = G / kVec;
+  phase_stamp(prof, 0, false);
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
   const uint64_t sb = ws.slot_bytes;
   auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
   stage_quantize<DT, BITS, G>(in, q, [&](int c) { return slot_of(q.rank, c); });
+  phase_stamp(prof, 1, true);
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceQuant))) return;
+  phase_stamp(prof, 2, false);
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
   if constexpr (WIDE) {  // 16-byte code loads (pull_sum_wide); the same bits
@@ -488,6 +501,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
       const int c = (q.rank + i) % q.world;
       pull_sum_wide<DT, BITS, G>(q, out, c, g0, g1, [&](int s) { return slot_of(s, c); });
     }
+    phase_stamp(prof, 3, true);
     finish_launch(seq);
     return;
   }
@@ -510,6 +524,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
       store8<DT>(out + e, valid, sum);
     }
   }
+  phase_stamp(prof, 3, true);
   finish_launch(seq);
 }
 
@@ -533,17 +548,20 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
 // ended, in which some block waited for a peer's launch-(k+1) flag; the peer wrote it after its launch k
 // ended (stream order), so its reads of my launch-k codes are done. In place is safe: a rank's `in` is read
 // only by its own quantize steps, each before the reduce of the same elements writes `out`.
-// PULL: 0 = pull_sum_wide (16-byte code loads); 1 or 2 = the quantizer's 8-value mapping with that many
-// iterations' loads in flight per pass. One kernel per mapping: a runtime switch between them put both
+// PULL: 0 = pull_sum_wide (16-byte code loads); 1, 2 or 4 = the quantizer's 8-value mapping with that
+// many iterations' loads (both of the first two sources) issued before the first is decoded. One kernel per mapping: a runtime switch between them put both
 // paths' registers in one kernel and spilled (docs/flash-communication.md, fourteenth session).
 template <int DT, int BITS, int G, int PULL>
 __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16_t* in, uint16_t* out,
                                                                      const __grid_constant__ QuantGeom q,
                                                                      const __grid_constant__ QuantWorkspace ws,
                                                                      const __grid_constant__ SignalView sig,
-                                                                     int slot0, uint32_t* seq, int step_iters, int lag) {
-  constexpr int RU = PULL == 2 ? 2 : 1;
+                                                                     int slot0, uint32_t* seq, int step_iters, int lag,
+                                                                     uint64_t* prof) {
+  static_assert(PULL == 0 || PULL == 1 || PULL == 2 || PULL == 4, "PULL: 0 (16-byte pull) or 1/2/4 iterations");
+  constexpr int RU = PULL == 0 ? 1 : PULL;
   constexpr int TPG = G / kVec;
+  phase_stamp(prof, 0, false);
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
@@ -600,47 +618,50 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
     if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != rank)
       dev::store_release(dev::flag_at(sig.peer_flags[threadIdx.x], slot, rank), base + k + 1);
   };
-  auto reduce_step = [&](uint32_t k) {  // RU iterations' loads (two sources each) in flight
+  // RU iterations' first two sources loaded before any is decoded (the loads in flight), then each
+  // iteration decoded, summed (rank order, fp32, from 0.f as the reference) and stored in turn: 8 sums
+  // live, not 8 x RU. Sources 2.. (W > 2) are loaded per iteration after its first pair.
+  auto reduce_step = [&](uint32_t k) {
     const uint64_t j0 = k * U, j1 = j0 + U < iters ? j0 + U : iters;
+    const bool two = world > 1;
     for (uint64_t j = j0; j < j1; j += RU) {
       At a[RU];
-      float sum[RU][kVec];
+      RawGroup raw[RU][2];
+      auto load_src = [&](const At& x, int s) {
+        return load_group<BITS>(slot_of(s, x.c) + x.gi * G * BITS / 8,
+                                reinterpret_cast<const uint32_t*>(slot_of(s, x.c) + q.meta_out) + x.gi, lane_in_group);
+      };
 #pragma unroll
       for (int u = 0; u < RU; ++u) {
         a[u] = at(j + u, j1);
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) sum[u][i] = 0.f;
+        if (a[u].valid > 0) {
+          raw[u][0] = load_src(a[u], 0);
+          if (two) raw[u][1] = load_src(a[u], 1);
+        }
       }
-      for (int s = 0; s < world; s += 2) {
-        const bool two = s + 1 < world;
-        RawGroup raw[RU][2];
 #pragma unroll
-        for (int u = 0; u < RU; ++u)
-          if (a[u].valid > 0) {
-            const uint64_t po = a[u].gi * G * BITS / 8;
-            raw[u][0] = load_group<BITS>(slot_of(s, a[u].c) + po,
-                                         reinterpret_cast<const uint32_t*>(slot_of(s, a[u].c) + q.meta_out) + a[u].gi,
-                                         lane_in_group);
-            if (two)
-              raw[u][1] = load_group<BITS>(
-                  slot_of(s + 1, a[u].c) + po,
-                  reinterpret_cast<const uint32_t*>(slot_of(s + 1, a[u].c) + q.meta_out) + a[u].gi, lane_in_group);
+      for (int u = 0; u < RU; ++u) {
+        if (a[u].valid <= 0) continue;
+        float sum[kVec];
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) sum[i] = 0.f;
+        for (int s = 0; s < world; s += 2) {
+          const bool pair = s + 1 < world;
+          if (s > 0) {
+            raw[u][0] = load_src(a[u], s);
+            if (pair) raw[u][1] = load_src(a[u], s + 1);
           }
 #pragma unroll
-        for (int u = 0; u < RU; ++u)
-          if (a[u].valid > 0)
+          for (int t = 0; t < 2; ++t) {
+            if (t == 1 && !pair) break;
+            float v[kVec];
+            decode_group<BITS>(raw[u][t], a[u].valid, v);
 #pragma unroll
-            for (int t = 0; t < 2; ++t) {
-              if (t == 1 && !two) break;
-              float v[kVec];
-              decode_group<BITS>(raw[u][t], a[u].valid, v);
-#pragma unroll
-              for (int i = 0; i < kVec; ++i) sum[u][i] = __fadd_rn(sum[u][i], v[i]);
-            }
+            for (int i = 0; i < kVec; ++i) sum[i] = __fadd_rn(sum[i], v[i]);
+          }
+        }
+        store8<DT>(out + a[u].e(q.stride, lane_in_group), a[u].valid, sum);
       }
-#pragma unroll
-      for (int u = 0; u < RU; ++u)
-        if (a[u].valid > 0) store8<DT>(out + a[u].e(q.stride, lane_in_group), a[u].valid, sum[u]);
     }
   };
   auto reduce_step_wide = [&](uint32_t k) {  // the step's group ranges, one per chunk, by pull_sum_wide
@@ -656,6 +677,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
   };
   const uint32_t L = static_cast<uint32_t>(lag);
   for (uint32_t k = 0; k < L && k < steps; ++k) quantize_step(k);
+  phase_stamp(prof, 1, false);  // quantize_step ends in __syncthreads
   for (uint32_t k = 0; k < steps; ++k) {
     if (k + L < steps) quantize_step(k + L);
     if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != rank &&
@@ -664,9 +686,11 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
       s_ok = 0;
     __syncthreads();
     if (!s_ok) return;  // a timeout is recorded; the host's synchronize throws
+    if (k == 0) phase_stamp(prof, 2, false);
     if constexpr (PULL == 0) reduce_step_wide(k);
     else reduce_step(k);
   }
+  phase_stamp(prof, 3, true);
   if (threadIdx.x == 0) sig.epochs[slot] = base + steps;
   finish_launch(seq);
 }

@@ -148,8 +148,9 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // with the two-step kernel on the same workspace and launch counter. Kernels: the per-width defaults
   // (reducer(), `small`: INT8 pipelined with 16-byte pulls, INT4 flat with 8-value pulls), pipelined with
   // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
-  // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), and not pipelined with
-  // either pull (`flat`, `flat8`).
+  // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
+  // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
+  // one step (`one4`). `flat8` and `one4` write phase stamps (set_onestep_profile), checked after the loop.
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
@@ -172,15 +173,27 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   braid::AllReducerConfig flat8_cfg = flat_cfg;
   flat8_cfg.onestep_wide_pull[0] = flat8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer flat8(team(), flat8_cfg);
+  braid::AllReducerConfig ru4_cfg;  // the 8-value pull, four iterations' loads in flight, 5 iterations per step
+  ru4_cfg.onestep_step_iters[0] = ru4_cfg.onestep_step_iters[1] = 5;
+  ru4_cfg.onestep_reduce_unroll = 4;
+  ru4_cfg.onestep_wide_pull[0] = ru4_cfg.onestep_wide_pull[1] = false;
+  braid::AllReducer ru4(team(), ru4_cfg);
+  braid::AllReducerConfig one4_cfg = ru4_cfg;  // one step (quantize all, one wait, pull all), with phase stamps
+  one4_cfg.onestep_step_iters[0] = one4_cfg.onestep_step_iters[1] = 1 << 30;
+  braid::AllReducer one4(team(), one4_cfg);
+  one4.set_onestep_profile(true);
+  flat8.set_onestep_profile(true);
   auto name = [&](const braid::AllReducer* ar) {
     return ar == &small  ? " 3 blocks"
            : ar == &deep ? " 3 blocks, 1 iteration per step, lag 2, 8-value pull, unroll 2"
            : ar == &pipew ? " 3 blocks, 2 iterations per step, 16-byte pull"
            : ar == &flat ? " not pipelined"
-           : ar == &flat8 ? " not pipelined, 8-value pull"
+           : ar == &flat8 ? " not pipelined, 8-value pull, phase stamps"
+           : ar == &ru4 ? " 5 iterations per step, 8-value pull, unroll 4"
+           : ar == &one4 ? " one step, 8-value pull, unroll 4, phase stamps"
                           : "";
   };
-  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8})
+  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
@@ -198,6 +211,14 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
               EXPECT_EQ(differences(two, q::reference_allreduce(mode_of(p), g, qd, in)), 0u);
             }
           }
+  for (braid::AllReducer* ar : {&flat8, &one4}) {  // the last launch's stamps: 4 per block, in order
+    const std::vector<uint64_t> st = ar->onestep_profile();
+    ASSERT_FALSE(st.empty()) << name(ar);
+    for (size_t b = 0; b < st.size() / 4; ++b) {
+      EXPECT_GT(st[4 * b], 0u) << "block " << b << name(ar);
+      for (int i = 1; i < 4; ++i) EXPECT_LE(st[4 * b + i - 1], st[4 * b + i]) << "block " << b << name(ar);
+    }
+  }
   braid::AllReduceOptions o;  // INT6 has no one-step form: refused before anything is enqueued
   o.algo = ArAlgo::kQuantOneStep;
   o.precision = Precision::kInt6;
