@@ -333,7 +333,7 @@ if has ar-stamps; then  # one-step phase stamps (bench --phases) and A/B of pull
   for round in 1 2; do
     for c in $cfgs; do
       echo "-- [$c] round $round ($(date +%T))" | tee -a "$log"
-      E="${c//,/ }" T=60 mpi bench allreduce --algo nccl,int8-1step,int4-1step -b ${STAMP_MIN:-16M} -e ${STAMP_MAX:-64M} -f 4 --phases \
+      E="${c//,/ }" T=60 mpi bench allreduce --algo ${STAMP_ALGOS:-nccl,int8-1step,int4-1step} -b ${STAMP_MIN:-16M} -e ${STAMP_MAX:-64M} -f 4 --phases \
         --json "$out/allreduce-stamps-${c//[,=]/-}-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]|stamps" | tee -a "$log"
     done
   done

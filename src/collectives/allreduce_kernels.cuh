@@ -77,16 +77,48 @@ template <int TPG>
 __device__ __forceinline__ void group_minmax(const float (&v)[kVec], int valid, float& mn, float& mx) {
   mn = __int_as_float(0x7f800000);   // +inf
   mx = __int_as_float(0xff800000);   // -inf
+  if (valid == kVec) {  // the common case without a test per value (the same operations in the same order)
 #pragma unroll
-  for (int j = 0; j < kVec; ++j)
-    if (j < valid) {
+    for (int j = 0; j < kVec; ++j) {
       mn = fminf(mn, v[j]);
       mx = fmaxf(mx, v[j]);
     }
+  } else {
 #pragma unroll
-  for (int off = TPG / 2; off >= 1; off /= 2) {
+    for (int j = 0; j < kVec; ++j)
+      if (j < valid) {
+        mn = fminf(mn, v[j]);
+        mx = fmaxf(mx, v[j]);
+      }
+  }
+#pragma unroll
+  for (int off = TPG / 2; off >= 1; off /= 2) {  // every lane, outside the branches above
     mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  }
+}
+
+// quant::quantize_one's code in four instructions (sub, mul, cvt, min) instead of its float clamp: the
+// same code for every input. cvt.rni.u32.f32 rounds to nearest even as rintf, turns every value below 0
+// into 0 and NaN into 0 (quantize_one: NaN fails both clamps and converts to 0), and saturates at 2^32-1,
+// which the min brings to qmax (quantize_one: > qmax -> qmax). The GPU tests compare both bit for bit.
+template <int BITS>
+__device__ __forceinline__ uint32_t quantize_code(float x, const quant::GroupParams& p) {
+  const float t = __fmul_rn(__fsub_rn(x, p.zero), p.inv_scale);  // quant::mul_rn(quant::sub_rn(...))
+  uint32_t u;
+  asm("cvt.rni.u32.f32 %0, %1;" : "=r"(u) : "f"(t));
+  return min(u, (1u << BITS) - 1u);
+}
+// The codes of this thread's `valid` values (0 past them), with no test per value when all 8 are valid.
+template <int BITS>
+__device__ __forceinline__ void quantize_codes(const float (&v)[kVec], int valid, const quant::GroupParams& p,
+                                               uint32_t (&q)[kVec]) {
+  if (valid == kVec) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) q[j] = quantize_code<BITS>(v[j], p);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) q[j] = j < valid ? quantize_code<BITS>(v[j], p) : 0u;
   }
 }
 
@@ -100,8 +132,7 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
   if (valid <= 0) return;  // after the shuffles: every lane took part
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
   uint32_t q[kVec];
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) q[j] = j < valid ? quant::quantize_one(v[j], p, BITS) : 0u;
+  quantize_codes<BITS>(v, valid, p, q);
   if constexpr (BITS == 8) {
     const uint32_t lo = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
     const uint32_t hi = q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24;
@@ -150,8 +181,13 @@ __device__ __forceinline__ void decode_group(const RawGroup& g, int valid, float
 #pragma unroll
     for (int j = 0; j < kVec; ++j) q[j] = (g.codes.x >> (4 * j)) & 0xfu;
   }
+  if (valid == kVec) {  // no test per value
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) v[j] = j < valid ? quant::dequantize_one(q[j], p) : 0.f;
+    for (int j = 0; j < kVec; ++j) v[j] = quant::dequantize_one(q[j], p);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = j < valid ? quant::dequantize_one(q[j], p) : 0.f;
+  }
 }
 template <int BITS>
 __device__ __forceinline__ void load_dequant(const uint8_t* payload, const uint32_t* meta, int lane_in_group, int valid,
@@ -234,6 +270,8 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
   for (int i = 0; i < q.world; ++i) {
     const int r = (q.rank + i) % q.world;  // staggered: ranks start on different destinations
     const uint64_t c0 = q.stride * r;
+    uint8_t* const pay = dst(r);  // this destination's codes and metadata, once per chunk
+    uint32_t* const meta = reinterpret_cast<uint32_t*>(pay + q.meta_out);
     // Two groups per thread per iteration: both loads are in flight before either is used.
     for (uint64_t base = g0; base < g1; base += 2 * groups_per_iter) {
       uint64_t gi[2];
@@ -248,8 +286,7 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
       }
 #pragma unroll
       for (int u = 0; u < 2; ++u)
-        quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, dst(r) + gi[u] * G * BITS / 8,
-                                  reinterpret_cast<uint32_t*>(dst(r) + q.meta_out) + gi[u]);
+        quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, pay + gi[u] * G * BITS / 8, meta + gi[u]);
     }
   }
 }
@@ -301,8 +338,7 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, Src src, Dst ds
     if (valid <= 0) continue;
     const quant::GroupParams p = quant::make_params(mn, mx, BITS2);
     uint32_t qv[kVec];
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) qv[j] = j < valid ? quant::quantize_one(sum[j], p, BITS2) : 0u;
+    quantize_codes<BITS2>(sum, valid, p, qv);
     const uint32_t m = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
     for (int i = 0; i < dst_count; ++i) {
       const int r = (q.rank + i) % dst_count;
@@ -590,10 +626,14 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
     uint64_t gi;
     __device__ uint64_t e(uint64_t stride, int lane) const { return stride * c + gi * G + lane * kVec; }
   };
+  // 32-bit division (iters < 2^32: a block's iterations): a 64-bit one is a long software sequence, and
+  // this runs once per iteration and thread.
+  const uint32_t ipc32 = static_cast<uint32_t>(ipc);
   auto at = [&](uint64_t j, uint64_t end) {
     At a;
-    a.c = j < end ? static_cast<int>(j / ipc) : 0;
-    a.gi = g0 + (j % ipc) * gpi + threadIdx.x / TPG;
+    const uint32_t j32 = static_cast<uint32_t>(j), c32 = j32 / ipc32;
+    a.c = j < end ? static_cast<int>(c32) : 0;
+    a.gi = g0 + static_cast<uint64_t>(j32 - c32 * ipc32) * gpi + threadIdx.x / TPG;
     const uint64_t e = a.e(q.stride, lane_in_group);
     a.valid = j < end && a.gi < g1 && e < q.n ? valid_count(q.n - e) : 0;
     return a;
