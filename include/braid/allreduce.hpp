@@ -121,6 +121,11 @@ struct AllReducerConfig {
   // (both widths): BRAID_AR_1STEP_ITERS, BRAID_AR_1STEP_LAG, BRAID_AR_1STEP_RU, BRAID_AR_1STEP_WIDE=0|1.
   int onestep_step_iters[2] = {8, 0};
   bool onestep_wide_pull[2] = {true, false};
+  // onestep_split_iters > 0 (taking precedence over onestep_step_iters): split roles — on each SM one block
+  // quantizes and the other pulls (onestep_wide_pull selects its pull), in units of this many iterations
+  // (512 threads x 8 values) with a flag per unit, so quantizing and pulling overlap on every SM
+  // (ar::quant_onestep_split_kernel). The same bits. Environment (both widths): BRAID_AR_1STEP_SPLIT.
+  int onestep_split_iters[2] = {0, 0};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
@@ -215,6 +220,9 @@ class AllReducer {
   void* ce_stage_ = nullptr;
   uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 4
   uint64_t* prof_ = nullptr;  // one-step phase stamps [4 x blocks] (set_onestep_profile), else null
+  // The split one-step kernel's role/ticket counters (local) and per-unit flags (symmetric), zeroed.
+  uint32_t* split_ctl_ = nullptr;
+  std::unique_ptr<SymmetricBuffer> ws_split_;
   int prof_blocks_ = 0;       // blocks of the last profiled launch
   void* nccl_send_ = nullptr;
   void* nccl_recv_ = nullptr;

@@ -192,6 +192,9 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
+  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT")) cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
+  BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0,
+                "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0");
   BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
                     (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2 ||
                      cfg_.onestep_reduce_unroll == 4),
@@ -294,6 +297,15 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.ll_blocks = std::min(cfg_.ll_blocks, per_sm * sms);
     BRAID_CUDA_CHECK(cudaMalloc(&seq_, 4 * 2 * sizeof(uint32_t)));
     BRAID_CUDA_CHECK(cudaMemset(seq_, 0, 4 * 2 * sizeof(uint32_t)));
+    {  // the split one-step kernel: counters, and a flag per unit (units of >= 4096 elements) per source
+      BRAID_CUDA_CHECK(cudaMalloc(&split_ctl_, (ar::kSplitSms + 3) * sizeof(uint32_t)));
+      BRAID_CUDA_CHECK(cudaMemset(split_ctl_, 0, (ar::kSplitSms + 3) * sizeof(uint32_t)));
+      const uint64_t max_units = uint64_t(W) * (qstride / (uint64_t(cfg_.threads) * ar::kVec) + 1);
+      ws_split_ = std::make_unique<SymmetricBuffer>(team, max_units * kMaxPeers * sizeof(uint32_t));
+      BRAID_CUDA_CHECK(cudaMemset(ws_split_->local(), 0, ws_split_->bytes()));
+      BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+      team.barrier();  // zeroed everywhere before any peer's kernel can raise a flag here
+    }
     ll_slot_ = round_up(2 * cfg_.ll_max_bytes, 256);
     ws_ll_ = std::make_unique<SymmetricBuffer>(team, 2 * W * ll_slot_);
     BRAID_CUDA_CHECK(cudaMemset(ws_ll_->local(), 0, ws_ll_->bytes()));  // epochs start at 1
@@ -316,6 +328,7 @@ AllReducer::~AllReducer() {
   cudaFree(nccl_ag_);
   if (seq_) cudaFree(seq_);
   if (prof_) cudaFree(prof_);
+  if (split_ctl_) cudaFree(split_ctl_);
   for (auto e : ce_events_) cudaEventDestroy(e);
   if (ce_stream_) cudaStreamDestroy(ce_stream_);
   if (ce_stage_) cudaFree(ce_stage_);
@@ -628,6 +641,25 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
       const int wi = b1 == 8 ? 0 : 1;  // per-width knobs
       const int iters = cfg_.onestep_step_iters[wi];
       const bool wide = cfg_.onestep_wide_pull[wi];
+      if (const int split = cfg_.onestep_split_iters[wi]; split > 0) {  // split roles
+        ar::SplitState st{};
+        st.ctl = split_ctl_;
+        for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
+        const int unit_groups = split * cfg_.threads * ar::kVec / group;
+        BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
+        auto go = [&](auto bits_c, auto wide_c) {
+          constexpr int BITS = decltype(bits_c)::value;
+          constexpr bool WIDE = decltype(wide_c)::value;
+          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
+              ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
+                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, prof_))));
+        };
+        if (b1 == 8) wide ? go(std::integral_constant<int, 8>{}, std::true_type{}) : go(std::integral_constant<int, 8>{}, std::false_type{});
+        else wide ? go(std::integral_constant<int, 4>{}, std::true_type{}) : go(std::integral_constant<int, 4>{}, std::false_type{});
+        BRAID_CHECK_LAUNCH();
+        if (prof_) prof_blocks_ = cfg_.quant_blocks;
+        continue;
+      }
       // One kernel per (width, pull mapping); only b1 == b2 exists here, so BITS is b1 alone.
       auto launch = [&](auto bits_c, auto pull_c) {
         constexpr int BITS = decltype(bits_c)::value, PULL = decltype(pull_c)::value;

@@ -257,37 +257,43 @@ __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uin
   g1 = groups_per_chunk * (blockIdx.x + 1) / gridDim.x;
 }
 
-// Stage 1: quantize chunk r of `in` (BITS) into dst.p[r] (peer r's RS slot for this rank, or a local
-// send buffer), for every r. The loop trip count is uniform over the block, so every lane reaches the
-// shuffles.
-template <int DT, int BITS, int G, class Slot>
-__device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGeom& q, Slot dst) {
+// Quantizes groups [ga, gb) of chunk c of `in` (BITS) into pay (codes) and meta (one word per group),
+// block-wide: thread group t of each iteration takes group base + t, two iterations' loads in flight. The
+// loop trip count is uniform over the block, so every lane reaches the shuffles.
+template <int DT, int BITS, int G>
+__device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantGeom& q, int c, uint64_t ga,
+                                                uint64_t gb, uint8_t* pay, uint32_t* meta) {
   constexpr int TPG = G / kVec;
-  uint64_t g0, g1;
-  block_group_range(q.stride / G, g0, g1);
   const int lane_in_group = threadIdx.x % TPG;
   const int groups_per_iter = blockDim.x / TPG;
+  const uint64_t c0 = q.stride * c;
+  for (uint64_t base = ga; base < gb; base += 2 * groups_per_iter) {
+    uint64_t gi[2];
+    int valid[2];
+    float v[2][kVec];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      gi[u] = base + u * groups_per_iter + threadIdx.x / TPG;
+      const uint64_t e = c0 + gi[u] * G + lane_in_group * kVec;
+      valid[u] = gi[u] < gb && e < q.n ? valid_count(q.n - e) : 0;
+      load8<DT>(in + (valid[u] ? e : 0), valid[u], v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+      quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, pay + gi[u] * G * BITS / 8, meta + gi[u]);
+  }
+}
+
+// Stage 1: quantize chunk r of `in` (BITS) into dst.p[r] (peer r's RS slot for this rank, or a local
+// send buffer), for every r: this block's groups of each chunk (quantize_groups).
+template <int DT, int BITS, int G, class Slot>
+__device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGeom& q, Slot dst) {
+  uint64_t g0, g1;
+  block_group_range(q.stride / G, g0, g1);
   for (int i = 0; i < q.world; ++i) {
     const int r = (q.rank + i) % q.world;  // staggered: ranks start on different destinations
-    const uint64_t c0 = q.stride * r;
-    uint8_t* const pay = dst(r);  // this destination's codes and metadata, once per chunk
-    uint32_t* const meta = reinterpret_cast<uint32_t*>(pay + q.meta_out);
-    // Two groups per thread per iteration: both loads are in flight before either is used.
-    for (uint64_t base = g0; base < g1; base += 2 * groups_per_iter) {
-      uint64_t gi[2];
-      int valid[2];
-      float v[2][kVec];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        gi[u] = base + u * groups_per_iter + threadIdx.x / TPG;
-        const uint64_t e = c0 + gi[u] * G + lane_in_group * kVec;
-        valid[u] = gi[u] < g1 && e < q.n ? valid_count(q.n - e) : 0;
-        load8<DT>(in + (valid[u] ? e : 0), valid[u], v[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u)
-        quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, pay + gi[u] * G * BITS / 8, meta + gi[u]);
-    }
+    uint8_t* const pay = dst(r);           // this destination's codes and metadata, once per chunk
+    quantize_groups<DT, BITS, G>(in, q, r, g0, g1, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
   }
 }
 
@@ -501,6 +507,31 @@ __device__ __forceinline__ void phase_stamp(uint64_t* prof, int i, bool sync) {
   if (threadIdx.x == 0) prof[4 * static_cast<uint64_t>(blockIdx.x) + i] = dev::globaltimer_ns();
 }
 
+// The one-step pull with the quantizer's 8-value mapping: groups [ga, gb) of chunk c, every source's codes
+// (slot(s): source s's slot for chunk c; two sources' loads in flight), decoded, summed in rank order in
+// fp32 from 0.f, rounded once into `out`. Block-wide.
+template <int DT, int BITS, int G, class SlotFn>
+__device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, int c, uint64_t ga, uint64_t gb,
+                                           SlotFn slot) {
+  constexpr int TPG = G / kVec;
+  const int lane_in_group = threadIdx.x % TPG;
+  const int groups_per_iter = blockDim.x / TPG;
+  const uint64_t c0 = q.stride * c;
+  for (uint64_t base = ga; base < gb; base += groups_per_iter) {
+    const uint64_t gi = base + threadIdx.x / TPG;
+    const uint64_t e = c0 + gi * G + lane_in_group * kVec;
+    const int valid = gi < gb && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
+    if (valid <= 0) continue;  // no shuffles below
+    float sum[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
+    add_decoded_sources<BITS>(
+        sum, q.world, 1, lane_in_group, valid, [&](int s) { return slot(s) + gi * G * BITS / 8; },
+        [&](int s) { return reinterpret_cast<const uint32_t*>(slot(s) + q.meta_out) + gi; });
+    store8<DT>(out + e, valid, sum);
+  }
+}
+
 // The one-step quantized all-reduce (ArAlgo::kQuantOneStep; quant::reference_allreduce_onestep): every
 // rank quantizes each chunk c of its input into its *own* workspace slot c (local stores), one per-block
 // barrier, then every rank reads every rank's codes of every chunk (remote loads; two sources in flight),
@@ -520,7 +551,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
                                                                 const __grid_constant__ QuantWorkspace ws,
                                                                 const __grid_constant__ SignalView sig, int slot0,
                                                                 uint32_t* seq, uint64_t* prof) {
-  constexpr int TPG = G / kVec;
   phase_stamp(prof, 0, false);
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * q.world * ws.slot_bytes;
@@ -532,33 +562,11 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
   phase_stamp(prof, 2, false);
   uint64_t g0, g1;
   block_group_range(q.stride / G, g0, g1);
-  if constexpr (WIDE) {  // 16-byte code loads (pull_sum_wide); the same bits
-    for (int i = 0; i < q.world; ++i) {
-      const int c = (q.rank + i) % q.world;
-      pull_sum_wide<DT, BITS, G>(q, out, c, g0, g1, [&](int s) { return slot_of(s, c); });
-    }
-    phase_stamp(prof, 3, true);
-    finish_launch(seq);
-    return;
-  }
-  const int lane_in_group = threadIdx.x % TPG;
-  const int groups_per_iter = blockDim.x / TPG;
   for (int i = 0; i < q.world; ++i) {
     const int c = (q.rank + i) % q.world;  // staggered: ranks start on different chunks
-    const uint64_t c0 = q.stride * c;
-    for (uint64_t base = g0; base < g1; base += groups_per_iter) {
-      const uint64_t gi = base + threadIdx.x / TPG;
-      const uint64_t e = c0 + gi * G + lane_in_group * kVec;
-      const int valid = gi < g1 && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
-      if (valid <= 0) continue;  // no shuffles below
-      float sum[kVec];
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
-      add_decoded_sources<BITS>(
-          sum, q.world, 1, lane_in_group, valid, [&](int s) { return slot_of(s, c) + gi * G * BITS / 8; },
-          [&](int s) { return reinterpret_cast<const uint32_t*>(slot_of(s, c) + q.meta_out) + gi; });
-      store8<DT>(out + e, valid, sum);
-    }
+    auto src = [&](int s) { return slot_of(s, c); };
+    if constexpr (WIDE) pull_sum_wide<DT, BITS, G>(q, out, c, g0, g1, src);  // 16-byte code loads; the same bits
+    else pull_sum_8<DT, BITS, G>(q, out, c, g0, g1, src);
   }
   phase_stamp(prof, 3, true);
   finish_launch(seq);
@@ -732,6 +740,112 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
   }
   phase_stamp(prof, 3, true);
   if (threadIdx.x == 0) sig.epochs[slot] = base + steps;
+  finish_launch(seq);
+}
+
+// The one-step quantized all-reduce with split roles (AllReducerConfig::onestep_split_iters > 0): the
+// same arithmetic, bytes and workspace as quant_onestep_kernel, but a block either quantizes or pulls, so
+// on an SM one block's quantizing (ALU and HBM bound) overlaps another's pulling (NVLink latency bound)
+// instead of every block doing one after the other (measured by phase stamps: quantize ~43 us, pull ~50-85
+// us at 64 MiB on 2x H100, serialized).
+// Roles: the first block to start on an SM quantizes, the second pulls (a per-SM counter, so an SM holding
+// two blocks has one of each); a quantizer pulls too once every unit is taken for quantizing. Work: units
+// of `unit_groups` groups of one chunk, u -> chunk u % W, groups [(u / W) * unit_groups, +unit_groups);
+// quantizing and pulling each take units from their own ticket counter, in order.
+// Quantizer: quantize unit u into its own slot, __syncthreads (the block's code stores before the
+// release), then thread r < W stores `epoch` into rank r's unit flag [u][rank] with st.release.sys
+// (r == rank: its own, for its pullers). Puller: thread r < W waits for its flag [u][r] >= epoch with
+// ld.acquire.sys (bounded), __syncthreads hands the acquire to the block, then it pulls unit u from every
+// rank. A block only waits after every unit has been taken by a running quantizer, which never waits, and
+// the first block on any SM quantizes: no deadlock whatever the residency or the grid.
+// epoch = launch sequence + 1, identical on every rank (same calls in the same order), so flags only grow.
+// Reuse (no closing barrier), as quant_onestep_pipe_kernel: a rank writes the phase-p slots of launch k+2
+// only after its launch k+1 ended, in which its pullers waited for every peer's launch-(k+1) flags, each
+// written after that peer's launch k ended (its reads of launch k's codes). The last block to finish resets
+// the role and ticket counters (ctl) for the next launch (stream order).
+inline constexpr int kSplitSms = 512;  // per-SM role counters (smid < kSplitSms)
+struct SplitState {
+  uint32_t* ctl;                   // this rank's: [0, kSplitSms) blocks started per SM, then tickets Q, P, blocks done
+  uint32_t* flags[kMaxPeers];      // every rank's unit flags, [unit][kMaxPeers] (flags[rank] is local)
+};
+template <int DT, int BITS, int G, bool WIDE>
+__global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint16_t* in, uint16_t* out,
+                                                                      const __grid_constant__ QuantGeom q,
+                                                                      const __grid_constant__ QuantWorkspace ws,
+                                                                      const __grid_constant__ SignalView sig,
+                                                                      const __grid_constant__ SplitState st,
+                                                                      uint32_t* seq, int unit_groups, uint64_t* prof) {
+  constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
+  phase_stamp(prof, 0, false);
+  const int rank = q.rank, world = q.world;
+  __shared__ uint32_t s_role, s_epoch, s_unit;
+  __shared__ int s_ok;
+  if (threadIdx.x == 0) {
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    s_role = atomicAdd(&st.ctl[sm % kSplitSms], 1u) & 1u;  // 0: quantize, 1: pull
+    s_epoch = *reinterpret_cast<const volatile uint32_t*>(seq) + 1u;
+    s_ok = 1;
+  }
+  __syncthreads();
+  const bool quantizer = s_role == 0;
+  const uint32_t epoch = s_epoch;
+  // Stamps: 1 = the end of its quantizing (a puller: its start), 2 = its first pulled unit's codes visible
+  // (or 1 if it pulled none), 3 = its end.
+  if (!quantizer) phase_stamp(prof, 1, false);
+  bool first_wait = true;
+  const uint64_t phase_off = static_cast<uint64_t>((epoch - 1u) & 1u) * 2 * world * ws.slot_bytes;  // launch_phase
+  const uint64_t sb = ws.slot_bytes;
+  auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
+  const uint64_t gpc = q.stride / G;                            // groups per chunk
+  const uint64_t upc = (gpc + unit_groups - 1) / unit_groups;  // units per chunk
+  const uint64_t units = upc * world;
+  // Takes the next unit from ticket counter t (0: quantize, 1: pull), block-uniform.
+  auto next_unit = [&](int t) {
+    if (threadIdx.x == 0) s_unit = atomicAdd(&st.ctl[kSplitSms + t], 1u);
+    __syncthreads();
+    const uint64_t u = s_unit;
+    __syncthreads();  // every thread has read s_unit before thread 0 takes the next ticket
+    return u;
+  };
+  if (quantizer) {
+    for (uint64_t u; (u = next_unit(0)) < units;) {
+      const int c = static_cast<int>(u % world);
+      const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
+      uint8_t* const pay = slot_of(rank, c);
+      quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
+      __syncthreads();  // the block's code stores before the release stores
+      if (threadIdx.x < static_cast<unsigned>(world))
+        dev::store_release(st.flags[threadIdx.x] + u * kMaxPeers + rank, epoch);
+    }
+    phase_stamp(prof, 1, false);
+  }
+  // Pulling: the pullers from the start, the quantizers once every unit is taken for quantizing (so the
+  // pulls finish even where an SM holds a single block, and the tail is shared).
+  for (uint64_t u; (u = next_unit(1)) < units;) {
+    const int c = static_cast<int>(u % world);
+    const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
+    if (threadIdx.x < static_cast<unsigned>(world) &&
+        !dev::wait_geq<true>(sig, st.flags[rank] + u * kMaxPeers + threadIdx.x, epoch, kOp, static_cast<uint32_t>(u),
+                             threadIdx.x))
+      s_ok = 0;
+    __syncthreads();
+    if (!s_ok) return;  // a timeout is recorded; the host's synchronize throws
+    if (first_wait) phase_stamp(prof, 2, false);
+    first_wait = false;
+    auto src = [&](int s) { return slot_of(s, c); };
+    if constexpr (WIDE) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
+    else pull_sum_8<DT, BITS, G>(q, out, c, ga, gb, src);
+  }
+  if (first_wait) phase_stamp(prof, 2, false);
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&st.ctl[kSplitSms + 2], 1u) == gridDim.x - 1) {  // the last block: counters for the next launch
+      for (int i = 0; i < kSplitSms + 3; ++i) st.ctl[i] = 0;
+      __threadfence();
+    }
+  }
+  phase_stamp(prof, 3, false);
   finish_launch(seq);
 }
 

@@ -150,7 +150,8 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
-  // one step (`one4`). `flat8` and `one4` write phase stamps (set_onestep_profile), checked after the loop.
+  // one step (`one4`), and with split roles (`split`, `splitw`: quantizing and pulling blocks). `flat8`,
+  // `one4` and `splitw` write phase stamps (set_onestep_profile), checked after the loop.
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
@@ -182,6 +183,15 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   one4_cfg.onestep_step_iters[0] = one4_cfg.onestep_step_iters[1] = 1 << 30;
   braid::AllReducer one4(team(), one4_cfg);
   one4.set_onestep_profile(true);
+  braid::AllReducerConfig split_cfg;  // split roles, one iteration per unit, 8-value pull
+  split_cfg.onestep_split_iters[0] = split_cfg.onestep_split_iters[1] = 1;
+  split_cfg.onestep_wide_pull[0] = split_cfg.onestep_wide_pull[1] = false;
+  braid::AllReducer split(team(), split_cfg);
+  braid::AllReducerConfig splitw_cfg = few;  // split roles on 3 blocks, 3 iterations per unit, 16-byte pull
+  splitw_cfg.onestep_split_iters[0] = splitw_cfg.onestep_split_iters[1] = 3;
+  splitw_cfg.onestep_wide_pull[0] = splitw_cfg.onestep_wide_pull[1] = true;
+  braid::AllReducer splitw(team(), splitw_cfg);
+  splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
   auto name = [&](const braid::AllReducer* ar) {
     return ar == &small  ? " 3 blocks"
@@ -191,9 +201,11 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &flat8 ? " not pipelined, 8-value pull, phase stamps"
            : ar == &ru4 ? " 5 iterations per step, 8-value pull, unroll 4"
            : ar == &one4 ? " one step, 8-value pull, unroll 4, phase stamps"
+           : ar == &split ? " split roles, 1 iteration per unit, 8-value pull"
+           : ar == &splitw ? " split roles, 3 blocks, 3 iterations per unit, 16-byte pull, phase stamps"
                           : "";
   };
-  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4})
+  for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
@@ -211,7 +223,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
               EXPECT_EQ(differences(two, q::reference_allreduce(mode_of(p), g, qd, in)), 0u);
             }
           }
-  for (braid::AllReducer* ar : {&flat8, &one4}) {  // the last launch's stamps: 4 per block, in order
+  for (braid::AllReducer* ar : {&flat8, &one4, &splitw}) {  // the last launch's stamps: 4 per block, in order
     const std::vector<uint64_t> st = ar->onestep_profile();
     ASSERT_FALSE(st.empty()) << name(ar);
     for (size_t b = 0; b < st.size() / 4; ++b) {
