@@ -124,8 +124,12 @@ struct AllReducerConfig {
   // onestep_split_iters > 0 (taking precedence over onestep_step_iters): split roles — on each SM one block
   // quantizes and the other pulls (onestep_wide_pull selects its pull), in units of this many iterations
   // (512 threads x 8 values) with a flag per unit, so quantizing and pulling overlap on every SM
-  // (ar::quant_onestep_split_kernel). The same bits. Environment (both widths): BRAID_AR_1STEP_SPLIT.
-  int onestep_split_iters[2] = {0, 0};
+  // (ar::quant_onestep_split_kernel). The same bits. Environment (both widths): BRAID_AR_1STEP_SPLIT (0:
+  // the pipelined / flat kernels above). Default from 2x H100 (cb4bfa1, 64 MiB, two rounds): INT8 split
+  // with 8 iterations per unit and 16-byte pulls 141.2-141.5 us vs 155.8-157.3 pipelined (1.78x vs 1.60x
+  // NCCL; 256 MiB 558 vs 621-624 us, 16 MiB 51.6 vs 52.8); INT4 stays flat (split 16 iterations with the
+  // 8-value pull 121.0-121.2 vs 122.3-122.5 at 64 MiB, but 52 vs 41 us at 16 MiB).
+  int onestep_split_iters[2] = {8, 0};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add

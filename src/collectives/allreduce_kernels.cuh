@@ -72,9 +72,8 @@ __device__ __forceinline__ void store8(uint16_t* p, int valid, const float (&v)[
   }
 }
 
-// Group min/max over the valid values of the TPG lanes of this group.
-template <int TPG>
-__device__ __forceinline__ void group_minmax(const float (&v)[kVec], int valid, float& mn, float& mx) {
+// Min/max over this thread's `valid` values (+inf / -inf when none).
+__device__ __forceinline__ void local_minmax(const float (&v)[kVec], int valid, float& mn, float& mx) {
   mn = __int_as_float(0x7f800000);   // +inf
   mx = __int_as_float(0xff800000);   // -inf
   if (valid == kVec) {  // the common case without a test per value (the same operations in the same order)
@@ -91,11 +90,21 @@ __device__ __forceinline__ void group_minmax(const float (&v)[kVec], int valid, 
         mx = fmaxf(mx, v[j]);
       }
   }
+}
+// Min/max over the TPG lanes of this group (consecutive, aligned lanes); every lane must take part.
+template <int TPG>
+__device__ __forceinline__ void shuffle_minmax(float& mn, float& mx) {
 #pragma unroll
-  for (int off = TPG / 2; off >= 1; off /= 2) {  // every lane, outside the branches above
+  for (int off = TPG / 2; off >= 1; off /= 2) {
     mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, off));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   }
+}
+// Group min/max over the valid values of the TPG lanes of this group.
+template <int TPG>
+__device__ __forceinline__ void group_minmax(const float (&v)[kVec], int valid, float& mn, float& mx) {
+  local_minmax(v, valid, mn, mx);
+  shuffle_minmax<TPG>(mn, mx);  // every lane, outside the branches above
 }
 
 // quant::quantize_one's code in four instructions (sub, mul, cvt, min) instead of its float clamp: the
@@ -122,6 +131,21 @@ __device__ __forceinline__ void quantize_codes(const float (&v)[kVec], int valid
   }
 }
 
+// Stores 8 codes (BITS each, packed in value order) at p: 8 bytes (INT8) or 4 (INT4).
+template <int BITS>
+__device__ __forceinline__ void store_codes(const uint32_t (&q)[kVec], uint8_t* p) {
+  if constexpr (BITS == 8) {
+    const uint32_t lo = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
+    const uint32_t hi = q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24;
+    *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+  } else {
+    uint32_t w = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) w |= q[j] << (4 * j);
+    *reinterpret_cast<uint32_t*>(p) = w;
+  }
+}
+
 // Quantizes this thread's 8 values of a group and stores codes (+ metadata by lane 0 of the group).
 // `payload` points at the group's first code byte, `meta` at the group's metadata word.
 template <int BITS, int TPG>
@@ -133,15 +157,32 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
   uint32_t q[kVec];
   quantize_codes<BITS>(v, valid, p, q);
-  if constexpr (BITS == 8) {
-    const uint32_t lo = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
-    const uint32_t hi = q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24;
-    *reinterpret_cast<uint2*>(payload + lane_in_group * 8) = make_uint2(lo, hi);
-  } else {
-    uint32_t w = 0;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) w |= q[j] << (4 * j);
-    *reinterpret_cast<uint32_t*>(payload + lane_in_group * 4) = w;
+  store_codes<BITS>(q, payload + lane_in_group * kVec * BITS / 8);
+  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+}
+
+// The same quantizer with 16 values per thread, as two 8-value halves of the group: this lane's values
+// [8 l, 8 l + 8) and [8 (l + TPG), 8 (l + TPG) + 8) (l = lane_in_group, TPG = G / 16 lanes per group), so
+// each half's loads and code stores are contiguous across the lanes. The group's min/max, parameters and
+// codes are the quantizer's (min/max exact in any order), at half the per-value cost of the parameters,
+// shuffles and addressing. `payload` is the group's first code byte, `meta` its metadata word.
+template <int BITS, int TPG>
+__device__ __forceinline__ void quantize_store2h(const float (&lo)[kVec], int vlo, const float (&hi)[kVec], int vhi,
+                                                 int lane_in_group, uint8_t* payload, uint32_t* meta) {
+  float mn, mx, mn2, mx2;
+  local_minmax(lo, vlo, mn, mx);
+  local_minmax(hi, vhi, mn2, mx2);
+  mn = fminf(mn, mn2);
+  mx = fmaxf(mx, mx2);
+  shuffle_minmax<TPG>(mn, mx);
+  if (vlo <= 0) return;  // after the shuffles (vhi > 0 only where vlo == 8)
+  const quant::GroupParams p = quant::make_params(mn, mx, BITS);
+  uint32_t q[kVec];
+  quantize_codes<BITS>(lo, vlo, p, q);
+  store_codes<BITS>(q, payload + lane_in_group * kVec * BITS / 8);
+  if (vhi > 0) {
+    quantize_codes<BITS>(hi, vhi, p, q);
+    store_codes<BITS>(q, payload + (TPG + lane_in_group) * kVec * BITS / 8);
   }
   if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
 }
@@ -258,29 +299,27 @@ __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uin
 }
 
 // Quantizes groups [ga, gb) of chunk c of `in` (BITS) into pay (codes) and meta (one word per group),
-// block-wide: thread group t of each iteration takes group base + t, two iterations' loads in flight. The
-// loop trip count is uniform over the block, so every lane reaches the shuffles.
+// block-wide, 16 values per thread (quantize_store2h: G / 16 lanes per group, one group per thread group
+// and iteration, both halves' 16-byte loads in flight). The loop trip count is uniform over the block, so
+// every lane reaches the shuffles.
 template <int DT, int BITS, int G>
 __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantGeom& q, int c, uint64_t ga,
                                                 uint64_t gb, uint8_t* pay, uint32_t* meta) {
-  constexpr int TPG = G / kVec;
+  constexpr int TPG = G / (2 * kVec);
+  static_assert(TPG >= 1 && 32 % TPG == 0, "a group's lanes must tile a warp");
   const int lane_in_group = threadIdx.x % TPG;
   const int groups_per_iter = blockDim.x / TPG;
   const uint64_t c0 = q.stride * c;
-  for (uint64_t base = ga; base < gb; base += 2 * groups_per_iter) {
-    uint64_t gi[2];
-    int valid[2];
-    float v[2][kVec];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      gi[u] = base + u * groups_per_iter + threadIdx.x / TPG;
-      const uint64_t e = c0 + gi[u] * G + lane_in_group * kVec;
-      valid[u] = gi[u] < gb && e < q.n ? valid_count(q.n - e) : 0;
-      load8<DT>(in + (valid[u] ? e : 0), valid[u], v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-      quantize_store<BITS, TPG>(v[u], valid[u], lane_in_group, pay + gi[u] * G * BITS / 8, meta + gi[u]);
+  for (uint64_t base = ga; base < gb; base += groups_per_iter) {
+    const uint64_t gi = base + threadIdx.x / TPG;
+    const uint64_t e0 = c0 + gi * G + lane_in_group * kVec, e1 = e0 + TPG * kVec;  // the two halves
+    const bool in_range = gi < gb;
+    const int v0 = in_range && e0 < q.n ? valid_count(q.n - e0) : 0;
+    const int v1 = in_range && e1 < q.n ? valid_count(q.n - e1) : 0;
+    float lo[kVec], hi[kVec];
+    load8<DT>(in + (v0 ? e0 : 0), v0, lo);
+    load8<DT>(in + (v1 ? e1 : 0), v1, hi);
+    quantize_store2h<BITS, TPG>(lo, v0, hi, v1, lane_in_group, pay + gi * G * BITS / 8, meta + gi);
   }
 }
 

@@ -146,7 +146,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // ArAlgo::kQuantOneStep against quant::reference_allreduce_onestep: INT8 and INT4, both dtypes, group
   // sizes, tails, in place and not, the default grid and 3 blocks (uneven group ranges), and alternating
   // with the two-step kernel on the same workspace and launch counter. Kernels: the per-width defaults
-  // (reducer(), `small`: INT8 pipelined with 16-byte pulls, INT4 flat with 8-value pulls), pipelined with
+  // (reducer(), `small`: INT8 split roles with 16-byte pulls, INT4 flat with 8-value pulls), pipelined with
   // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
@@ -156,7 +156,10 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
   few.quant_blocks = 3;
-  braid::AllReducer small(team(), few);
+  braid::AllReducer small(team(), few);  // the per-width defaults on 3 blocks
+  braid::AllReducerConfig nosplit;  // the pipelined / flat kernels for both widths (no split roles)
+  nosplit.onestep_split_iters[0] = nosplit.onestep_split_iters[1] = 0;
+  few.onestep_split_iters[0] = few.onestep_split_iters[1] = 0;  // for the configurations below
   braid::AllReducerConfig deep_cfg = few;
   deep_cfg.onestep_step_iters[0] = deep_cfg.onestep_step_iters[1] = 1;
   deep_cfg.onestep_lag = 2;
@@ -167,14 +170,14 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   pipew_cfg.onestep_step_iters[0] = pipew_cfg.onestep_step_iters[1] = 2;
   pipew_cfg.onestep_wide_pull[0] = pipew_cfg.onestep_wide_pull[1] = true;
   braid::AllReducer pipew(team(), pipew_cfg);
-  braid::AllReducerConfig flat_cfg;
+  braid::AllReducerConfig flat_cfg = nosplit;
   flat_cfg.onestep_step_iters[0] = flat_cfg.onestep_step_iters[1] = 0;
   flat_cfg.onestep_wide_pull[0] = flat_cfg.onestep_wide_pull[1] = true;
   braid::AllReducer flat(team(), flat_cfg);
   braid::AllReducerConfig flat8_cfg = flat_cfg;
   flat8_cfg.onestep_wide_pull[0] = flat8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer flat8(team(), flat8_cfg);
-  braid::AllReducerConfig ru4_cfg;  // the 8-value pull, four iterations' loads in flight, 5 iterations per step
+  braid::AllReducerConfig ru4_cfg = nosplit;  // the 8-value pull, four iterations' loads in flight, 5 iterations per step
   ru4_cfg.onestep_step_iters[0] = ru4_cfg.onestep_step_iters[1] = 5;
   ru4_cfg.onestep_reduce_unroll = 4;
   ru4_cfg.onestep_wide_pull[0] = ru4_cfg.onestep_wide_pull[1] = false;
