@@ -130,6 +130,11 @@ struct AllReducerConfig {
   // NCCL; 256 MiB 558 vs 621-624 us, 16 MiB 51.6 vs 52.8); INT4 stays flat (split 16 iterations with the
   // 8-value pull 121.0-121.2 vs 122.3-122.5 at 64 MiB, but 52 vs 41 us at 16 MiB).
   int onestep_split_iters[2] = {8, 0};
+  // Split roles only for pieces of at least this many elements (smaller ones take the kernels above): on
+  // 2x H100 (f60ddc9) the split INT8 took 29.1-29.4 us at 4 MiB against 23.8-24.2 pipelined, and 51.2-51.7
+  // at 16 MiB against 53.1-53.2; the default sits between (8 MiB of bf16). Environment:
+  // BRAID_AR_1STEP_SPLIT_MIN.
+  uint64_t onestep_split_min_elems = uint64_t(4) << 20;
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add

@@ -146,7 +146,8 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // ArAlgo::kQuantOneStep against quant::reference_allreduce_onestep: INT8 and INT4, both dtypes, group
   // sizes, tails, in place and not, the default grid and 3 blocks (uneven group ranges), and alternating
   // with the two-step kernel on the same workspace and launch counter. Kernels: the per-width defaults
-  // (reducer(), `small`: INT8 split roles with 16-byte pulls, INT4 flat with 8-value pulls), pipelined with
+  // (reducer(), `small`: below onestep_split_min_elems INT8 pipelined with 16-byte pulls, INT4 flat with
+  // 8-value pulls), pipelined with
   // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
@@ -188,10 +189,12 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   one4.set_onestep_profile(true);
   braid::AllReducerConfig split_cfg;  // split roles, one iteration per unit, 8-value pull
   split_cfg.onestep_split_iters[0] = split_cfg.onestep_split_iters[1] = 1;
+  split_cfg.onestep_split_min_elems = 0;  // at every size
   split_cfg.onestep_wide_pull[0] = split_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer split(team(), split_cfg);
   braid::AllReducerConfig splitw_cfg = few;  // split roles on 3 blocks, 3 iterations per unit, 16-byte pull
   splitw_cfg.onestep_split_iters[0] = splitw_cfg.onestep_split_iters[1] = 3;
+  splitw_cfg.onestep_split_min_elems = 0;
   splitw_cfg.onestep_wide_pull[0] = splitw_cfg.onestep_wide_pull[1] = true;
   braid::AllReducer splitw(team(), splitw_cfg);
   splitw.set_onestep_profile(true);
