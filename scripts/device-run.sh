@@ -32,10 +32,11 @@
 # `allreduce` 34 s warm; `ncu-t3` (all 6 algos, 25 shapes) 3.5 min warm; `build test ar-batch ar-qpair peers` 2.3 min.
 # Fourteenth session (every call 2x H200 again): `build test ar-batch ar-qpair ar-1step peers` (CTEST_R=allreduce)
 # 3.8 min cold; `build ar-1pipe` (2-6 configs x 2 rounds) 2.5-2.7 min cold; `build test ar-1step` 5 min cold.
-# Next, on 2x H100 (the acceptance card; none served in the thirteenth or fourteenth session): `build test
-# ar-batch ar-1step peers` (the paired one-shot vs PyTorch's two-shot at 16-256 MiB, and the one-step
-# INT8/INT4 defaults, there), then `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres`
-# (STRANDS_THROTTLE=2); x4/x8 when lent:
+# Fifteenth session (2 calls 2x H200, 6 calls 2x H100): `build test ar-batch ar-1step peers` 5.8 min cold (H200),
+# 4.9 min warm (H100); `build ar-stamps` (STAMP_MIN=4M STAMP_MAX=256M, 4 configs x 2 rounds) 2.8 min cold.
+# Next, on 2x H100: `build test ar-1step` (the final defaults of 6e87dc4: split INT8 from 4 Mi elements,
+# the two-step's stage 1 restored; not GPU-run as a whole), then `measure-rs` (OVERLAP_TRANSPORT=symmetric)
+# and `strands-smres` (STRANDS_THROTTLE=2); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).
 set -uo pipefail
