@@ -120,21 +120,20 @@ struct AllReducerConfig {
   // INT4 flat with the 8-value pull 122.4-122.9 us (flat 16-byte 124-127, pipelined 124.5-138). Environment
   // (both widths): BRAID_AR_1STEP_ITERS, BRAID_AR_1STEP_LAG, BRAID_AR_1STEP_RU, BRAID_AR_1STEP_WIDE=0|1.
   int onestep_step_iters[2] = {8, 0};
-  bool onestep_wide_pull[2] = {true, false};
+  bool onestep_wide_pull[2] = {true, false};  // also the split kernel's pull
   // onestep_split_iters > 0 (taking precedence over onestep_step_iters): split roles — on each SM one block
   // quantizes and the other pulls (onestep_wide_pull selects its pull), in units of this many iterations
   // (512 threads x 8 values) with a flag per unit, so quantizing and pulling overlap on every SM
-  // (ar::quant_onestep_split_kernel). The same bits. Environment (both widths): BRAID_AR_1STEP_SPLIT (0:
-  // the pipelined / flat kernels above). Default from 2x H100 (cb4bfa1, 64 MiB, two rounds): INT8 split
-  // with 8 iterations per unit and 16-byte pulls 141.2-141.5 us vs 155.8-157.3 pipelined (1.78x vs 1.60x
-  // NCCL; 256 MiB 558 vs 621-624 us, 16 MiB 51.6 vs 52.8); INT4 stays flat (split 16 iterations with the
-  // 8-value pull 121.0-121.2 vs 122.3-122.5 at 64 MiB, but 52 vs 41 us at 16 MiB).
-  int onestep_split_iters[2] = {8, 0};
-  // Split roles only for pieces of at least this many elements (smaller ones take the kernels above): on
-  // 2x H100 (f60ddc9) the split INT8 took 29.1-29.4 us at 4 MiB against 23.8-24.2 pipelined, and 51.2-51.7
-  // at 16 MiB against 53.1-53.2; the default sits between (8 MiB of bf16). Environment:
-  // BRAID_AR_1STEP_SPLIT_MIN.
-  uint64_t onestep_split_min_elems = uint64_t(4) << 20;
+  // (ar::quant_onestep_split_kernel), for pieces of at least onestep_split_min_elems elements (smaller
+  // ones take the kernels above). The same bits. Environment (both widths): BRAID_AR_1STEP_SPLIT (0: the
+  // kernels above), BRAID_AR_1STEP_SPLIT_MIN. Defaults from 2x H100 (cb4bfa1, f60ddc9; 64 MiB, two rounds
+  // per call): INT8 with 8 iterations per unit and 16-byte pulls 141.2-141.6 us vs 155.8-157.3 pipelined
+  // (1.78x vs 1.60x NCCL; 256 MiB 558 vs 621-624 us; 16 MiB 51.2-51.7 vs 53.1-53.2; 4 MiB 29.1-29.4 vs
+  // 23.8-24.2, hence from 4 Mi elements = 8 MiB of bf16, between the two). INT4 with 16 iterations and
+  // the 8-value pull 119.3-119.9 vs 121.2-121.4 flat (cb4bfa1: 121.0-121.2 vs 122.3-122.5; 256 MiB 471 vs
+  // 476-478), but 52-54 vs 41 us at 16 MiB, hence only from 32 Mi elements (64 MiB of bf16, a full piece).
+  int onestep_split_iters[2] = {8, 16};
+  uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add

@@ -193,7 +193,8 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT")) cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN")) cfg_.onestep_split_min_elems = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
+    cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0,
                 "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0");
   BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
@@ -642,7 +643,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
       const int wi = b1 == 8 ? 0 : 1;  // per-width knobs
       const int iters = cfg_.onestep_step_iters[wi];
       const bool wide = cfg_.onestep_wide_pull[wi];
-      if (const int split = cfg_.onestep_split_iters[wi]; split > 0 && n >= cfg_.onestep_split_min_elems) {
+      if (const int split = cfg_.onestep_split_iters[wi]; split > 0 && n >= cfg_.onestep_split_min_elems[wi]) {
         ar::SplitState st{};
         st.ctl = split_ctl_;
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);

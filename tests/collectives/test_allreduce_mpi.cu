@@ -189,12 +189,12 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   one4.set_onestep_profile(true);
   braid::AllReducerConfig split_cfg;  // split roles, one iteration per unit, 8-value pull
   split_cfg.onestep_split_iters[0] = split_cfg.onestep_split_iters[1] = 1;
-  split_cfg.onestep_split_min_elems = 0;  // at every size
+  split_cfg.onestep_split_min_elems[0] = split_cfg.onestep_split_min_elems[1] = 0;  // at every size
   split_cfg.onestep_wide_pull[0] = split_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer split(team(), split_cfg);
   braid::AllReducerConfig splitw_cfg = few;  // split roles on 3 blocks, 3 iterations per unit, 16-byte pull
   splitw_cfg.onestep_split_iters[0] = splitw_cfg.onestep_split_iters[1] = 3;
-  splitw_cfg.onestep_split_min_elems = 0;
+  splitw_cfg.onestep_split_min_elems[0] = splitw_cfg.onestep_split_min_elems[1] = 0;
   splitw_cfg.onestep_wide_pull[0] = splitw_cfg.onestep_wide_pull[1] = true;
   braid::AllReducer splitw(team(), splitw_cfg);
   splitw.set_onestep_profile(true);
