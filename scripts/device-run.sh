@@ -311,33 +311,31 @@ if has ar-1step; then  # the one-step quantized all-reduce (int8-1step, int4-1st
       --json "$out/allreduce-1step-dists.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
   done
 fi
-if has ar-1pipe; then  # the pipelined one-step kernel: its test, then step sizes / lag / unroll A/B, two rounds
+# The one-step A/B items: the all-reduce test, then each configuration (NAME=VALUE,... of BRAID_AR_1STEP_*
+# variables, ONESTEP_CFGS or the item's default) for two rounds. $1 item, $2 default configurations, $3
+# algorithms, $4 / $5 smallest / largest size, $6 extra bench flags.
+onestep_ab() {
   echo "== test_allreduce_mpi ($(date +%T))" | tee -a "$log"
-  (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce_mpi$" > "$out/ctest-ar-1pipe.log" 2>&1)
+  (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce_mpi$" > "$out/ctest-$1.log" 2>&1)
   echo "ctest rc=$?" | tee -a "$log"
-  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-1pipe.log" | tee -a "$log"
-  cfgs=${ONESTEP_CFGS:-"BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=0 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0"}
+  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-$1.log" | tee -a "$log"
+  local round c tag=${1#ar-}
   for round in 1 2; do
-    for c in $cfgs; do
+    for c in ${ONESTEP_CFGS:-$2}; do
       echo "-- [$c] round $round ($(date +%T))" | tee -a "$log"
-      E="${c//,/ }" T=60 mpi bench allreduce --algo nccl,int8,int8-1step,int4,int4-1step -b 4M -e 256M -f 4 \
-        --json "$out/allreduce-1pipe-${c//[,=]/-}-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+      # shellcheck disable=SC2086
+      E="${c//,/ }" T=60 mpi bench allreduce --algo "$3" -b "$4" -e "$5" -f 4 $6 \
+        --json "$out/allreduce-$tag-${c//[,=]/-}-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]|stamps" | tee -a "$log"
     done
   done
+}
+if has ar-1pipe; then  # the pipelined one-step kernel: step sizes / lag / unroll A/B
+  onestep_ab ar-1pipe "BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=0 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0" \
+    nccl,int8,int8-1step,int4,int4-1step 4M 256M ""
 fi
-if has ar-stamps; then  # one-step phase stamps (bench --phases) and A/B of pull unrolls, two rounds
-  echo "== test_allreduce_mpi ($(date +%T))" | tee -a "$log"
-  (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce_mpi$" > "$out/ctest-ar-stamps.log" 2>&1)
-  echo "ctest rc=$?" | tee -a "$log"
-  grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-stamps.log" | tee -a "$log"
-  cfgs=${ONESTEP_CFGS:-"BRAID_AR_1STEP_RU=1 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=2 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4"}
-  for round in 1 2; do
-    for c in $cfgs; do
-      echo "-- [$c] round $round ($(date +%T))" | tee -a "$log"
-      E="${c//,/ }" T=60 mpi bench allreduce --algo ${STAMP_ALGOS:-nccl,int8-1step,int4-1step} -b ${STAMP_MIN:-16M} -e ${STAMP_MAX:-64M} -f 4 --phases \
-        --json "$out/allreduce-stamps-${c//[,=]/-}-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]|stamps" | tee -a "$log"
-    done
-  done
+if has ar-stamps; then  # one-step phase stamps (bench --phases) and A/B of kernels (STAMP_ALGOS, STAMP_MIN/MAX)
+  onestep_ab ar-stamps "BRAID_AR_1STEP_RU=1 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=2 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4" \
+    "${STAMP_ALGOS:-nccl,int8-1step,int4-1step}" "${STAMP_MIN:-16M}" "${STAMP_MAX:-64M}" --phases
 fi
 if has qar; then  # the pipelined quantized all-reduce: bit-exact test (unless ctest-mod ran it), A/B bench
   if ! has ctest-mod; then

@@ -410,17 +410,7 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, Src src, Dst ds
     const uint32_t m = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
     for (int i = 0; i < dst_count; ++i) {
       const int r = (q.rank + i) % dst_count;
-      uint8_t* pay = dst(r) + gi * G * BITS2 / 8;
-      if constexpr (BITS2 == 8) {
-        const uint32_t lo = qv[0] | qv[1] << 8 | qv[2] << 16 | qv[3] << 24;
-        const uint32_t hi = qv[4] | qv[5] << 8 | qv[6] << 16 | qv[7] << 24;
-        *reinterpret_cast<uint2*>(pay + lane_in_group * 8) = make_uint2(lo, hi);
-      } else {
-        uint32_t w = 0;
-#pragma unroll
-        for (int j = 0; j < kVec; ++j) w |= qv[j] << (4 * j);
-        *reinterpret_cast<uint32_t*>(pay + lane_in_group * 4) = w;
-      }
+      store_codes<BITS2>(qv, dst(r) + gi * G * BITS2 / 8 + lane_in_group * kVec * BITS2 / 8);
       if (lane_in_group == 0) reinterpret_cast<uint32_t*>(dst(r) + q.meta_out)[gi] = m;
     }
   }
