@@ -649,8 +649,9 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
 // ended (stream order), so its reads of my launch-k codes are done. In place is safe: a rank's `in` is read
 // only by its own quantize steps, each before the reduce of the same elements writes `out`.
 // PULL: 0 = pull_sum_wide (16-byte code loads); 1, 2 or 4 = the quantizer's 8-value mapping with that
-// many iterations' loads (both of the first two sources) issued before the first is decoded. One kernel per mapping: a runtime switch between them put both
-// paths' registers in one kernel and spilled (docs/flash-communication.md, fourteenth session).
+// many iterations' loads (both of the first two sources) issued before the first is decoded. One kernel
+// per mapping: a runtime switch between them put both paths' registers in one kernel and spilled
+// (docs/flash-communication.md, fourteenth session).
 template <int DT, int BITS, int G, int PULL>
 __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16_t* in, uint16_t* out,
                                                                      const __grid_constant__ QuantGeom q,
@@ -886,7 +887,9 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                              threadIdx.x))
       s_ok = 0;
     __syncthreads();
-    if (!s_ok) return;  // a timeout is recorded; the host's synchronize throws
+    // A timeout is recorded and the host's synchronize throws; the block still counts itself done below,
+    // so the last block resets the counters and the next launch starts clean.
+    if (!s_ok) break;
     if (first_wait) phase_stamp(prof, 2, false);
     first_wait = false;
     auto src = [&](int s) { return slot_of(s, c); };
