@@ -133,6 +133,10 @@ struct AllReducerConfig {
   // the 8-value pull 119.3-119.9 vs 121.2-121.4 flat (cb4bfa1: 121.0-121.2 vs 122.3-122.5; 256 MiB 471 vs
   // 476-478), but 52-54 vs 41 us at 16 MiB, hence only from 32 Mi elements (64 MiB of bf16, a full piece).
   int onestep_split_iters[2] = {8, 16};
+  // Split roles: a puller on every k-th SM only (the others run two quantizers; quantizers pull once the
+  // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
+  // widths): BRAID_AR_1STEP_SPLIT_PULLERS.
+  int onestep_split_puller_every[2] = {1, 1};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;

@@ -192,11 +192,16 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT")) cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT"))
+    cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
     cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
-  BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0,
-                "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0");
+  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_PULLERS"))
+    cfg_.onestep_split_puller_every[0] = cfg_.onestep_split_puller_every[1] = std::atoi(e);
+  BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
+                    cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1,
+                "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0, onestep_split_puller_every "
+                "(BRAID_AR_1STEP_SPLIT_PULLERS) >= 1");
   BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
                     (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2 ||
                      cfg_.onestep_reduce_unroll == 4),
@@ -654,10 +659,13 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           constexpr bool WIDE = decltype(wide_c)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, prof_))));
+                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
+                  prof_))));
         };
-        if (b1 == 8) wide ? go(std::integral_constant<int, 8>{}, std::true_type{}) : go(std::integral_constant<int, 8>{}, std::false_type{});
-        else wide ? go(std::integral_constant<int, 4>{}, std::true_type{}) : go(std::integral_constant<int, 4>{}, std::false_type{});
+        using I8 = std::integral_constant<int, 8>;
+        using I4 = std::integral_constant<int, 4>;
+        if (b1 == 8) wide ? go(I8{}, std::true_type{}) : go(I8{}, std::false_type{});
+        else wide ? go(I4{}, std::true_type{}) : go(I4{}, std::false_type{});
         BRAID_CHECK_LAUNCH();
         if (prof_) prof_blocks_ = cfg_.quant_blocks;
         continue;

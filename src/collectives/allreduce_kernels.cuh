@@ -806,7 +806,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
 // instead of every block doing one after the other (measured by phase stamps: quantize ~43 us, pull ~50-85
 // us at 64 MiB on 2x H100, serialized).
 // Roles: the first block to start on an SM quantizes, the second pulls (a per-SM counter, so an SM holding
-// two blocks has one of each); a quantizer pulls too once every unit is taken for quantizing. Work: units
+// two blocks has one of each; with puller_every = k > 1 only every k-th SM has a puller, the others two
+// quantizers); a quantizer pulls too once every unit is taken for quantizing. Work: units
 // of `unit_groups` groups of one chunk, u -> chunk u % W, groups [(u / W) * unit_groups, +unit_groups);
 // quantizing and pulling each take units from their own ticket counter, in order.
 // Quantizer: quantize unit u into its own slot, __syncthreads (the block's code stores before the
@@ -831,7 +832,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                                                                       const __grid_constant__ QuantWorkspace ws,
                                                                       const __grid_constant__ SignalView sig,
                                                                       const __grid_constant__ SplitState st,
-                                                                      uint32_t* seq, int unit_groups, uint64_t* prof) {
+                                                                      uint32_t* seq, int unit_groups, int puller_every,
+                                                                      uint64_t* prof) {
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   phase_stamp(prof, 0, false);
   const int rank = q.rank, world = q.world;
@@ -840,7 +842,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   if (threadIdx.x == 0) {
     uint32_t sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    s_role = atomicAdd(&st.ctl[sm % kSplitSms], 1u) & 1u;  // 0: quantize, 1: pull
+    // 0: quantize, 1: pull; pullers only on every puller_every-th SM (1: every SM), the rest quantize
+    s_role = (atomicAdd(&st.ctl[sm % kSplitSms], 1u) & 1u) && sm % static_cast<uint32_t>(puller_every) == 0u;
     s_epoch = *reinterpret_cast<const volatile uint32_t*>(seq) + 1u;
     s_ok = 1;
   }

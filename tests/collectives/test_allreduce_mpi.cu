@@ -178,7 +178,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   braid::AllReducerConfig flat8_cfg = flat_cfg;
   flat8_cfg.onestep_wide_pull[0] = flat8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer flat8(team(), flat8_cfg);
-  braid::AllReducerConfig ru4_cfg = nosplit;  // the 8-value pull, four iterations' loads in flight, 5 iterations per step
+  braid::AllReducerConfig ru4_cfg = nosplit;  // 8-value pull, four iterations' loads in flight, 5 per step
   ru4_cfg.onestep_step_iters[0] = ru4_cfg.onestep_step_iters[1] = 5;
   ru4_cfg.onestep_reduce_unroll = 4;
   ru4_cfg.onestep_wide_pull[0] = ru4_cfg.onestep_wide_pull[1] = false;
@@ -195,6 +195,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   braid::AllReducerConfig splitw_cfg = few;  // split roles on 3 blocks, 3 iterations per unit, 16-byte pull
   splitw_cfg.onestep_split_iters[0] = splitw_cfg.onestep_split_iters[1] = 3;
   splitw_cfg.onestep_split_min_elems[0] = splitw_cfg.onestep_split_min_elems[1] = 0;
+  splitw_cfg.onestep_split_puller_every[0] = splitw_cfg.onestep_split_puller_every[1] = 3;  // most SMs: quantizers
   splitw_cfg.onestep_wide_pull[0] = splitw_cfg.onestep_wide_pull[1] = true;
   braid::AllReducer splitw(team(), splitw_cfg);
   splitw.set_onestep_profile(true);
@@ -208,7 +209,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &ru4 ? " 5 iterations per step, 8-value pull, unroll 4"
            : ar == &one4 ? " one step, 8-value pull, unroll 4, phase stamps"
            : ar == &split ? " split roles, 1 iteration per unit, 8-value pull"
-           : ar == &splitw ? " split roles, 3 blocks, 3 iterations per unit, 16-byte pull, phase stamps"
+           : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
                           : "";
   };
   for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw})
