@@ -357,6 +357,7 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
         };
         auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
         for (int rep = 0; rep < 5; ++rep) {
+          team.barrier();  // both ranks' devices idle: the 8 calls start together (else "wait" shows host skew)
           for (int i = 0; i < 8; ++i) call((rep * 8 + i) % sets);
           const std::vector<uint64_t> t = ar.onestep_profile();
           const size_t B = t.size() / 4;
