@@ -109,6 +109,12 @@ struct AllReducerConfig {
   // and metadata loaded before the first is decoded, or one source at a time; the same bits.
   // Environment: BRAID_AR_QUANT_PAIR=0|1 (2x H200, 16a19b8: INT4 4%, INT8 1.5% faster at 64 MiB paired).
   bool quant_pair_sources = true;
+  // The one-step kernels' quantizer (ar::quantize_groups): the next iteration's input loads issued before
+  // the current one is quantized (two iterations in flight per block), or one at a time; the same codes.
+  // Environment: BRAID_AR_QUANT_PREFETCH=0|1. Why: the split kernel's quantizers took ~100 us for 64 MiB
+  // (INT8) with one block per SM, against ~45 us for the flat kernel's two per SM (2x H200, eec29f6
+  // phase stamps): the quantizer's rate follows the loads in flight, not HBM.
+  bool quant_prefetch = true;
   // The one-step quantized kernel (kQuantOneStep), per code width ([0]: INT8, [1]: INT4).
   // onestep_step_iters: pipelined, each block's work cut into steps of this many iterations (512 threads x
   // 8 values each) with a flag per step, quantizing step k + onestep_lag while it pulls and reduces step k;

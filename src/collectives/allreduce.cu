@@ -188,6 +188,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.symm_pair_twoshot = m == "twoshot" || m == "both";
   }
   if (const char* e = std::getenv("BRAID_AR_QUANT_PAIR")) cfg_.quant_pair_sources = std::atoi(e) != 0;
+  if (const char* e = std::getenv("BRAID_AR_QUANT_PREFETCH")) cfg_.quant_prefetch = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_1STEP_ITERS")) cfg_.onestep_step_iters[0] = cfg_.onestep_step_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
@@ -640,7 +641,8 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
   const uint64_t meta = round_up(round_up((cfg_.piece_elems + W - 1) / W, 256), 16);
   for (size_t off = 0; off < count; off += cfg_.piece_elems) {
     const size_t n = std::min(cfg_.piece_elems, count - off);
-    ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta, cfg_.quant_pair_sources ? 1 : 0};
+    ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta, cfg_.quant_pair_sources ? 1 : 0,
+                    cfg_.quant_prefetch ? 1 : 0};
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
     if (one_step) {  // kQuantOneStep (b1 == b2): same workspace, slots and launch counter

@@ -45,14 +45,18 @@ __device__ __forceinline__ uint16_t to_bits(float f) {
 
 // Loads `valid` (0..8) values starting at p; 16-byte load when all 8 are valid (p is 16-byte aligned
 // then, since chunk and group starts are multiples of 8 elements and the base is aligned).
+// The 8 values of a 16-byte load, in order.
+template <int DT>
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[kVec]) {
+  unpack2<DT>(raw.x, v[0], v[1]);
+  unpack2<DT>(raw.y, v[2], v[3]);
+  unpack2<DT>(raw.z, v[4], v[5]);
+  unpack2<DT>(raw.w, v[6], v[7]);
+}
 template <int DT>
 __device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[kVec]) {
   if (valid == kVec) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    unpack2<DT>(raw.x, v[0], v[1]);
-    unpack2<DT>(raw.y, v[2], v[3]);
-    unpack2<DT>(raw.z, v[4], v[5]);
-    unpack2<DT>(raw.w, v[6], v[7]);
+    unpack8<DT>(*reinterpret_cast<const uint4*>(p), v);
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j) v[j] = j < valid ? load_scalar<DT>(p + j) : 0.f;
@@ -291,6 +295,7 @@ struct QuantGeom {
   uint64_t meta_in;    // offset of the metadata in a slot that is read
   uint64_t meta_out;   // offset of the metadata in a slot that is written
   int pair_sources = 1;  // stage 2: two sources' loads in flight before decoding (1) or one at a time (0)
+  int prefetch = 1;      // quantize_groups: the next iteration's loads in flight (1) or not (0); the same codes
 };
 
 __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uint64_t& g0, uint64_t& g1) {
@@ -310,7 +315,42 @@ __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantG
   const int lane_in_group = threadIdx.x % TPG;
   const int groups_per_iter = blockDim.x / TPG;
   const uint64_t c0 = q.stride * c;
-  for (uint64_t base = ga; base < gb; base += groups_per_iter) {
+  uint64_t base = ga;
+  if (q.prefetch) {
+    // Iterations whose groups are all in range and all valid (block-uniform bound): the next iteration's
+    // two 16-byte loads are issued before this one is quantized, so a block keeps two iterations' loads in
+    // flight (the quantizer was latency-bound: its rate grew with the number of quantizing blocks). The
+    // same values reach quantize_store2h in the same order: the same codes.
+    const uint64_t full = q.n > c0 ? (q.n - c0) / G : 0;  // groups of chunk c wholly before n
+    const uint64_t gfull = gb < full ? gb : full;
+    const int nit = gfull > base ? static_cast<int>((gfull - base) / groups_per_iter) : 0;  // whole iterations
+    if (nit > 0) {
+      // Pointers advanced per iteration (fewer live 64-bit values: the kernels sit at the 64-register cap).
+      const int gt = threadIdx.x / TPG;
+      const uint16_t* src = in + c0 + (base + gt) * G + lane_in_group * kVec;  // this lane's low half
+      uint8_t* dst = pay + (base + gt) * G * BITS / 8;
+      uint32_t* mdst = meta + base + gt;
+      uint4 a = *reinterpret_cast<const uint4*>(src), b = *reinterpret_cast<const uint4*>(src + TPG * kVec);
+      for (int it = 0; it < nit; ++it) {
+        uint4 na = a, nb = b;
+        if (it + 1 < nit) {
+          src += groups_per_iter * G;
+          na = *reinterpret_cast<const uint4*>(src);
+          nb = *reinterpret_cast<const uint4*>(src + TPG * kVec);
+        }
+        float lo[kVec], hi[kVec];
+        unpack8<DT>(a, lo);
+        unpack8<DT>(b, hi);
+        quantize_store2h<BITS, TPG>(lo, kVec, hi, kVec, lane_in_group, dst, mdst);
+        dst += groups_per_iter * G * BITS / 8;
+        mdst += groups_per_iter;
+        a = na;
+        b = nb;
+      }
+      base += static_cast<uint64_t>(nit) * groups_per_iter;
+    }
+  }
+  for (; base < gb; base += groups_per_iter) {
     const uint64_t gi = base + threadIdx.x / TPG;
     const uint64_t e0 = c0 + gi * G + lane_in_group * kVec, e1 = e0 + TPG * kVec;  // the two halves
     const bool in_range = gi < gb;
@@ -569,7 +609,63 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
   const int lane_in_group = threadIdx.x % TPG;
   const int groups_per_iter = blockDim.x / TPG;
   const uint64_t c0 = q.stride * c;
-  for (uint64_t base = ga; base < gb; base += groups_per_iter) {
+  uint64_t base = ga;
+  if (q.prefetch && q.world == 2) {
+    // Iterations whose groups are all in range and valid (a block-uniform bound): both sources' codes and
+    // metadata of the next iteration are loaded before this one is decoded, so two iterations' loads are
+    // in flight (4 or 8 bytes of codes per thread and source: few bytes per remote load). The same
+    // decoding and adds in the same order: the same bits.
+    const uint64_t full = q.n > c0 ? (q.n - c0) / G : 0;
+    const uint64_t gfull = gb < full ? gb : full;
+    const int nit = gfull > base ? static_cast<int>((gfull - base) / groups_per_iter) : 0;  // whole iterations
+    if (nit > 0) {
+      const int gt = threadIdx.x / TPG;
+      // Byte offset of this lane's codes in a slot and index of its group's metadata word, advanced per
+      // iteration (fewer live 64-bit values).
+      uint64_t code_off = (base + gt) * G * BITS / 8 + lane_in_group * kVec * BITS / 8;
+      uint64_t gidx = base + gt;
+      uint16_t* dst = out + c0 + (base + gt) * G + lane_in_group * kVec;
+      auto load2 = [&](RawGroup (&r)[2]) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const uint8_t* sl = slot(s);
+          r[s].meta = reinterpret_cast<const uint32_t*>(sl + q.meta_out)[gidx];
+          if constexpr (BITS == 8) {
+            r[s].codes = *reinterpret_cast<const uint2*>(sl + code_off);
+          } else {
+            r[s].codes.x = *reinterpret_cast<const uint32_t*>(sl + code_off);
+            r[s].codes.y = 0;
+          }
+        }
+      };
+      RawGroup cur[2];
+      load2(cur);
+      for (int it = 0; it < nit; ++it) {
+        RawGroup nxt[2] = {cur[0], cur[1]};
+        if (it + 1 < nit) {
+          code_off += static_cast<uint64_t>(groups_per_iter) * G * BITS / 8;
+          gidx += groups_per_iter;
+          load2(nxt);
+        }
+        float sum[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {  // rank order, from 0.f: add_decoded_sources' adds
+          float v[kVec];
+          decode_group<BITS>(cur[s], kVec, v);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
+        }
+        store8<DT>(dst, kVec, sum);
+        dst += groups_per_iter * G;
+        cur[0] = nxt[0];
+        cur[1] = nxt[1];
+      }
+      base += static_cast<uint64_t>(nit) * groups_per_iter;
+    }
+  }
+  for (; base < gb; base += groups_per_iter) {
     const uint64_t gi = base + threadIdx.x / TPG;
     const uint64_t e = c0 + gi * G + lane_in_group * kVec;
     const int valid = gi < gb && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
