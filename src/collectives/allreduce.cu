@@ -1,7 +1,6 @@
 // AllReducer: workspaces, algorithm choice, launchers (see braid/allreduce.hpp).
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
 #include <sstream>
 #include <type_traits>
 #include <vector>
@@ -189,7 +188,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.symm_pair_twoshot = m == "twoshot" || m == "both";
   }
   if (const char* e = std::getenv("BRAID_AR_QUANT_PAIR")) cfg_.quant_pair_sources = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_QUANT_PREFETCH")) cfg_.quant_prefetch = std::atoi(e);
+  if (const char* e = std::getenv("BRAID_AR_QUANT_PREFETCH")) cfg_.quant_prefetch = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_1STEP_ITERS")) cfg_.onestep_step_iters[0] = cfg_.onestep_step_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
@@ -204,9 +203,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
                     cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1,
                 "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0, onestep_split_puller_every "
                 "(BRAID_AR_1STEP_SPLIT_PULLERS) >= 1");
-  BRAID_REQUIRE(cfg_.quant_prefetch >= 0 && cfg_.quant_prefetch <= 2 &&
-                    (cfg_.quant_prefetch < 2 || ar::quant_smem_bytes(cfg_.threads) <= 227 * 1024),
-                "AllReducer: quant_prefetch (BRAID_AR_QUANT_PREFETCH) must be 0, 1 or 2 (2: at most 1024 threads)");
   BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
                     (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2 ||
                      cfg_.onestep_reduce_unroll == 4),
@@ -368,18 +364,6 @@ std::vector<uint64_t> AllReducer::onestep_profile() const {
 }
 
 namespace {
-// Raises a kernel's dynamic shared memory limit to `bytes` (above the default 48 KiB) the first time it is
-// launched with that much in this process (braid drives one device per process; the attribute is per
-// function). Host-side bookkeeping under a mutex: a set of the kernels already raised.
-void allow_dynamic_smem(const void* kernel, size_t bytes) {
-  static std::mutex mu;
-  static std::vector<std::pair<const void*, size_t>> done;
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& [k, b] : done)
-    if (k == kernel && b >= bytes) return;
-  BRAID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  done.emplace_back(kernel, bytes);
-}
 // Blocks for a launch: enough that each has at least `min_per_block` units of work, at most `max_blocks`.
 int grid_for(uint64_t units, uint64_t min_per_block, int max_blocks) {
   const uint64_t b = (units + min_per_block - 1) / min_per_block;
@@ -658,8 +642,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
   for (size_t off = 0; off < count; off += cfg_.piece_elems) {
     const size_t n = std::min(cfg_.piece_elems, count - off);
     ar::QuantGeom q{n, quant::chunk_stride(n, W, group), W, team_.rank(), meta, meta, cfg_.quant_pair_sources ? 1 : 0,
-                    cfg_.quant_prefetch};
-    const size_t qsmem = cfg_.quant_prefetch >= 2 ? ar::quant_smem_bytes(cfg_.threads) : 0;  // quantize_groups' stages
+                    cfg_.quant_prefetch ? 1 : 0};
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
     if (one_step) {  // kQuantOneStep (b1 == b2): same workspace, slots and launch counter
@@ -677,8 +660,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           constexpr int BITS = decltype(bits_c)::value;
           constexpr bool WIDE = decltype(wide_c)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              (qsmem ? allow_dynamic_smem(reinterpret_cast<const void*>(&ar::quant_onestep_split_kernel<DT, BITS, G, WIDE>), qsmem) : void()),
-              ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, qsmem, s>>>(
+              ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
                   prof_))));
         };
@@ -699,8 +681,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
                   x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, iters, cfg_.onestep_lag, prof_))));
         } else if constexpr (PULL <= 1) {  // the flat kernel has no unrolled 8-value pull
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              (qsmem ? allow_dynamic_smem(reinterpret_cast<const void*>(&ar::quant_onestep_kernel<DT, BITS, G, PULL == 0>), qsmem) : void()),
-              ar::quant_onestep_kernel<DT, BITS, G, PULL == 0><<<blocks, cfg_.threads, qsmem, s>>>(
+              ar::quant_onestep_kernel<DT, BITS, G, PULL == 0><<<blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, prof_))));
         }
       };

@@ -53,18 +53,6 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[kVec]) {
   unpack2<DT>(raw.z, v[4], v[5]);
   unpack2<DT>(raw.w, v[6], v[7]);
 }
-// cp.async (LDGSTS, L2 only): 16 bytes from global to shared memory without holding registers while in
-// flight. Ordering contract: the copies of one thread become visible to that thread after its
-// cp.async.wait_group covering them (no other thread reads them, so no barrier is needed); the global
-// source must not change while in flight (the kernels only read `in` this way, which nobody writes).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 template <int DT>
 __device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[kVec]) {
   if (valid == kVec) {
@@ -307,15 +295,8 @@ struct QuantGeom {
   uint64_t meta_in;    // offset of the metadata in a slot that is read
   uint64_t meta_out;   // offset of the metadata in a slot that is written
   int pair_sources = 1;  // stage 2: two sources' loads in flight before decoding (1) or one at a time (0)
-  // quantize_groups: 0 = one iteration's loads at a time; 1 = the next iteration's loads in registers;
-  // 2 = kQuantStages iterations in flight by cp.async (quant_smem_bytes of dynamic shared memory). The same
-  // codes. pull_sum_8 (W = 2): the next iteration's codes in flight for any value > 0.
-  int prefetch = 1;
+  int prefetch = 1;      // quantize_groups: the next iteration's loads in flight (1) or not (0); the same codes
 };
-// quantize_groups' cp.async stages and their dynamic shared memory per block of `threads`.
-inline constexpr int kQuantStages = 4;
-inline constexpr size_t quant_smem_bytes(int threads) { return size_t(kQuantStages) * 2 * threads * 16; }
-static_assert(quant_smem_bytes(512) * 2 <= 227 * 1024, "two blocks of 512 threads per SM must fit the shared memory");
 
 __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uint64_t& g0, uint64_t& g1) {
   g0 = groups_per_chunk * blockIdx.x / gridDim.x;
@@ -335,49 +316,7 @@ __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantG
   const int groups_per_iter = blockDim.x / TPG;
   const uint64_t c0 = q.stride * c;
   uint64_t base = ga;
-  if (q.prefetch >= 2) {
-    // Iterations whose groups are all in range and valid (a block-uniform bound), with kQuantStages
-    // iterations' input in flight per thread by cp.async into this thread's own slots of the dynamic
-    // shared memory ([stage][half][thread] 16-byte vectors; the launch passes quant_smem_bytes): the
-    // quantizer's loads then hold no registers while in flight. The same values in the same order: the
-    // same codes.
-    extern __shared__ uint4 qstage[];
-    const uint64_t full = q.n > c0 ? (q.n - c0) / G : 0;
-    const uint64_t gfull = gb < full ? gb : full;
-    const int nit = gfull > base ? static_cast<int>((gfull - base) / groups_per_iter) : 0;
-    if (nit > 0) {
-      const int gt = threadIdx.x / TPG;
-      const uint16_t* src = in + c0 + (base + gt) * G + lane_in_group * kVec;  // iteration 0, low half
-      const uint64_t step = static_cast<uint64_t>(groups_per_iter) * G;
-      uint8_t* dst = pay + (base + gt) * G * BITS / 8;
-      uint32_t* mdst = meta + base + gt;
-      uint4* const mine = qstage + threadIdx.x;
-      auto issue = [&](int it) {  // iteration it's two halves into stage it % kQuantStages
-        if (it < nit) {
-          uint4* sl = mine + (it % kQuantStages) * 2 * blockDim.x;
-          const uint16_t* p = src + it * step;
-          cp_async16(sl, p);
-          cp_async16(sl + blockDim.x, p + TPG * kVec);
-        }
-        cp_async_commit();  // an empty group past the end keeps the wait count uniform
-      };
-#pragma unroll
-      for (int k = 0; k < kQuantStages - 1; ++k) issue(k);
-      for (int it = 0; it < nit; ++it) {
-        issue(it + kQuantStages - 1);
-        cp_async_wait<kQuantStages - 1>();  // iteration it's group is complete
-        const uint4* sl = mine + (it % kQuantStages) * 2 * blockDim.x;
-        float lo[kVec], hi[kVec];
-        unpack8<DT>(sl[0], lo);
-        unpack8<DT>(sl[blockDim.x], hi);
-        quantize_store2h<BITS, TPG>(lo, kVec, hi, kVec, lane_in_group, dst, mdst);
-        dst += groups_per_iter * G * BITS / 8;
-        mdst += groups_per_iter;
-      }
-      cp_async_wait<0>();
-      base += static_cast<uint64_t>(nit) * groups_per_iter;
-    }
-  } else if (q.prefetch == 1) {
+  if (q.prefetch) {
     // Iterations whose groups are all in range and all valid (block-uniform bound): the next iteration's
     // two 16-byte loads are issued before this one is quantized, so a block keeps two iterations' loads in
     // flight (the quantizer was latency-bound: its rate grew with the number of quantizing blocks). The

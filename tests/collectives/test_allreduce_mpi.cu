@@ -153,9 +153,9 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
   // one step (`one4`), and with split roles (`split`, `splitw`, `split8`: quantizing and pulling blocks).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
-  // (quant_prefetch 1) where a block has two or more whole iterations (`small`); `split8` and `splitw` run
-  // the quantizer's cp.async stages (quant_prefetch 2); `flat8` turns prefetching off. `flat8`, `one4`
-  // and `splitw` write phase stamps (set_onestep_profile), checked after the loop.
+  // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
+  // turns that off. `flat8`, `one4` and `splitw` write phase stamps (set_onestep_profile), checked after
+  // the loop.
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
@@ -181,7 +181,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   braid::AllReducerConfig flat8_cfg = few;  // 3 blocks, so each block runs many iterations
   flat8_cfg.onestep_step_iters[0] = flat8_cfg.onestep_step_iters[1] = 0;
   flat8_cfg.onestep_wide_pull[0] = flat8_cfg.onestep_wide_pull[1] = false;
-  flat8_cfg.quant_prefetch = 0;  // the quantizer and 8-value pull without the next iteration's loads
+  flat8_cfg.quant_prefetch = false;  // the quantizer and 8-value pull without the next iteration's loads
   braid::AllReducer flat8(team(), flat8_cfg);
   braid::AllReducerConfig ru4_cfg = nosplit;  // 8-value pull, four iterations' loads in flight, 5 per step
   ru4_cfg.onestep_step_iters[0] = ru4_cfg.onestep_step_iters[1] = 5;
@@ -202,13 +202,11 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   splitw_cfg.onestep_split_min_elems[0] = splitw_cfg.onestep_split_min_elems[1] = 0;
   splitw_cfg.onestep_split_puller_every[0] = splitw_cfg.onestep_split_puller_every[1] = 3;  // most SMs: quantizers
   splitw_cfg.onestep_wide_pull[0] = splitw_cfg.onestep_wide_pull[1] = true;
-  splitw_cfg.quant_prefetch = 2;  // cp.async stages with one whole iteration per unit (empty groups)
   braid::AllReducer splitw(team(), splitw_cfg);
   braid::AllReducerConfig split8_cfg = few;  // split roles on 3 blocks, 8 iterations per unit, 8-value pull
   split8_cfg.onestep_split_iters[0] = split8_cfg.onestep_split_iters[1] = 8;
   split8_cfg.onestep_split_min_elems[0] = split8_cfg.onestep_split_min_elems[1] = 0;
   split8_cfg.onestep_wide_pull[0] = split8_cfg.onestep_wide_pull[1] = false;
-  split8_cfg.quant_prefetch = 2;  // the quantizer's cp.async stages (4 whole iterations per unit)
   braid::AllReducer split8(team(), split8_cfg);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
@@ -221,8 +219,8 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &ru4 ? " 5 iterations per step, 8-value pull, unroll 4"
            : ar == &one4 ? " one step, 8-value pull, unroll 4, phase stamps"
            : ar == &split ? " split roles, 1 iteration per unit, 8-value pull"
-           : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stages, stamps"
-           : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull, cp.async stages"
+           : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
+           : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull"
                           : "";
   };
   for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8})
