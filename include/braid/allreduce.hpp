@@ -109,11 +109,15 @@ struct AllReducerConfig {
   // and metadata loaded before the first is decoded, or one source at a time; the same bits.
   // Environment: BRAID_AR_QUANT_PAIR=0|1 (2x H200, 16a19b8: INT4 4%, INT8 1.5% faster at 64 MiB paired).
   bool quant_pair_sources = true;
-  // The one-step kernels' quantizer (ar::quantize_groups): the next iteration's input loads issued before
-  // the current one is quantized (two iterations in flight per block), or one at a time; the same codes.
-  // Environment: BRAID_AR_QUANT_PREFETCH=0|1. Why: the split kernel's quantizers took ~100 us for 64 MiB
-  // (INT8) with one block per SM, against ~45 us for the flat kernel's two per SM (2x H200, eec29f6
-  // phase stamps): the quantizer's rate follows the loads in flight, not HBM.
+  // The one-step kernels' quantizer (ar::quantize_groups) and 8-value pull (W = 2): the next iteration's
+  // loads issued before the current one is processed (two iterations in flight per block), or one at a
+  // time; the same codes and bits. Environment: BRAID_AR_QUANT_PREFETCH=0|1. Why: the split kernel's
+  // quantizers took ~100 us for 64 MiB (INT8) with one block per SM, against ~45 us for the flat kernel's
+  // two per SM (2x H200, eec29f6 phase stamps): the quantizer's rate followed its loads in flight. 2x H200
+  // (9d52836, two rounds): INT8 64 MiB 127.4-127.6 vs 136.9-137.2 us without (1.96x vs 1.84x NCCL), INT4
+  // 94.2-94.6 vs 111.4-111.5 (2.65x vs 2.25x); 256 MiB 1.77x / 2.41x vs 1.65x / 2.04x; 4 MiB equal. Four
+  // iterations in flight by cp.async into shared memory (d881d11, reverted) were slower: 130.6 / 98.5 us
+  // against 128.0 / 93.7 in the same call, with no shorter quantizing phase in the stamps.
   bool quant_prefetch = true;
   // The one-step quantized kernel (kQuantOneStep), per code width ([0]: INT8, [1]: INT4).
   // onestep_step_iters: pipelined, each block's work cut into steps of this many iterations (512 threads x

@@ -746,7 +746,7 @@ void AllReducer::run_quant_nccl(const void* in, void* out, size_t count, DType d
     auto* recv = static_cast<uint8_t*>(nccl_recv_);
     auto* ag_send = static_cast<uint8_t*>(nccl_ag_);
     auto* ag_recv = ag_send + nccl_slot_;
-    ar::QuantGeom q1{n, stride, W, team_.rank(), 0, m1};
+    ar::QuantGeom q1{n, stride, W, team_.rank(), 0, m1, 1, cfg_.quant_prefetch ? 1 : 0};
     if (phases & kPhaseQuantize) {
       BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_BITS(b1, b2, B1, B2, BRAID_DISPATCH_GROUP(group, G, (
           ar::quant_stage1_kernel<DT, B1, G><<<blocks, cfg_.threads, 0, s>>>(x, q1, send, bytes1)))));

@@ -380,8 +380,43 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
     const uint64_t c0 = q.stride * r;
     uint8_t* const pay = dst(r);  // this destination's codes and metadata, once per chunk
     uint32_t* const meta = reinterpret_cast<uint32_t*>(pay + q.meta_out);
+    uint64_t base = g0;
+    if (q.prefetch) {
+      // Iterations whose two groups per thread are in range and valid for every thread (a block-uniform
+      // bound): the next iteration's two loads are issued before this one is quantized (four 16-byte loads
+      // in flight per thread, as quantize_groups does). The same values in the same order: the same codes.
+      const uint64_t full = q.n > c0 ? (q.n - c0) / G : 0;
+      const uint64_t gfull = g1 < full ? g1 : full;
+      const int nit = gfull > base ? static_cast<int>((gfull - base) / (2 * groups_per_iter)) : 0;
+      if (nit > 0) {
+        const int gt = threadIdx.x / TPG;
+        const uint64_t half = static_cast<uint64_t>(groups_per_iter) * G;  // elements between the two groups
+        const uint16_t* src = in + c0 + (base + gt) * G + lane_in_group * kVec;
+        uint8_t* dst0 = pay + (base + gt) * G * BITS / 8;
+        uint32_t* m0 = meta + base + gt;
+        uint4 a = *reinterpret_cast<const uint4*>(src), b = *reinterpret_cast<const uint4*>(src + half);
+        for (int it = 0; it < nit; ++it) {
+          uint4 na = a, nb = b;
+          if (it + 1 < nit) {
+            src += 2 * half;
+            na = *reinterpret_cast<const uint4*>(src);
+            nb = *reinterpret_cast<const uint4*>(src + half);
+          }
+          float v[kVec];
+          unpack8<DT>(a, v);
+          quantize_store<BITS, TPG>(v, kVec, lane_in_group, dst0, m0);
+          unpack8<DT>(b, v);
+          quantize_store<BITS, TPG>(v, kVec, lane_in_group, dst0 + groups_per_iter * G * BITS / 8, m0 + groups_per_iter);
+          dst0 += 2 * groups_per_iter * G * BITS / 8;
+          m0 += 2 * groups_per_iter;
+          a = na;
+          b = nb;
+        }
+        base += static_cast<uint64_t>(nit) * 2 * groups_per_iter;
+      }
+    }
     // Two groups per thread per iteration: both loads are in flight before either is used.
-    for (uint64_t base = g0; base < g1; base += 2 * groups_per_iter) {
+    for (; base < g1; base += 2 * groups_per_iter) {
       uint64_t gi[2];
       int valid[2];
       float v[2][kVec];
