@@ -147,14 +147,6 @@ struct AllReducerConfig {
   // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.
   int onestep_split_puller_every[2] = {1, 1};
-  // Split roles in two tiers of units: each chunk's first onestep_split_first_units units of
-  // onestep_split_first_iters iterations (so the pullers start after a short unit), the rest of
-  // onestep_split_iters; 0 iterations = one tier. Why: with 32-iteration units the quantizers finished
-  // 64 MiB of INT8 in ~23 us (block median, 2x H200, a367168 stamps) against ~77 us with 8, but the
-  // pullers waited ~20 us for their first unit. Environment (both widths): BRAID_AR_1STEP_SPLIT_FIRST,
-  // BRAID_AR_1STEP_SPLIT_FIRST_UNITS. Not yet measured.
-  int onestep_split_first_iters[2] = {0, 0};
-  int onestep_split_first_units[2] = {0, 0};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;

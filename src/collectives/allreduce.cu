@@ -197,19 +197,12 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
     cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_FIRST"))
-    cfg_.onestep_split_first_iters[0] = cfg_.onestep_split_first_iters[1] = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_FIRST_UNITS"))
-    cfg_.onestep_split_first_units[0] = cfg_.onestep_split_first_units[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_PULLERS"))
     cfg_.onestep_split_puller_every[0] = cfg_.onestep_split_puller_every[1] = std::atoi(e);
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
-                    cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1 &&
-                    cfg_.onestep_split_first_iters[0] >= 0 && cfg_.onestep_split_first_iters[1] >= 0 &&
-                    cfg_.onestep_split_first_units[0] >= 0 && cfg_.onestep_split_first_units[1] >= 0,
+                    cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1,
                 "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0, onestep_split_puller_every "
-                "(BRAID_AR_1STEP_SPLIT_PULLERS) >= 1, onestep_split_first_iters / _units (BRAID_AR_1STEP_SPLIT_FIRST, "
-                "_FIRST_UNITS) >= 0");
+                "(BRAID_AR_1STEP_SPLIT_PULLERS) >= 1");
   BRAID_REQUIRE(cfg_.onestep_step_iters[0] >= 0 && cfg_.onestep_step_iters[1] >= 0 && cfg_.onestep_lag >= 1 &&
                     (cfg_.onestep_reduce_unroll == 1 || cfg_.onestep_reduce_unroll == 2 ||
                      cfg_.onestep_reduce_unroll == 4),
@@ -315,8 +308,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     {  // the split one-step kernel: counters, and a flag per unit (units of >= 4096 elements) per source
       BRAID_CUDA_CHECK(cudaMalloc(&split_ctl_, (ar::kSplitSms + 3) * sizeof(uint32_t)));
       BRAID_CUDA_CHECK(cudaMemset(split_ctl_, 0, (ar::kSplitSms + 3) * sizeof(uint32_t)));
-      // units of >= one iteration (threads x 8 elements) in two tiers: at most 2 partial units per chunk
-      const uint64_t max_units = uint64_t(W) * (qstride / (uint64_t(cfg_.threads) * ar::kVec) + 2);
+      const uint64_t max_units = uint64_t(W) * (qstride / (uint64_t(cfg_.threads) * ar::kVec) + 1);
       ws_split_ = std::make_unique<SymmetricBuffer>(team, max_units * kMaxPeers * sizeof(uint32_t));
       BRAID_CUDA_CHECK(cudaMemset(ws_split_->local(), 0, ws_split_->bytes()));
       BRAID_CUDA_CHECK(cudaDeviceSynchronize());
@@ -663,7 +655,6 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         st.ctl = split_ctl_;
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
         const int unit_groups = split * cfg_.threads * ar::kVec / group;
-        const int first_groups = cfg_.onestep_split_first_iters[wi] * cfg_.threads * ar::kVec / group;
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
         auto go = [&](auto bits_c, auto wide_c) {
           constexpr int BITS = decltype(bits_c)::value;
@@ -671,7 +662,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                  cfg_.onestep_split_first_units[wi], first_groups, prof_))));
+                  prof_))));
         };
         using I8 = std::integral_constant<int, 8>;
         using I4 = std::integral_constant<int, 4>;

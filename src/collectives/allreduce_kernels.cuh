@@ -964,7 +964,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                                                                       const __grid_constant__ SignalView sig,
                                                                       const __grid_constant__ SplitState st,
                                                                       uint32_t* seq, int unit_groups, int puller_every,
-                                                                      int first_units, int first_groups, uint64_t* prof) {
+                                                                      uint64_t* prof) {
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   phase_stamp(prof, 0, false);
   const int rank = q.rank, world = q.world;
@@ -988,21 +988,9 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   const uint64_t phase_off = static_cast<uint64_t>((epoch - 1u) & 1u) * 2 * world * ws.slot_bytes;  // launch_phase
   const uint64_t sb = ws.slot_bytes;
   auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
-  // Units of a chunk: first_units small units of first_groups groups (so that the pullers start early),
-  // then units of unit_groups groups (fewer tickets and release flags per quantized byte). 32-bit unit and
-  // group counts (a piece has < 2^32 groups per chunk): the kernel sits at the 64-register cap.
-  const uint32_t gpc = static_cast<uint32_t>(q.stride / G);  // groups per chunk
-  const uint32_t fg = static_cast<uint32_t>(first_groups), ug = static_cast<uint32_t>(unit_groups);
-  const uint32_t t1 = fg > 0 ? min(static_cast<uint32_t>(first_units) * fg, gpc) : 0u;  // groups in small units
-  const uint32_t n1 = fg > 0 ? (t1 + fg - 1) / fg : 0u;                                  // small units per chunk
-  const uint64_t units = static_cast<uint64_t>(n1 + (gpc - t1 + ug - 1) / ug) * world;
-  auto unit_range = [&](uint64_t u, uint64_t& ga, uint64_t& gb) {  // unit u's groups of chunk u % world
-    const uint32_t j = static_cast<uint32_t>(u / world);
-    const uint32_t a = j < n1 ? j * fg : t1 + (j - n1) * ug;
-    ga = a;
-    gb = j < n1 ? min(a + fg, t1) : min(a + ug, gpc);
-  };
-
+  const uint64_t gpc = q.stride / G;                            // groups per chunk
+  const uint64_t upc = (gpc + unit_groups - 1) / unit_groups;  // units per chunk
+  const uint64_t units = upc * world;
   // Takes the next unit from ticket counter t (0: quantize, 1: pull), block-uniform.
   auto next_unit = [&](int t) {
     if (threadIdx.x == 0) s_unit = atomicAdd(&st.ctl[kSplitSms + t], 1u);
@@ -1014,8 +1002,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   if (quantizer) {
     for (uint64_t u; (u = next_unit(0)) < units;) {
       const int c = static_cast<int>(u % world);
-      uint64_t ga, gb;
-      unit_range(u, ga, gb);
+      const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
       uint8_t* const pay = slot_of(rank, c);
       quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
       __syncthreads();  // the block's code stores before the release stores
@@ -1028,8 +1015,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   // pulls finish even where an SM holds a single block, and the tail is shared).
   for (uint64_t u; (u = next_unit(1)) < units;) {
     const int c = static_cast<int>(u % world);
-    uint64_t ga, gb;
-    unit_range(u, ga, gb);
+    const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
     if (threadIdx.x < static_cast<unsigned>(world) &&
         !dev::wait_geq<true>(sig, st.flags[rank] + u * kMaxPeers + threadIdx.x, epoch, kOp, static_cast<uint32_t>(u),
                              threadIdx.x))

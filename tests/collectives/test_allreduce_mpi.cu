@@ -207,8 +207,6 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split8_cfg.onestep_split_iters[0] = split8_cfg.onestep_split_iters[1] = 8;
   split8_cfg.onestep_split_min_elems[0] = split8_cfg.onestep_split_min_elems[1] = 0;
   split8_cfg.onestep_wide_pull[0] = split8_cfg.onestep_wide_pull[1] = false;
-  split8_cfg.onestep_split_first_iters[0] = split8_cfg.onestep_split_first_iters[1] = 1;  // two tiers of units
-  split8_cfg.onestep_split_first_units[0] = split8_cfg.onestep_split_first_units[1] = 5;
   braid::AllReducer split8(team(), split8_cfg);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
@@ -222,7 +220,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &one4 ? " one step, 8-value pull, unroll 4, phase stamps"
            : ar == &split ? " split roles, 1 iteration per unit, 8-value pull"
            : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
-           : ar == &split8 ? " split, 3 blocks, 5 units of 1 iteration then 8 per unit, 8-value pull"
+           : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull"
                           : "";
   };
   for (braid::AllReducer* ar : {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8})
