@@ -34,9 +34,10 @@
 # 3.8 min cold; `build ar-1pipe` (2-6 configs x 2 rounds) 2.5-2.7 min cold; `build test ar-1step` 5 min cold.
 # Fifteenth session (2 calls 2x H200, 6 calls 2x H100): `build test ar-batch ar-1step peers` 5.8 min cold (H200),
 # 4.9 min warm (H100); `build ar-stamps` (STAMP_MIN=4M STAMP_MAX=256M, 4 configs x 2 rounds) 2.8 min cold.
-# Next, on 2x H100: `build test ar-1step` (the final defaults: split INT8 from 4 Mi elements, INT4 from 32 Mi,
-# the two-step's stage 1 restored; not GPU-run as a whole), `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_RU=1
-# BRAID_AR_1STEP_SPLIT_PULLERS=2 BRAID_AR_1STEP_SPLIT_PULLERS=3" (never run), then `measure-rs` (OVERLAP_TRANSPORT=symmetric)
+# Sixteenth session (six calls, all 2x H200): `build test ar-1step` 6.3 min cold; `build ar-stamps` (3 configs,
+# 16M-256M) 3.5 min cold, 55 s warm; `build test ar-stamps` (4 configs, 64M, 6 algos) 5.8 min cold.
+# Next, on 2x H100: `build test ar-1step` (quant_prefetch on the acceptance card; the kernels are a367168's, where
+# all 41 ctest entries passed on H200; the table's one-step rows are not GPU-run), then `measure-rs` (OVERLAP_TRANSPORT=symmetric)
 # and `strands-smres` (STRANDS_THROTTLE=2); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).

@@ -157,6 +157,9 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
   }
   int failures = 0;
   std::vector<std::pair<size_t, std::string>> fastest_exact;
+  // The fastest verified algorithm per lossy precision and size, by its table name (quant, quant-nccl,
+  // quant-1step), when the run measured one (kernel-suffixed and -sym variants are not table algorithms).
+  std::map<std::string, std::vector<std::pair<size_t, std::string>>> fastest_quant;
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
        bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
     const size_t n = bytes / es;
@@ -166,6 +169,7 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
     double nccl_us = 0;
     double best_exact = 1e30;
     std::string best_exact_name;
+    std::map<std::string, std::pair<double, std::string>> best_quant;  // precision -> (time, table algo)
     bool have_qin = false, have_ref = false;
     for (const auto& name : algos) {
       ArAlgo al;
@@ -299,6 +303,10 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
         best_exact = st.median_us;
         best_exact_name = name;
       }
+      if (quant_mode && !sym && ok && impl == QuantImpl::kDefault) {
+        auto& b = best_quant[precision_name(prec)];
+        if (b.second.empty() || st.median_us < b.first) b = {st.median_us, algo_name(al)};
+      }
       const double algbw = n * es / (st.median_us * 1e-6) / 1e9;
       const double busbw = algbw * busbw_factor("allreduce", W);
       const double speedup = nccl_us > 0 ? nccl_us / st.median_us : 1.0;
@@ -401,6 +409,7 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
       }
     }
     fastest_exact.emplace_back(n * es, best_exact_name);
+    for (const auto& [p, b] : best_quant) fastest_quant[p].emplace_back(n * es, b.second);
     if (bytes >= a.max_bytes) break;
   }
   if (rank == 0 && !a.write_table.empty()) {
@@ -409,14 +418,17 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
     std::fprintf(f, "# braid all-reduce tuning table, measured by: %s\n# card %s, %s, commit %s\n", a.ctx.command.c_str(),
                  a.ctx.card.c_str(), a.ctx.date.c_str(), a.ctx.commit.c_str());
     std::fprintf(f, "# Columns: world dtype precision max_bytes algo (first match wins; '*' matches anything)\n");
-    for (size_t i = 0; i < fastest_exact.size(); ++i) {
-      // A row covers sizes up to the midpoint (geometric) towards the next measured size.
-      if (i + 1 < fastest_exact.size() && fastest_exact[i + 1].second == fastest_exact[i].second) continue;
-      const size_t upto = i + 1 < fastest_exact.size()
-                              ? static_cast<size_t>(std::sqrt(double(fastest_exact[i].first) * fastest_exact[i + 1].first))
-                              : SIZE_MAX;
-      std::fprintf(f, "%d\t%s\texact\t%zu\t%s\n", W, dtype_name(a.dtype), upto, fastest_exact[i].second.c_str());
-    }
+    auto rows = [&](const char* prec, const std::vector<std::pair<size_t, std::string>>& v) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        // A row covers sizes up to the midpoint (geometric) towards the next measured size.
+        if (i + 1 < v.size() && v[i + 1].second == v[i].second) continue;
+        const size_t upto =
+            i + 1 < v.size() ? static_cast<size_t>(std::sqrt(double(v[i].first) * v[i + 1].first)) : SIZE_MAX;
+        std::fprintf(f, "%d\t%s\t%s\t%zu\t%s\n", W, dtype_name(a.dtype), prec, upto, v[i].second.c_str());
+      }
+    };
+    rows("exact", fastest_exact);
+    for (const auto& [p, v] : fastest_quant) rows(p.c_str(), v);
     std::fprintf(f, "*\t*\texact\t%zu\tnccl\n*\t*\tint8\t%zu\tquant\n*\t*\tint6\t%zu\tquant\n*\t*\tint4\t%zu\tquant\n",
                  SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX);
     std::fclose(f);

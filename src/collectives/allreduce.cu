@@ -377,6 +377,10 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
   if (a == ArAlgo::kAuto) {
     a = pick_from_table(table_, team_.size(), dtype, opt.precision, bytes);
     if (a == ArAlgo::kAuto) a = opt.precision == Precision::kExact ? ArAlgo::kNccl : ArAlgo::kQuantP2P;
+    // A table's one-step row is a choice among algorithms of the requested precision: where the one-step
+    // cannot run (INT6, no peer access), the two-step of the same precision runs instead. (Asked for by
+    // name, the one-step is never replaced: see below.)
+    if (a == ArAlgo::kQuantOneStep && (opt.precision == Precision::kInt6 || !team_.peer_ok())) a = ArAlgo::kQuantP2P;
   }
   // Never change precision behind the caller's back; fall back on transport only.
   const bool quant = opt.precision != Precision::kExact;

@@ -255,6 +255,23 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   EXPECT_THROW(reducer().run(nullptr, nullptr, 64, DType::kBF16, team().stream(), o), braid::UsageError);
 }
 
+TEST(AllReduce, AutoChoiceFollowsTheTableForLossyPrecisions) {
+  // ArAlgo::kAuto with a lossy precision: the builtin table's world-2 rows pick the one-step for INT8 and
+  // INT4 (its CPU reference, bit for bit); INT6, and every precision at other world sizes, the two-step.
+  ASSERT_TRUE(team().peer_ok());
+  const int rank = team().rank(), W = team().size();
+  for (Precision p : {Precision::kInt8, Precision::kInt6, Precision::kInt4})
+    for (size_t n : {size_t(4099), (size_t(1) << 20) + 5}) {
+      const auto in = inputs(n, q::Dtype::bf16, braid::dist::Distribution::normal, 700 + n);
+      const bool one = W == 2 && p != Precision::kInt6;
+      const auto expect = one ? q::reference_allreduce_onestep(p == Precision::kInt8 ? 8 : 4, 128, q::Dtype::bf16, in)
+                              : q::reference_allreduce(mode_of(p), 128, q::Dtype::bf16, in);
+      const auto got = run_ar(reducer(), in[rank], DType::kBF16, ArAlgo::kAuto, p, 128, false);
+      EXPECT_EQ(differences(got, expect), 0u) << braid::precision_name(p) << " n=" << n << " W=" << W
+                                               << (one ? " (one-step expected)" : " (two-step expected)");
+    }
+}
+
 TEST(AllReduce, PipelinedDeepPipelinesOddSizesAndTails) {
   // Few blocks force many sub-rounds per block (deep pipelines, both barrier parities, uneven block
   // ranges); odd counts leave partial groups and partial 16-value units; g = 64 covers the last size.

@@ -18,11 +18,15 @@ TEST(AllReduceTable, BuiltinTableParsesAndPicks) {
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kTwoShot);
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 64 << 20), ArAlgo::kNccl);
   EXPECT_EQ(braid::pick_from_table(t, 8, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kNccl);  // unmeasured
-  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantP2P);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantOneStep);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kFP16, Precision::kInt4, 1 << 20), ArAlgo::kQuantOneStep);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt6, 64 << 20), ArAlgo::kQuantP2P);  // two steps
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantP2P);
   for (size_t b = 1; b < (size_t(1) << 34); b *= 4) {
     const ArAlgo a = braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, b);
     EXPECT_NE(a, ArAlgo::kQuantP2P) << b;
     EXPECT_NE(a, ArAlgo::kQuantNccl) << b;
+    EXPECT_NE(a, ArAlgo::kQuantOneStep) << b;
   }
 }
 
