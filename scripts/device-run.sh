@@ -37,7 +37,8 @@
 # Sixteenth session (six calls, all 2x H200): `build test ar-1step` 6.3 min cold; `build ar-stamps` (3 configs,
 # 16M-256M) 3.5 min cold, 55 s warm; `build test ar-stamps` (4 configs, 64M, 6 algos) 5.8 min cold.
 # Next, on 2x H100: `build test ar-1step` (quant_prefetch on the acceptance card; the kernels are a367168's, where
-# all 41 ctest entries passed on H200; the table's one-step rows are not GPU-run), then `measure-rs` (OVERLAP_TRANSPORT=symmetric)
+# all 41 ctest entries passed on H200; the auto-choice test passed at 16c9c72), then `measure-rs`
+# (OVERLAP_TRANSPORT=symmetric)
 # and `strands-smres` (STRANDS_THROTTLE=2); x4/x8 when lent:
 # `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
 # machine (setup.sh --stage).

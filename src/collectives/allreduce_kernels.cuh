@@ -43,8 +43,6 @@ __device__ __forceinline__ uint16_t to_bits(float f) {
   return DT == 0 ? quant::float_to_bf16_bits(f) : quant::float_to_half_bits(f);
 }
 
-// Loads `valid` (0..8) values starting at p; 16-byte load when all 8 are valid (p is 16-byte aligned
-// then, since chunk and group starts are multiples of 8 elements and the base is aligned).
 // The 8 values of a 16-byte load, in order.
 template <int DT>
 __device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[kVec]) {
@@ -53,6 +51,8 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&v)[kVec]) {
   unpack2<DT>(raw.z, v[4], v[5]);
   unpack2<DT>(raw.w, v[6], v[7]);
 }
+// Loads `valid` (0..8) values starting at p; 16-byte load when all 8 are valid (p is 16-byte aligned
+// then, since chunk and group starts are multiples of 8 elements and the base is aligned).
 template <int DT>
 __device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[kVec]) {
   if (valid == kVec) {
@@ -295,7 +295,9 @@ struct QuantGeom {
   uint64_t meta_in;    // offset of the metadata in a slot that is read
   uint64_t meta_out;   // offset of the metadata in a slot that is written
   int pair_sources = 1;  // stage 2: two sources' loads in flight before decoding (1) or one at a time (0)
-  int prefetch = 1;      // quantize_groups: the next iteration's loads in flight (1) or not (0); the same codes
+  // quantize_groups, stage_quantize and pull_sum_8 (W = 2): the next iteration's loads in flight over the
+  // whole iterations (1) or one iteration at a time (0); the same codes and bits (quant_prefetch).
+  int prefetch = 1;
 };
 
 __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uint64_t& g0, uint64_t& g1) {
@@ -406,7 +408,8 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
           unpack8<DT>(a, v);
           quantize_store<BITS, TPG>(v, kVec, lane_in_group, dst0, m0);
           unpack8<DT>(b, v);
-          quantize_store<BITS, TPG>(v, kVec, lane_in_group, dst0 + groups_per_iter * G * BITS / 8, m0 + groups_per_iter);
+          quantize_store<BITS, TPG>(v, kVec, lane_in_group, dst0 + groups_per_iter * G * BITS / 8,
+                                    m0 + groups_per_iter);
           dst0 += 2 * groups_per_iter * G * BITS / 8;
           m0 += 2 * groups_per_iter;
           a = na;
