@@ -659,7 +659,8 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
     if (nit > 0) {
       const int gt = threadIdx.x / TPG;
       // Byte offset of this lane's codes in a slot and index of its group's metadata word, advanced per
-      // iteration (fewer live 64-bit values).
+      // iteration: load_group's loads with fewer live 64-bit values (calling load_group here raised the
+      // spills at the 64-register cap: flat INT4 0 -> 4 bytes, split INT8 8-value 4 -> 16; ptxas, 426b49f).
       uint64_t code_off = (base + gt) * G * BITS / 8 + lane_in_group * kVec * BITS / 8;
       uint64_t gidx = base + gt;
       uint16_t* dst = out + c0 + (base + gt) * G + lane_in_group * kVec;
