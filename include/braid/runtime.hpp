@@ -97,7 +97,8 @@ class Team {
   int reserve_slots(int n);
 
   // Waits for `stream` with a bound. A device wait that timed out, or a stream that does not finish
-  // within timeout_s (a peer that never joined a NCCL call), throws TimeoutError naming the rank, the
+  // within timeout_s plus a grace of 0.1 s + 10% (a peer that never joined a NCCL call; the grace lets a
+  // device wait with the same bound report first), throws TimeoutError naming the rank, the
   // operation and the flag; in the second case the NCCL communicator is aborted first, so the team is
   // unusable afterwards (broken() is true).
   void synchronize(cudaStream_t stream, const char* what, double timeout_s = -1);
@@ -108,6 +109,12 @@ class Team {
   // Aborts the NCCL communicator and marks the team unusable (after a peer failed). Local: no peer
   // needs to take part, and destruction skips every collective step.
   void abort();
+  // Teardown agreement, bounded by timeout_s: every rank says whether its team is broken; returns true
+  // when all are healthy. A rank that is broken, hears of a broken peer, or gets no answer in time marks
+  // its team broken (aborting NCCL), so every rank takes the same teardown path: NCCL >= 2.19 expects a
+  // communicator aborted on one rank of a node to be aborted on all, and a healthy rank must not wait in
+  // a barrier that a broken one skips. Collective: called by ~Team and ~SymmetricBuffer on every rank.
+  bool agree_healthy();
 
   // Host-side helpers over MPI.
   void barrier() const;
@@ -131,6 +138,7 @@ class Team {
   bool same_node_ = false;
   bool peer_ok_ = false;
   bool broken_ = false;
+  bool comm_pending_ = false;  // an agreement never completed: its request still uses comm_
   std::string peer_status_;
   DeviceError* err_host_ = nullptr;  // pinned, mapped
   DeviceError* err_dev_ = nullptr;   // device alias of err_host_

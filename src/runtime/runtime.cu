@@ -240,6 +240,7 @@ void Team::probe_peers() {
 }
 
 Team::~Team() {
+  agree_healthy();  // every rank then tears down the same way (abort everywhere, or destroy everywhere)
   flags_.reset();
   if (epochs_) cudaFree(epochs_);
   if (err_host_) cudaFreeHost(err_host_);
@@ -252,7 +253,42 @@ Team::~Team() {
     if (broken_) ncclCommAbort(nccl_);
     else ncclCommDestroy(nccl_);
   }
-  if (owns_comm_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (owns_comm_ && comm_ != MPI_COMM_NULL && !comm_pending_) MPI_Comm_free(&comm_);
+}
+
+bool Team::agree_healthy() {
+  if (comm_ == MPI_COMM_NULL || comm_pending_) return !broken_;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return !broken_;
+  // Heap-held so that a request that never completes still has valid buffers (leaked on that path).
+  auto* v = new int[2]{broken_ ? 1 : 0, 0};
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Iallreduce(&v[0], &v[1], 1, MPI_INT, MPI_MAX, comm_, &req) != MPI_SUCCESS) {
+    delete[] v;
+    abort();
+    return false;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opt_.timeout_s);
+  for (int spins = 0;; ++spins) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      comm_pending_ = true;
+      abort();
+      return false;
+    }
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) {  // a peer never came: leave it, abort locally
+      comm_pending_ = true;
+      abort();
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(spins < 1000 ? 20 : 1000));
+  }
+  const bool healthy = v[1] == 0;
+  delete[] v;
+  if (!healthy) abort();
+  return healthy;
 }
 
 std::unique_ptr<Team> Team::split(int color, int key, TeamOptions opt) const {
@@ -332,7 +368,11 @@ void Team::check_device_error(const char* what) const {
 
 void Team::synchronize(cudaStream_t stream, const char* what, double timeout_s) {
   if (timeout_s < 0) timeout_s = opt_.timeout_s;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  // A device wait bounded by the same timeout started no later than this call, so it reports first
+  // (naming its flag and peer) if the host gives it a grace beyond timeout_s for the clock checks, the
+  // error write and the kernel's exit. Without the grace the two raced (both at 0.5 s in the runtime test).
+  const double grace_s = 0.1 + 0.1 * timeout_s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s + grace_s);
   for (int spins = 0;; ++spins) {
     const cudaError_t q = cudaStreamQuery(stream);
     if (q == cudaSuccess) break;
@@ -359,7 +399,7 @@ void Team::synchronize(cudaStream_t stream, const char* what, double timeout_s) 
         ncclCommAbort(nccl_);  // makes NCCL kernels stuck on an absent peer exit
         nccl_ = nullptr;
       }
-      throw TimeoutError(std::string(what) + ": stream did not complete within " + std::to_string(timeout_s) +
+      throw TimeoutError(std::string(what) + ": stream did not complete within " + std::to_string(timeout_s + grace_s) +
                              " s on rank " + std::to_string(rank_) +
                              " (a peer never joined; NCCL communicator aborted, team unusable)",
                          __FILE__, __LINE__);
@@ -420,8 +460,9 @@ SymmetricBuffer::SymmetricBuffer(Team& team, size_t bytes) : team_(team), bytes_
 SymmetricBuffer::~SymmetricBuffer() {
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
     if (r != team_.rank_ && peers_[r]) cudaIpcCloseMemHandle(peers_[r]);
-  // Nobody may still map our memory when we free it.
-  if (!team_.broken_) MPI_Barrier(team_.comm_);
+  // Nobody may still map our memory when we free it: the agreement is the barrier (skipped, bounded,
+  // on every rank alike once any rank's team is broken).
+  team_.agree_healthy();
   cudaDeviceSynchronize();
   if (local_) cudaFree(local_);
 }

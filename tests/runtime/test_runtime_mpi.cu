@@ -172,6 +172,25 @@ TEST(Runtime, NeverSignalledWaitFailsWithTypedTimeout) {
   team.barrier();
 }
 
+// One rank's team breaks (it aborted after a local failure) while the others are healthy: the teardown
+// agreement makes every rank abort, so nobody waits in a barrier or a ncclCommDestroy that the broken rank
+// skips (the hang a racing host timeout once caused in the test above).
+TEST(Runtime, OneBrokenRankMakesEveryRankAbortAtTeardown) {
+  braid::TeamOptions opt;
+  opt.timeout_s = 5.0;
+  braid::Team team(MPI_COMM_WORLD, opt);
+  ASSERT_TRUE(team.peer_ok());
+  {
+    braid::SymmetricBuffer buf(team, 1 << 16);
+    if (team.rank() == 0) team.abort();
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(team.agree_healthy());
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 4.0);
+    EXPECT_TRUE(team.broken());
+  }  // ~SymmetricBuffer and then ~Team agree again: bounded, no hang
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 __global__ void one_barrier_kernel(braid::SignalView v, int slot) {
   braid::dev::barrier_block(v, slot, static_cast<uint32_t>(braid::OpId::kBarrier));
 }
