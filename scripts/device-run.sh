@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps p2p
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -297,6 +297,14 @@ if has ar-qpair; then  # the fused quantized kernel's stage-2 load order (BRAID_
       E="BRAID_AR_QUANT_PAIR=$qp" T=90 mpi bench allreduce --algo nccl,int8,int6,int4 -b 4M -e 256M -f 4 \
         --json "$out/allreduce-qpair$qp-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
     done
+  done
+fi
+if has p2p; then  # peer copy rates, one way and both ways at once (P2P_BYTES, P2P_BLOCKS)
+  for dir in "" --bidir; do
+    echo "== bench p2p $dir ($(date +%T))" | tee -a "$log"
+    # shellcheck disable=SC2086
+    T=90 mpi bench p2p --bytes "${P2P_BYTES:-64M}" --blocks "${P2P_BLOCKS:-32,66,132,264}" $dir \
+      --json "$out/p2p${dir:+-bidir}.jsonl" 2>&1 | grep -E "^ +[a-z]|^#" | tee -a "$log"
   done
 fi
 if has ar-1step; then  # the one-step quantized all-reduce (int8-1step, int4-1step): its test, then beside the two-step

@@ -191,6 +191,7 @@ size_t run_nccl_bench(Team& team, const NcclBenchArgs& a);
 struct P2pBenchArgs {
   size_t bytes = size_t(256) << 20;
   std::vector<int> blocks = {8, 16, 32, 66, 132};
+  bool bidir = false;  // both ranks of a pair move data at once (each direction carries `bytes`)
   TimingOptions timing{5, 20};
   std::string json;
   Context ctx;

@@ -35,7 +35,7 @@ inline Options parse_options(int argc, const char* const* argv, const std::vecto
     for (const auto& f : flags) is_flag |= (f == a);
     const bool next_is_option = i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) == 0;
     if (is_flag || i + 1 >= argc || next_is_option) {
-      o.kv[a] = "1";
+      o.kv[a] = std::string("1");
     } else {
       o.kv[a] = argv[++i];
     }

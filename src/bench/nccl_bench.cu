@@ -142,10 +142,21 @@ size_t run_nccl_bench(Team& team, const NcclBenchArgs& a) {
 // Peer bandwidth
 
 namespace {
-// 16-byte vector copy with a grid-stride loop; `src` or `dst` is a peer's memory.
+// 16-byte vector copy with a grid-stride loop; `src` or `dst` is a peer's memory. U loads are issued
+// before their U stores (U = 1: one load in flight per thread; U = 4 keeps four, for remote loads, whose
+// rate is bound by the bytes in flight).
+template <int U>
 __global__ void copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst, size_t n16) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n16; i += size_t(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i + (U - 1) * stride < n16; i += U * stride) {
+    int4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = src[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < U; ++u) dst[i + u * stride] = v[u];
+  }
+  for (; i < n16; i += stride) dst[i] = src[i];
 }
 __global__ void compare_kernel(const uint32_t* a, const uint32_t* b, size_t n, unsigned long long* wrong) {
   unsigned long long w = 0;
@@ -158,9 +169,11 @@ __global__ void compare_kernel(const uint32_t* a, const uint32_t* b, size_t n, u
 size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
   if (team.size() < 2) throw UnavailableError("p2p bench needs 2 ranks", __FILE__, __LINE__);
   if (!team.peer_ok()) throw UnavailableError("p2p bench needs peer memory: " + team.peer_status(), __FILE__, __LINE__);
-  SymmetricBuffer buf(team, a.bytes);
-  void* src = nullptr;
+  SymmetricBuffer buf(team, a.bytes);  // [bytes] push destination, pull source
+  void* src = nullptr;                  // [bytes] local push source
+  void* dst = nullptr;                  // [bytes] local pull destination
   BRAID_CUDA_CHECK(cudaMalloc(&src, a.bytes));
+  BRAID_CUDA_CHECK(cudaMalloc(&dst, a.bytes));
   cudaStream_t s = team.stream();
   fill_pattern(buf.local(), DType::kFP32, a.bytes / 4, 7, team.rank(), 0, s);
   fill_pattern(src, DType::kFP32, a.bytes / 4, 11, team.rank(), 0, s);
@@ -168,8 +181,13 @@ size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
   team.barrier();
   const size_t n16 = a.bytes / 16;
   size_t total_wrong = 0;
+  // Rank pairs (0,1), (2,3), ...; one-way: only the even rank of a pair moves data; both ways: both at once.
+  const int peer = team.rank() ^ 1;
+  const bool paired = peer < team.size();
+  const bool mover = paired && (a.bidir || team.rank() % 2 == 0);
   if (team.rank() == 0) {
-    std::printf("# braid bench p2p: rank 0 <-> rank 1, %s per transfer, median of %d\n", format_size(a.bytes).c_str(),
+    std::printf("# braid bench p2p: rank 0 %s rank 1, %s per transfer%s, median of %d\n", a.bidir ? "<->" : "->",
+                format_size(a.bytes).c_str(), a.bidir ? " each way at once (GB/s per direction)" : "",
                 a.timing.iters);
     std::printf("# %-18s %7s %10s %10s %7s\n", "method", "blocks", "time(us)", "GB/s", "#wrong");
   }
@@ -180,30 +198,36 @@ size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
   std::vector<Case> cases{{"copy-engine", 0}};
   for (int b : a.blocks) cases.push_back({"sm-push", b});
   for (int b : a.blocks) cases.push_back({"sm-pull", b});
+  for (int b : a.blocks) cases.push_back({"sm-pull-u4", b});
   for (const auto& cs : cases) {
-    // Only rank 0 moves data; rank 1's buffer is the remote end. Both ranks follow the same sequence.
-    std::vector<double> us;
-    unsigned long long wrong = 0;
-    if (team.rank() == 0) {
-      void* remote = buf.peer(1);
+    // Both ranks follow the same sequence; a rank that does not move data is the remote end.
+    team.barrier();
+    if (mover) {
+      void* remote = buf.peer(peer);
       auto op = [&](int) {
         if (cs.method == "copy-engine") {
           BRAID_CUDA_CHECK(cudaMemcpyAsync(remote, src, a.bytes, cudaMemcpyDefault, s));
         } else if (cs.method == "sm-push") {
-          copy_kernel<<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(src), static_cast<int4*>(remote), n16);
+          copy_kernel<1><<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(src), static_cast<int4*>(remote), n16);
+          BRAID_CHECK_LAUNCH();
+        } else if (cs.method == "sm-pull") {
+          copy_kernel<1><<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(remote), static_cast<int4*>(dst), n16);
           BRAID_CHECK_LAUNCH();
         } else {
-          copy_kernel<<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(remote), static_cast<int4*>(buf.local()), n16);
+          copy_kernel<4><<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(remote), static_cast<int4*>(dst), n16);
           BRAID_CHECK_LAUNCH();
         }
       };
-      us = time_iterations(nullptr, s, a.timing, op);
-      // Verify: the destination equals the source.
-      unsigned long long* d = nullptr;
+      const std::vector<double> us = time_iterations(nullptr, s, a.timing, op);
+      team.synchronize(s, "p2p timing");
+      // Verify after every mover is done: the destination equals the source.
+      if (a.bidir) team.barrier();
+      unsigned long long wrong = 0, *d = nullptr;
       BRAID_CUDA_CHECK(cudaMalloc(&d, sizeof(*d)));
       BRAID_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(*d), s));
-      const uint32_t* x = static_cast<const uint32_t*>(cs.method == "sm-pull" ? remote : src);
-      const uint32_t* y = static_cast<const uint32_t*>(cs.method == "sm-pull" ? buf.local() : remote);
+      const bool pull = cs.method.rfind("sm-pull", 0) == 0;
+      const uint32_t* x = static_cast<const uint32_t*>(pull ? remote : src);
+      const uint32_t* y = static_cast<const uint32_t*>(pull ? dst : remote);
       compare_kernel<<<264, 512, 0, s>>>(x, y, a.bytes / 4, d);
       BRAID_CHECK_LAUNCH();
       BRAID_CUDA_CHECK(cudaMemcpyAsync(&wrong, d, sizeof(wrong), cudaMemcpyDeviceToHost, s));
@@ -211,19 +235,26 @@ size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
       cudaFree(d);
       const Stats st = summarize(us);
       const double gbs = a.bytes / (st.median_us * 1e-6) / 1e9;
-      std::printf("  %-18s %7d %10.2f %10.2f %7llu\n", cs.method.c_str(), cs.blocks, st.median_us, gbs, wrong);
+      if (team.rank() == 0)
+        std::printf("  %-18s %7d %10.2f %10.2f %7llu\n", cs.method.c_str(), cs.blocks, st.median_us, gbs, wrong);
+      else if (a.bidir && team.rank() == 1)
+        std::printf("  %-18s %7d %10.2f %10.2f %7llu   (rank 1)\n", cs.method.c_str(), cs.blocks, st.median_us, gbs,
+                    wrong);
       Json j;
-      j.add("op", std::string("p2p-copy")).add("algo", cs.method).add("dtype", std::string("bytes")).add("world", 2)
-          .add("bytes", a.bytes).add("blocks", cs.blocks).add("time_us", st.median_us).add("p10_us", st.p10_us)
-          .add("p90_us", st.p90_us).add("iters", st.iters).add("algbw", gbs).add("busbw", gbs)
-          .add("baseline_algo", std::string("copy-engine")).add("correct", wrong == 0).add("wrong", (size_t)wrong)
-          .add_context(a.ctx);
-      append_jsonl(a.json, j.str());
+      j.add("op", std::string(a.bidir ? "p2p-copy-bidir" : "p2p-copy")).add("algo", cs.method)
+          .add("dtype", std::string("bytes")).add("world", 2).add("rank", team.rank()).add("bytes", a.bytes)
+          .add("blocks", cs.blocks).add("time_us", st.median_us).add("p10_us", st.p10_us).add("p90_us", st.p90_us)
+          .add("iters", st.iters).add("algbw", gbs).add("busbw", gbs).add("baseline_algo", std::string("copy-engine"))
+          .add("correct", wrong == 0).add("wrong", (size_t)wrong).add_context(a.ctx);
+      if (team.rank() <= 1) append_jsonl(a.json, j.str());
       total_wrong += wrong;
+    } else if (a.bidir) {
+      team.barrier();  // matches a mover's pre-verification barrier (ranks without a pair)
     }
-    team.barrier();
   }
+  team.barrier();
   cudaFree(src);
+  cudaFree(dst);
   return total_wrong;
 }
 

@@ -3,7 +3,7 @@
 //   braid info [--no-probe] [--count]
 //   braid bench nccl --op allreduce|reducescatter|allgather|alltoall -b 64K -e 1G -f 2 [--dtype bf16]
 //                    [--iters 50] [--warmup 10] [--graph] [--json FILE]
-//   braid bench p2p [--bytes 256M] [--json FILE]
+//   braid bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,...] [--json FILE]
 // Multi-GPU commands run one process per GPU: mpirun -np <GPUs> braid bench ...
 #include <cstdio>
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,8 @@ const char* kUsage =
     "                                    --profile-range: one run per algo as a profiler range (ncu app-range)\n"
     "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--backward] [--json FILE]\n"
     "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"
-    "  bench p2p [--bytes 256M] [--json FILE]\n"
+    "  bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,32,66,132] [--json FILE]\n"
+    "                                    peer copy rates: copy engine, SM push, SM pull (1 / 4 loads in flight)\n"
     "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T] [--simulate TOPO]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
     "  plan-strands --model M --tp 2 [--ep 2] --seq S [--pairs FILE] [--out PLAN]\n"
@@ -172,6 +174,13 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   if (what == "p2p") {
     braid::bench::P2pBenchArgs a;
     a.bytes = braid::bench::parse_size(o.get("--bytes", "256M"));
+    a.bidir = o.has("--bidir");
+    if (o.has("--blocks")) {
+      a.blocks.clear();
+      std::istringstream list(o.get("--blocks", ""));
+      for (std::string b; std::getline(list, b, ',');)
+        if (!b.empty()) a.blocks.push_back(std::stoi(b));
+    }
     a.timing = timing(o, 5, 20);
     a.json = o.get("--json", "");
     a.ctx = ctx;
