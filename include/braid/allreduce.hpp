@@ -147,13 +147,6 @@ struct AllReducerConfig {
   // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.
   int onestep_split_puller_every[2] = {1, 1};
-  // Split roles, pushing (ar::quant_onestep_split_kernel's push): a quantizer stores each unit's codes into
-  // the peers' memory (remote stores), and the other blocks reduce from local memory, instead of pulling
-  // the peers' codes by remote loads. Why: both directions at once, SM stores carried 350-354 GB/s each
-  // and SM loads 317-325 on 2x H200 (`bench p2p --bidir`, 64 MiB). Only at W = 2 (the workspace holds 2W
-  // slots per phase, pushing needs W x W); elsewhere the pull. The same bits. Environment (both widths):
-  // BRAID_AR_1STEP_PUSH=0|1.
-  bool onestep_push[2] = {false, false};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;

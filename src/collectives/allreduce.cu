@@ -197,7 +197,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
     cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_PUSH")) cfg_.onestep_push[0] = cfg_.onestep_push[1] = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_PULLERS"))
     cfg_.onestep_split_puller_every[0] = cfg_.onestep_split_puller_every[1] = std::atoi(e);
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
@@ -660,9 +659,6 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         st.ctl = split_ctl_;
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
         const int unit_groups = split * cfg_.threads * ar::kVec / group;
-        // Pushing needs W x W slots per phase (own W chunks, W from each peer): the workspace has 2W, and
-        // the kernel's receive slots are written for W = 2.
-        const int push = cfg_.onestep_push[wi] && W == 2 ? 1 : 0;
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
         auto go = [&](auto bits_c, auto wide_c) {
           constexpr int BITS = decltype(bits_c)::value;
@@ -670,7 +666,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                  push, prof_))));
+                  prof_))));
         };
         using I8 = std::integral_constant<int, 8>;
         using I4 = std::integral_constant<int, 4>;

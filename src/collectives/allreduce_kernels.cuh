@@ -956,37 +956,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
 // only after its launch k+1 ended, in which its pullers waited for every peer's launch-(k+1) flags, each
 // written after that peer's launch k ended (its reads of launch k's codes). The last block to finish resets
 // the role and ticket counters (ctl) for the next launch (stream order).
-// push = 1 (AllReducerConfig::onestep_push; the host passes it only where the workspace holds W x W slots
-// per phase, i.e. W = 2): the link is crossed by stores instead of loads. A quantizer, after quantizing
-// unit u into its own slot and __syncthreads, copies the unit's codes and metadata into its peer's receive
-// slot (recv_of(peer, c): slot W + c of the peer's phase; W > 2 would need (W - 1) x W receive slots),
-// __syncthreads (every thread's remote stores before the release stores), then releases the unit's
-// flags as above; a reducer then reads every source's codes from its own memory. Same codes, same sums in
-// the same order: the same bits. On 2x H200 both directions at once carry 350-354 GB/s each by SM stores
-// and 317-325 by SM loads (`bench p2p --bidir`, 64 MiB). Reuse: my launch k+2 writes a peer's phase-p
-// receive slots only after my launch k+1 waited for that peer's launch-(k+1) flags, written after the
-// peer's launch k (its reads of those slots) ended — the argument above with the roles of the memories
-// swapped.
-// Copies `bytes` (a multiple of 4; src and dst 16-byte aligned) from this rank's memory to a peer's with
-// the whole block: 16-byte L2 loads (.cg: the codes were just stored by other threads of the block, and an
-// SM's L1 is not coherent with them) and remote 16-byte stores, four in flight per thread.
-__device__ __forceinline__ void push_block(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, uint64_t bytes) {
-  const uint32_t n16 = static_cast<uint32_t>(bytes / 16), bd = blockDim.x;
-  const uint4* s4 = reinterpret_cast<const uint4*>(src);
-  uint4* d4 = reinterpret_cast<uint4*>(dst);
-  uint32_t i = threadIdx.x;
-  for (; i + 3 * bd < n16; i += 4 * bd) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = __ldcg(s4 + i + k * bd);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) d4[i + k * bd] = v[k];
-  }
-  for (; i < n16; i += bd) d4[i] = __ldcg(s4 + i);
-  for (uint64_t j = uint64_t(n16) * 16 + 4 * threadIdx.x; j < bytes; j += 4 * bd)
-    *reinterpret_cast<uint32_t*>(dst + j) = __ldcg(reinterpret_cast<const uint32_t*>(src + j));
-}
-
 inline constexpr int kSplitSms = 512;  // per-SM role counters (smid < kSplitSms)
 struct SplitState {
   uint32_t* ctl;                   // this rank's: [0, kSplitSms) blocks started per SM, then tickets Q, P, blocks done
@@ -999,7 +968,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                                                                       const __grid_constant__ SignalView sig,
                                                                       const __grid_constant__ SplitState st,
                                                                       uint32_t* seq, int unit_groups, int puller_every,
-                                                                      int push, uint64_t* prof) {
+                                                                      uint64_t* prof) {
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   phase_stamp(prof, 0, false);
   const int rank = q.rank, world = q.world;
@@ -1023,8 +992,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   const uint64_t phase_off = static_cast<uint64_t>((epoch - 1u) & 1u) * 2 * world * ws.slot_bytes;  // launch_phase
   const uint64_t sb = ws.slot_bytes;
   auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
-  // push (W = 2 only, the host's gate): on rank p, the codes of chunk c received from its peer, slot W + c
-  auto recv_of = [&](int p, int c) { return ws.base[p] + phase_off + static_cast<uint64_t>(world + c) * sb; };
   const uint64_t gpc = q.stride / G;                            // groups per chunk
   const uint64_t upc = (gpc + unit_groups - 1) / unit_groups;  // units per chunk
   const uint64_t units = upc * world;
@@ -1042,13 +1009,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
       const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
       uint8_t* const pay = slot_of(rank, c);
       quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
-      __syncthreads();  // the block's code stores before the release stores (and before the push's loads)
-      if (push) {
-        uint8_t* const dst = recv_of(rank ^ 1, c);
-        push_block(pay + ga * G * BITS / 8, dst + ga * G * BITS / 8, (gb - ga) * G * BITS / 8);
-        push_block(pay + q.meta_out + ga * 4, dst + q.meta_out + ga * 4, (gb - ga) * 4);
-        __syncthreads();  // every thread's remote stores before the release stores
-      }
+      __syncthreads();  // the block's code stores before the release stores
       if (threadIdx.x < static_cast<unsigned>(world))
         dev::store_release(st.flags[threadIdx.x] + u * kMaxPeers + rank, epoch);
     }
@@ -1069,7 +1030,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
     if (!s_ok) break;
     if (first_wait) phase_stamp(prof, 2, false);
     first_wait = false;
-    auto src = [&](int s) { return push && s != rank ? recv_of(rank, c) : slot_of(s, c); };
+    auto src = [&](int s) { return slot_of(s, c); };
     if constexpr (WIDE) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
     else pull_sum_8<DT, BITS, G>(q, out, c, ga, gb, src);
   }

@@ -151,8 +151,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
-  // one step (`one4`), and with split roles (`split`, `splitw`, `split8`: quantizing and pulling blocks;
-  // `push`, `push8`: quantizers storing the codes into the peers' memory, W = 2).
+  // one step (`one4`), and with split roles (`split`, `splitw`, `split8`: quantizing and pulling blocks).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
   // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
   // turns that off. `flat8`, `one4` and `splitw` write phase stamps (set_onestep_profile), checked after
@@ -209,14 +208,6 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split8_cfg.onestep_split_min_elems[0] = split8_cfg.onestep_split_min_elems[1] = 0;
   split8_cfg.onestep_wide_pull[0] = split8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer split8(team(), split8_cfg);
-  braid::AllReducerConfig push_cfg = few;  // split roles pushing the codes (W = 2; the pull elsewhere), 16-byte reduce
-  push_cfg.onestep_split_iters[0] = push_cfg.onestep_split_iters[1] = 2;
-  push_cfg.onestep_split_min_elems[0] = push_cfg.onestep_split_min_elems[1] = 0;
-  push_cfg.onestep_push[0] = push_cfg.onestep_push[1] = true;
-  braid::AllReducer push(team(), push_cfg);
-  braid::AllReducerConfig push8_cfg = split_cfg;  // the same on the default grid, 1 iteration per unit, 8-value reduce
-  push8_cfg.onestep_push[0] = push8_cfg.onestep_push[1] = true;
-  braid::AllReducer push8(team(), push8_cfg);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
   auto name = [&](const braid::AllReducer* ar) {
@@ -230,12 +221,10 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &split ? " split roles, 1 iteration per unit, 8-value pull"
            : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
            : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull"
-           : ar == &push ? " split pushing, 3 blocks, 2 iterations per unit, 16-byte reduce"
-           : ar == &push8 ? " split pushing, 1 iteration per unit, 8-value reduce"
                           : "";
   };
   for (braid::AllReducer* ar :
-       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &push, &push8})
+       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
