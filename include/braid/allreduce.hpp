@@ -148,19 +148,6 @@ struct AllReducerConfig {
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.
   int onestep_split_puller_every[2] = {1, 1};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
-  // The one-step with the copy engines as transport (W = 2; ar::quant_units_kernel /
-  // quant_ce_reduce_kernel): every rank quantizes its vector unit by unit, a copy engine pushes each unit's
-  // codes into the peer's memory as soon as it is quantized and raises the peer's flag for it
-  // (cuStreamWriteValue32), and one kernel decodes and sums each unit once its flag is up. No SM moves
-  // link bytes. Why: both directions at once, copy engines pushing carried 376 GB/s each way on 2x H200
-  // (`bench p2p --bidir`, 64 MiB) against 317-325 for SM loads (the split kernel's pull). The same bits.
-  // For pieces of at least onestep_ce_min_elems; not inside a CUDA graph capture (a host-side epoch), and
-  // not where the peer's memory is not mapped (then the kernels above). Units of about
-  // onestep_ce_unit_elems elements (a multiple of 8192; at most kMaxCeChunks per piece). Environment
-  // (both widths): BRAID_AR_1STEP_CE=0|1, BRAID_AR_1STEP_CE_UNIT, BRAID_AR_1STEP_CE_MIN.
-  bool onestep_ce[2] = {false, false};
-  uint64_t onestep_ce_min_elems[2] = {uint64_t(4) << 20, uint64_t(4) << 20};
-  uint64_t onestep_ce_unit_elems = uint64_t(2) << 20;
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add
@@ -238,8 +225,6 @@ class AllReducer {
   void run_quant_nccl(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                       int group, unsigned phases);
   void run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtype, cudaStream_t s, uint16_t* out, size_t offset);
-  // One piece of the copy-engine one-step; false (nothing enqueued) where it cannot run here.
-  bool run_onestep_ce(const uint16_t* x, uint16_t* y, size_t n, DType dtype, cudaStream_t s, int bits, int group);
 
   Team& team_;
   AllReducerConfig cfg_;
@@ -260,13 +245,6 @@ class AllReducer {
   // The split one-step kernel's role/ticket counters (local) and per-unit flags (symmetric), zeroed.
   uint32_t* split_ctl_ = nullptr;
   std::unique_ptr<SymmetricBuffer> ws_split_;
-  // The copy-engine one-step (onestep_ce): per phase an own and a receive region of ce_half_ bytes each, a
-  // flag per unit (symmetric, zeroed), the call counter (phase = parity, epoch = count + 1; identical on
-  // every rank), cuStreamWriteValue32 from the driver.
-  std::unique_ptr<SymmetricBuffer> ws_ce_, ws_ce_flags_;
-  uint64_t ce_half_ = 0;
-  uint32_t ce_calls_ = 0;
-  void* write_value_fn_ = nullptr;
   int prof_blocks_ = 0;       // blocks of the last profiled launch
   void* nccl_send_ = nullptr;
   void* nccl_recv_ = nullptr;

@@ -1,6 +1,4 @@
 // AllReducer: workspaces, algorithm choice, launchers (see braid/allreduce.hpp).
-#include <cuda.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
@@ -199,11 +197,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
     cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_CE")) cfg_.onestep_ce[0] = cfg_.onestep_ce[1] = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_1STEP_CE_UNIT")) cfg_.onestep_ce_unit_elems = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_CE_MIN"))
-    cfg_.onestep_ce_min_elems[0] = cfg_.onestep_ce_min_elems[1] = std::strtoull(e, nullptr, 10);
-  BRAID_REQUIRE(cfg_.onestep_ce_unit_elems >= 8192, "AllReducer: onestep_ce_unit_elems (BRAID_AR_1STEP_CE_UNIT) must be >= 8192");
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_PULLERS"))
     cfg_.onestep_split_puller_every[0] = cfg_.onestep_split_puller_every[1] = std::atoi(e);
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
@@ -329,24 +322,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_stream_, cudaStreamNonBlocking));
     ce_events_.resize(kMaxCeChunks + 2);
     for (auto& e : ce_events_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    if ((cfg_.onestep_ce[0] || cfg_.onestep_ce[1]) && W == 2) {
-      // Per phase, own and receive regions: at most kMaxCeChunks units of E elements, each an INT8 payload
-      // and metadata for the smallest group (32), 256-aligned.
-      // units x E <= piece + kMaxCeChunks x 8192 (E is rounded up to 8192); UB <= E x 9/8 + 256.
-      ce_half_ = round_up((cfg_.piece_elems + kMaxCeChunks * 8192) * 9 / 8 + kMaxCeChunks * 256, 256);
-      ws_ce_ = std::make_unique<SymmetricBuffer>(team, 2 * 2 * ce_half_);
-      ws_ce_flags_ = std::make_unique<SymmetricBuffer>(team, kMaxCeChunks * sizeof(uint32_t));
-      BRAID_CUDA_CHECK(cudaMemset(ws_ce_flags_->local(), 0, ws_ce_flags_->bytes()));
-      void* fn = nullptr;
-      cudaDriverEntryPointQueryResult qr{};
-      if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &qr) == cudaSuccess &&
-          qr == cudaDriverEntryPointSuccess)
-        write_value_fn_ = fn;
-      else
-        cudaGetLastError();  // no stream memory operations: the SM kernels run instead
-      BRAID_CUDA_CHECK(cudaDeviceSynchronize());
-      team.barrier();  // flags zeroed everywhere before any peer can raise one here
-    }
     slot_oneshot_ = team.reserve_slots(cfg_.oneshot_blocks);
     slot_twoshot_ = team.reserve_slots(cfg_.twoshot_blocks);
     // Both fused quantized kernels use these slots (block b: slot_quant_ + b); their epochs share the
@@ -661,67 +636,6 @@ void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtyp
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
 }
 
-bool AllReducer::run_onestep_ce(const uint16_t* x, uint16_t* y, size_t n, DType dtype, cudaStream_t s, int bits,
-                                int group) {
-  if (!ws_ce_ || !write_value_fn_ || team_.size() != 2) return false;
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  BRAID_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-  if (cs != cudaStreamCaptureStatusNone) return false;  // the host-side epoch would be frozen into the graph
-  const int W = 2, me = team_.rank();
-  // Units: about onestep_ce_unit_elems elements, a multiple of 8192, at most kMaxCeChunks.
-  uint64_t units = std::min<uint64_t>(kMaxCeChunks, std::max<uint64_t>(1, (n + cfg_.onestep_ce_unit_elems - 1) /
-                                                                           cfg_.onestep_ce_unit_elems));
-  const uint64_t E = round_up((n + units - 1) / units, 8192);
-  units = (n + E - 1) / E;
-  const uint64_t UB = round_up(E * bits / 8 + E / group * 4, 256);  // [payload][metadata] of one unit
-  if (units * UB > ce_half_) return false;                          // larger than the workspace holds
-  const uint64_t phase = ce_calls_ & 1u;
-  const uint32_t epoch = ++ce_calls_;
-  uint8_t* own = ws_ce_->local_as<uint8_t>() + phase * 2 * ce_half_;
-  const uint8_t* recv = own + ce_half_;
-  uint8_t* peer_recv = ws_ce_->peer_as<uint8_t>(me ^ 1) + phase * 2 * ce_half_ + ce_half_;
-  uint32_t* peer_flags = ws_ce_flags_->peer_as<uint32_t>(me ^ 1);
-  const ar::QuantGeom q{n, E, W, me, 0, 0, cfg_.quant_pair_sources ? 1 : 0, cfg_.quant_prefetch ? 1 : 0};
-  // The copy engine starts after the caller's earlier work on s (the input is ready).
-  cudaEvent_t fork = ce_events_[0], join = ce_events_[kMaxCeChunks + 1];
-  BRAID_CUDA_CHECK(cudaEventRecord(fork, s));
-  BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_stream_, fork, 0));
-  const int qblocks = grid_for(E / group, cfg_.quant_min_groups, cfg_.quant_blocks);
-  using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-  for (uint32_t u = 0; u < units; ++u) {
-    auto quantize = [&](auto bits_c) {
-      constexpr int BITS = decltype(bits_c)::value;
-      BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-          ar::quant_units_kernel<DT, BITS, G><<<qblocks, cfg_.threads, 0, s>>>(x, q, E, UB, own, u))));
-    };
-    if (bits == 8) quantize(std::integral_constant<int, 8>{});
-    else quantize(std::integral_constant<int, 4>{});
-    BRAID_CHECK_LAUNCH();
-    BRAID_CUDA_CHECK(cudaEventRecord(ce_events_[1 + u], s));
-    BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_stream_, ce_events_[1 + u], 0));
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_recv + u * UB, own + u * UB, UB, cudaMemcpyDeviceToDevice, ce_stream_));
-    // Default flags: a memory barrier over the stream's earlier work (the copy) precedes the flag write.
-    const CUresult rc = reinterpret_cast<WriteValueFn>(write_value_fn_)(
-        reinterpret_cast<CUstream>(ce_stream_), reinterpret_cast<CUdeviceptr>(peer_flags + u), epoch, 0u);
-    if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWriteValue32", __FILE__, __LINE__);
-  }
-  auto reduce = [&](auto bits_c) {
-    constexpr int BITS = decltype(bits_c)::value;
-    BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-        ar::quant_ce_reduce_kernel<DT, BITS, G><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-            y, q, E, UB, own, recv, ws_ce_flags_->local_as<uint32_t>(), epoch, static_cast<uint32_t>(units),
-            team_.signals()))));
-  };
-  if (bits == 8) reduce(std::integral_constant<int, 8>{});
-  else reduce(std::integral_constant<int, 4>{});
-  BRAID_CHECK_LAUNCH();
-  // The next call's quantize (on s) overwrites this phase's own region two calls later, and the copies read
-  // it: s waits for the copy engine's work before going on.
-  BRAID_CUDA_CHECK(cudaEventRecord(join, ce_stream_));
-  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
-  return true;
-}
-
 void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int b1, int b2,
                                int group, QuantImpl impl, bool one_step) {
   const int W = team_.size();
@@ -740,8 +654,6 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
       const int wi = b1 == 8 ? 0 : 1;  // per-width knobs
       const int iters = cfg_.onestep_step_iters[wi];
       const bool wide = cfg_.onestep_wide_pull[wi];
-      if (cfg_.onestep_ce[wi] && n >= cfg_.onestep_ce_min_elems[wi] && run_onestep_ce(x, y, n, dtype, s, b1, group))
-        continue;
       if (const int split = cfg_.onestep_split_iters[wi]; split > 0 && n >= cfg_.onestep_split_min_elems[wi]) {
         ar::SplitState st{};
         st.ctl = split_ctl_;

@@ -1046,61 +1046,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   finish_launch(seq);
 }
 
-// The one-step quantized all-reduce with the copy engines as transport (AllReducerConfig::onestep_ce, W = 2).
-// Why: on 2x H200 the copy engines carried 376 GB/s in each direction at once (`bench p2p --bidir`, 64
-// MiB, cudaMemcpyAsync into the peer's memory), against 317-325 for SM loads and 350-354 for SM stores —
-// and no SM is spent on the link. The vector is cut into units of E elements (E a multiple of 8192, so of
-// every G: the groups are the reference's, at multiples of G from element 0). A unit's codes and metadata
-// sit together: [E x BITS / 8 payload][4 E / G metadata], at unit u x UB of a region.
-//   stream s:  quant_units_kernel(u) for every unit (own region), then one quant_ce_reduce_kernel;
-//   ce stream: per unit, after the unit's quantize (event): cudaMemcpyAsync into the peer's receive region,
-//              then cuStreamWriteValue32(epoch) on the peer's flag [u] (its default memory barrier orders the
-//              copy's writes before the flag).
-// The reduce kernel takes the units in order: thread 0 of each block waits for flag [u] >= epoch (acquire,
-// bounded), __syncthreads, then the block decodes its share of both sources' codes of unit u from its own
-// memory (pull_sum_wide: rank order, fp32 from 0.f, one rounding): the bits of the one-step reference.
-template <int DT, int BITS, int G>
-__global__ void __launch_bounds__(512, 2) quant_units_kernel(const uint16_t* in, const __grid_constant__ QuantGeom q,
-                                                              uint64_t unit_elems, uint64_t unit_bytes, uint8_t* own,
-                                                              uint32_t u) {
-  const uint64_t e0 = static_cast<uint64_t>(u) * unit_elems;
-  QuantGeom qu = q;  // unit u as a one-chunk launch: n its elements, metadata after its payload
-  qu.n = q.n - e0 < unit_elems ? q.n - e0 : unit_elems;
-  qu.stride = unit_elems;
-  qu.meta_in = qu.meta_out = unit_elems * BITS / 8;
-  uint64_t g0, g1;
-  block_group_range((qu.n + G - 1) / G, g0, g1);
-  uint8_t* const pay = own + u * unit_bytes;
-  quantize_groups<DT, BITS, G>(in + e0, qu, 0, g0, g1, pay, reinterpret_cast<uint32_t*>(pay + qu.meta_out));
-}
-template <int DT, int BITS, int G>
-__global__ void __launch_bounds__(512, 2) quant_ce_reduce_kernel(uint16_t* out, const __grid_constant__ QuantGeom q,
-                                                                  uint64_t unit_elems, uint64_t unit_bytes,
-                                                                  const uint8_t* own, const uint8_t* recv,
-                                                                  const uint32_t* flags, uint32_t epoch, uint32_t units,
-                                                                  const __grid_constant__ SignalView sig) {
-  __shared__ int s_ok;
-  if (threadIdx.x == 0) s_ok = 1;
-  const int peer = q.rank ^ 1;
-  for (uint32_t u = 0; u < units; ++u) {
-    if (threadIdx.x == 0 &&
-        !dev::wait_geq<true>(sig, flags + u, epoch, static_cast<uint32_t>(OpId::kAllReduceQuant), u, peer))
-      s_ok = 0;
-    __syncthreads();
-    if (!s_ok) return;  // a timeout is recorded; the host's synchronize throws
-    const uint64_t e0 = static_cast<uint64_t>(u) * unit_elems;
-    QuantGeom qu = q;
-    qu.n = q.n - e0 < unit_elems ? q.n - e0 : unit_elems;
-    qu.stride = unit_elems;
-    qu.meta_in = qu.meta_out = unit_elems * BITS / 8;
-    uint64_t g0, g1;
-    block_group_range((qu.n + G - 1) / G, g0, g1);
-    const uint8_t* const mine = own + u * unit_bytes;
-    const uint8_t* const theirs = recv + u * unit_bytes;
-    pull_sum_wide<DT, BITS, G>(qu, out + e0, 0, g0, g1, [&](int s) { return s == q.rank ? mine : theirs; });
-  }
-}
-
 // The three stages as separate kernels, for NCCL as transport.
 template <int DT, int BITS, int G>
 __global__ void __launch_bounds__(512) quant_stage1_kernel(const uint16_t* in, const __grid_constant__ QuantGeom q,
