@@ -299,12 +299,14 @@ if has ar-qpair; then  # the fused quantized kernel's stage-2 load order (BRAID_
     done
   done
 fi
-if has p2p; then  # peer copy rates, one way and both ways at once (P2P_BYTES, P2P_BLOCKS)
-  for dir in "" --bidir; do
-    echo "== bench p2p $dir ($(date +%T))" | tee -a "$log"
-    # shellcheck disable=SC2086
-    T=90 mpi bench p2p --bytes "${P2P_BYTES:-64M}" --blocks "${P2P_BLOCKS:-32,66,132,264}" $dir \
-      --json "$out/p2p${dir:+-bidir}.jsonl" 2>&1 | grep -E "^ +[a-z]|^#" | tee -a "$log"
+if has p2p; then  # peer copy rates, one way and both ways at once (P2P_BYTES, P2P_BLOCKS, P2P_CHUNKS: a list)
+  for k in ${P2P_CHUNKS:-1}; do
+    for dir in "" --bidir; do
+      echo "== bench p2p $dir --chunks $k ($(date +%T))" | tee -a "$log"
+      # shellcheck disable=SC2086
+      T=90 mpi bench p2p --bytes "${P2P_BYTES:-64M}" --blocks "${P2P_BLOCKS:-32,66,132,264}" --chunks "$k" $dir \
+        --json "$out/p2p${dir:+-bidir}-chunks$k.jsonl" 2>&1 | grep -E "^ +[a-z]|^#" | tee -a "$log"
+    done
   done
 fi
 if has ar-1step; then  # the one-step quantized all-reduce (int8-1step, int4-1step): its test, then beside the two-step

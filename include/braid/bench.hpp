@@ -192,6 +192,10 @@ struct P2pBenchArgs {
   size_t bytes = size_t(256) << 20;
   std::vector<int> blocks = {8, 16, 32, 66, 132};
   bool bidir = false;  // both ranks of a pair move data at once (each direction carries `bytes`)
+  // > 1: the copy engine also moves `bytes` as this many back-to-back copies, alone, each followed by a
+  // cuStreamWriteValue32 to the peer (copy-engine-flag), and each after an event from a kernel on a second
+  // stream (copy-engine-event): what a pipelined copy-engine transport pays per copy.
+  int chunks = 1;
   TimingOptions timing{5, 20};
   std::string json;
   Context ctx;

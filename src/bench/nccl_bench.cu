@@ -1,4 +1,6 @@
 // `braid bench nccl` and `braid bench p2p`.
+#include <cuda.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -158,6 +160,7 @@ __global__ void copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst
   }
   for (; i < n16; i += stride) dst[i] = src[i];
 }
+__global__ void noop_kernel() {}
 __global__ void compare_kernel(const uint32_t* a, const uint32_t* b, size_t n, unsigned long long* wrong) {
   unsigned long long w = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -196,6 +199,29 @@ size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
     int blocks;
   };
   std::vector<Case> cases{{"copy-engine", 0}};
+  if (a.chunks > 1) {
+    cases.push_back({"copy-engine-chunks", 0});
+    cases.push_back({"copy-engine-flag", 0});
+    cases.push_back({"copy-engine-event", 0});
+  }
+  // The chunked copy-engine cases: a flag word on every rank, cuStreamWriteValue32, a second stream.
+  SymmetricBuffer flag(team, 256);
+  using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  WriteValueFn write_value = nullptr;
+  cudaStream_t side = nullptr;
+  std::vector<cudaEvent_t> evs;
+  if (a.chunks > 1) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult qr{};
+    BRAID_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &qr));
+    if (qr != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw UnavailableError("bench p2p --chunks needs cuStreamWriteValue32", __FILE__, __LINE__);
+    write_value = reinterpret_cast<WriteValueFn>(fn);
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    evs.resize(a.chunks);
+    for (auto& e : evs) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  uint32_t flag_value = 0;
   for (int b : a.blocks) cases.push_back({"sm-push", b});
   for (int b : a.blocks) cases.push_back({"sm-pull", b});
   for (int b : a.blocks) cases.push_back({"sm-pull-u4", b});
@@ -207,6 +233,24 @@ size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
       auto op = [&](int) {
         if (cs.method == "copy-engine") {
           BRAID_CUDA_CHECK(cudaMemcpyAsync(remote, src, a.bytes, cudaMemcpyDefault, s));
+        } else if (cs.method.rfind("copy-engine-", 0) == 0) {
+          const size_t cb = (a.bytes / a.chunks) & ~size_t(255);
+          for (int k = 0; k < a.chunks; ++k) {
+            const size_t off = k * cb, len = k + 1 == a.chunks ? a.bytes - off : cb;
+            if (cs.method == "copy-engine-event") {  // the copy waits for a kernel on another stream
+              noop_kernel<<<1, 32, 0, side>>>();
+              BRAID_CHECK_LAUNCH();
+              BRAID_CUDA_CHECK(cudaEventRecord(evs[k], side));
+              BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, evs[k], 0));
+            }
+            BRAID_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(remote) + off, static_cast<const char*>(src) + off,
+                                             len, cudaMemcpyDefault, s));
+            if (cs.method != "copy-engine-chunks") {  // flag the peer after each copy (default: with a barrier)
+              const CUresult rc = write_value(reinterpret_cast<CUstream>(s),
+                                              reinterpret_cast<CUdeviceptr>(flag.peer(peer)), ++flag_value, 0u);
+              if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWriteValue32", __FILE__, __LINE__);
+            }
+          }
         } else if (cs.method == "sm-push") {
           copy_kernel<1><<<cs.blocks, 512, 0, s>>>(static_cast<const int4*>(src), static_cast<int4*>(remote), n16);
           BRAID_CHECK_LAUNCH();
@@ -253,6 +297,8 @@ size_t run_p2p_bench(Team& team, const P2pBenchArgs& a) {
     }
   }
   team.barrier();
+  for (auto e : evs) cudaEventDestroy(e);
+  if (side) cudaStreamDestroy(side);
   cudaFree(src);
   cudaFree(dst);
   return total_wrong;

@@ -59,8 +59,9 @@ const char* kUsage =
     "                                    --profile-range: one run per algo as a profiler range (ncu app-range)\n"
     "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--backward] [--json FILE]\n"
     "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"
-    "  bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,32,66,132] [--json FILE]\n"
-    "                                    peer copy rates: copy engine, SM push, SM pull (1 / 4 loads in flight)\n"
+    "  bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,32,66,132] [--chunks K] [--json FILE]\n"
+    "                                    peer copy rates: copy engine (also as K copies: alone, flagged, after\n"
+    "                                    events), SM push, SM pull (1 / 4 loads in flight)\n"
     "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T] [--simulate TOPO]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
     "  plan-strands --model M --tp 2 [--ep 2] --seq S [--pairs FILE] [--out PLAN]\n"
@@ -175,6 +176,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     braid::bench::P2pBenchArgs a;
     a.bytes = braid::bench::parse_size(o.get("--bytes", "256M"));
     a.bidir = o.has("--bidir");
+    a.chunks = std::stoi(o.get("--chunks", "1"));
     if (o.has("--blocks")) {
       a.blocks.clear();
       std::istringstream list(o.get("--blocks", ""));
