@@ -36,12 +36,13 @@
 # 4.9 min warm (H100); `build ar-stamps` (STAMP_MIN=4M STAMP_MAX=256M, 4 configs x 2 rounds) 2.8 min cold.
 # Sixteenth session (six calls, all 2x H200): `build test ar-1step` 6.3 min cold; `build ar-stamps` (3 configs,
 # 16M-256M) 3.5 min cold, 55 s warm; `build test ar-stamps` (4 configs, 64M, 6 algos) 5.8 min cold.
-# Next, on 2x H100: `build test ar-1step` (quant_prefetch on the acceptance card; the kernels are a367168's, where
-# all 41 ctest entries passed on H200; the auto-choice test passed at 16c9c72), then `measure-rs`
-# (OVERLAP_TRANSPORT=symmetric)
-# and `strands-smres` (STRANDS_THROTTLE=2); x4/x8 when lent:
-# `build test allreduce transitions sweep-rs sweep-a2a` and `layer-tp`. Uses .deps carried from this
-# machine (setup.sh --stage).
+# Seventeenth session (five calls, all 2x H200): `build test ar-1step ar-stamps` 9.5 min cold (full ctest with a
+# 246 s runtime-test hang, since fixed); `build test p2p` (CTEST_R=test_runtime) 3 min cold; `build test ar-stamps`
+# (CTEST_R=test_allreduce_mpi, 5 configs at 64M) 3.2 min cold; `build test ar-1pipe` (4 configs) 3.4 min cold;
+# `build test p2p` (full ctest, P2P_CHUNKS="16 64", P2P_BLOCKS=132) 4.8 min cold.
+# Next, on 2x H100: `build test ar-1step` (every kernel of the final tree is a367168's; all 41 ctest entries
+# passed at 3a0a9fb on 2x H200), then `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres`
+# (STRANDS_THROTTLE=2).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
