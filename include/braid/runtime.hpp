@@ -107,13 +107,14 @@ class Team {
   void check_device_error(const char* what) const;
   bool broken() const { return broken_; }
   // Aborts the NCCL communicator and marks the team unusable (after a peer failed). Local: no peer
-  // needs to take part, and destruction skips every collective step.
+  // needs to take part; destruction then aborts everywhere through the teardown agreement below.
   void abort();
   // Teardown agreement, bounded by timeout_s: every rank says whether its team is broken; returns true
   // when all are healthy. A rank that is broken, hears of a broken peer, or gets no answer in time marks
   // its team broken (aborting NCCL), so every rank takes the same teardown path: NCCL >= 2.19 expects a
   // communicator aborted on one rank of a node to be aborted on all, and a healthy rank must not wait in
-  // a barrier that a broken one skips. Collective: called by ~Team and ~SymmetricBuffer on every rank.
+  // a barrier that a broken one skips. Collective: called by ~Team and ~SymmetricBuffer on every rank; a
+  // rank that reaches it more than timeout_s after its peers is taken for absent (they abort).
   bool agree_healthy();
 
   // Host-side helpers over MPI.
