@@ -40,11 +40,9 @@
 # 246 s runtime-test hang, since fixed); `build test p2p` (CTEST_R=test_runtime) 3 min cold; `build test ar-stamps`
 # (CTEST_R=test_allreduce_mpi, 5 configs at 64M) 3.2 min cold; `build test ar-1pipe` (4 configs) 3.4 min cold;
 # `build test p2p` (full ctest, P2P_CHUNKS="16 64", P2P_BLOCKS=132) 4.8 min cold.
-# Next: `build test ar-stamps` (CTEST_R=test_allreduce_mpi, STAMP_MIN=STAMP_MAX=64M, ONESTEP_CFGS=
-# "BRAID_AR_1STEP_PUSH_EVERY=0 BRAID_AR_1STEP_PUSH_EVERY=1 BRAID_AR_1STEP_PUSH_EVERY=2 BRAID_AR_1STEP_PUSH_EVERY=3":
-# the three-role push kernel, written after the seventeenth session's device time, never GPU-run; every other
-# kernel of the tree is a367168's, and all 41 ctest entries passed at 3a0a9fb on 2x H200); on 2x H100 also
-# `ar-1step`, `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2).
+# Eighteenth session: `build test ar-stamps` (CTEST_R=test_allreduce_mpi, 4 configs at 64M) 3.3 min cold (2x H200).
+# Next, on 2x H100: `build test ar-1step` (every kernel of the tree is a367168's; all 41 ctest entries passed at
+# 3a0a9fb on 2x H200), then `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}

@@ -148,14 +148,6 @@ struct AllReducerConfig {
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.
   int onestep_split_puller_every[2] = {1, 1};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
-  // > 0 (W = 2, where the split kernel runs): three roles instead of two (ar::quant_onestep_push_kernel) —
-  // quantizers, pushers that copy each quantized unit into the peer's memory by SM stores, and reducers
-  // that decode from local memory; the second block of every k-th SM pushes, of the others reduces. Why:
-  // both directions at once, SM stores carried 350-354 GB/s per direction on 2x H200 and SM loads (the
-  // split kernel's pull) 317-325 (`bench p2p --bidir`); quantizers that pushed themselves (c3ccfab) were
-  // slowed by their stores. The same bits. Written after the seventeenth session's device time: not yet
-  // measured, so 0 (off). Environment (both widths): BRAID_AR_1STEP_PUSH_EVERY.
-  int onestep_push_every[2] = {0, 0};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add

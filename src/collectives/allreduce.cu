@@ -197,10 +197,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
     cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_PUSH_EVERY"))
-    cfg_.onestep_push_every[0] = cfg_.onestep_push_every[1] = std::atoi(e);
-  BRAID_REQUIRE(cfg_.onestep_push_every[0] >= 0 && cfg_.onestep_push_every[1] >= 0,
-                "AllReducer: onestep_push_every (BRAID_AR_1STEP_PUSH_EVERY) must be >= 0");
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_PULLERS"))
     cfg_.onestep_split_puller_every[0] = cfg_.onestep_split_puller_every[1] = std::atoi(e);
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
@@ -310,8 +306,8 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     BRAID_CUDA_CHECK(cudaMalloc(&seq_, 4 * 2 * sizeof(uint32_t)));
     BRAID_CUDA_CHECK(cudaMemset(seq_, 0, 4 * 2 * sizeof(uint32_t)));
     {  // the split one-step kernel: counters, and a flag per unit (units of >= 4096 elements) per source
-      BRAID_CUDA_CHECK(cudaMalloc(&split_ctl_, (ar::kSplitSms + 4) * sizeof(uint32_t)));
-      BRAID_CUDA_CHECK(cudaMemset(split_ctl_, 0, (ar::kSplitSms + 4) * sizeof(uint32_t)));
+      BRAID_CUDA_CHECK(cudaMalloc(&split_ctl_, (ar::kSplitSms + 3) * sizeof(uint32_t)));
+      BRAID_CUDA_CHECK(cudaMemset(split_ctl_, 0, (ar::kSplitSms + 3) * sizeof(uint32_t)));
       const uint64_t max_units = uint64_t(W) * (qstride / (uint64_t(cfg_.threads) * ar::kVec) + 1);
       ws_split_ = std::make_unique<SymmetricBuffer>(team, max_units * kMaxPeers * sizeof(uint32_t));
       BRAID_CUDA_CHECK(cudaMemset(ws_split_->local(), 0, ws_split_->bytes()));
@@ -664,18 +660,9 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
         const int unit_groups = split * cfg_.threads * ar::kVec / group;
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
-        // Three roles, the link crossed by dedicated pushers (W = 2 only: the workspace's 2W slots per phase
-        // hold the own and the received chunks).
-        const int push_every = W == 2 ? cfg_.onestep_push_every[wi] : 0;
         auto go = [&](auto bits_c, auto wide_c) {
           constexpr int BITS = decltype(bits_c)::value;
           constexpr bool WIDE = decltype(wide_c)::value;
-          if (push_every > 0) {
-            BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-                ar::quant_onestep_push_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-                    x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, push_every, prof_))));
-            return;
-          }
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],

@@ -956,30 +956,9 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
 // only after its launch k+1 ended, in which its pullers waited for every peer's launch-(k+1) flags, each
 // written after that peer's launch k ended (its reads of launch k's codes). The last block to finish resets
 // the role and ticket counters (ctl) for the next launch (stream order).
-// Copies `bytes` (a multiple of 4; src and dst 16-byte aligned) from this rank's memory to a peer's with
-// the whole block: 16-byte L2 loads (.cg: the codes were stored by other blocks, and an SM's L1 is not
-// coherent with their stores) and remote 16-byte stores, four in flight per thread.
-__device__ __forceinline__ void push_block(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst, uint64_t bytes) {
-  const uint32_t n16 = static_cast<uint32_t>(bytes / 16), bd = blockDim.x;
-  const uint4* s4 = reinterpret_cast<const uint4*>(src);
-  uint4* d4 = reinterpret_cast<uint4*>(dst);
-  uint32_t i = threadIdx.x;
-  for (; i + 3 * bd < n16; i += 4 * bd) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = __ldcg(s4 + i + k * bd);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) d4[i + k * bd] = v[k];
-  }
-  for (; i < n16; i += bd) d4[i] = __ldcg(s4 + i);
-  for (uint64_t j = uint64_t(n16) * 16 + 4 * threadIdx.x; j < bytes; j += 4 * bd)
-    *reinterpret_cast<uint32_t*>(dst + j) = __ldcg(reinterpret_cast<const uint32_t*>(src + j));
-}
-
 inline constexpr int kSplitSms = 512;  // per-SM role counters (smid < kSplitSms)
 struct SplitState {
-  uint32_t* ctl;                   // this rank's: [0, kSplitSms) blocks started per SM, then tickets Q, P, blocks
-                                   // done, and R (the push kernel's reduce tickets)
+  uint32_t* ctl;                   // this rank's: [0, kSplitSms) blocks started per SM, then tickets Q, P, blocks done
   uint32_t* flags[kMaxPeers];      // every rank's unit flags, [unit][kMaxPeers] (flags[rank] is local)
 };
 template <int DT, int BITS, int G, bool WIDE>
@@ -1060,128 +1039,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
     __threadfence();
     if (atomicAdd(&st.ctl[kSplitSms + 2], 1u) == gridDim.x - 1) {  // the last block: counters for the next launch
       for (int i = 0; i < kSplitSms + 3; ++i) st.ctl[i] = 0;
-      __threadfence();
-    }
-  }
-  phase_stamp(prof, 3, false);
-  finish_launch(seq);
-}
-
-// The one-step with three roles, pushing (AllReducerConfig::onestep_push_every > 0; W = 2 only): the
-// split kernel's arithmetic, bytes and workspace phases, but the link is crossed by SM stores from blocks
-// that do nothing else, and every decode reads local memory. Why: both directions at once, SM stores
-// carried 350-354 GB/s per direction on 2x H200 and SM loads (the split kernel's pull) 317-325 (`bench p2p
-// --bidir`); pushing from the quantizing blocks themselves (c3ccfab, reverted) stalled them (quantize
-// phase ~80 -> ~124 us at 64 MiB INT8).
-// Roles: the first block to start on an SM quantizes; the second pushes on every push_every-th SM and
-// reduces on the others. Units and tickets as the split kernel (ctl: Q = quantize, P = push, R = reduce).
-//   quantizer: quantize unit u into its own slot c (local stores), __syncthreads, thread 0 releases
-//     flags[rank][u][rank] (st.release.sys); once Q is exhausted it pushes, then reduces.
-//   pusher: takes push ticket u, waits (thread 0, ld.acquire.sys, bounded) for flags[rank][u][rank],
-//     __syncthreads, copies the unit's codes and metadata from its own slot (.cg loads) into the peer's
-//     receive slot (recv_of(peer, c), slot W + c of the peer's phase) by 16-byte remote stores,
-//     __syncthreads (every thread's stores before the release), thread 0 releases
-//     flags[peer][u][rank] (st.release.sys to the peer's memory); once P is exhausted it reduces.
-//   reducer: takes reduce ticket u, waits for flags[rank][u][s] for both s (own codes quantized, the peer's
-//     pushed), __syncthreads, decodes and sums from its own memory (own slot c, receive slot c).
-// No deadlock whatever the residency: quantizers never wait and take every Q ticket; a push ticket's
-// holder waits only for a Q ticket's running holder; a reduce ticket's holder waits for a Q ticket's and
-// (the peer's) a P ticket's running holder; every block's role sequence is Q -> P -> R or P -> R or R, so
-// no ticket of an earlier kind is left untaken while its kind's holders wait on later ones.
-// Reuse (no closing barrier): my launch k+2 stores into the peer's phase-p receive slots only after my
-// launch k+1 ended, in which my reducers waited for the peer's launch-(k+1) pushes, issued after the peer's
-// launch k (its reads of those slots) ended; my own slots are read by my own blocks only (stream order).
-template <int DT, int BITS, int G, bool WIDE>
-__global__ void __launch_bounds__(512, 2) quant_onestep_push_kernel(const uint16_t* in, uint16_t* out,
-                                                                     const __grid_constant__ QuantGeom q,
-                                                                     const __grid_constant__ QuantWorkspace ws,
-                                                                     const __grid_constant__ SignalView sig,
-                                                                     const __grid_constant__ SplitState st,
-                                                                     uint32_t* seq, int unit_groups, int push_every,
-                                                                     uint64_t* prof) {
-  constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
-  constexpr int kQ = 0, kP = 1, kDone = 2, kR = 3;  // ctl[kSplitSms + i]
-  phase_stamp(prof, 0, false);
-  const int rank = q.rank, peer = q.rank ^ 1;
-  __shared__ uint32_t s_role, s_epoch, s_unit;
-  __shared__ int s_ok;
-  if (threadIdx.x == 0) {
-    uint32_t sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    // 0: quantize, 1: push, 2: reduce
-    const bool second = atomicAdd(&st.ctl[sm % kSplitSms], 1u) & 1u;
-    s_role = !second ? 0u : sm % static_cast<uint32_t>(push_every) == 0u ? 1u : 2u;
-    s_epoch = *reinterpret_cast<const volatile uint32_t*>(seq) + 1u;
-    s_ok = 1;
-  }
-  __syncthreads();
-  const uint32_t role = s_role, epoch = s_epoch;
-  if (role != 0) phase_stamp(prof, 1, false);
-  bool first_wait = true;
-  const uint64_t phase_off = static_cast<uint64_t>((epoch - 1u) & 1u) * 2 * q.world * ws.slot_bytes;  // launch_phase
-  const uint64_t sb = ws.slot_bytes;
-  auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
-  auto recv_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(q.world + c) * sb; };
-  const uint64_t gpc = q.stride / G;                            // groups per chunk
-  const uint64_t upc = (gpc + unit_groups - 1) / unit_groups;  // units per chunk
-  const uint64_t units = upc * q.world;
-  auto next_unit = [&](int t) {  // block-uniform
-    if (threadIdx.x == 0) s_unit = atomicAdd(&st.ctl[kSplitSms + t], 1u);
-    __syncthreads();
-    const uint64_t u = s_unit;
-    __syncthreads();
-    return u;
-  };
-  // Thread i < n waits for flag[i * stride] >= epoch; false (a timeout, recorded) ends the block's work.
-  auto wait_flags = [&](const uint32_t* f, int n, int stride, uint64_t u) {
-    if (threadIdx.x < static_cast<unsigned>(n) &&
-        !dev::wait_geq<true>(sig, f + threadIdx.x * stride, epoch, kOp, static_cast<uint32_t>(u), threadIdx.x))
-      s_ok = 0;
-    __syncthreads();
-    if (s_ok && first_wait) phase_stamp(prof, 2, false);
-    first_wait = false;
-    return s_ok != 0;
-  };
-  bool ok = true;
-  if (role == 0) {
-    for (uint64_t u; (u = next_unit(kQ)) < units;) {
-      const int c = static_cast<int>(u % q.world);
-      const uint64_t ga = (u / q.world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
-      uint8_t* const pay = slot_of(rank, c);
-      quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
-      __syncthreads();  // the block's code stores before the release store
-      if (threadIdx.x == 0) dev::store_release(st.flags[rank] + u * kMaxPeers + rank, epoch);
-    }
-    phase_stamp(prof, 1, false);
-  }
-  if (role <= 1) {
-    for (uint64_t u; ok && (u = next_unit(kP)) < units;) {
-      const int c = static_cast<int>(u % q.world);
-      const uint64_t ga = (u / q.world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
-      if (!(ok = wait_flags(st.flags[rank] + u * kMaxPeers + rank, 1, 0, u))) break;
-      const uint8_t* const src = slot_of(rank, c);
-      uint8_t* const dst = recv_of(peer, c);
-      push_block(src + ga * G * BITS / 8, dst + ga * G * BITS / 8, (gb - ga) * G * BITS / 8);
-      push_block(src + q.meta_out + ga * 4, dst + q.meta_out + ga * 4, (gb - ga) * 4);
-      __syncthreads();  // every thread's remote stores before the release store
-      if (threadIdx.x == 0) dev::store_release(st.flags[peer] + u * kMaxPeers + rank, epoch);
-    }
-  }
-  for (uint64_t u; ok && (u = next_unit(kR)) < units;) {
-    const int c = static_cast<int>(u % q.world);
-    const uint64_t ga = (u / q.world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
-    if (!(ok = wait_flags(st.flags[rank] + u * kMaxPeers, q.world, 1, u))) break;
-    auto src = [&](int s) { return s == rank ? slot_of(rank, c) : recv_of(rank, c); };
-    if constexpr (WIDE) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
-    else pull_sum_8<DT, BITS, G>(q, out, c, ga, gb, src);
-  }
-  // A timeout is recorded and the host's synchronize throws; the block still counts itself done, so the
-  // last block resets the counters and the next launch starts clean.
-  if (first_wait) phase_stamp(prof, 2, false);
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&st.ctl[kSplitSms + kDone], 1u) == gridDim.x - 1) {
-      for (int i = 0; i < kSplitSms + 4; ++i) st.ctl[i] = 0;
       __threadfence();
     }
   }
