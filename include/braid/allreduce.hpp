@@ -155,7 +155,8 @@ struct AllReducerConfig {
   // BRAID_AR_CE_CHUNK_BYTES. At most kMaxCeChunks chunks per piece (larger chunks then).
   size_t ce_chunk_bytes = 0;
   // kOneShotCE at W > 2: elements per piece; peers 2..W-1 are staged in a local buffer of
-  // (W - 2) x ce_piece_elems elements, allocated by the first such call (W = 2 stages in `out`).
+  // (W - 2) x ce_piece_elems elements (rounded up to a multiple of 8), allocated by the first such call
+  // (W = 2 stages in `out`).
   size_t ce_piece_elems = size_t(16) << 20;
   uint64_t quant_min_groups = 32;
   int threads = 512;

@@ -576,6 +576,10 @@ void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtyp
   const int W = team_.size(), me = team_.rank();
   constexpr size_t kEs = 2;  // bf16 / fp16
   size_t piece = count;      // W = 2: the peer's copy lands in `out`, no staging, one piece
+  // W > 2: peer j's values of a piece land at ce_stage_ + (j - 2) x pstride. The stride and every piece
+  // start are whole 16-byte vectors (sum_local_kernel loads 8 elements at a time): a stride of `piece`
+  // elements put peer 3's copy of a 1-element all-reduce at byte 2 (misaligned address at 4 ranks).
+  const size_t pstride = round_up(cfg_.ce_piece_elems, ar::kVec);
   if (W > 2) {
     if (!ce_stage_) {  // allocated once; cudaMalloc cannot be captured
       cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -583,9 +587,9 @@ void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtyp
       BRAID_REQUIRE(st == cudaStreamCaptureStatusNone,
                     "run_symmetric(oneshot-ce): the first call at more than 2 ranks allocates its staging buffer "
                     "and cannot be captured in a CUDA graph; make one call before capturing");
-      BRAID_CUDA_CHECK(cudaMalloc(&ce_stage_, size_t(W - 2) * cfg_.ce_piece_elems * kEs));
+      BRAID_CUDA_CHECK(cudaMalloc(&ce_stage_, size_t(W - 2) * pstride * kEs));
     }
-    piece = std::min(count, cfg_.ce_piece_elems);
+    piece = std::min(count, pstride);
   }
   const int max_blocks = std::max(1, symm_blocks_);  // the add kernels stride, so any grid works
   const int slot = slot_twoshot_;  // block 0's slot of the symmetric kernels (same call order on every rank)
@@ -605,7 +609,7 @@ void AllReducer::run_symmetric_ce(SymmetricBuffer& buf, size_t count, DType dtyp
     BRAID_CUDA_CHECK(cudaEventRecord(fork, s));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(ce_stream_, fork, 0));
     auto dst = [&](int j, size_t c0) {  // where peer (me + j) % W's values [off + c0, ...) land
-      return j == 1 ? out + off + c0 : static_cast<uint16_t*>(ce_stage_) + size_t(j - 2) * piece + c0;
+      return j == 1 ? out + off + c0 : static_cast<uint16_t*>(ce_stage_) + size_t(j - 2) * pstride + c0;
     };
     for (int c = 0; c < chunks; ++c) {
       const size_t c0 = size_t(c) * chunk, len = std::min(chunk, n - c0);
