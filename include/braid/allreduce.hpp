@@ -143,6 +143,11 @@ struct AllReducerConfig {
   // the 8-value pull 119.3-119.9 vs 121.2-121.4 flat (cb4bfa1: 121.0-121.2 vs 122.3-122.5; 256 MiB 471 vs
   // 476-478), but 52-54 vs 41 us at 16 MiB, hence only from 32 Mi elements (64 MiB of bf16, a full piece).
   int onestep_split_iters[2] = {8, 16};
+  // The split kernel's pull with 16 values per thread and the next iteration's loads in flight
+  // (ar::pull_sum_16; W = 2, else the 8-value pull): one 8-byte (INT4) or 16-byte (INT8) code load per
+  // source where the 8-value pull makes a 4- or 8-byte one. Takes precedence over onestep_wide_pull in the
+  // split kernel. The same bits. Environment (both widths): BRAID_AR_1STEP_PULL16=0|1.
+  bool onestep_pull16[2] = {false, false};
   // Split roles: a puller on every k-th SM only (the others run two quantizers; quantizers pull once the
   // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.

@@ -193,6 +193,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
+  if (const char* e = std::getenv("BRAID_AR_1STEP_PULL16")) cfg_.onestep_pull16[0] = cfg_.onestep_pull16[1] = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT"))
     cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
@@ -664,18 +665,21 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
         const int unit_groups = split * cfg_.threads * ar::kVec / group;
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
-        auto go = [&](auto bits_c, auto wide_c) {
+        auto go = [&](auto bits_c, auto pm_c) {
           constexpr int BITS = decltype(bits_c)::value;
-          constexpr bool WIDE = decltype(wide_c)::value;
+          constexpr int PM = decltype(pm_c)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              ar::quant_onestep_split_kernel<DT, BITS, G, WIDE><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
+              ar::quant_onestep_split_kernel<DT, BITS, G, PM><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
                   prof_))));
         };
-        using I8 = std::integral_constant<int, 8>;
-        using I4 = std::integral_constant<int, 4>;
-        if (b1 == 8) wide ? go(I8{}, std::true_type{}) : go(I8{}, std::false_type{});
-        else wide ? go(I4{}, std::true_type{}) : go(I4{}, std::false_type{});
+        auto by_pull = [&](auto bits_c) {
+          if (cfg_.onestep_pull16[wi]) go(bits_c, std::integral_constant<int, ar::kPull16>{});
+          else if (wide) go(bits_c, std::integral_constant<int, ar::kPullWide>{});
+          else go(bits_c, std::integral_constant<int, ar::kPull8>{});
+        };
+        if (b1 == 8) by_pull(std::integral_constant<int, 8>{});
+        else by_pull(std::integral_constant<int, 4>{});
         BRAID_CHECK_LAUNCH();
         if (prof_) prof_blocks_ = cfg_.quant_blocks;
         continue;

@@ -14,6 +14,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "braid/quant.hpp"
 #include "braid/signal_device.cuh"
 
@@ -719,6 +721,89 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
   }
 }
 
+// The one-step pull with 16 values per thread and the next iteration's loads in flight (W = 2): lane l of
+// a group's G / 16 lanes owns values [16 l, 16 l + 16) of the group — one load per source of 8 (INT4) or
+// 16 (INT8) bytes of codes, twice pull_sum_8's bytes per load, with two iterations in flight as there.
+// Decoded and summed 8 values at a time (8 sums live), in rank order in fp32 from 0.f: pull_sum_8's
+// arithmetic, the same bits. Groups [ga, gb) of chunk c; whole iterations of full groups here, the rest
+// (and W > 2) by pull_sum_8. Memory ordering: the caller's acquire (flag wait + __syncthreads) precedes
+// every load here, as for pull_sum_8.
+template <int DT, int BITS, int G, class SlotFn>
+__device__ __forceinline__ void pull_sum_16(const QuantGeom& q, uint16_t* out, int c, uint64_t ga, uint64_t gb,
+                                            SlotFn slot) {
+  constexpr int V = 16;                   // values per thread
+  static_assert(G % V == 0, "16 values per lane must not straddle groups");
+  constexpr int TPG = G / V;              // lanes per group
+  constexpr int kCodeBytes = V * BITS / 8;  // 16 (INT8) or 8 (INT4)
+  using Codes = std::conditional_t<BITS == 8, uint4, uint2>;
+  struct Raw {
+    Codes codes;
+    uint32_t meta;
+  };
+  const int groups_per_iter = blockDim.x / TPG;
+  const uint64_t c0 = q.stride * c;
+  uint64_t base = ga;
+  if (q.world == 2) {
+    const uint64_t full = q.n > c0 ? (q.n - c0) / G : 0;  // groups of chunk c with every value valid
+    const uint64_t gfull = gb < full ? gb : full;
+    const int nit = gfull > base ? static_cast<int>((gfull - base) / groups_per_iter) : 0;  // whole iterations
+    if (nit > 0) {
+      const int gt = threadIdx.x / TPG, lane = threadIdx.x % TPG;
+      uint64_t code_off = (base + gt) * G * BITS / 8 + static_cast<uint64_t>(lane) * kCodeBytes;
+      uint64_t gidx = base + gt;
+      uint16_t* dst = out + c0 + (base + gt) * G + lane * V;
+      auto load2 = [&](Raw (&r)[2]) {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const uint8_t* sl = slot(s);
+          r[s].meta = reinterpret_cast<const uint32_t*>(sl + q.meta_out)[gidx];
+          r[s].codes = *reinterpret_cast<const Codes*>(sl + code_off);
+        }
+      };
+      Raw cur[2];
+      load2(cur);
+      for (int it = 0; it < nit; ++it) {
+        Raw nxt[2] = {cur[0], cur[1]};
+        if (it + 1 < nit) {
+          code_off += static_cast<uint64_t>(groups_per_iter) * G * BITS / 8;
+          gidx += groups_per_iter;
+          load2(nxt);
+        }
+#pragma unroll
+        for (int h = 0; h < V / kVec; ++h) {
+          float sum[kVec];
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {  // rank order, from 0.f: add_decoded_sources' adds
+            const float scale = quant::half_bits_to_float(static_cast<uint16_t>(cur[s].meta & 0xffffu));
+            const float zero = quant::half_bits_to_float(static_cast<uint16_t>(cur[s].meta >> 16));
+            uint32_t w[sizeof(Codes) / 4];
+            if constexpr (BITS == 8) {
+              w[0] = cur[s].codes.x, w[1] = cur[s].codes.y, w[2] = cur[s].codes.z, w[3] = cur[s].codes.w;
+            } else {
+              w[0] = cur[s].codes.x, w[1] = cur[s].codes.y;
+            }
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+              constexpr int kPer = 32 / BITS;  // values per 32-bit word
+              const int jj = h * kVec + j;
+              const uint32_t qv = (w[jj / kPer] >> (BITS * (jj % kPer))) & ((1u << BITS) - 1u);
+              sum[j] = __fadd_rn(sum[j], __fmaf_rn(static_cast<float>(qv), scale, zero));  // quant::dequantize_one
+            }
+          }
+          store8<DT>(dst + h * kVec, kVec, sum);
+        }
+        dst += static_cast<uint64_t>(groups_per_iter) * G;
+        cur[0] = nxt[0];
+        cur[1] = nxt[1];
+      }
+      base += static_cast<uint64_t>(nit) * groups_per_iter;
+    }
+  }
+  pull_sum_8<DT, BITS, G>(q, out, c, base, gb, slot);  // what is left: partial iterations, tails, W > 2
+}
+
 // The one-step quantized all-reduce (ArAlgo::kQuantOneStep; quant::reference_allreduce_onestep): every
 // rank quantizes each chunk c of its input into its *own* workspace slot c (local stores), one per-block
 // barrier, then every rank reads every rank's codes of every chunk (remote loads; two sources in flight),
@@ -961,7 +1046,9 @@ struct SplitState {
   uint32_t* ctl;                   // this rank's: [0, kSplitSms) blocks started per SM, then tickets Q, P, blocks done
   uint32_t* flags[kMaxPeers];      // every rank's unit flags, [unit][kMaxPeers] (flags[rank] is local)
 };
-template <int DT, int BITS, int G, bool WIDE>
+// PM: the pull mapping — kPull8 (pull_sum_8), kPullWide (pull_sum_wide), kPull16 (pull_sum_16).
+inline constexpr int kPull8 = 0, kPullWide = 1, kPull16 = 2;
+template <int DT, int BITS, int G, int PM>
 __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint16_t* in, uint16_t* out,
                                                                       const __grid_constant__ QuantGeom q,
                                                                       const __grid_constant__ QuantWorkspace ws,
@@ -1031,7 +1118,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
     if (first_wait) phase_stamp(prof, 2, false);
     first_wait = false;
     auto src = [&](int s) { return slot_of(s, c); };
-    if constexpr (WIDE) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
+    if constexpr (PM == kPullWide) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
+    else if constexpr (PM == kPull16) pull_sum_16<DT, BITS, G>(q, out, c, ga, gb, src);
     else pull_sum_8<DT, BITS, G>(q, out, c, ga, gb, src);
   }
   if (first_wait) phase_stamp(prof, 2, false);

@@ -151,10 +151,11 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // one iteration per step, two steps ahead, the 8-value pull with two iterations per pass (`deep`: many
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
-  // one step (`one4`), and with split roles (`split`, `splitw`, `split8`: quantizing and pulling blocks).
+  // one step (`one4`), and with split roles (`split`, `splitw`, `split8`, `split16`: quantizing and
+  // pulling blocks; `split16` with the 16-value pull).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
   // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
-  // turns that off. `flat8`, `one4` and `splitw` write phase stamps (set_onestep_profile), checked after
+  // turns that off. `flat8`, `one4`, `splitw` and `split16` write phase stamps (set_onestep_profile), checked after
   // the loop.
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
@@ -208,6 +209,14 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split8_cfg.onestep_split_min_elems[0] = split8_cfg.onestep_split_min_elems[1] = 0;
   split8_cfg.onestep_wide_pull[0] = split8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer split8(team(), split8_cfg);
+  // split roles on 3 blocks, 3 iterations per unit (1.5 iterations of 16 values: pull_sum_16's whole
+  // iteration, then pull_sum_8 for the rest of each unit), 16-value pull, phase stamps
+  braid::AllReducerConfig split16_cfg = few;
+  split16_cfg.onestep_split_iters[0] = split16_cfg.onestep_split_iters[1] = 3;
+  split16_cfg.onestep_split_min_elems[0] = split16_cfg.onestep_split_min_elems[1] = 0;
+  split16_cfg.onestep_pull16[0] = split16_cfg.onestep_pull16[1] = true;
+  braid::AllReducer split16(team(), split16_cfg);
+  split16.set_onestep_profile(true);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
   auto name = [&](const braid::AllReducer* ar) {
@@ -221,10 +230,11 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &split ? " split roles, 1 iteration per unit, 8-value pull"
            : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
            : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull"
+           : ar == &split16 ? " split, 3 blocks, 3 iterations per unit, 16-value pull, stamps"
                           : "";
   };
   for (braid::AllReducer* ar :
-       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8})
+       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &split16})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
@@ -242,7 +252,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
               EXPECT_EQ(differences(two, q::reference_allreduce(mode_of(p), g, qd, in)), 0u);
             }
           }
-  for (braid::AllReducer* ar : {&flat8, &one4, &splitw}) {  // the last launch's stamps: 4 per block, in order
+  for (braid::AllReducer* ar : {&flat8, &one4, &splitw, &split16}) {  // the last launch's stamps: 4 per block, in order
     const std::vector<uint64_t> st = ar->onestep_profile();
     ASSERT_FALSE(st.empty()) << name(ar);
     for (size_t b = 0; b < st.size() / 4; ++b) {
