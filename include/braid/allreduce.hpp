@@ -146,8 +146,10 @@ struct AllReducerConfig {
   // The split kernel's pull with 16 values per thread and the next iteration's loads in flight
   // (ar::pull_sum_16; W = 2, else the 8-value pull): one 8-byte (INT4) or 16-byte (INT8) code load per
   // source where the 8-value pull makes a 4- or 8-byte one. Takes precedence over onestep_wide_pull in the
-  // split kernel. The same bits. Environment (both widths): BRAID_AR_1STEP_PULL16=0|1.
-  bool onestep_pull16[2] = {false, false};
+  // split kernel. The same bits. Environment (both widths): BRAID_AR_1STEP_PULL16=0|1. Default from 2x H200
+  // (04ad5d3, two rounds): INT4 64 MiB 84.7-84.8 us vs 94.4-94.5 with the 8-value pull (2.96-2.98x vs
+  // 2.65-2.66x NCCL), 256 MiB 332.4-332.9 vs 371.1-371.4; INT8 slower with it (130.3-130.7 vs 127.1-127.5).
+  bool onestep_pull16[2] = {false, true};
   // Split roles: a puller on every k-th SM only (the others run two quantizers; quantizers pull once the
   // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.

@@ -22,8 +22,8 @@ namespace q = braid::quant;
 class Env : public ::testing::Environment {
  public:
   void SetUp() override {
-    // Signal slots are never returned: room for the several reducers the tests create (13 in the one-step
-    // test alone; 16384 ran out with the 13th).
+    // Signal slots are never returned: room for the several reducers the tests create (the one-step test
+    // alone makes eleven; 16384 ran out with the last of them).
     braid::TeamOptions opt;
     opt.signal_slots = 32768;
     team_ = std::make_unique<braid::Team>(MPI_COMM_WORLD, opt);
