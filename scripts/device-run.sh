@@ -40,9 +40,14 @@
 # 246 s runtime-test hang, since fixed); `build test p2p` (CTEST_R=test_runtime) 3 min cold; `build test ar-stamps`
 # (CTEST_R=test_allreduce_mpi, 5 configs at 64M) 3.2 min cold; `build test ar-1pipe` (4 configs) 3.4 min cold;
 # `build test p2p` (full ctest, P2P_CHUNKS="16 64", P2P_BLOCKS=132) 4.8 min cold.
-# Eighteenth session: `build test ar-stamps` (CTEST_R=test_allreduce_mpi, 4 configs at 64M) 3.3 min cold (2x H200).
-# Next, on 2x H100: `build test ar-1step` (every kernel of the tree is a367168's; all 41 ctest entries passed at
-# 3a0a9fb on 2x H200), then `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2).
+# Eighteenth session: `build test ar-stamps` (CTEST_R=test_allreduce_mpi, 4 configs at 64M) 3.3 min cold (2x H200);
+# on 4x H200 (asked for nvidia-h100-x4) a cold start took ~4.5 min before the command ran: `build test allreduce
+# transitions` hit DEADLINE=560 in the dists runs (full ctest at 4 GPUs ~4 min); `build test ar-stamps transitions`
+# (CTEST_R="test_allreduce|test_transitions") 4.7 min; 2x H200 `build test ar-stamps` (CTEST_R, 2 configs,
+# 16M-256M) 3.4 min, `build test ar-1step` (CTEST_R=test_allreduce) 3 min warm.
+# Next, on 2x H100: `build test ar-1step` (the final tree: all test_allreduce* entries passed at b24ac0c on 2x
+# H200, every other ctest entry at da5c17d on 4x H200 / 3a0a9fb on 2x H200; no H100 run since 7281461), then
+# `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
