@@ -639,6 +639,25 @@ __device__ __forceinline__ void phase_stamp(uint64_t* prof, int i, bool sync) {
   if (threadIdx.x == 0) prof[4 * static_cast<uint64_t>(blockIdx.x) + i] = dev::globaltimer_ns();
 }
 
+// The pulls' loop with the next iteration's loads in flight: load(r) issues one iteration's loads of both
+// sources into r, next() moves the load position to the following iteration, use(r) decodes, sums and
+// stores one; iteration it + 1's loads are issued before iteration it is used. nit >= 1 whole iterations.
+template <class Raw, class Load, class Next, class Use>
+__device__ __forceinline__ void with_next_loads(int nit, Load load, Next next, Use use) {
+  Raw cur[2];
+  load(cur);
+  for (int it = 0; it < nit; ++it) {
+    Raw nxt[2] = {cur[0], cur[1]};
+    if (it + 1 < nit) {
+      next();
+      load(nxt);
+    }
+    use(cur);
+    cur[0] = nxt[0];
+    cur[1] = nxt[1];
+  }
+}
+
 // The one-step pull with the quantizer's 8-value mapping: groups [ga, gb) of chunk c, every source's codes
 // (slot(s): source s's slot for chunk c; two sources' loads in flight), decoded, summed in rank order in
 // fp32 from 0.f, rounded once into `out`. Block-wide.
@@ -679,15 +698,11 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
           }
         }
       };
-      RawGroup cur[2];
-      load2(cur);
-      for (int it = 0; it < nit; ++it) {
-        RawGroup nxt[2] = {cur[0], cur[1]};
-        if (it + 1 < nit) {
-          code_off += static_cast<uint64_t>(groups_per_iter) * G * BITS / 8;
-          gidx += groups_per_iter;
-          load2(nxt);
-        }
+      auto next = [&] {
+        code_off += static_cast<uint64_t>(groups_per_iter) * G * BITS / 8;
+        gidx += groups_per_iter;
+      };
+      with_next_loads<RawGroup>(nit, load2, next, [&](const RawGroup (&cur)[2]) {
         float sum[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
@@ -700,9 +715,7 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
         }
         store8<DT>(dst, kVec, sum);
         dst += groups_per_iter * G;
-        cur[0] = nxt[0];
-        cur[1] = nxt[1];
-      }
+      });
       base += static_cast<uint64_t>(nit) * groups_per_iter;
     }
   }
@@ -760,15 +773,11 @@ __device__ __forceinline__ void pull_sum_16(const QuantGeom& q, uint16_t* out, i
           r[s].codes = *reinterpret_cast<const Codes*>(sl + code_off);
         }
       };
-      Raw cur[2];
-      load2(cur);
-      for (int it = 0; it < nit; ++it) {
-        Raw nxt[2] = {cur[0], cur[1]};
-        if (it + 1 < nit) {
-          code_off += static_cast<uint64_t>(groups_per_iter) * G * BITS / 8;
-          gidx += groups_per_iter;
-          load2(nxt);
-        }
+      auto next = [&] {
+        code_off += static_cast<uint64_t>(groups_per_iter) * G * BITS / 8;
+        gidx += groups_per_iter;
+      };
+      with_next_loads<Raw>(nit, load2, next, [&](const Raw (&cur)[2]) {
 #pragma unroll
         for (int h = 0; h < V / kVec; ++h) {
           float sum[kVec];
@@ -795,9 +804,7 @@ __device__ __forceinline__ void pull_sum_16(const QuantGeom& q, uint16_t* out, i
           store8<DT>(dst + h * kVec, kVec, sum);
         }
         dst += static_cast<uint64_t>(groups_per_iter) * G;
-        cur[0] = nxt[0];
-        cur[1] = nxt[1];
-      }
+      });
       base += static_cast<uint64_t>(nit) * groups_per_iter;
     }
   }
