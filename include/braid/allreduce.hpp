@@ -144,12 +144,17 @@ struct AllReducerConfig {
   // 476-478), but 52-54 vs 41 us at 16 MiB, hence only from 32 Mi elements (64 MiB of bf16, a full piece).
   int onestep_split_iters[2] = {8, 16};
   // The split kernel's pull with 16 values per thread and the next iteration's loads in flight
-  // (ar::pull_sum_16; W = 2, else the 8-value pull): one 8-byte (INT4) or 16-byte (INT8) code load per
+  // (ar::pull_sum_vals; W = 2, else the 8-value pull): one 8-byte (INT4) or 16-byte (INT8) code load per
   // source where the 8-value pull makes a 4- or 8-byte one. Takes precedence over onestep_wide_pull in the
   // split kernel. The same bits. Environment (both widths): BRAID_AR_1STEP_PULL16=0|1. Default from 2x H200
   // (04ad5d3, two rounds): INT4 64 MiB 84.7-84.8 us vs 94.4-94.5 with the 8-value pull (2.96-2.98x vs
   // 2.65-2.66x NCCL), 256 MiB 332.4-332.9 vs 371.1-371.4; INT8 slower with it (130.3-130.7 vs 127.1-127.5).
   bool onestep_pull16[2] = {false, true};
+  // INT4 only: the split kernel's pull with 32 values per thread (one 16-byte code load per source) and
+  // the next iteration's loads in flight; takes precedence over onestep_pull16[1]. The same bits.
+  // Environment: BRAID_AR_1STEP_PULL32=0|1. Written after the eighteenth session's device time: not yet
+  // measured, off by default.
+  bool onestep_pull32_int4 = false;
   // Split roles: a puller on every k-th SM only (the others run two quantizers; quantizers pull once the
   // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.

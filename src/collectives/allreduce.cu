@@ -194,6 +194,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_1STEP_PULL16")) cfg_.onestep_pull16[0] = cfg_.onestep_pull16[1] = std::atoi(e) != 0;
+  if (const char* e = std::getenv("BRAID_AR_1STEP_PULL32")) cfg_.onestep_pull32_int4 = std::atoi(e) != 0;
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT"))
     cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
@@ -674,6 +675,8 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
                   prof_))));
         };
         auto by_pull = [&](auto bits_c) {
+          if constexpr (decltype(bits_c)::value == 4)  // 32 values per thread: INT4's 16-byte code loads
+            if (cfg_.onestep_pull32_int4) return go(bits_c, std::integral_constant<int, ar::kPull32>{});
           if (cfg_.onestep_pull16[wi]) go(bits_c, std::integral_constant<int, ar::kPull16>{});
           else if (wide) go(bits_c, std::integral_constant<int, ar::kPullWide>{});
           else go(bits_c, std::integral_constant<int, ar::kPull8>{});

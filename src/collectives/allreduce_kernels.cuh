@@ -734,21 +734,22 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
   }
 }
 
-// The one-step pull with 16 values per thread and the next iteration's loads in flight (W = 2): lane l of
-// a group's G / 16 lanes owns values [16 l, 16 l + 16) of the group — one load per source of 8 (INT4) or
-// 16 (INT8) bytes of codes, twice pull_sum_8's bytes per load, with two iterations in flight as there.
-// Decoded and summed 8 values at a time (8 sums live), in rank order in fp32 from 0.f: pull_sum_8's
-// arithmetic, the same bits. Groups [ga, gb) of chunk c; whole iterations of full groups here, the rest
-// (and W > 2) by pull_sum_8. Memory ordering: the caller's acquire (flag wait + __syncthreads) precedes
-// every load here, as for pull_sum_8.
-template <int DT, int BITS, int G, class SlotFn>
-__device__ __forceinline__ void pull_sum_16(const QuantGeom& q, uint16_t* out, int c, uint64_t ga, uint64_t gb,
-                                            SlotFn slot) {
-  constexpr int V = 16;                   // values per thread
-  static_assert(G % V == 0, "16 values per lane must not straddle groups");
-  constexpr int TPG = G / V;              // lanes per group
-  constexpr int kCodeBytes = V * BITS / 8;  // 16 (INT8) or 8 (INT4)
-  using Codes = std::conditional_t<BITS == 8, uint4, uint2>;
+// The one-step pull with V = 16 or 32 values per thread and the next iteration's loads in flight (W = 2):
+// lane l of a group's G / V lanes owns values [V l, V l + V) of the group — one load per source of V x
+// BITS / 8 bytes of codes (16 values: 8 INT4 / 16 INT8 bytes, twice pull_sum_8's; 32 values, INT4 only:
+// 16 bytes), with two iterations in flight as there. Decoded and summed 8 values at a time (8 sums
+// live), in rank order in fp32 from 0.f: pull_sum_8's arithmetic, the same bits. Groups [ga, gb) of chunk
+// c; whole iterations of full groups here, the rest (and W > 2) by pull_sum_8. Memory ordering: the
+// caller's acquire (flag wait + __syncthreads) precedes every load here, as for pull_sum_8.
+template <int DT, int BITS, int G, int V, class SlotFn>
+__device__ __forceinline__ void pull_sum_vals(const QuantGeom& q, uint16_t* out, int c, uint64_t ga, uint64_t gb,
+                                              SlotFn slot) {
+  static_assert(V == 16 || V == 32, "16 or 32 values per lane");
+  static_assert(G % V == 0, "a lane's values must not straddle groups");
+  constexpr int TPG = G / V;                // lanes per group
+  constexpr int kCodeBytes = V * BITS / 8;  // 8 or 16
+  static_assert(kCodeBytes == 8 || kCodeBytes == 16, "one 8- or 16-byte code load per source");
+  using Codes = std::conditional_t<kCodeBytes == 16, uint4, uint2>;
   struct Raw {
     Codes codes;
     uint32_t meta;
@@ -788,7 +789,7 @@ __device__ __forceinline__ void pull_sum_16(const QuantGeom& q, uint16_t* out, i
             const float scale = quant::half_bits_to_float(static_cast<uint16_t>(cur[s].meta & 0xffffu));
             const float zero = quant::half_bits_to_float(static_cast<uint16_t>(cur[s].meta >> 16));
             uint32_t w[sizeof(Codes) / 4];
-            if constexpr (BITS == 8) {
+            if constexpr (kCodeBytes == 16) {
               w[0] = cur[s].codes.x, w[1] = cur[s].codes.y, w[2] = cur[s].codes.z, w[3] = cur[s].codes.w;
             } else {
               w[0] = cur[s].codes.x, w[1] = cur[s].codes.y;
@@ -1053,8 +1054,9 @@ struct SplitState {
   uint32_t* ctl;                   // this rank's: [0, kSplitSms) blocks started per SM, then tickets Q, P, blocks done
   uint32_t* flags[kMaxPeers];      // every rank's unit flags, [unit][kMaxPeers] (flags[rank] is local)
 };
-// PM: the pull mapping — kPull8 (pull_sum_8), kPullWide (pull_sum_wide), kPull16 (pull_sum_16).
-inline constexpr int kPull8 = 0, kPullWide = 1, kPull16 = 2;
+// PM: the pull mapping — kPull8 (pull_sum_8), kPullWide (pull_sum_wide), kPull16 / kPull32 (pull_sum_vals
+// with 16 / 32 values per thread; 32: INT4 only).
+inline constexpr int kPull8 = 0, kPullWide = 1, kPull16 = 2, kPull32 = 3;
 template <int DT, int BITS, int G, int PM>
 __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint16_t* in, uint16_t* out,
                                                                       const __grid_constant__ QuantGeom q,
@@ -1126,7 +1128,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
     first_wait = false;
     auto src = [&](int s) { return slot_of(s, c); };
     if constexpr (PM == kPullWide) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
-    else if constexpr (PM == kPull16) pull_sum_16<DT, BITS, G>(q, out, c, ga, gb, src);
+    else if constexpr (PM == kPull16) pull_sum_vals<DT, BITS, G, 16>(q, out, c, ga, gb, src);
+    else if constexpr (PM == kPull32) pull_sum_vals<DT, BITS, G, 32>(q, out, c, ga, gb, src);
     else pull_sum_8<DT, BITS, G>(q, out, c, ga, gb, src);
   }
   if (first_wait) phase_stamp(prof, 2, false);
