@@ -144,17 +144,21 @@ struct AllReducerConfig {
   // 476-478), but 52-54 vs 41 us at 16 MiB, hence only from 32 Mi elements (64 MiB of bf16, a full piece).
   int onestep_split_iters[2] = {8, 16};
   // The split kernel's pull with 16 values per thread and the next iteration's loads in flight
-  // (ar::pull_sum_vals; W = 2, else the 8-value pull): one 8-byte (INT4) or 16-byte (INT8) code load per
+  // (ar::pull_sum_vals<V = 16>; W = 2, else the 8-value pull): one 8-byte (INT4) or 16-byte (INT8) code load per
   // source where the 8-value pull makes a 4- or 8-byte one. Takes precedence over onestep_wide_pull in the
   // split kernel. The same bits. Environment (both widths): BRAID_AR_1STEP_PULL16=0|1. Default from 2x H200
   // (04ad5d3, two rounds): INT4 64 MiB 84.7-84.8 us vs 94.4-94.5 with the 8-value pull (2.96-2.98x vs
   // 2.65-2.66x NCCL), 256 MiB 332.4-332.9 vs 371.1-371.4; INT8 slower with it (130.3-130.7 vs 127.1-127.5).
+  // 32 values per INT4 thread (one 16-byte code load per source) was measured too and is slower: 64 MiB
+  // 92.7 vs 84.1-84.5 us, 256 MiB 360.9 vs 330.0-330.6 (2x H200, f5fc316, nineteenth session); removed.
   bool onestep_pull16[2] = {false, true};
-  // INT4 only: the split kernel's pull with 32 values per thread (one 16-byte code load per source) and
-  // the next iteration's loads in flight; takes precedence over onestep_pull16[1]. The same bits.
-  // Environment: BRAID_AR_1STEP_PULL32=0|1. Written after the eighteenth session's device time: not yet
-  // measured, off by default.
-  bool onestep_pull32_int4 = false;
+  // The split kernel's quantizers load their input by bulk copies (TMA) into this many shared-memory
+  // stages of threads x 32 bytes (one iteration of 16 values per thread each), issued up to that many
+  // iterations ahead and into the block's next unit, instead of one iteration ahead in registers
+  // (ar::quant_onestep_split_kernel). 0 = the register prefetch. The same codes and bits. Both blocks of an
+  // SM get the shared memory (at 512 threads: 16 KiB per stage). Environment (both widths):
+  // BRAID_AR_1STEP_BULK=S. Written in the nineteenth session; default off until measured.
+  int onestep_bulk_stages[2] = {0, 0};
   // Split roles: a puller on every k-th SM only (the others run two quantizers; quantizers pull once the
   // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
   // widths): BRAID_AR_1STEP_SPLIT_PULLERS.
