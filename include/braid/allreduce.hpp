@@ -152,16 +152,10 @@ struct AllReducerConfig {
   // 32 values per INT4 thread (one 16-byte code load per source) was measured too and is slower: 64 MiB
   // 92.7 vs 84.1-84.5 us, 256 MiB 360.9 vs 330.0-330.6 (2x H200, f5fc316, nineteenth session); removed.
   bool onestep_pull16[2] = {false, true};
-  // The split kernel's quantizers load their input by bulk copies (TMA) into this many shared-memory
-  // stages of threads x 32 bytes (one iteration of 16 values per thread each), issued up to that many
-  // iterations ahead and into the block's next unit, instead of one iteration ahead in registers
-  // (ar::quant_onestep_split_kernel). 0 = the register prefetch. The same codes and bits. Both blocks of an
-  // SM get the shared memory (at 512 threads: 16 KiB per stage). Environment (both widths):
-  // BRAID_AR_1STEP_BULK=S. Written in the nineteenth session; default off until measured.
-  int onestep_bulk_stages[2] = {0, 0};
   // Split roles: a puller on every k-th SM only (the others run two quantizers; quantizers pull once the
-  // quantizing is taken). 1 = every SM (the measured default). Not yet measured above 1. Environment (both
-  // widths): BRAID_AR_1STEP_SPLIT_PULLERS.
+  // quantizing is taken). 1 = every SM (the measured default). k = 2 is slower (2x H200, c8bd288: 64 MiB
+  // INT8 137.5-138.0 vs 127.8-128.1 us, INT4 90.2-90.5 vs 85.0-85.1). Environment (both widths):
+  // BRAID_AR_1STEP_SPLIT_PULLERS.
   int onestep_split_puller_every[2] = {1, 1};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
   int onestep_lag = 1;

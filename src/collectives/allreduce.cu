@@ -198,14 +198,8 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
     cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_BULK"))
-    cfg_.onestep_bulk_stages[0] = cfg_.onestep_bulk_stages[1] = std::atoi(e);
   if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_PULLERS"))
     cfg_.onestep_split_puller_every[0] = cfg_.onestep_split_puller_every[1] = std::atoi(e);
-  for (int stages : cfg_.onestep_bulk_stages)  // two blocks of `threads` per SM must fit in 227 KiB each
-    BRAID_REQUIRE(stages >= 0 && stages <= ar::kMaxBulkStages && stages * cfg_.threads * 32 <= 100 * 1024,
-                  "AllReducer: onestep_bulk_stages (BRAID_AR_1STEP_BULK) must be 0..8 with at most 100 KiB of "
-                  "stages (threads x 32 bytes each) per block");
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
                     cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1,
                 "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0, onestep_split_puller_every "
@@ -671,20 +665,13 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
         const int unit_groups = split * cfg_.threads * ar::kVec / group;
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
-        const int stages = cfg_.onestep_bulk_stages[wi];
-        const size_t smem = static_cast<size_t>(stages) * cfg_.threads * 32;  // [stage][16 values per thread]
-        auto launch_split = [&](auto* kernel) {
-          if (smem > 48 * 1024)  // not a stream operation: legal while a graph is captured
-            BRAID_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(smem)));
-          kernel<<<cfg_.quant_blocks, cfg_.threads, smem, s>>>(x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups,
-                                                               cfg_.onestep_split_puller_every[wi], stages, prof_);
-        };
         auto go = [&](auto bits_c, auto pm_c) {
           constexpr int BITS = decltype(bits_c)::value;
           constexpr int PM = decltype(pm_c)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              launch_split(ar::quant_onestep_split_kernel<DT, BITS, G, PM>))));
+              ar::quant_onestep_split_kernel<DT, BITS, G, PM><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
+                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
+                  prof_))));
         };
         auto by_pull = [&](auto bits_c) {
           if (cfg_.onestep_pull16[wi]) go(bits_c, std::integral_constant<int, ar::kPull16>{});

@@ -17,7 +17,6 @@
 #include <type_traits>
 
 #include "braid/quant.hpp"
-#include "braid/bulk_device.cuh"
 #include "braid/signal_device.cuh"
 
 namespace braid::ar {
@@ -1050,17 +1049,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
 // only after its launch k+1 ended, in which its pullers waited for every peer's launch-(k+1) flags, each
 // written after that peer's launch k ended (its reads of launch k's codes). The last block to finish resets
 // the role and ticket counters (ctl) for the next launch (stream order).
-// Bulk-loaded quantizers (bulk_stages = S > 0): a quantizer's input arrives by bulk copies (TMA, one per
-// iteration of 16 values per thread: blockDim.x x 32 bytes, contiguous) into S shared-memory stages, issued
-// by thread 0 up to S iterations ahead, across into the block's next unit (each quantizer holds the ticket
-// of the unit after the one it quantizes). The register-prefetching quantizer keeps one iteration's loads in
-// flight per thread (16 KB per SM) and was latency-bound (~1.5 TB/s of input at 64 MiB on H200, one
-// quantizer per SM); S stages keep up to S x 16 KB in flight with no registers. Each iteration: wait for
-// its stage's barrier, read the thread's two 16-byte halves, __syncthreads (the stage is free, and a
-// timeout seen by any thread is seen by all), thread 0 issues the next copy, then quantize_store2h as the
-// prefetching path does: the same values in the same order, the same codes. A unit's groups outside whole
-// iterations (a chunk's or the message's end) go through quantize_groups.
-inline constexpr int kMaxBulkStages = 8;
 inline constexpr int kSplitSms = 512;  // per-SM role counters (smid < kSplitSms)
 struct SplitState {
   uint32_t* ctl;                   // this rank's: [0, kSplitSms) blocks started per SM, then tickets Q, P, blocks done
@@ -1076,12 +1064,10 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                                                                       const __grid_constant__ SignalView sig,
                                                                       const __grid_constant__ SplitState st,
                                                                       uint32_t* seq, int unit_groups, int puller_every,
-                                                                      int bulk_stages, uint64_t* prof) {
+                                                                      uint64_t* prof) {
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   phase_stamp(prof, 0, false);
   const int rank = q.rank, world = q.world;
-  extern __shared__ uint4 bulk_smem[];  // bulk_stages x (blockDim.x x 32 bytes): [stage][16 values per thread]
-  __shared__ uint64_t s_bars[kMaxBulkStages];
   __shared__ uint32_t s_role, s_epoch, s_unit;
   __shared__ int s_ok;
   if (threadIdx.x == 0) {
@@ -1113,112 +1099,21 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
     __syncthreads();  // every thread has read s_unit before thread 0 takes the next ticket
     return u;
   };
-  auto release_unit = [&](uint64_t u) {
-    __syncthreads();  // the block's code stores before the release stores
-    if (threadIdx.x < static_cast<unsigned>(world))
-      dev::store_release(st.flags[threadIdx.x] + u * kMaxPeers + rank, epoch);
-  };
-  if (quantizer && bulk_stages > 0) {
-    constexpr int TPG = G / (2 * kVec);  // quantize_groups' mapping: 16 values per thread
-    const uint32_t S = static_cast<uint32_t>(bulk_stages);
-    const uint64_t gpi = blockDim.x / TPG;                    // groups per iteration
-    const uint32_t it_vecs = blockDim.x * 2;                  // 16-byte vectors per iteration (stage)
-    const uint32_t it_bytes = it_vecs * 16u;
-    struct UnitIters {
-      int c;
-      uint64_t ga, gb;
-      uint32_t nit;  // whole iterations of full groups before q.n, from ga
-    };
-    auto iters_of = [&](uint64_t u) {
-      UnitIters r;
-      r.c = static_cast<int>(u % world);
-      r.ga = (u / world) * unit_groups;
-      r.gb = r.ga + unit_groups < gpc ? r.ga + unit_groups : gpc;
-      const uint64_t c0 = q.stride * r.c;
-      const uint64_t full = q.n > c0 ? (q.n - c0) / G : 0;
-      const uint64_t gfull = r.gb < full ? r.gb : full;
-      r.nit = gfull > r.ga ? static_cast<uint32_t>((gfull - r.ga) / gpi) : 0u;
-      return r;
-    };
-    // Thread 0's producer, kept in shared memory (no registers for the other threads): the unit it issues
-    // copies for (cur's, or nxt's once cur's are all issued), its next iteration there, and the iterations
-    // issued and consumed over the block's whole run.
-    __shared__ UnitIters s_p;
-    __shared__ uint32_t s_p_next, s_p_it, s_produced;
-    if (threadIdx.x == 0) {
-      for (uint32_t i = 0; i < S; ++i) dev::mbar_init(&s_bars[i], 1u);
-      dev::fence_mbar_init();
-      s_p_next = 0, s_produced = 0;
-    }
-    __syncthreads();
-    uint32_t consumed = 0;  // the same in every thread
-    uint64_t cur = next_unit(0);
-    uint64_t nxt = cur < units ? next_unit(0) : units;
-    auto produce = [&] {  // thread 0: issue copies while fewer than S are unconsumed
-      uint32_t produced = s_produced, p_it = s_p_it;
-      while (produced - consumed < S) {
-        if (p_it >= s_p.nit) {  // this unit's copies are issued: go on into the next unit, not beyond
-          if (s_p_next || nxt >= units) break;
-          s_p = iters_of(nxt), s_p_next = 1, p_it = 0;
-          continue;
-        }
-        const uint32_t sidx = produced % S;
-        dev::mbar_expect_bytes(&s_bars[sidx], it_bytes);
-        dev::bulk_load(bulk_smem + sidx * it_vecs, in + q.stride * s_p.c + (s_p.ga + p_it * gpi) * G, it_bytes,
-                       &s_bars[sidx]);
-        ++produced, ++p_it;
-      }
-      s_produced = produced, s_p_it = p_it;
-    };
-    const int gt = threadIdx.x / TPG, lane = threadIdx.x % TPG;
-    const uint32_t lo_vec = (gt * G + lane * kVec) / 8, hi_vec = lo_vec + TPG;  // this thread's halves in a stage
-    while (cur < units) {
-      const UnitIters g = iters_of(cur);
-      if (threadIdx.x == 0) {
-        if (s_p_next) s_p_next = 0;    // the producer already runs in this unit (it was nxt)
-        else s_p = g, s_p_it = 0;      // every copy of the previous unit was consumed: start here
-        produce();
-      }
-      uint8_t* const pay = slot_of(rank, g.c);
-      uint32_t* const meta = reinterpret_cast<uint32_t*>(pay + q.meta_out);
-      uint8_t* dst = pay + (g.ga + gt) * G * BITS / 8;
-      uint32_t* mdst = meta + g.ga + gt;
-      for (uint32_t it = 0; it < g.nit; ++it) {
-        const uint32_t sidx = consumed % S;
-        if (!dev::mbar_wait(sig, &s_bars[sidx], (consumed / S) & 1u, kOp, 0xB0000000u | sidx)) s_ok = 0;
-        const uint4 a = bulk_smem[sidx * it_vecs + lo_vec], b = bulk_smem[sidx * it_vecs + hi_vec];
-        __syncthreads();  // every thread's reads of the stage (and any timeout) before its next copy
-        if (!s_ok) break;
-        ++consumed;
-        if (threadIdx.x == 0) produce();
-        float lo[kVec], hi[kVec];
-        unpack8<DT>(a, lo);
-        unpack8<DT>(b, hi);
-        quantize_store2h<BITS, TPG>(lo, kVec, hi, kVec, lane, dst, mdst);
-        dst += gpi * G * BITS / 8;
-        mdst += gpi;
-      }
-      if (!s_ok) break;  // block-uniform (read after the __syncthreads)
-      const uint64_t rest = g.ga + static_cast<uint64_t>(g.nit) * gpi;
-      if (rest < g.gb) quantize_groups<DT, BITS, G>(in, q, g.c, rest, g.gb, pay, meta);
-      release_unit(cur);
-      cur = nxt;
-      if (cur < units) nxt = next_unit(0);
-    }
-    phase_stamp(prof, 1, false);
-  } else if (quantizer) {
+  if (quantizer) {
     for (uint64_t u; (u = next_unit(0)) < units;) {
       const int c = static_cast<int>(u % world);
       const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
       uint8_t* const pay = slot_of(rank, c);
       quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
-      release_unit(u);
+      __syncthreads();  // the block's code stores before the release stores
+      if (threadIdx.x < static_cast<unsigned>(world))
+        dev::store_release(st.flags[threadIdx.x] + u * kMaxPeers + rank, epoch);
     }
     phase_stamp(prof, 1, false);
   }
   // Pulling: the pullers from the start, the quantizers once every unit is taken for quantizing (so the
   // pulls finish even where an SM holds a single block, and the tail is shared).
-  for (uint64_t u; s_ok && (u = next_unit(1)) < units;) {  // s_ok: 0 after a bulk quantizer's timeout
+  for (uint64_t u; (u = next_unit(1)) < units;) {
     const int c = static_cast<int>(u % world);
     const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
     if (threadIdx.x < static_cast<unsigned>(world) &&

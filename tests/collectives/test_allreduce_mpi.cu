@@ -23,7 +23,7 @@ class Env : public ::testing::Environment {
  public:
   void SetUp() override {
     // Signal slots are never returned: room for the several reducers the tests create (the one-step test
-    // alone makes thirteen; 16384 ran out with the eleventh).
+    // alone makes eleven; 16384 ran out with the last of them).
     braid::TeamOptions opt;
     opt.signal_slots = 32768;
     team_ = std::make_unique<braid::Team>(MPI_COMM_WORLD, opt);
@@ -153,7 +153,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
   // one step (`one4`), and with split roles (`split`, `splitw`, `split8`, `split16`: quantizing and
-  // pulling blocks; `split16` with the 16-value pull; `splitb`, `splitb4`: quantizers loading by bulk copies).
+  // pulling blocks; `split16` with the 16-value pull).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
   // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
   // turns that off. `flat8`, `one4`, `splitw` and `split16` write phase stamps (set_onestep_profile), checked after
@@ -210,7 +210,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split8_cfg.onestep_split_min_elems[0] = split8_cfg.onestep_split_min_elems[1] = 0;
   split8_cfg.onestep_wide_pull[0] = split8_cfg.onestep_wide_pull[1] = false;
   braid::AllReducer split8(team(), split8_cfg);
-  // split roles on 3 blocks, 3 iterations per unit (1.5 iterations of 16 values: pull_sum_16's whole
+  // split roles on 3 blocks, 3 iterations per unit (1.5 iterations of 16 values: pull_sum_vals' whole
   // iteration, then pull_sum_8 for the rest of each unit), 16-value pull, phase stamps
   braid::AllReducerConfig split16_cfg = few;
   split16_cfg.onestep_split_iters[0] = split16_cfg.onestep_split_iters[1] = 3;
@@ -218,18 +218,6 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split16_cfg.onestep_pull16[0] = split16_cfg.onestep_pull16[1] = true;
   braid::AllReducer split16(team(), split16_cfg);
   split16.set_onestep_profile(true);
-  // bulk-loaded quantizers (TMA into shared-memory stages): 3 blocks, 3 iterations per unit (1.5 bulk
-  // iterations: one whole, then quantize_groups), 2 stages (the barriers' parity wraps every other
-  // iteration, the producer runs into the next unit), 16-value pull, stamps; and the per-width unit sizes
-  // on the default grid with 4 stages (64 KiB per block: the dynamic shared-memory attribute)
-  braid::AllReducerConfig splitb_cfg = split16_cfg;
-  splitb_cfg.onestep_bulk_stages[0] = splitb_cfg.onestep_bulk_stages[1] = 2;
-  braid::AllReducer splitb(team(), splitb_cfg);
-  splitb.set_onestep_profile(true);
-  braid::AllReducerConfig splitb4_cfg;
-  splitb4_cfg.onestep_split_min_elems[0] = splitb4_cfg.onestep_split_min_elems[1] = 0;
-  splitb4_cfg.onestep_bulk_stages[0] = splitb4_cfg.onestep_bulk_stages[1] = 4;
-  braid::AllReducer splitb4(team(), splitb4_cfg);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
   auto name = [&](const braid::AllReducer* ar) {
@@ -244,13 +232,10 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
            : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull"
            : ar == &split16 ? " split, 3 blocks, 3 iterations per unit, 16-value pull, stamps"
-           : ar == &splitb ? " split, 3 blocks, 3 iterations per unit, bulk quantizer with 2 stages, stamps"
-           : ar == &splitb4 ? " split at every size, bulk quantizer with 4 stages"
                           : "";
   };
   for (braid::AllReducer* ar :
-       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &split16, &splitb,
-        &splitb4})
+       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &split16})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
@@ -268,7 +253,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
               EXPECT_EQ(differences(two, q::reference_allreduce(mode_of(p), g, qd, in)), 0u);
             }
           }
-  for (braid::AllReducer* ar : {&flat8, &one4, &splitw, &split16, &splitb}) {  // the last launch's stamps: 4 per block, in order
+  for (braid::AllReducer* ar : {&flat8, &one4, &splitw, &split16}) {  // the last launch's stamps: 4 per block, in order
     const std::vector<uint64_t> st = ar->onestep_profile();
     ASSERT_FALSE(st.empty()) << name(ar);
     for (size_t b = 0; b < st.size() / 4; ++b) {
