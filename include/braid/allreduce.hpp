@@ -35,9 +35,12 @@ enum class ArAlgo {
   kQuantP2P,  // Flash Communication two-step, fused, over peer memory
   kQuantNccl, // Flash Communication two-step, NCCL all-to-all + all-gather as transport
   kOneShotCE,   // AllReducer::run_symmetric only: copy engines pull the peers' copies, SMs only add
-  kQuantOneStep // INT8/INT4 only: each rank quantizes its input once into its own workspace, every rank
+  kQuantOneStep // INT8/INT4: each rank quantizes its input once into its own workspace, every rank
                 // pulls every rank's codes and sums them (quant::reference_allreduce_onestep); W = 2's
-                // equal of the two-step in link bytes, with one quantization instead of two
+                // equal of the two-step in link bytes, with one quantization instead of two.
+                // INT6: the INT4 codes exchanged the same way, then every rank does the two-step's step 2
+                // itself (re-quantizes its fp32 sums to INT8 and decodes them): the two-step INT6's output
+                // bit for bit (quant::reference_allreduce), with 2/3 of its link bytes at W = 2
 };
 // Kernel of the fused quantized algorithm (kQuantP2P); same output bits either way.
 enum class QuantImpl {
@@ -48,7 +51,7 @@ enum class QuantImpl {
 const char* algo_name(ArAlgo a);
 const char* precision_name(Precision p);
 const char* quant_impl_name(QuantImpl i);
-// "nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6", "int4", "int8-nccl", "int8-1step", "int4-1step",
+// "nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6", "int4", "int8-nccl", "int8-1step", "int6-1step", "int4-1step",
 // ... -> (algo, precision).
 bool parse_algo(const std::string& s, ArAlgo* algo, Precision* precision);
 // The same, plus "int8-pipe" / "int8-classic" (and int6/int4): the fused algorithm with a given kernel

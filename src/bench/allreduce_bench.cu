@@ -227,7 +227,7 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
           std::vector<std::vector<uint16_t>> ins(W);
           for (int r = 0; r < W; ++r) ins[r].assign(qin[r].begin(), qin[r].begin() + n);
           const auto expect =
-              al == ArAlgo::kQuantOneStep
+              al == ArAlgo::kQuantOneStep && prec != Precision::kInt6  // INT6's one-step: the two-step's bits
                   ? quant::reference_allreduce_onestep(prec == Precision::kInt8 ? 8 : 4, a.group, qdtype(a.dtype), ins)
                   : quant::reference_allreduce(prec == Precision::kInt8   ? quant::Mode::int8
                                                : prec == Precision::kInt6 ? quant::Mode::int6

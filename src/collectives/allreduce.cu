@@ -124,8 +124,8 @@ bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
   if (s == "twoshot") { *algo = ArAlgo::kTwoShot; return true; }
   if (s == "oneshot-ce") { *algo = ArAlgo::kOneShotCE; return true; }
   if (s == "auto") { *algo = ArAlgo::kAuto; return true; }
-  if (s == "int8-1step" || s == "int4-1step") {
-    *prec = s[3] == '8' ? Precision::kInt8 : Precision::kInt4;
+  if (s == "int8-1step" || s == "int6-1step" || s == "int4-1step") {
+    *prec = s[3] == '8' ? Precision::kInt8 : s[3] == '6' ? Precision::kInt6 : Precision::kInt4;
     *algo = ArAlgo::kQuantOneStep;
     return true;
   }
@@ -381,7 +381,7 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
     // A table's one-step row is a choice among algorithms of the requested precision: where the one-step
     // cannot run (INT6, no peer access), the two-step of the same precision runs instead. (Asked for by
     // name, the one-step is never replaced: see below.)
-    if (a == ArAlgo::kQuantOneStep && (opt.precision == Precision::kInt6 || !team_.peer_ok())) a = ArAlgo::kQuantP2P;
+    if (a == ArAlgo::kQuantOneStep && !team_.peer_ok()) a = ArAlgo::kQuantP2P;
   }
   // Never change precision behind the caller's back; fall back on transport only.
   const bool quant = opt.precision != Precision::kExact;
@@ -389,10 +389,7 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
   if (quant && !quant_algo) a = ArAlgo::kQuantP2P;
   if (!quant && quant_algo)
     throw UsageError("a quantized algorithm was requested with exact precision", __FILE__, __LINE__);
-  if (a == ArAlgo::kQuantOneStep) {  // a different algorithm (its own error): never replaced silently
-    if (opt.precision == Precision::kInt6)
-      throw UsageError("the one-step quantized all-reduce is INT8 or INT4 (INT6 needs two steps)", __FILE__,
-                       __LINE__);
+  if (a == ArAlgo::kQuantOneStep) {  // INT8/INT4: a different algorithm (its own error): never replaced silently
     if (!team_.peer_ok())
       throw UsageError("the one-step quantized all-reduce needs peer access (" + team_.peer_status() + ")", __FILE__,
                        __LINE__);
@@ -443,9 +440,10 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
       else run_quant_nccl(in, out, count, dtype, s, b1, b2, opt.group, opt.quant_phases);
       return;
     }
-    case ArAlgo::kQuantOneStep: {
-      const int bits = opt.precision == Precision::kInt8 ? 8 : 4;
-      run_quant_p2p(in, out, count, dtype, s, bits, bits, opt.group, QuantImpl::kClassic, /*one_step=*/true);
+    case ArAlgo::kQuantOneStep: {  // INT6: INT4 codes exchanged once, step 2 on every rank (two-step's bits)
+      int b1, b2;
+      bits_of(opt.precision, &b1, &b2);
+      run_quant_p2p(in, out, count, dtype, s, b1, b2, opt.group, QuantImpl::kClassic, /*one_step=*/true);
       return;
     }
     case ArAlgo::kAuto:
@@ -654,12 +652,15 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
                     cfg_.quant_prefetch ? 1 : 0};
     const auto* x = static_cast<const uint16_t*>(in) + off;
     auto* y = static_cast<uint16_t*>(out) + off;
-    if (one_step) {  // kQuantOneStep (b1 == b2): same workspace, slots and launch counter
+    if (one_step) {  // kQuantOneStep: same workspace, slots and launch counter
       const int blocks = grid_for(q.stride / group, cfg_.quant_min_groups, cfg_.quant_blocks);
-      const int wi = b1 == 8 ? 0 : 1;  // per-width knobs
+      const int wi = b1 == 8 ? 0 : 1;  // per-width knobs (INT6: INT4's)
       const int iters = cfg_.onestep_step_iters[wi];
       const bool wide = cfg_.onestep_wide_pull[wi];
-      if (const int split = cfg_.onestep_split_iters[wi]; split > 0 && n >= cfg_.onestep_split_min_elems[wi]) {
+      // INT6 (b1 = 4, b2 = 8): the split kernel at every size, with the 16-value pull and step 2 at its end
+      const bool int6 = b1 != b2;
+      const int split_iters = int6 && cfg_.onestep_split_iters[wi] <= 0 ? 16 : cfg_.onestep_split_iters[wi];
+      if (const int split = split_iters; split > 0 && (int6 || n >= cfg_.onestep_split_min_elems[wi])) {
         ar::SplitState st{};
         st.ctl = split_ctl_;
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
@@ -678,13 +679,21 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           else if (wide) go(bits_c, std::integral_constant<int, ar::kPullWide>{});
           else go(bits_c, std::integral_constant<int, ar::kPull8>{});
         };
-        if (b1 == 8) by_pull(std::integral_constant<int, 8>{});
-        else by_pull(std::integral_constant<int, 4>{});
+        if (int6) {
+          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
+              ar::quant_onestep_split_kernel<DT, 4, G, ar::kPull16, 8><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
+                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
+                  prof_))));
+        } else if (b1 == 8) {
+          by_pull(std::integral_constant<int, 8>{});
+        } else {
+          by_pull(std::integral_constant<int, 4>{});
+        }
         BRAID_CHECK_LAUNCH();
         if (prof_) prof_blocks_ = cfg_.quant_blocks;
         continue;
       }
-      // One kernel per (width, pull mapping); only b1 == b2 exists here, so BITS is b1 alone.
+      // One kernel per (width, pull mapping); only b1 == b2 reaches here (INT6 took the split kernel).
       auto launch = [&](auto bits_c, auto pull_c) {
         constexpr int BITS = decltype(bits_c)::value, PULL = decltype(pull_c)::value;
         if (iters > 0) {

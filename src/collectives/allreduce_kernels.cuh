@@ -639,6 +639,57 @@ __device__ __forceinline__ void phase_stamp(uint64_t* prof, int i, bool sync) {
   if (threadIdx.x == 0) prof[4 * static_cast<uint64_t>(blockIdx.x) + i] = dev::globaltimer_ns();
 }
 
+// The end of a pull: this thread's kVec sums of one group (values [e, e + valid) of the output) rounded
+// into `dst` (STEP2 = 0: the one-step), or first through the two-step's step 2 (STEP2 = 8: the one-step
+// form of INT6): the group's min/max over its TPG lanes, the owner's re-quantization to STEP2 bits and the
+// decoding every rank does of those bytes — stage_reduce's and stage_dequantize's arithmetic on the same
+// fp32 sums (every rank holds all of them here, bit for bit), so the same output as the two-step without
+// sending the re-quantized codes. With STEP2 every lane of the warp must call it (shuffles), valid == 0
+// lanes too.
+template <int DT, int STEP2, int TPG>
+__device__ __forceinline__ void store_sums(uint16_t* dst, int valid, const float (&sum)[kVec]) {
+  if constexpr (STEP2 == 0) {
+    if (valid > 0) store8<DT>(dst, valid, sum);
+  } else {
+    float mn, mx;
+    group_minmax<TPG>(sum, valid, mn, mx);
+    if (valid <= 0) return;
+    const quant::GroupParams p = quant::make_params(mn, mx, STEP2);
+    uint32_t qv[kVec];
+    quantize_codes<STEP2>(sum, valid, p, qv);
+    float y[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
+    store8<DT>(dst, valid, y);
+  }
+}
+// The same for 16 consecutive values of one group (two halves of kVec, all valid), TPG = G / 16 lanes.
+template <int DT, int STEP2, int TPG>
+__device__ __forceinline__ void store_sums16(uint16_t* dst, const float (&lo)[kVec], const float (&hi)[kVec]) {
+  if constexpr (STEP2 == 0) {
+    store8<DT>(dst, kVec, lo);
+    store8<DT>(dst + kVec, kVec, hi);
+  } else {
+    float mn, mx, mn2, mx2;
+    local_minmax(lo, kVec, mn, mx);
+    local_minmax(hi, kVec, mn2, mx2);
+    mn = fminf(mn, mn2);
+    mx = fmaxf(mx, mx2);
+    shuffle_minmax<TPG>(mn, mx);
+    const quant::GroupParams p = quant::make_params(mn, mx, STEP2);
+    uint32_t qv[kVec];
+    float y[kVec];
+    quantize_codes<STEP2>(lo, kVec, p, qv);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
+    store8<DT>(dst, kVec, y);
+    quantize_codes<STEP2>(hi, kVec, p, qv);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
+    store8<DT>(dst + kVec, kVec, y);
+  }
+}
+
 // The pulls' loop with the next iteration's loads in flight: load(r) issues one iteration's loads of both
 // sources into r, next() moves the load position to the following iteration, use(r) decodes, sums and
 // stores one; iteration it + 1's loads are issued before iteration it is used. nit >= 1 whole iterations.
@@ -660,8 +711,8 @@ __device__ __forceinline__ void with_next_loads(int nit, Load load, Next next, U
 
 // The one-step pull with the quantizer's 8-value mapping: groups [ga, gb) of chunk c, every source's codes
 // (slot(s): source s's slot for chunk c; two sources' loads in flight), decoded, summed in rank order in
-// fp32 from 0.f, rounded once into `out`. Block-wide.
-template <int DT, int BITS, int G, class SlotFn>
+// fp32 from 0.f, rounded once into `out` (or through step 2: store_sums). Block-wide.
+template <int DT, int BITS, int G, int STEP2 = 0, class SlotFn>
 __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, int c, uint64_t ga, uint64_t gb,
                                            SlotFn slot) {
   constexpr int TPG = G / kVec;
@@ -713,7 +764,7 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
 #pragma unroll
           for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
         }
-        store8<DT>(dst, kVec, sum);
+        store_sums<DT, STEP2, TPG>(dst, kVec, sum);
         dst += groups_per_iter * G;
       });
       base += static_cast<uint64_t>(nit) * groups_per_iter;
@@ -723,14 +774,17 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
     const uint64_t gi = base + threadIdx.x / TPG;
     const uint64_t e = c0 + gi * G + lane_in_group * kVec;
     const int valid = gi < gb && e < q.n ? static_cast<int>(valid_count(q.n - e)) : 0;
-    if (valid <= 0) continue;  // no shuffles below
+    if constexpr (STEP2 == 0) {
+      if (valid <= 0) continue;  // no shuffles below
+    }
     float sum[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
-    add_decoded_sources<BITS>(
-        sum, q.world, 1, lane_in_group, valid, [&](int s) { return slot(s) + gi * G * BITS / 8; },
-        [&](int s) { return reinterpret_cast<const uint32_t*>(slot(s) + q.meta_out) + gi; });
-    store8<DT>(out + e, valid, sum);
+    if (valid > 0)
+      add_decoded_sources<BITS>(
+          sum, q.world, 1, lane_in_group, valid, [&](int s) { return slot(s) + gi * G * BITS / 8; },
+          [&](int s) { return reinterpret_cast<const uint32_t*>(slot(s) + q.meta_out) + gi; });
+    store_sums<DT, STEP2, TPG>(out + e, valid, sum);  // with STEP2: every lane (the loop bound is block-uniform)
   }
 }
 
@@ -741,9 +795,11 @@ __device__ __forceinline__ void pull_sum_8(const QuantGeom& q, uint16_t* out, in
 // live), in rank order in fp32 from 0.f: pull_sum_8's arithmetic, the same bits. Groups [ga, gb) of chunk
 // c; whole iterations of full groups here, the rest (and W > 2) by pull_sum_8. Memory ordering: the
 // caller's acquire (flag wait + __syncthreads) precedes every load here, as for pull_sum_8.
-template <int DT, int BITS, int G, int V, class SlotFn>
+// STEP2 (V = 16 only): the sums of both halves kept, then step 2 over the group (store_sums16).
+template <int DT, int BITS, int G, int V, int STEP2 = 0, class SlotFn>
 __device__ __forceinline__ void pull_sum_vals(const QuantGeom& q, uint16_t* out, int c, uint64_t ga, uint64_t gb,
                                               SlotFn slot) {
+  static_assert(STEP2 == 0 || V == 16, "step 2 with 16 values per lane");
   static_assert(V == 16 || V == 32, "16 or 32 values per lane");
   static_assert(G % V == 0, "a lane's values must not straddle groups");
   constexpr int TPG = G / V;                // lanes per group
@@ -779,9 +835,10 @@ __device__ __forceinline__ void pull_sum_vals(const QuantGeom& q, uint16_t* out,
         gidx += groups_per_iter;
       };
       with_next_loads<Raw>(nit, load2, next, [&](const Raw (&cur)[2]) {
+        float sums[STEP2 ? V / kVec : 1][kVec];  // STEP2: both halves, for the group's min/max
 #pragma unroll
         for (int h = 0; h < V / kVec; ++h) {
-          float sum[kVec];
+          float (&sum)[kVec] = sums[STEP2 ? h : 0];
 #pragma unroll
           for (int j = 0; j < kVec; ++j) sum[j] = 0.f;
 #pragma unroll
@@ -802,14 +859,15 @@ __device__ __forceinline__ void pull_sum_vals(const QuantGeom& q, uint16_t* out,
               sum[j] = __fadd_rn(sum[j], __fmaf_rn(static_cast<float>(qv), scale, zero));  // quant::dequantize_one
             }
           }
-          store8<DT>(dst + h * kVec, kVec, sum);
+          if constexpr (STEP2 == 0) store8<DT>(dst + h * kVec, kVec, sum);
         }
+        if constexpr (STEP2 != 0) store_sums16<DT, STEP2, TPG>(dst, sums[0], sums[1]);
         dst += static_cast<uint64_t>(groups_per_iter) * G;
       });
       base += static_cast<uint64_t>(nit) * groups_per_iter;
     }
   }
-  pull_sum_8<DT, BITS, G>(q, out, c, base, gb, slot);  // what is left: partial iterations, tails, W > 2
+  pull_sum_8<DT, BITS, G, STEP2>(q, out, c, base, gb, slot);  // what is left: partial iterations, tails, W > 2
 }
 
 // The one-step quantized all-reduce (ArAlgo::kQuantOneStep; quant::reference_allreduce_onestep): every
@@ -1057,7 +1115,9 @@ struct SplitState {
 // PM: the pull mapping — kPull8 (pull_sum_8), kPullWide (pull_sum_wide), kPull16 (pull_sum_vals with 16
 // values per thread). 32 values (INT4) measured slower on 2x H200 (nineteenth session) and is not dispatched.
 inline constexpr int kPull8 = 0, kPullWide = 1, kPull16 = 2;
-template <int DT, int BITS, int G, int PM>
+// STEP2 = 8 (PM = kPull16 only): the one-step form of INT6 (BITS = 4): the pull ends with step 2
+// (store_sums), so the output is the two-step INT6's, bit for bit.
+template <int DT, int BITS, int G, int PM, int STEP2 = 0>
 __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint16_t* in, uint16_t* out,
                                                                       const __grid_constant__ QuantGeom q,
                                                                       const __grid_constant__ QuantWorkspace ws,
@@ -1065,6 +1125,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                                                                       const __grid_constant__ SplitState st,
                                                                       uint32_t* seq, int unit_groups, int puller_every,
                                                                       uint64_t* prof) {
+  static_assert(STEP2 == 0 || PM == kPull16, "step 2 with the 16-value pull");
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
   phase_stamp(prof, 0, false);
   const int rank = q.rank, world = q.world;
@@ -1128,7 +1189,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
     first_wait = false;
     auto src = [&](int s) { return slot_of(s, c); };
     if constexpr (PM == kPullWide) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
-    else if constexpr (PM == kPull16) pull_sum_vals<DT, BITS, G, 16>(q, out, c, ga, gb, src);
+    else if constexpr (PM == kPull16) pull_sum_vals<DT, BITS, G, 16, STEP2>(q, out, c, ga, gb, src);
     else pull_sum_8<DT, BITS, G>(q, out, c, ga, gb, src);
   }
   if (first_wait) phase_stamp(prof, 2, false);

@@ -261,10 +261,33 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
       for (int i = 1; i < 4; ++i) EXPECT_LE(st[4 * b + i - 1], st[4 * b + i]) << "block " << b << name(ar);
     }
   }
-  braid::AllReduceOptions o;  // INT6 has no one-step form: refused before anything is enqueued
-  o.algo = ArAlgo::kQuantOneStep;
-  o.precision = Precision::kInt6;
-  EXPECT_THROW(reducer().run(nullptr, nullptr, 64, DType::kBF16, team().stream(), o), braid::UsageError);
+}
+
+TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
+  // INT6 by the one-step: INT4 codes exchanged once, every rank re-quantizes its fp32 sums to INT8 and
+  // decodes them (the two-step's step 2, done where the sums are): the two-step INT6 reference's output,
+  // bit for bit. The default split kernel (16-value pull, step 2 over both halves of a lane's values), and
+  // 3 blocks with 3 iterations per unit (the 8-value remainder of each unit and the tails through
+  // pull_sum_8's step 2, partial groups at n); at W > 2 everything through pull_sum_8.
+  ASSERT_TRUE(team().peer_ok());
+  const int rank = team().rank(), W = team().size();
+  braid::AllReducerConfig few;
+  few.quant_blocks = 3;
+  few.onestep_split_iters[1] = 3;
+  braid::AllReducer small(team(), few);
+  for (braid::AllReducer* ar : {&reducer(), &small})
+    for (DType dt : {DType::kBF16, DType::kFP16})
+      for (int g : {32, 128, 256})
+        for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(123457), (size_t(1) << 20) + 3}) {
+          const q::Dtype qd = dt == DType::kBF16 ? q::Dtype::bf16 : q::Dtype::fp16;
+          const auto in = inputs(n, qd, braid::dist::Distribution::outlier, 6000 + n + g);
+          const auto expect = q::reference_allreduce(q::Mode::int6, g, qd, in);
+          const bool in_place = (n + g) % 3 == 1;
+          const auto got = run_ar(*ar, in[rank], dt, ArAlgo::kQuantOneStep, Precision::kInt6, g, in_place);
+          EXPECT_EQ(differences(got, expect), 0u)
+              << "one-step INT6 " << braid::bench::dtype_name(dt) << " g=" << g << " n=" << n << " W=" << W
+              << (in_place ? " in-place" : "") << (ar == &small ? " 3 blocks, 3 iterations per unit" : "");
+        }
 }
 
 TEST(AllReduce, AutoChoiceFollowsTheTableForLossyPrecisions) {

@@ -61,7 +61,8 @@ TEST(AllReduceTable, AlgorithmNamesRoundTrip) {
   EXPECT_FALSE(braid::parse_algo("int3", &a, &p));
 }
 
-// The one-step quantized all-reduce: INT8 and INT4 only (INT6 is a two-step mode), no kernel suffixes.
+// The one-step quantized all-reduce: INT8, INT4, and INT6 (the two-step's bits, step 2 on every rank); no
+// kernel suffixes.
 TEST(AllReduceTable, OneStepNamesParse) {
   ArAlgo a;
   Precision p;
@@ -70,7 +71,9 @@ TEST(AllReduceTable, OneStepNamesParse) {
   EXPECT_EQ(p, Precision::kInt8);
   ASSERT_TRUE(braid::parse_algo("int4-1step", &a, &p));
   EXPECT_EQ(p, Precision::kInt4);
-  EXPECT_FALSE(braid::parse_algo("int6-1step", &a, &p));
+  ASSERT_TRUE(braid::parse_algo("int6-1step", &a, &p));
+  EXPECT_EQ(a, ArAlgo::kQuantOneStep);
+  EXPECT_EQ(p, Precision::kInt6);
   braid::QuantImpl i;
   EXPECT_FALSE(braid::parse_algo("int8-1step-pipe", &a, &p, &i));
   EXPECT_STREQ(braid::algo_name(ArAlgo::kQuantOneStep), "quant-1step");
