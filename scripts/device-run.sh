@@ -319,20 +319,21 @@ if has p2p; then  # peer copy rates, one way and both ways at once (P2P_BYTES, P
     done
   done
 fi
-if has ar-1step; then  # the one-step quantized all-reduce (int8-1step, int4-1step): its test, then beside the two-step
+if has ar-1step; then  # the one-step quantized all-reduce (int8/int6/int4-1step): its test, then beside the two-step
   if ! has test; then  # `test` already ran every ctest entry in this call
     echo "== test_allreduce_mpi ($(date +%T))" | tee -a "$log"
     (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce" > "$out/ctest-ar-1step.log" 2>&1)
     echo "ctest rc=$?" | tee -a "$log"
     grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-1step.log" | tee -a "$log"
   fi
-  for round in 1 2; do
+  for round in 1 2; do  # round 1 also writes the table rows it measured (every precision's fastest)
     echo "-- round $round ($(date +%T))" | tee -a "$log"
-    T=120 mpi bench allreduce --algo nccl,int8,int8-1step,int4,int4-1step -b 1M -e 256M -f 4 \
-      --json "$out/allreduce-1step-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+    wt=(); (( round == 1 )) && wt=(--write-table "$out/allreduce-1step-table.tsv")
+    T=150 mpi bench allreduce --algo nccl,int8,int8-1step,int6,int6-1step,int4,int4-1step -b 1M -e 256M -f 2 \
+      --json "$out/allreduce-1step-r$round.jsonl" "${wt[@]}" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
   done
   for d in student-t outlier; do
-    T=60 mpi bench allreduce --algo nccl,int8,int8-1step,int4,int4-1step -b 64M -e 64M --dist $d \
+    T=60 mpi bench allreduce --algo nccl,int8,int8-1step,int6,int6-1step,int4,int4-1step -b 64M -e 64M --dist $d \
       --json "$out/allreduce-1step-dists.jsonl" 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
   done
 fi

@@ -657,10 +657,10 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
       const int wi = b1 == 8 ? 0 : 1;  // per-width knobs (INT6: INT4's)
       const int iters = cfg_.onestep_step_iters[wi];
       const bool wide = cfg_.onestep_wide_pull[wi];
-      // INT6 (b1 = 4, b2 = 8): the split kernel at every size, with the 16-value pull and step 2 at its end
+      // INT6 (b1 = 4, b2 = 8): INT4's split kernel (16-value pull) where INT4 takes it, else the flat kernel
+      // with the 8-value pull; either ends its pull with step 2
       const bool int6 = b1 != b2;
-      const int split_iters = int6 && cfg_.onestep_split_iters[wi] <= 0 ? 16 : cfg_.onestep_split_iters[wi];
-      if (const int split = split_iters; split > 0 && (int6 || n >= cfg_.onestep_split_min_elems[wi])) {
+      if (const int split = cfg_.onestep_split_iters[wi]; split > 0 && n >= cfg_.onestep_split_min_elems[wi]) {
         ar::SplitState st{};
         st.ctl = split_ctl_;
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
@@ -706,6 +706,14 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
                   x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, prof_))));
         }
       };
+      if (int6) {
+        BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
+            ar::quant_onestep_kernel<DT, 4, G, false, 8><<<blocks, cfg_.threads, 0, s>>>(
+                x, y, q, ws, team_.signals(), slot_quant_, seq_ + 4, prof_))));
+        BRAID_CHECK_LAUNCH();
+        if (prof_) prof_blocks_ = blocks;
+        continue;
+      }
       auto by_pull = [&](auto bits_c) {
         if (wide) launch(bits_c, std::integral_constant<int, 0>{});
         else if (iters > 0 && cfg_.onestep_reduce_unroll == 2) launch(bits_c, std::integral_constant<int, 2>{});

@@ -883,7 +883,8 @@ __device__ __forceinline__ void pull_sum_vals(const QuantGeom& q, uint16_t* out,
 // launch k+1, which each began after finishing launch k (and its reads of them).
 // WIDE: the pull by pull_sum_wide (16-byte code loads), else the quantizer's 8-value mapping; one kernel
 // per mapping, so neither pays the other's registers.
-template <int DT, int BITS, int G, bool WIDE>
+// STEP2 = 8 (8-value pull only): INT6's one-step, the pull ending in step 2 (store_sums).
+template <int DT, int BITS, int G, bool WIDE, int STEP2 = 0>
 __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* in, uint16_t* out,
                                                                 const __grid_constant__ QuantGeom q,
                                                                 const __grid_constant__ QuantWorkspace ws,
@@ -907,8 +908,9 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_kernel(const uint16_t* i
   for (int i = 0; i < q.world; ++i) {
     const int c = (q.rank + i) % q.world;  // staggered: ranks start on different chunks
     auto src = [&](int s) { return slot_of(s, c); };
+    static_assert(!WIDE || STEP2 == 0, "step 2 with the 8-value pull");
     if constexpr (WIDE) pull_sum_wide<DT, BITS, G>(q, out, c, g0, g1, src);  // 16-byte code loads; the same bits
-    else pull_sum_8<DT, BITS, G>(q, out, c, g0, g1, src);
+    else pull_sum_8<DT, BITS, G, STEP2>(q, out, c, g0, g1, src);
   }
   phase_stamp(prof, 3, true);
   finish_launch(seq);

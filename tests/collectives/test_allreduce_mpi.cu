@@ -266,16 +266,20 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
 TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
   // INT6 by the one-step: INT4 codes exchanged once, every rank re-quantizes its fp32 sums to INT8 and
   // decodes them (the two-step's step 2, done where the sums are): the two-step INT6 reference's output,
-  // bit for bit. The default split kernel (16-value pull, step 2 over both halves of a lane's values), and
-  // 3 blocks with 3 iterations per unit (the 8-value remainder of each unit and the tails through
-  // pull_sum_8's step 2, partial groups at n); at W > 2 everything through pull_sum_8.
+  // bit for bit. The defaults at these sizes (the flat kernel, 8-value pull), the same on 3 blocks (many
+  // iterations per block: the pull's prefetching loop), and the split kernel at every size on 3 blocks
+  // with 3 iterations per unit (16-value pull with step 2 over both halves of a lane's values; the 8-value
+  // remainder of each unit and the tails through pull_sum_8's step 2, partial groups at n); at W > 2
+  // every pull through pull_sum_8.
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   braid::AllReducerConfig few;
   few.quant_blocks = 3;
+  braid::AllReducer flat3(team(), few);
   few.onestep_split_iters[1] = 3;
+  few.onestep_split_min_elems[1] = 0;
   braid::AllReducer small(team(), few);
-  for (braid::AllReducer* ar : {&reducer(), &small})
+  for (braid::AllReducer* ar : {&reducer(), &flat3, &small})
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (int g : {32, 128, 256})
         for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(123457), (size_t(1) << 20) + 3}) {
@@ -286,7 +290,8 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
           const auto got = run_ar(*ar, in[rank], dt, ArAlgo::kQuantOneStep, Precision::kInt6, g, in_place);
           EXPECT_EQ(differences(got, expect), 0u)
               << "one-step INT6 " << braid::bench::dtype_name(dt) << " g=" << g << " n=" << n << " W=" << W
-              << (in_place ? " in-place" : "") << (ar == &small ? " 3 blocks, 3 iterations per unit" : "");
+              << (in_place ? " in-place" : "")
+              << (ar == &small ? " split, 3 blocks, 3 iterations per unit" : ar == &flat3 ? " 3 blocks" : "");
         }
 }
 
