@@ -297,7 +297,8 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
 
 TEST(AllReduce, AutoChoiceFollowsTheTableForLossyPrecisions) {
   // ArAlgo::kAuto with a lossy precision: the builtin table's world-2 rows pick the one-step for INT8 and
-  // INT4 (its CPU reference, bit for bit); INT6, and every precision at other world sizes, the two-step.
+  // INT4 (its CPU reference, bit for bit), and for INT6 its one-step form, whose output is the two-step's;
+  // every precision at other world sizes the two-step.
   ASSERT_TRUE(team().peer_ok());
   const int rank = team().rank(), W = team().size();
   for (Precision p : {Precision::kInt8, Precision::kInt6, Precision::kInt4})

@@ -20,7 +20,9 @@ TEST(AllReduceTable, BuiltinTableParsesAndPicks) {
   EXPECT_EQ(braid::pick_from_table(t, 8, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kNccl);  // unmeasured
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantOneStep);
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kFP16, Precision::kInt4, 1 << 20), ArAlgo::kQuantOneStep);
-  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt6, 64 << 20), ArAlgo::kQuantP2P);  // two steps
+  // INT6 at world 2: its one-step form (INT4 codes once, step 2 on every rank: the two-step's bits)
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt6, 64 << 20), ArAlgo::kQuantOneStep);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kInt6, 64 << 20), ArAlgo::kQuantP2P);
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantP2P);
   for (size_t b = 1; b < (size_t(1) << 34); b *= 4) {
     const ArAlgo a = braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, b);
