@@ -45,13 +45,12 @@
 # transitions` hit DEADLINE=560 in the dists runs (full ctest at 4 GPUs ~4 min); `build test ar-stamps transitions`
 # (CTEST_R="test_allreduce|test_transitions") 4.7 min; 2x H200 `build test ar-stamps` (CTEST_R, 2 configs,
 # 16M-256M) 3.4 min, `build test ar-1step` (CTEST_R=test_allreduce) 3 min warm.
-# Next: `build test ar-stamps` (CTEST_R="test_allreduce_mpi$", STAMP_MIN=16M, STAMP_MAX=256M, ONESTEP_CFGS=
-# "BRAID_AR_1STEP_PULL32=0 BRAID_AR_1STEP_PULL32=1 BRAID_AR_1STEP_SPLIT=8 BRAID_AR_1STEP_SPLIT=32": INT4's 32-value pull
-# (written after the eighteenth session's device time, never GPU-run; also its test configuration split32)
-# and the unit size under the 16-value pull (SPLIT sets both widths: read INT4's rows).
-# Then, on 2x H100: `build test ar-1step` (the final tree: all test_allreduce* entries passed at b24ac0c on 2x
-# H200, every other ctest entry at da5c17d on 4x H200 / 3a0a9fb on 2x H200; no H100 run since 7281461), then
-# `measure-rs` (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2).
+# Nineteenth session (five calls, all 2x H200): `build test ar-stamps` (CTEST_R="test_allreduce_mpi$", 4-6 configs,
+# 16M-256M) 3.4-3.8 min cold; the same with STAMP_ALGOS (5 algos, 1M-256M, one config) 3.4 min; `build test
+# ar-1step` (CTEST_R=test_allreduce, 7 algos at -f 2) 4.3 min cold; `build test` (full ctest) 6 min cold.
+# Next: on 2x H100 (none served since the fifteenth session): `build test ar-1step` (the final tree: every
+# ctest entry passed at dae9ac1 on 2x H200; int6-1step measured on H200 only), then `measure-rs`
+# (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}

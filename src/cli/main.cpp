@@ -42,7 +42,7 @@ const char* kUsage =
     "  info [--no-probe] [--count]       GPUs, links, probed peer access, versions\n"
     "  bench nccl --op OP -b MIN -e MAX -f FACTOR [--dtype bf16|fp16|fp32] [--iters N] [--warmup N]\n"
     "             [--graph] [--json FILE]  NCCL baseline sweep (OP: allreduce reducescatter allgather alltoall)\n"
-    "  bench allreduce [--algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym,oneshot-ce-sym,int8,int6,int4,int8-nccl,int8-1step,...] -b MIN -e MAX -f F\n"
+    "  bench allreduce [--algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym,oneshot-ce-sym,int8,int6,int4,int8-nccl,int8-1step,int6-1step,int4-1step,...] -b MIN -e MAX -f F\n"
     "                  [--dtype bf16|fp16] [--dist normal|student-t|outlier] [--group 128] [--json FILE]\n"
     "                  [--write-table tuning/allreduce.tsv] [--phases (time each phase of *-nccl alone)]\n"
     "                                    braid all-reduce vs NCCL, verified (quantized: vs CPU reference)\n"
