@@ -172,15 +172,22 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
 // each half's loads and code stores are contiguous across the lanes. The group's min/max, parameters and
 // codes are the quantizer's (min/max exact in any order), at half the per-value cost of the parameters,
 // shuffles and addressing. `payload` is the group's first code byte, `meta` its metadata word.
-template <int BITS, int TPG>
-__device__ __forceinline__ void quantize_store2h(const float (&lo)[kVec], int vlo, const float (&hi)[kVec], int vhi,
-                                                 int lane_in_group, uint8_t* payload, uint32_t* meta) {
-  float mn, mx, mn2, mx2;
+// The group's min/max over two halves of kVec values per lane and its TPG lanes (every lane must take part).
+template <int TPG>
+__device__ __forceinline__ void group_minmax2(const float (&lo)[kVec], int vlo, const float (&hi)[kVec], int vhi,
+                                              float& mn, float& mx) {
+  float mn2, mx2;
   local_minmax(lo, vlo, mn, mx);
   local_minmax(hi, vhi, mn2, mx2);
   mn = fminf(mn, mn2);
   mx = fmaxf(mx, mx2);
   shuffle_minmax<TPG>(mn, mx);
+}
+template <int BITS, int TPG>
+__device__ __forceinline__ void quantize_store2h(const float (&lo)[kVec], int vlo, const float (&hi)[kVec], int vhi,
+                                                 int lane_in_group, uint8_t* payload, uint32_t* meta) {
+  float mn, mx;
+  group_minmax2<TPG>(lo, vlo, hi, vhi, mn, mx);
   if (vlo <= 0) return;  // after the shuffles (vhi > 0 only where vlo == 8)
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
   uint32_t q[kVec];
@@ -646,6 +653,18 @@ __device__ __forceinline__ void phase_stamp(uint64_t* prof, int i, bool sync) {
 // fp32 sums (every rank holds all of them here, bit for bit), so the same output as the two-step without
 // sending the re-quantized codes. With STEP2 every lane of the warp must call it (shuffles), valid == 0
 // lanes too.
+// Step 2's codes of `valid` sums under the group's parameters p, decoded and stored (the two-step's stage-2
+// quantizer and stage-3 decoder on the same values).
+template <int DT, int STEP2>
+__device__ __forceinline__ void requantize_store(uint16_t* dst, int valid, const float (&sum)[kVec],
+                                                 const quant::GroupParams& p) {
+  uint32_t qv[kVec];
+  quantize_codes<STEP2>(sum, valid, p, qv);
+  float y[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
+  store8<DT>(dst, valid, y);
+}
 template <int DT, int STEP2, int TPG>
 __device__ __forceinline__ void store_sums(uint16_t* dst, int valid, const float (&sum)[kVec]) {
   if constexpr (STEP2 == 0) {
@@ -653,14 +672,7 @@ __device__ __forceinline__ void store_sums(uint16_t* dst, int valid, const float
   } else {
     float mn, mx;
     group_minmax<TPG>(sum, valid, mn, mx);
-    if (valid <= 0) return;
-    const quant::GroupParams p = quant::make_params(mn, mx, STEP2);
-    uint32_t qv[kVec];
-    quantize_codes<STEP2>(sum, valid, p, qv);
-    float y[kVec];
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
-    store8<DT>(dst, valid, y);
+    if (valid > 0) requantize_store<DT, STEP2>(dst, valid, sum, quant::make_params(mn, mx, STEP2));
   }
 }
 // The same for 16 consecutive values of one group (two halves of kVec, all valid), TPG = G / 16 lanes.
@@ -670,23 +682,11 @@ __device__ __forceinline__ void store_sums16(uint16_t* dst, const float (&lo)[kV
     store8<DT>(dst, kVec, lo);
     store8<DT>(dst + kVec, kVec, hi);
   } else {
-    float mn, mx, mn2, mx2;
-    local_minmax(lo, kVec, mn, mx);
-    local_minmax(hi, kVec, mn2, mx2);
-    mn = fminf(mn, mn2);
-    mx = fmaxf(mx, mx2);
-    shuffle_minmax<TPG>(mn, mx);
+    float mn, mx;
+    group_minmax2<TPG>(lo, kVec, hi, kVec, mn, mx);
     const quant::GroupParams p = quant::make_params(mn, mx, STEP2);
-    uint32_t qv[kVec];
-    float y[kVec];
-    quantize_codes<STEP2>(lo, kVec, p, qv);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
-    store8<DT>(dst, kVec, y);
-    quantize_codes<STEP2>(hi, kVec, p, qv);
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
-    store8<DT>(dst + kVec, kVec, y);
+    requantize_store<DT, STEP2>(dst, kVec, lo, p);
+    requantize_store<DT, STEP2>(dst + kVec, kVec, hi, p);
   }
 }
 
