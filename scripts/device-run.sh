@@ -45,7 +45,7 @@
 # transitions` hit DEADLINE=560 in the dists runs (full ctest at 4 GPUs ~4 min); `build test ar-stamps transitions`
 # (CTEST_R="test_allreduce|test_transitions") 4.7 min; 2x H200 `build test ar-stamps` (CTEST_R, 2 configs,
 # 16M-256M) 3.4 min, `build test ar-1step` (CTEST_R=test_allreduce) 3 min warm.
-# Nineteenth session (five calls, all 2x H200): `build test ar-stamps` (CTEST_R="test_allreduce_mpi$", 4-6 configs,
+# Nineteenth session (six calls, all 2x H200): `build test ar-stamps` (CTEST_R="test_allreduce_mpi$", 4-6 configs,
 # 16M-256M) 3.4-3.8 min cold; the same with STAMP_ALGOS (5 algos, 1M-256M, one config) 3.4 min; `build test
 # ar-1step` (CTEST_R=test_allreduce, 7 algos at -f 2) 4.3 min cold; `build test` (full ctest) 6 min cold.
 # Next: on 2x H100 (none served since the fifteenth session): `build test ar-1step` (the final tree: every
