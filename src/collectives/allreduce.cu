@@ -379,7 +379,7 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
     a = pick_from_table(table_, team_.size(), dtype, opt.precision, bytes);
     if (a == ArAlgo::kAuto) a = opt.precision == Precision::kExact ? ArAlgo::kNccl : ArAlgo::kQuantP2P;
     // A table's one-step row is a choice among algorithms of the requested precision: where the one-step
-    // cannot run (INT6, no peer access), the two-step of the same precision runs instead. (Asked for by
+    // cannot run (no peer access), the two-step of the same precision runs instead. (Asked for by
     // name, the one-step is never replaced: see below.)
     if (a == ArAlgo::kQuantOneStep && !team_.peer_ok()) a = ArAlgo::kQuantP2P;
   }
@@ -389,7 +389,8 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
   if (quant && !quant_algo) a = ArAlgo::kQuantP2P;
   if (!quant && quant_algo)
     throw UsageError("a quantized algorithm was requested with exact precision", __FILE__, __LINE__);
-  if (a == ArAlgo::kQuantOneStep) {  // INT8/INT4: a different algorithm (its own error): never replaced silently
+  // Asked for by name, the one-step is never replaced silently (INT8/INT4: a different algorithm, its own error)
+  if (a == ArAlgo::kQuantOneStep) {
     if (!team_.peer_ok())
       throw UsageError("the one-step quantized all-reduce needs peer access (" + team_.peer_status() + ")", __FILE__,
                        __LINE__);
@@ -693,7 +694,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         if (prof_) prof_blocks_ = cfg_.quant_blocks;
         continue;
       }
-      // One kernel per (width, pull mapping); only b1 == b2 reaches here (INT6 took the split kernel).
+      // One kernel per (width, pull mapping) for INT8/INT4; INT6 takes the flat kernel with step 2 (below).
       auto launch = [&](auto bits_c, auto pull_c) {
         constexpr int BITS = decltype(bits_c)::value, PULL = decltype(pull_c)::value;
         if (iters > 0) {
