@@ -167,11 +167,6 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
   if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
 }
 
-// The same quantizer with 16 values per thread, as two 8-value halves of the group: this lane's values
-// [8 l, 8 l + 8) and [8 (l + TPG), 8 (l + TPG) + 8) (l = lane_in_group, TPG = G / 16 lanes per group), so
-// each half's loads and code stores are contiguous across the lanes. The group's min/max, parameters and
-// codes are the quantizer's (min/max exact in any order), at half the per-value cost of the parameters,
-// shuffles and addressing. `payload` is the group's first code byte, `meta` its metadata word.
 // The group's min/max over two halves of kVec values per lane and its TPG lanes (every lane must take part).
 template <int TPG>
 __device__ __forceinline__ void group_minmax2(const float (&lo)[kVec], int vlo, const float (&hi)[kVec], int vhi,
@@ -183,6 +178,11 @@ __device__ __forceinline__ void group_minmax2(const float (&lo)[kVec], int vlo, 
   mx = fmaxf(mx, mx2);
   shuffle_minmax<TPG>(mn, mx);
 }
+// The same quantizer with 16 values per thread, as two 8-value halves of the group: this lane's values
+// [8 l, 8 l + 8) and [8 (l + TPG), 8 (l + TPG) + 8) (l = lane_in_group, TPG = G / 16 lanes per group), so
+// each half's loads and code stores are contiguous across the lanes. The group's min/max, parameters and
+// codes are the quantizer's (min/max exact in any order), at half the per-value cost of the parameters,
+// shuffles and addressing. `payload` is the group's first code byte, `meta` its metadata word.
 template <int BITS, int TPG>
 __device__ __forceinline__ void quantize_store2h(const float (&lo)[kVec], int vlo, const float (&hi)[kVec], int vhi,
                                                  int lane_in_group, uint8_t* payload, uint32_t* meta) {
@@ -646,13 +646,6 @@ __device__ __forceinline__ void phase_stamp(uint64_t* prof, int i, bool sync) {
   if (threadIdx.x == 0) prof[4 * static_cast<uint64_t>(blockIdx.x) + i] = dev::globaltimer_ns();
 }
 
-// The end of a pull: this thread's kVec sums of one group (values [e, e + valid) of the output) rounded
-// into `dst` (STEP2 = 0: the one-step), or first through the two-step's step 2 (STEP2 = 8: the one-step
-// form of INT6): the group's min/max over its TPG lanes, the owner's re-quantization to STEP2 bits and the
-// decoding every rank does of those bytes — stage_reduce's and stage_dequantize's arithmetic on the same
-// fp32 sums (every rank holds all of them here, bit for bit), so the same output as the two-step without
-// sending the re-quantized codes. With STEP2 every lane of the warp must call it (shuffles), valid == 0
-// lanes too.
 // Step 2's codes of `valid` sums under the group's parameters p, decoded and stored (the two-step's stage-2
 // quantizer and stage-3 decoder on the same values).
 template <int DT, int STEP2>
@@ -665,6 +658,13 @@ __device__ __forceinline__ void requantize_store(uint16_t* dst, int valid, const
   for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
   store8<DT>(dst, valid, y);
 }
+// The end of a pull: this thread's kVec sums of one group (values [e, e + valid) of the output) rounded
+// into `dst` (STEP2 = 0: the one-step), or first through the two-step's step 2 (STEP2 = 8: the one-step
+// form of INT6): the group's min/max over its TPG lanes, the owner's re-quantization to STEP2 bits and the
+// decoding every rank does of those bytes — stage_reduce's and stage_dequantize's arithmetic on the same
+// fp32 sums (every rank holds all of them here, bit for bit), so the same output as the two-step without
+// sending the re-quantized codes. With STEP2 every lane of the warp must call it (shuffles), valid == 0
+// lanes too.
 template <int DT, int STEP2, int TPG>
 __device__ __forceinline__ void store_sums(uint16_t* dst, int valid, const float (&sum)[kVec]) {
   if constexpr (STEP2 == 0) {
