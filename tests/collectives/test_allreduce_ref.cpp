@@ -135,6 +135,29 @@ TEST(AllReduceRef, OneStepMatchesNaiveAndHasTheSmallerError) {
                std::invalid_argument);
 }
 
+TEST(AllReduceRef, Int6StepTwoOnTheOneStepSumsIsTheTwoStep) {
+  // What INT6's one-step form (int6-1step) relies on: the two-step's step-1 sums are the INT4 one-step's
+  // fp32 sums (every rank's vector quantized once, decoded, summed in rank order), and step 2 on those
+  // sums — INT8 groups from each chunk's start, which are the vector's groups since chunks start at
+  // multiples of the group — decoded, is the two-step INT6's output. So a rank holding every sum can do
+  // step 2 itself and return the two-step's bits.
+  for (int world : {1, 2, 3, 4})
+    for (int g : {32, 128, 256})
+      for (q::Dtype dt : {q::Dtype::bf16, q::Dtype::fp16})
+        for (uint64_t n : {uint64_t(7), uint64_t(4099), uint64_t(50001)}) {
+          const auto in = make_inputs(bd::Distribution::outlier, world, n, dt, 11 + n + g);
+          std::vector<float> sum(n, 0.0f);
+          for (const auto& r : in) {
+            const std::vector<float> x = q::dequantize(q::quantize(q::to_floats(r, dt), 4, g));
+            for (uint64_t i = 0; i < n; ++i) sum[i] = sum[i] + x[i];
+          }
+          const q::AllReduceTrace t = q::reference_allreduce_traced(q::Mode::int6, g, dt, in);
+          ASSERT_EQ(t.sum, sum) << "W=" << world << " g=" << g << " n=" << n;
+          const std::vector<float> y = q::dequantize(q::quantize(sum, 8, g));
+          EXPECT_EQ(q::to_bits(y, dt), t.out) << "W=" << world << " g=" << g << " n=" << n;
+        }
+}
+
 TEST(AllReduceRef, DegenerateInputs) {
   // All zeros: exact zeros out. Tiny n (empty chunks on most ranks). Identical ranks.
   for (q::Mode mode : {q::Mode::int8, q::Mode::int6, q::Mode::int4}) {
