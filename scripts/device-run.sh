@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-cvt p2p
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant p2p
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -360,21 +360,25 @@ if has ar-1pipe; then  # the pipelined one-step kernel: step sizes / lag / unrol
   onestep_ab ar-1pipe "BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=0 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0" \
     nccl,int8,int8-1step,int4,int4-1step 4M 256M ""
 fi
-if has ar-cvt; then  # code<->float without conversion instructions (BRAID_AR_FASTCVT, default) vs cvt/I2F (=0)
-  echo "== variant build: BRAID_AR_FASTCVT=0 ($(date +%T))" | tee -a "$log"
-  bash scripts/build-variant.sh build src/collectives/allreduce.cu cvt0 BRAID_AR_FASTCVT=0 > "$out/build-cvt0.log" 2>&1 \
-    || { tail -20 "$out/build-cvt0.log"; exit 1; }
+if has ar-variant; then  # A/B of a compile-time all-reduce variant: VARIANT_DEFS (e.g. "BRAID_AR_X=0") on the
+  # all-reduce translation unit builds build/braid-variant (scripts/build-variant.sh); both binaries run the
+  # same bench in alternation, two rounds (VARIANT_ALGOS, VARIANT_MIN/MAX). Used in the twentieth session for
+  # the conversion-free code arithmetic (measured, dropped; docs/flash-communication.md).
+  echo "== variant build: ${VARIANT_DEFS:?VARIANT_DEFS} ($(date +%T))" | tee -a "$log"
+  # shellcheck disable=SC2086
+  bash scripts/build-variant.sh build src/collectives/allreduce.cu variant $VARIANT_DEFS > "$out/build-variant.log" 2>&1 \
+    || { tail -20 "$out/build-variant.log"; exit 1; }
   if ! has test && ! has ar-1step; then
-    (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce" > "$out/ctest-ar-cvt.log" 2>&1)
+    (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce" > "$out/ctest-ar-variant.log" 2>&1)
     echo "ctest rc=$?" | tee -a "$log"
-    grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-cvt.log" | tee -a "$log"
+    grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-variant.log" | tee -a "$log"
   fi
   for round in 1 2; do
-    for v in fast cvt0; do
-      bin=build/braid; [[ $v == cvt0 ]] && bin=build/braid-cvt0
+    for v in base variant; do
+      bin=build/braid; [[ $v == variant ]] && bin=build/braid-variant
       echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
-      BIN=$bin T=90 mpi bench allreduce --algo "${CVT_ALGOS:-nccl,int8,int8-1step,int6,int6-1step,int4,int4-1step}" \
-        -b "${CVT_MIN:-16M}" -e "${CVT_MAX:-256M}" -f 4 --json "$out/allreduce-cvt-$v-r$round.jsonl" 2>&1 \
+      BIN=$bin T=90 mpi bench allreduce --algo "${VARIANT_ALGOS:-nccl,int8,int8-1step,int6,int6-1step,int4,int4-1step}" \
+        -b "${VARIANT_MIN:-4M}" -e "${VARIANT_MAX:-256M}" -f 4 --json "$out/allreduce-variant-$v-r$round.jsonl" 2>&1 \
         | grep -E "^ +[0-9]" | tee -a "$log"
     done
   done

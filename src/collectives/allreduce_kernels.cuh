@@ -113,69 +113,18 @@ __device__ __forceinline__ void group_minmax(const float (&v)[kVec], int valid, 
   shuffle_minmax<TPG>(mn, mx);  // every lane, outside the branches above
 }
 
-// Conversions between codes and floats. With BRAID_AR_FASTCVT (the default) neither direction takes a
-// conversion instruction (F2I / I2F / I2FP: 16 per clock per SM on sm_90, an eighth of the FP32 adds):
-// a float in [2^23, 2^24) has unit spacing and its integer offset in the low mantissa bits, so
-//   code -> float: the float with bits 0x4B000000 | q is 2^23 + q exactly (q < 2^23); minus 2^23: q, exact;
-//   float -> code: 2^23 + c for c in [0, 2^23) rounds c to the nearest integer, ties to even (rintf), and
-//                  its bits are 0x4B000000 + rint(c).
-// Quantized codes are kept *biased* in registers (kCodeBias + code) and the bias is dropped where they are
-// packed (store_codes) or decoded (biased_code_value). BRAID_AR_FASTCVT=0 builds the cvt.rni / I2F form
-// (the same codes and values bit for bit; the GPU tests compare both against the CPU reference).
-#ifndef BRAID_AR_FASTCVT
-#define BRAID_AR_FASTCVT 1
-#endif
-#if BRAID_AR_FASTCVT
-inline constexpr uint32_t kCodeBias = 0x4B000000u;  // the bits of 2^23
-#else
-inline constexpr uint32_t kCodeBias = 0u;
-#endif
-inline constexpr float kTwo23 = 8388608.f;
-
-// quant::quantize_one's code (biased by kCodeBias), the same code for every input. FASTCVT: sub, mul, max,
-// add, min — max(t, 0) turns NaN (fmaxf returns the other operand) and every value below 0 into 0 as
-// quantize_one's clamps do, 2^23 + c rounds as rintf, and the unsigned min brings anything at or above qmax
-// (c >= 2^23 included: its sum is >= 2^24, bits >= 0x4B800000) to qmax. Else: sub, mul, cvt.rni.u32.f32
-// (rounds to nearest even, 0 below 0 and for NaN, saturates at 2^32-1) and min.
+// quant::quantize_one's code in four instructions (sub, mul, cvt, min) instead of its float clamp: the
+// same code for every input. cvt.rni.u32.f32 rounds to nearest even as rintf, turns every value below 0
+// into 0 and NaN into 0 (quantize_one: NaN fails both clamps and converts to 0), and saturates at 2^32-1,
+// which the min brings to qmax (quantize_one: > qmax -> qmax). The GPU tests compare both bit for bit.
 template <int BITS>
 __device__ __forceinline__ uint32_t quantize_code(float x, const quant::GroupParams& p) {
   const float t = __fmul_rn(__fsub_rn(x, p.zero), p.inv_scale);  // quant::mul_rn(quant::sub_rn(...))
-#if BRAID_AR_FASTCVT
-  const uint32_t b = __float_as_uint(__fadd_rn(fmaxf(t, 0.f), kTwo23));
-  return min(b, kCodeBias + ((1u << BITS) - 1u));
-#else
   uint32_t u;
   asm("cvt.rni.u32.f32 %0, %1;" : "=r"(u) : "f"(t));
   return min(u, (1u << BITS) - 1u);
-#endif
 }
-// The value of a biased code as a float (exact): quant::dequantize_one's static_cast<float>(q).
-__device__ __forceinline__ float biased_code_value(uint32_t b) {
-#if BRAID_AR_FASTCVT
-  return __fsub_rn(__uint_as_float(b), kTwo23);
-#else
-  return static_cast<float>(b);
-#endif
-}
-// The code in bits [BITS k, BITS k + BITS) of a packed word, as an exact float (k a compile-time constant
-// after unrolling). FASTCVT: the code under 2^23's exponent (one PRMT for a byte, a shift and a LOP3 for a
-// nibble), then one exact subtraction on the FMA pipe.
-template <int BITS>
-__device__ __forceinline__ float code_at(uint32_t w, int k) {
-#if BRAID_AR_FASTCVT
-  uint32_t b;
-  if constexpr (BITS == 8) {
-    b = __byte_perm(w, kCodeBias, 0x7650u | static_cast<uint32_t>(k));  // byte k, then 0x00, 0x00, 0x4B
-  } else {
-    b = ((w >> (BITS * k)) & ((1u << BITS) - 1u)) | kCodeBias;
-  }
-  return __fsub_rn(__uint_as_float(b), kTwo23);
-#else
-  return static_cast<float>((w >> (BITS * k)) & ((1u << BITS) - 1u));
-#endif
-}
-// The biased codes of this thread's `valid` values (the biased 0 past them), with no test per value when
-// all 8 are valid.
+// The codes of this thread's `valid` values (0 past them), with no test per value when all 8 are valid.
 template <int BITS>
 __device__ __forceinline__ void quantize_codes(const float (&v)[kVec], int valid, const quant::GroupParams& p,
                                                uint32_t (&q)[kVec]) {
@@ -184,25 +133,21 @@ __device__ __forceinline__ void quantize_codes(const float (&v)[kVec], int valid
     for (int j = 0; j < kVec; ++j) q[j] = quantize_code<BITS>(v[j], p);
   } else {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) q[j] = j < valid ? quantize_code<BITS>(v[j], p) : kCodeBias;
+    for (int j = 0; j < kVec; ++j) q[j] = j < valid ? quantize_code<BITS>(v[j], p) : 0u;
   }
 }
 
-// Stores 8 biased codes (BITS each, packed in value order) at p: 8 bytes (INT8) or 4 (INT4). INT8: the low
-// byte of each (three byte permutes per four codes). INT4: sum of b_j << 4 j over the 8 codes, mod 2^32 —
-// the nibbles do not overlap, and the bias contributes the constant sum of kCodeBias << 4 j, subtracted once.
+// Stores 8 codes (BITS each, packed in value order) at p: 8 bytes (INT8) or 4 (INT4).
 template <int BITS>
 __device__ __forceinline__ void store_codes(const uint32_t (&q)[kVec], uint8_t* p) {
   if constexpr (BITS == 8) {
-    const uint32_t lo = __byte_perm(__byte_perm(q[0], q[1], 0x0040u), __byte_perm(q[2], q[3], 0x0040u), 0x5410u);
-    const uint32_t hi = __byte_perm(__byte_perm(q[4], q[5], 0x0040u), __byte_perm(q[6], q[7], 0x0040u), 0x5410u);
+    const uint32_t lo = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
+    const uint32_t hi = q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24;
     *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
   } else {
-    constexpr uint32_t kBiasSum = kCodeBias + (kCodeBias << 4) + (kCodeBias << 8) + (kCodeBias << 12) +
-                                  (kCodeBias << 16) + (kCodeBias << 20) + (kCodeBias << 24) + (kCodeBias << 28);
-    uint32_t w = 0u - kBiasSum;
+    uint32_t w = 0;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) w += q[j] << (4 * j);
+    for (int j = 0; j < kVec; ++j) w |= q[j] << (4 * j);
     *reinterpret_cast<uint32_t*>(p) = w;
   }
 }
@@ -279,23 +224,23 @@ __device__ __forceinline__ void decode_group(const RawGroup& g, int valid, float
   quant::GroupParams p;
   p.scale = quant::half_bits_to_float(static_cast<uint16_t>(g.meta & 0xffffu));
   p.zero = quant::half_bits_to_float(static_cast<uint16_t>(g.meta >> 16));
-  float q[kVec];  // the codes' values (exact), quant::dequantize_one's static_cast<float>(q)
+  uint32_t q[kVec];
   if constexpr (BITS == 8) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      q[j] = code_at<8>(g.codes.x, j);
-      q[4 + j] = code_at<8>(g.codes.y, j);
+      q[j] = (g.codes.x >> (8 * j)) & 0xffu;
+      q[4 + j] = (g.codes.y >> (8 * j)) & 0xffu;
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) q[j] = code_at<4>(g.codes.x, j);
+    for (int j = 0; j < kVec; ++j) q[j] = (g.codes.x >> (4 * j)) & 0xfu;
   }
   if (valid == kVec) {  // no test per value
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = __fmaf_rn(q[j], p.scale, p.zero);  // quant::dequantize_one
+    for (int j = 0; j < kVec; ++j) v[j] = quant::dequantize_one(q[j], p);
   } else {
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = j < valid ? __fmaf_rn(q[j], p.scale, p.zero) : 0.f;
+    for (int j = 0; j < kVec; ++j) v[j] = j < valid ? quant::dequantize_one(q[j], p) : 0.f;
   }
 }
 template <int BITS>
@@ -676,7 +621,8 @@ __device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out,
           for (int j = 0; j < kVec; ++j) {
             constexpr int kPer = 32 / BITS;  // values per 32-bit word
             const int jj = h * kVec + j;
-            const float v = __fmaf_rn(code_at<BITS>(w[jj / kPer], jj % kPer), scale, zero);  // quant::dequantize_one
+            const uint32_t qv = (w[jj / kPer] >> (BITS * (jj % kPer))) & ((1u << BITS) - 1u);
+            const float v = __fmaf_rn(static_cast<float>(qv), scale, zero);  // quant::dequantize_one
             sum[j] = s + t == 0 ? v : __fadd_rn(sum[j], v);  // 0 + v == v: the reference's first add
           }
         }
@@ -709,7 +655,7 @@ __device__ __forceinline__ void requantize_store(uint16_t* dst, int valid, const
   quantize_codes<STEP2>(sum, valid, p, qv);
   float y[kVec];
 #pragma unroll
-  for (int j = 0; j < kVec; ++j) y[j] = __fmaf_rn(biased_code_value(qv[j]), p.scale, p.zero);  // dequantize_one
+  for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
   store8<DT>(dst, valid, y);
 }
 // The end of a pull: this thread's kVec sums of one group (values [e, e + valid) of the output) rounded
@@ -909,7 +855,8 @@ __device__ __forceinline__ void pull_sum_vals(const QuantGeom& q, uint16_t* out,
             for (int j = 0; j < kVec; ++j) {
               constexpr int kPer = 32 / BITS;  // values per 32-bit word
               const int jj = h * kVec + j;
-              sum[j] = __fadd_rn(sum[j], __fmaf_rn(code_at<BITS>(w[jj / kPer], jj % kPer), scale, zero));  // dequantize_one
+              const uint32_t qv = (w[jj / kPer] >> (BITS * (jj % kPer))) & ((1u << BITS) - 1u);
+              sum[j] = __fadd_rn(sum[j], __fmaf_rn(static_cast<float>(qv), scale, zero));  // quant::dequantize_one
             }
           }
           if constexpr (STEP2 == 0) store8<DT>(dst + h * kVec, kVec, sum);
