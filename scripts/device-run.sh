@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant p2p
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -488,6 +488,17 @@ fi
 if has sweep-ar; then
   echo "== gemm-ar sweep (bench/shapes/sweep.txt)" | tee -a "$log"
   T=420 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
+fi
+if has fo-ce-groups; then  # FlashOverlap GEMM+RS per transport at fixed partitions: is NCCL's copy-engine
+  # all-to-all slow by itself or by its per-call handshakes? (CE_SHAPES, CE_GROUPS: --groups values; one value
+  # W cuts the waves into groups of W, the last taking the rest)
+  for sh in ${CE_SHAPES:-16384,8192,1024 16384,8192,4096}; do
+    for g in ${CE_GROUPS:-100 18 12 9 6 3}; do
+      echo "-- $sh groups $g ($(date +%T))" | tee -a "$log"
+      T=60 mpi bench gemm-rs --shape "$sh" --groups "$g" --transport all --no-tune \
+        --json "$out/fo-ce-groups.jsonl" 2>&1 | tail -4 | tee -a "$log"
+    done
+  done
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
