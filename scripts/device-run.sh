@@ -489,13 +489,20 @@ if has sweep-ar; then
   echo "== gemm-ar sweep (bench/shapes/sweep.txt)" | tee -a "$log"
   T=420 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
-if has fo-ce-groups; then  # FlashOverlap GEMM+RS per transport at fixed partitions: is NCCL's copy-engine
-  # all-to-all slow by itself or by its per-call handshakes? (CE_SHAPES, CE_GROUPS: --groups values; one value
-  # W cuts the waves into groups of W, the last taking the rest)
+if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given partitions (CE_SHAPES; CE_GROUPS:
+  # --groups lists of waves per group, e.g. "12,12,12", the last group extended to the GEMM's waves, or
+  # "default" for the op's own default partition): the copy-engine transport's cost per group. Runs
+  # test_overlap_mpi first unless `test` ran.
+  if ! has test; then
+    (cd build && timeout 200 ctest --output-on-failure --timeout 190 -R "test_overlap_mpi$" > "$out/ctest-overlap.log" 2>&1)
+    echo "ctest rc=$?" | tee -a "$log"
+    grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-overlap.log" | tee -a "$log"
+  fi
   for sh in ${CE_SHAPES:-16384,8192,1024 16384,8192,4096}; do
-    for g in ${CE_GROUPS:-100 18 12 9 6 3}; do
+    for g in ${CE_GROUPS:-default 12,12,12 6,6,6,6,6,6}; do
       echo "-- $sh groups $g ($(date +%T))" | tee -a "$log"
-      T=60 mpi bench gemm-rs --shape "$sh" --groups "$g" --transport all --no-tune \
+      ga=(--groups "$g"); [[ $g == default ]] && ga=()
+      T=60 mpi bench gemm-rs --shape "$sh" "${ga[@]}" --transport all --no-tune \
         --json "$out/fo-ce-groups.jsonl" 2>&1 | tail -4 | tee -a "$log"
     done
   done

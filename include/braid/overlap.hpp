@@ -342,7 +342,7 @@ class GemmOverlap {
   void upload();
   void make_fallback_resources();  // cuBLAS handle, and fb_ for the window transports
   void enter_fallback();           // checks the shape, then make_fallback_resources()
-  void run_copy_engine_group(size_t off, size_t count, void* out);
+  void run_copy_engine_group(size_t off, size_t count, void* out, bool last);
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;
@@ -360,6 +360,7 @@ class GemmOverlap {
   std::unique_ptr<NcclWindow> win_d_, win_recv_, win_out_;
   void* ce_comm_ = nullptr;           // ncclComm_t: team.nccl_zero_cta() (copy-engine transport)
   int reduce_ctas_ = 16;              // CTAs of the per-group reduction (copy-engine transport)
+  int reduce_ctas_last_ = 16;         // the same for the last group (after the GEMM: every SM)
   int32_t* tables_ = nullptr;         // tile_slot | tile_group | group_first | slot_tile
   uint32_t* counters_ = nullptr;
   cudaStream_t comm_ = nullptr;

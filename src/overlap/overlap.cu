@@ -125,36 +125,64 @@ __global__ void fill_const_kernel(__nv_bfloat16* p, size_t count, float v) {
 
 // Copy-engine transport's reduction: out[i] = sum over q < world of src[q * chunk + i], in fp32, in rank
 // order (so every rank that sums the same slices gets the same bits). 8 bf16 per 16-byte access; chunk
-// is a multiple of 8 elements.
-constexpr int kSumThreads = 256;
+// is a multiple of 8 elements. It streams world + 1 chunks through HBM with nothing to compute, so it is
+// bound by the loads in flight: each thread issues the loads of kSumUnroll vectors of every source before
+// it adds (the first form, one vector per thread and 32 CTAs, ran at ~0.2 TB/s and was most of the
+// transport's time: 2x H200, 8d01bed, docs/flashoverlap.md).
+constexpr int kSumThreads = 256, kSumUnroll = 4;
+__device__ __forceinline__ void add_bf16x8(float (&acc)[8], const uint4& u, bool first) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    if (first) {
+      acc[2 * i] = f.x, acc[2 * i + 1] = f.y;
+    } else {
+      acc[2 * i] += f.x, acc[2 * i + 1] += f.y;
+    }
+  }
+}
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&acc)[8]) {
+  uint4 o;
+  __nv_bfloat162* oo = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) oo[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+  return o;
+}
 __global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const uint4* __restrict__ src, uint4* __restrict__ out,
                                                                  int64_t chunk_vecs, int world) {
-  for (int64_t v = blockIdx.x * int64_t(kSumThreads) + threadIdx.x; v < chunk_vecs;
-       v += int64_t(gridDim.x) * kSumThreads) {
+  const int64_t stride = int64_t(gridDim.x) * kSumThreads;
+  int64_t v = blockIdx.x * int64_t(kSumThreads) + threadIdx.x;
+  // Whole rounds: kSumUnroll vectors per thread, stride apart (coalesced across the block).
+  for (; v + (kSumUnroll - 1) * stride < chunk_vecs; v += kSumUnroll * stride) {
+    float acc[kSumUnroll][8];
+    uint4 a[kSumUnroll], b[kSumUnroll];
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) a[u] = src[v + u * stride];
+    if (world >= 2) {
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) b[u] = src[chunk_vecs + v + u * stride];
+    }
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) add_bf16x8(acc[u], a[u], true);
+    if (world >= 2) {
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) add_bf16x8(acc[u], b[u], false);
+    }
+    for (int q = 2; q < world; ++q) {
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) a[u] = src[q * chunk_vecs + v + u * stride];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) add_bf16x8(acc[u], a[u], false);
+    }
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) out[v + u * stride] = pack_bf16x8(acc[u]);
+  }
+  for (; v < chunk_vecs; v += stride) {  // the rest, one vector at a time (the same adds in the same order)
     float acc[8];
-    {
-      const uint4 u = src[v];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        acc[2 * i] = f.x, acc[2 * i + 1] = f.y;
-      }
-    }
-    for (int q = 1; q < world; ++q) {
-      const uint4 u = src[q * chunk_vecs + v];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        acc[2 * i] += f.x, acc[2 * i + 1] += f.y;
-      }
-    }
-    uint4 o;
-    __nv_bfloat162* oo = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) oo[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    out[v] = o;
+    add_bf16x8(acc, src[v], true);
+    for (int q = 1; q < world; ++q) add_bf16x8(acc, src[q * chunk_vecs + v], false);
+    out[v] = pack_bf16x8(acc);
   }
 }
 
@@ -322,7 +350,16 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     window(&d_, win_d_, d_bytes);
     if (ce) window(&recv_, win_recv_, d_bytes);             // the all-to-all's receive buffer
     if (!ce && rs) window(&sym_out_, win_out_, d_bytes / team.size());  // the reduce-scatter's output
-    if (ce) ce_comm_ = wc, reduce_ctas_ = std::max(8, 2 * std::max(0, opt.reserve_sms));
+    // The per-group reduction fills the SMs the GEMM leaves free (as many CTAs as one SM holds, each); the
+    // last group's, which runs once the GEMM is done, may take every SM (run_copy_engine_group).
+    if (ce) {
+      int per_sm = 0;
+      BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
+      per_sm = std::max(1, per_sm);
+      ce_comm_ = wc;
+      reduce_ctas_ = per_sm * std::max(1, std::min(sms, std::max(0, opt.reserve_sms)));
+      reduce_ctas_last_ = per_sm * sms;
+    }
     // NCCL sets up its copy-engine state (a symmetric sync window: ncclMemAlloc + registration), and may set
     // up its symmetric runtime, at a communicator's first such collective, which fails inside a stream
     // capture (seen on the node: "unhandled cuda error" from a captured ncclAlltoAll). One eager call of
@@ -500,7 +537,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
     if (debug == "nocomm") continue;
     if (ce_comm_) {
-      run_copy_engine_group(off, count, out);
+      run_copy_engine_group(off, count, out, g == G - 1);
       continue;
     }
     if (rs) {
@@ -522,7 +559,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
 // Ordering: NCCL's copy-engine collectives end with a completion handshake on the comm stream, so when
 // the all-to-all is done every peer has finished writing recv_ and reading nothing of ours (push only);
 // the all-gather starts with a ready handshake, so no peer writes our d_ before we reduced into it.
-void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out) {
+void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, bool last) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
   const int W = team_.size(), me = team_.rank();
   const size_t chunk = count / W;
@@ -531,7 +568,9 @@ void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out) {
   auto* r = static_cast<__nv_bfloat16*>(recv_);
   BRAID_NCCL_CHECK(ncclAlltoAll(d + off, r + off, chunk, kBf16, ce, comm_));
   const int64_t vecs = static_cast<int64_t>(chunk / 8);
-  const int blocks = static_cast<int>(std::min<int64_t>(reduce_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
+  // After the last group's wait the GEMM has stored every tile: its reduction may use the whole GPU.
+  const int ctas = last ? reduce_ctas_last_ : reduce_ctas_;
+  const int blocks = static_cast<int>(std::min<int64_t>(ctas, (vecs + kSumThreads - 1) / kSumThreads));
   const bool rs = opt_.coll == Collective::kReduceScatter;
   __nv_bfloat16* dst = rs ? static_cast<__nv_bfloat16*>(out) + off / W : d + off + size_t(me) * chunk;
   sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, comm_>>>(reinterpret_cast<const uint4*>(r + off),
@@ -539,7 +578,7 @@ void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out) {
   BRAID_CHECK_LAUNCH();
   if (!rs) BRAID_NCCL_CHECK(ncclAllGather(d + off + size_t(me) * chunk, d + off, chunk, kBf16, ce, comm_));
 #else
-  (void)off, (void)count, (void)out;
+  (void)off, (void)count, (void)out, (void)last;
   throw UnavailableError("FlashOverlap copy-engine transport: needs NCCL >= 2.28", __FILE__, __LINE__);
 #endif
 }
