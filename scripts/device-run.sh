@@ -48,9 +48,13 @@
 # Nineteenth session (six calls, all 2x H200): `build test ar-stamps` (CTEST_R="test_allreduce_mpi$", 4-6 configs,
 # 16M-256M) 3.4-3.8 min cold; the same with STAMP_ALGOS (5 algos, 1M-256M, one config) 3.4 min; `build test
 # ar-1step` (CTEST_R=test_allreduce, 7 algos at -f 2) 4.3 min cold; `build test` (full ctest) 6 min cold.
-# Next: on 2x H100 (none served since the fifteenth session): `build test ar-1step` (the final tree: every
-# ctest entry passed at dae9ac1 on 2x H200; int6-1step measured on H200 only), then `measure-rs`
-# (OVERLAP_TRANSPORT=symmetric) and `strands-smres` (STRANDS_THROTTLE=2).
+# Twentieth session (four calls, all 2x H200): `build test ar-1step` 6.2 min cold; `build ar-cvt` (a variant build
+# of allreduce.cu, 4 runs of 7 algos 4M-256M) 6.6 min cold; `build fo-ce-groups` (test_overlap_mpi, 9 benches) 5.7 min.
+# Next (twentieth session's end; every call since the fifteenth session was served by 2x H200): `build test
+# measure-rs` with OVERLAP_TRANSPORT=all (~7 min: the copy-engine transport, its reduction fixed in 9e04529,
+# now measured and decided by --measure like the others — written after the device time, not GPU-run: the
+# new test OverlapMpiTransportCollective and `transport_collective`), then `scripts/predictor_error.py
+# --fit` for its comm_stretch; on 2x H100 when served: `build test ar-1step`, `strands-smres`.
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -508,6 +512,7 @@ if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given 
   done
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
+  # (OVERLAP_TRANSPORT: kernels, symmetric = kernels + symmetric, all = kernels + copy engines + symmetric)
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
   T=540 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --measure "$out/inputs.txt" \
     --transport ${OVERLAP_TRANSPORT:-kernels} \

@@ -8,7 +8,7 @@ chose, contention included, or the sequential time when it chose the fallback) a
 sequential time measured by --measure, which the fallback reruns, so its error is small by construction),
 the overlapped shapes' mean signed error (> 0: the model is optimistic), and how often the choice (overlap vs fallback) was right, i.e. not slower than
 the other option measured in the same row; for each transport measured (NCCL's kernels; its
-symmetric-memory kernels: `*_sym*` fields). Usage: predictor_error.py ROWS.jsonl [--json SUMMARY.jsonl]
+symmetric-memory kernels: `*_sym*` fields; its copy engines: `*_ce*` fields). Usage: predictor_error.py ROWS.jsonl [--json SUMMARY.jsonl]
 
 `--fit`: the calibration of tuning/overlap.tsv instead — per transport, the comm_stretch c that makes
 predicted + c x (the collective's solo time) fit the measured overlapped times (least squares on the
@@ -28,6 +28,7 @@ import sys
 TRANSPORTS = {
     "kernels": ("predicted_us", "flashoverlap_us", "decision", "speedup", "tuned_overlap_us"),
     "symmetric": ("predicted_sym_us", "flashoverlap_sym_us", "decision_sym", "speedup_sym", "tuned_overlap_sym_us"),
+    "copy-engine": ("predicted_ce_us", "flashoverlap_ce_us", "decision_ce", "speedup_ce", "tuned_overlap_ce_us"),
 }
 
 
@@ -84,6 +85,8 @@ FIT_FIELDS = {
     "nccl-kernels": ("predicted_us", "flashoverlap_us", "decision", "collective_us", "tuned_overlap_us"),
     "nccl-symmetric": ("predicted_sym_us", "flashoverlap_sym_us", "decision_sym", "collective_sym_us",
                        "tuned_overlap_sym_us"),
+    "nccl-copy-engine": ("predicted_ce_us", "flashoverlap_ce_us", "decision_ce", "collective_ce_us",
+                         "tuned_overlap_ce_us"),
 }
 
 

@@ -334,6 +334,14 @@ class GemmOverlap {
   // The medians the last tune() measured (µs; 0 before any): the overlapped op and the fallback's work.
   double tuned_overlap_us() const { return tuned_overlap_us_; }
   double tuned_sequential_us() const { return tuned_sequential_us_; }
+  // This transport's collective alone, as run() issues it for one wave group of `count` elements (a
+  // multiple of 8 x world) at the start of the reordered buffer, with no GEMM and no wait: NCCL's
+  // reduce-scatter / all-reduce over the op's buffer, or over the copy engines the all-to-all, the
+  // reduction on the SMs the GEMM leaves free (a group beside the GEMM) and, for all-reduce, the
+  // all-gather. Reduce-scatter writes count / world elements into `out` (output() over symmetric windows);
+  // all-reduce works in place. The search's latency curve and contention for the copy-engine transport
+  // (`bench gemm-rs --measure`). Overwrites the op's buffers; collective: every rank calls it alike.
+  void transport_collective(size_t count, void* out, cudaStream_t stream);
   // Throws TimeoutError if a spin wait of this op timed out (call after synchronizing the stream).
   void check_error() const;
   const SignalGemm& gemm() const { return *gemm_; }
@@ -342,7 +350,7 @@ class GemmOverlap {
   void upload();
   void make_fallback_resources();  // cuBLAS handle, and fb_ for the window transports
   void enter_fallback();           // checks the shape, then make_fallback_resources()
-  void run_copy_engine_group(size_t off, size_t count, void* out, bool last);
+  void run_copy_engine_group(size_t off, size_t count, void* out, bool last, cudaStream_t s);
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;

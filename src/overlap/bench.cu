@@ -150,12 +150,18 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   const int last = g.num_tiles() - (g.num_waves() - 1) * g.ctas;
   mi.in.last_wave_fraction = double(last) / g.ctas;
   const double full = double(sh.m) * sh.n * 2;
+  // The copy-engine transport's collective is the op's own (NCCL's copy-engine all-to-all between its
+  // windows, then braid's reduction on the SMs left free): measured through the op. The others are NCCL's
+  // collective over the given buffers (plain memory: ring kernels; windows: symmetric kernels).
+  const bool ce = op.options().transport == Transport::kNcclCopyEngine;
   for (double b = mi.in.bytes_per_wave / 2; b < 2 * full; b *= 2) {
     const double bb = std::min(b, full);
     size_t count = static_cast<size_t>(bb / 2);
     count -= count % (size_t(team.size()) * 8);
     const double t = median_us(team, a.timing, [&](int) {
-      if (a.coll == Collective::kReduceScatter)
+      if (ce)
+        op.transport_collective(count, scratch_out, team.stream());
+      else if (a.coll == Collective::kReduceScatter)
         BRAID_NCCL_CHECK(ncclReduceScatter(scratch_in, scratch_out, count / team.size(), ncclBfloat16, ncclSum,
                                            team.nccl(), team.stream()));
       else
@@ -173,7 +179,7 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-  auto collective = [&](void* in, void* out, cudaStream_t st) {
+  auto collective = [&](void* in, void* out, cudaStream_t st) {  // NCCL's (the sequential baseline's)
     if (a.coll == Collective::kReduceScatter)
       BRAID_NCCL_CHECK(ncclReduceScatter(in, out, mn / W, ncclBfloat16, ncclSum, team.nccl(), st));
     else
@@ -184,7 +190,10 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
     BRAID_CUDA_CHECK(cudaEventRecord(fork, team.stream()));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(s2, fork, 0));
     gemm.run(A, B, sh.m, sh.n, sh.k, e, team.stream());
-    collective(buf.other, buf.other_out, s2);
+    if (ce)
+      op.transport_collective(mn, buf.other_out, s2);  // the op's windows; the GEMM writes buf.in
+    else
+      collective(buf.other, buf.other_out, s2);
     BRAID_CUDA_CHECK(cudaEventRecord(join, s2));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(team.stream(), join, 0));
   });
@@ -281,8 +290,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // --measure: the search's inputs measured on this node per transport (the collective's latency curve,
     // its contention with the GEMM, the sequential time, all over that transport's buffers), the search,
     // and its decision applied to that transport's op (partition, or the sequential fallback).
-    std::string searched, searched_sym;
-    DecisionCache cache_sym;
+    std::string searched, searched_sym, searched_ce;
+    DecisionCache cache_sym, cache_ce;
+    Other* ce = nullptr;
+    for (auto& o : others)
+      if (o.t == Transport::kNcclCopyEngine) ce = &o;
     if (!a.measure.empty()) {
       auto measure_and_decide = [&](GemmOverlap& o, const MeasureBuffers& mb, DecisionCache& dc, const std::string& path,
                                     const std::string& cache_path) {
@@ -313,6 +325,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         searched_sym = measure_and_decide(*sym->op, {sym_d->get(), sym_out->get(), other.get(), other_out.get(), D.p, out.p},
                                           cache_sym, a.measure + ".symmetric",
                                           a.cache.empty() ? std::string() : a.cache + ".symmetric");
+      }
+      if (ce) {  // the copy-engine transport's own collective (the op's windows), GEMM output elsewhere
+        DevBuf gemm_out(mn * 2), coll_out(mn * 2 / W), other_out(mn * 2 / W);
+        searched_ce = measure_and_decide(*ce->op, {gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p}, cache_ce,
+                                         a.measure + ".copy-engine",
+                                         a.cache.empty() ? std::string() : a.cache + ".copy-engine");
       }
     }
 
@@ -459,6 +477,10 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       else
         BRAID_NCCL_CHECK(ncclAllReduce(sym_d->get(), sym_d->get(), mn, ncclBfloat16, ncclSum, team.nccl(), s));
     });
+    // The copy-engine transport's whole collective alone (its all-to-all and reduction, as for one group).
+    // Overwrites the op's buffers: after its verified and timed runs, before its graph replays (which
+    // rewrite them).
+    const double t_comm_ce = !ce ? 0.0 : median_us(team, t, [&](int) { ce->op->transport_collective(mn, ce->out, s); });
     op.check_error();
     for (auto& o : others) o.op->check_error();
     // The same ops replayed from CUDA graphs (one per input set): no host work per wave group, which
@@ -567,6 +589,20 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         if (sym->op->tuned_overlap_us() > 0)
           j.add("tuned_overlap_sym_us", sym->op->tuned_overlap_us())
               .add("tuned_sequential_sym_us", sym->op->tuned_sequential_us());
+      }
+      if (ce) {
+        std::ostringstream g3;
+        for (size_t i = 0; i < ce->op->mapping().group_waves.size(); ++i)
+          g3 << (i ? "," : "") << ce->op->mapping().group_waves[i];
+        j.add("groups_ce", g3.str())
+            .add("decision_ce", ce->op->sequential() ? "sequential" : "overlap")
+            .add("collective_ce_us", t_comm_ce);
+        if (!searched_ce.empty())
+          j.add("predicted_ce_us", std::stod(searched_ce))
+              .add("comm_stretch_ce", default_comm_stretch(Transport::kNcclCopyEngine));
+        if (ce->op->tuned_overlap_us() > 0)
+          j.add("tuned_overlap_ce_us", ce->op->tuned_overlap_us())
+              .add("tuned_sequential_ce_us", ce->op->tuned_sequential_us());
       }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);
       for (const auto& o : others) {

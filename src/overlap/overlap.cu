@@ -537,7 +537,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
     if (debug == "nocomm") continue;
     if (ce_comm_) {
-      run_copy_engine_group(off, count, out, g == G - 1);
+      run_copy_engine_group(off, count, out, g == G - 1, comm_);
       continue;
     }
     if (rs) {
@@ -559,28 +559,41 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
 // Ordering: NCCL's copy-engine collectives end with a completion handshake on the comm stream, so when
 // the all-to-all is done every peer has finished writing recv_ and reading nothing of ours (push only);
 // the all-gather starts with a ready handshake, so no peer writes our d_ before we reduced into it.
-void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, bool last) {
+void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, bool last, cudaStream_t s) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
   const int W = team_.size(), me = team_.rank();
   const size_t chunk = count / W;
   auto ce = static_cast<ncclComm_t>(ce_comm_);
   auto* d = static_cast<__nv_bfloat16*>(d_);
   auto* r = static_cast<__nv_bfloat16*>(recv_);
-  BRAID_NCCL_CHECK(ncclAlltoAll(d + off, r + off, chunk, kBf16, ce, comm_));
+  BRAID_NCCL_CHECK(ncclAlltoAll(d + off, r + off, chunk, kBf16, ce, s));
   const int64_t vecs = static_cast<int64_t>(chunk / 8);
   // After the last group's wait the GEMM has stored every tile: its reduction may use the whole GPU.
   const int ctas = last ? reduce_ctas_last_ : reduce_ctas_;
   const int blocks = static_cast<int>(std::min<int64_t>(ctas, (vecs + kSumThreads - 1) / kSumThreads));
   const bool rs = opt_.coll == Collective::kReduceScatter;
   __nv_bfloat16* dst = rs ? static_cast<__nv_bfloat16*>(out) + off / W : d + off + size_t(me) * chunk;
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, comm_>>>(reinterpret_cast<const uint4*>(r + off),
-                                                                     reinterpret_cast<uint4*>(dst), vecs, W);
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(reinterpret_cast<const uint4*>(r + off),
+                                                                reinterpret_cast<uint4*>(dst), vecs, W);
   BRAID_CHECK_LAUNCH();
-  if (!rs) BRAID_NCCL_CHECK(ncclAllGather(d + off + size_t(me) * chunk, d + off, chunk, kBf16, ce, comm_));
+  if (!rs) BRAID_NCCL_CHECK(ncclAllGather(d + off + size_t(me) * chunk, d + off, chunk, kBf16, ce, s));
 #else
-  (void)off, (void)count, (void)out, (void)last;
+  (void)off, (void)count, (void)out, (void)last, (void)s;
   throw UnavailableError("FlashOverlap copy-engine transport: needs NCCL >= 2.28", __FILE__, __LINE__);
 #endif
+}
+
+void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t stream) {
+  const size_t W = static_cast<size_t>(team_.size());
+  BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
+                "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
+  if (ce_comm_) return run_copy_engine_group(0, count, out, false, stream);
+  auto* d = static_cast<__nv_bfloat16*>(d_);
+  if (opt_.coll == Collective::kReduceScatter) {
+    BRAID_NCCL_CHECK(ncclReduceScatter(d, out, count / W, kBf16, ncclSum, team_.nccl(), stream));
+  } else {
+    BRAID_NCCL_CHECK(ncclAllReduce(d, d, count, kBf16, ncclSum, team_.nccl(), stream));
+  }
 }
 
 void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const {

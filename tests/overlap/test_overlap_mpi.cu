@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include <nccl.h>
 
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
@@ -207,6 +210,54 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
     std::copy_n(r.begin() + ((j / Rw) * R + int64_t(rank) * Rw + j % Rw) * n, n, want.begin() + j * n);
   EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
             0u);
+}
+
+// GemmOverlap::transport_collective (the collective the search measures per transport): on the op's own
+// buffer, for a whole and a partial group, it gives what NCCL's reduce-scatter / all-reduce gives on a plain
+// copy of the same data, for every transport (the copy-engine one: NCCL's all-to-all and braid's reduction).
+TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
+  braid::Team team(MPI_COMM_WORLD);
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = 2048, n = 1024, k = 512, mn = m * n;
+  cudaStream_t s = team.stream();
+  bool have_windows = true;
+  try {
+    team.nccl_zero_cta();
+  } catch (const braid::UnavailableError&) {
+    have_windows = false;
+  }
+  for (const Transport t : {Transport::kNcclKernels, Transport::kNcclSymmetric, Transport::kNcclCopyEngine}) {
+    if (t != Transport::kNcclKernels && !have_windows) continue;
+    for (const Collective coll : {Collective::kReduceScatter, Collective::kAllReduce}) {
+      SCOPED_TRACE(std::string(transport_name(t)) + (coll == Collective::kReduceScatter ? " RS" : " AR"));
+      OverlapOptions o;
+      o.coll = coll;
+      o.m = m, o.n = n, o.k = k;
+      o.transport = t;
+      GemmOverlap op(team, o);
+      const bool rs = coll == Collective::kReduceScatter;
+      Buf plain(mn * 2), plain_out(mn * 2 / W), out(mn * 2 / W);
+      void* outp = op.output() ? op.output() : out.p;
+      for (const int64_t count : {mn, (mn / 3) / (8 * W) * (8 * W)}) {
+        fill_uniform_bf16(op.reordered(), size_t(count), 600 + rank, 1.f, s);
+        ASSERT_EQ(cudaMemcpyAsync(plain.p, op.reordered(), size_t(count) * 2, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+        op.transport_collective(size_t(count), outp, s);
+        if (rs)
+          ASSERT_EQ(ncclReduceScatter(plain.p, plain_out.p, size_t(count / W), ncclBfloat16, ncclSum, team.nccl(), s),
+                    ncclSuccess);
+        else
+          ASSERT_EQ(ncclAllReduce(plain.p, plain.p, size_t(count), ncclBfloat16, ncclSum, team.nccl(), s), ncclSuccess);
+        team.synchronize("transport collective");
+        const int64_t len = rs ? count / W : count;
+        const auto want = download_bf16(rs ? plain_out.p : plain.p, size_t(len));
+        const auto got = download_bf16(rs ? outp : op.reordered(), size_t(len));
+        // Sums of W values of |x| < 1 rounded to bf16: NCCL's order and roundings may differ from braid's fp32
+        // sum by an ulp or two at magnitude W (wrong data is off by O(1)).
+        EXPECT_EQ(count_mismatch(want, got, [](int64_t i) { return i; }, W / 64.0, 1.0 / 128.0), 0u)
+            << "count " << count;
+      }
+    }
+  }
 }
 
 // GEMM + all-to-all: every rank regenerates every rank's A and computes its D with cuBLAS, so the
