@@ -138,6 +138,23 @@ TEST(OverlapSearch, LargeWaveCountsAreFast) {
   EXPECT_LT(r.predicted_us, predict_us(in, {62}));
 }
 
+// A transport with a large cost per call (the copy-engine transport: NCCL's handshakes and braid's
+// reduction launch, ~20 us per group on 2x H200, docs/flashoverlap.md) gets fewer groups than one with a
+// small one on the same shape, and its prediction counts the calls: the search trades groups against the
+// tail through the measured latency curve alone.
+TEST(OverlapSearch, PerCallCostMeansFewerGroups) {
+  // 36 waves of 11.5 us (a 416-us GEMM), 128 MiB of output at ~350 GB/s: the comm-heavy 16384x8192x1024.
+  for (int max_groups : {8, 18}) {
+    const SearchInputs cheap = inputs(36, 11.5, 3.0, 350.0), costly = inputs(36, 11.5, 40.0, 350.0);
+    const SearchResult a = search_partition(cheap, max_groups), b = search_partition(costly, max_groups);
+    EXPECT_LT(b.group_waves.size(), a.group_waves.size()) << max_groups;
+    EXPECT_GT(a.group_waves.size(), 1u);
+    EXPECT_GT(b.predicted_us, a.predicted_us);
+    // The costly transport's own optimum beats running its calls at the cheap one's partition.
+    EXPECT_LE(b.predicted_us, predict_us(costly, a.group_waves) + 1e-9);
+  }
+}
+
 TEST(OverlapSearch, CurveInterpolates) {
   BandwidthCurve c;
   c.bytes = {100, 200, 400};
