@@ -574,35 +574,28 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       // tune(): the search chose overlap and tuning measured it (and the fallback) before deciding.
       if (op.tuned_overlap_us() > 0)
         j.add("tuned_overlap_us", op.tuned_overlap_us()).add("tuned_sequential_us", op.tuned_sequential_us());
+      // A transport's own decision: partition, choice, prediction, tuning (fields suffixed _sym / _ce).
+      auto add_decision = [&](const Other& o, const std::string& predicted) {
+        const std::string k = key_of(o.t);
+        std::ostringstream g;
+        const std::vector<int>& waves = o.op->mapping().group_waves;
+        for (size_t i = 0; i < waves.size(); ++i) g << (i ? "," : "") << waves[i];
+        j.add("groups_" + k, g.str()).add("decision_" + k, o.op->sequential() ? "sequential" : "overlap");
+        if (!predicted.empty())
+          j.add("predicted_" + k + "_us", std::stod(predicted)).add("comm_stretch_" + k, default_comm_stretch(o.t));
+        if (o.op->tuned_overlap_us() > 0)
+          j.add("tuned_overlap_" + k + "_us", o.op->tuned_overlap_us())
+              .add("tuned_sequential_" + k + "_us", o.op->tuned_sequential_us());
+      };
       if (sym) {
         j.add("collective_sym_us", t_comm_sym)
             .add("sequential_sym_us", t_seq_sym)
-            .add("speedup_sym_vs_seq_sym", t_seq_sym / sym->eager_us)
-            .add("decision_sym", sym->op->sequential() ? "sequential" : "overlap");
-        std::ostringstream g2;
-        for (size_t i = 0; i < sym->op->mapping().group_waves.size(); ++i)
-          g2 << (i ? "," : "") << sym->op->mapping().group_waves[i];
-        j.add("groups_sym", g2.str());
-        if (!searched_sym.empty())
-          j.add("predicted_sym_us", std::stod(searched_sym))
-              .add("comm_stretch_sym", default_comm_stretch(Transport::kNcclSymmetric));
-        if (sym->op->tuned_overlap_us() > 0)
-          j.add("tuned_overlap_sym_us", sym->op->tuned_overlap_us())
-              .add("tuned_sequential_sym_us", sym->op->tuned_sequential_us());
+            .add("speedup_sym_vs_seq_sym", t_seq_sym / sym->eager_us);
+        add_decision(*sym, searched_sym);
       }
       if (ce) {
-        std::ostringstream g3;
-        for (size_t i = 0; i < ce->op->mapping().group_waves.size(); ++i)
-          g3 << (i ? "," : "") << ce->op->mapping().group_waves[i];
-        j.add("groups_ce", g3.str())
-            .add("decision_ce", ce->op->sequential() ? "sequential" : "overlap")
-            .add("collective_ce_us", t_comm_ce);
-        if (!searched_ce.empty())
-          j.add("predicted_ce_us", std::stod(searched_ce))
-              .add("comm_stretch_ce", default_comm_stretch(Transport::kNcclCopyEngine));
-        if (ce->op->tuned_overlap_us() > 0)
-          j.add("tuned_overlap_ce_us", ce->op->tuned_overlap_us())
-              .add("tuned_sequential_ce_us", ce->op->tuned_sequential_us());
+        j.add("collective_ce_us", t_comm_ce);
+        add_decision(*ce, searched_ce);
       }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);
       for (const auto& o : others) {

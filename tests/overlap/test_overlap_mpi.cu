@@ -240,7 +240,8 @@ TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
       void* outp = op.output() ? op.output() : out.p;
       for (const int64_t count : {mn, (mn / 3) / (8 * W) * (8 * W)}) {
         fill_uniform_bf16(op.reordered(), size_t(count), 600 + rank, 1.f, s);
-        ASSERT_EQ(cudaMemcpyAsync(plain.p, op.reordered(), size_t(count) * 2, cudaMemcpyDeviceToDevice, s), cudaSuccess);
+        ASSERT_EQ(cudaMemcpyAsync(plain.p, op.reordered(), size_t(count) * 2, cudaMemcpyDeviceToDevice, s),
+                  cudaSuccess);
         op.transport_collective(size_t(count), outp, s);
         if (rs)
           ASSERT_EQ(ncclReduceScatter(plain.p, plain_out.p, size_t(count / W), ncclBfloat16, ncclSum, team.nccl(), s),
