@@ -8,7 +8,9 @@ chose, contention included, or the sequential time when it chose the fallback) a
 sequential time measured by --measure, which the fallback reruns, so its error is small by construction),
 the overlapped shapes' mean signed error (> 0: the model is optimistic), and how often the choice (overlap vs fallback) was right, i.e. not slower than
 the other option measured in the same row; for each transport measured (NCCL's kernels; its
-symmetric-memory kernels: `*_sym*` fields; its copy engines: `*_ce*` fields). Usage: predictor_error.py ROWS.jsonl [--json SUMMARY.jsonl]
+symmetric-memory kernels: `*_sym*` fields; its copy engines: `*_ce*` fields), and, where several were
+measured, the speedup of the transport each shape's lowest prediction picks. Usage: predictor_error.py
+ROWS.jsonl [--json SUMMARY.jsonl]
 
 `--fit`: the calibration of tuning/overlap.tsv instead — per transport, the comm_stretch c that makes
 predicted + c x (the collective's solo time) fit the measured overlapped times (least squares on the
@@ -130,6 +132,40 @@ def check(rows, values):
               f"max {100 * max(e):.1f}%")
 
 
+def transport_choice(rows, argv):
+    """The transport the predictor would pick per shape: each measured transport's search predicted its own
+    decision's time (an overlap, or the sequential time for its fallback); the lowest prediction picks the
+    transport, and the row's measured time of that transport's op is what a user of the choice gets. Not the
+    best measured time per shape (that would be an in-sample pick)."""
+    keyed = [(t, TRANSPORTS[t]) for t in TRANSPORTS]
+    picked, best_measured, counts = [], [], {}
+    for r in rows:
+        if not r.get("correct", False):
+            continue
+        cands = [(r[kp], t, r[ks]) for t, (kp, km, kd, ks, kt) in keyed if kp in r and ks in r]
+        if len(cands) < 2:
+            continue
+        _, t, sp = min(cands)
+        picked.append(sp)
+        best_measured.append(max(c[2] for c in cands))
+        counts[t] = counts.get(t, 0) + 1
+    if not picked:
+        return
+    geo = math.exp(sum(math.log(x) for x in picked) / len(picked))
+    best = math.exp(sum(math.log(x) for x in best_measured) / len(best_measured))
+    print(f"# transport picked by the lowest prediction, {len(picked)} shapes ({counts}): speedup over cuBLAS + NCCL "
+          f"geomean {geo:.3f}x, min {min(picked):.3f}x, below 0.97x on {sum(x < 0.97 for x in picked)} "
+          f"(the best measured transport per shape, in sample: {best:.3f}x)")
+    if "--json" in argv:
+        first = rows[0]
+        with open(argv[argv.index("--json") + 1], "a") as f:
+            f.write(json.dumps({"bench": first.get("bench", "gemm-rs") + "-predictor", "transport": "predicted-choice",
+                                "shapes": len(picked), "picks": counts, "geomean_speedup": geo,
+                                "min_speedup": min(picked), "best_measured_geomean_in_sample": best,
+                                "card": first.get("card"), "commit": first.get("commit"),
+                                "date": first.get("date"), "source": argv[1]}) + "\n")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -145,6 +181,7 @@ def main(argv):
     if not rcs:
         print("no verified rows with predicted_us (run the bench with --measure)")
         return 1
+    transport_choice(rows, argv)
     return max(rcs)
 
 
