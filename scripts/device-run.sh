@@ -51,7 +51,8 @@
 # Twentieth session (four calls, all 2x H200): `build test ar-1step` 6.2 min cold; `build ar-cvt` (a variant build
 # of allreduce.cu, 4 runs of 7 algos 4M-256M) 6.6 min cold; `build fo-ce-groups` (test_overlap_mpi, 9 benches) 5.7 min.
 # Next (twentieth session's end; every call since the fifteenth session was served by 2x H200): `build test
-# measure-rs` with OVERLAP_TRANSPORT=all (~7 min: the copy-engine transport, its reduction fixed in 9e04529,
+# measure-rs` with CTEST_R=test_overlap, OVERLAP_TRANSPORT=all, MEASURE_PART=1/2, then (warm, within 30 s)
+# `measure-rs` with MEASURE_PART=2/2 (the whole sweep ~7 min: the copy-engine transport, its reduction fixed in 9e04529,
 # now measured and decided by --measure like the others — written after the device time, not GPU-run: the
 # new test OverlapMpiTransportCollective and `transport_collective`), then `scripts/predictor_error.py
 # --fit` for its comm_stretch; on 2x H100 when served: `build test ar-1step`, `strands-smres`.
@@ -514,7 +515,14 @@ fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
   # (OVERLAP_TRANSPORT: kernels, symmetric = kernels + symmetric, all = kernels + copy engines + symmetric)
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
-  T=540 mpi bench gemm-rs --shapes bench/shapes/sweep.txt --iters 10 --measure "$out/inputs.txt" \
+  # MEASURE_PART=1/2 or 2/2: every other shape of the sweep (two calls for OVERLAP_TRANSPORT=all, ~7 min whole)
+  shapes=bench/shapes/sweep.txt
+  if [[ -n ${MEASURE_PART:-} ]]; then
+    shapes="$out/sweep-part.txt"
+    grep -v '^ *#' bench/shapes/sweep.txt | grep . | awk -v p="${MEASURE_PART%/*}" -v n="${MEASURE_PART#*/}" \
+      '(NR - 1) % n == p - 1' > "$shapes"
+  fi
+  T=540 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs.txt" \
     --transport ${OVERLAP_TRANSPORT:-kernels} \
     --cache "$out/cache.txt" --json "$out/gemm-rs-measured.jsonl" 2>&1 | tee -a "$log"
   python3 scripts/predictor_error.py "$out/gemm-rs-measured.jsonl" --json "$out/predictor-error.jsonl" 2>&1 | tail -3 | tee -a "$log"
