@@ -351,14 +351,16 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     if (ce) window(&recv_, win_recv_, d_bytes);             // the all-to-all's receive buffer
     if (!ce && rs) window(&sym_out_, win_out_, d_bytes / team.size());  // the reduce-scatter's output
     // The per-group reduction fills the SMs the GEMM leaves free (as many CTAs as one SM holds, each); the
-    // last group's, which runs once the GEMM is done, may take every SM (run_copy_engine_group).
+    // last group's, which runs once the GEMM is done, may take every SM (run_copy_engine_group). With no SM
+    // left free (the GEMM's CTAs fill every register file) every group's reduction waits for the GEMM's end,
+    // so each may take every SM.
     if (ce) {
       int per_sm = 0;
       BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
       per_sm = std::max(1, per_sm);
       ce_comm_ = wc;
-      reduce_ctas_ = per_sm * std::max(1, std::min(sms, std::max(0, opt.reserve_sms)));
       reduce_ctas_last_ = per_sm * sms;
+      reduce_ctas_ = opt.reserve_sms > 0 ? per_sm * std::min(sms, opt.reserve_sms) : reduce_ctas_last_;
     }
     // NCCL sets up its copy-engine state (a symmetric sync window: ncclMemAlloc + registration), and may set
     // up its symmetric runtime, at a communicator's first such collective, which fails inside a stream
