@@ -127,8 +127,8 @@ __global__ void fill_const_kernel(__nv_bfloat16* p, size_t count, float v) {
 // order (so every rank that sums the same slices gets the same bits). 8 bf16 per 16-byte access; chunk
 // is a multiple of 8 elements. It streams world + 1 chunks through HBM with nothing to compute, so it is
 // bound by the loads in flight: each thread issues the loads of kSumUnroll vectors of every source before
-// it adds (the first form, one vector per thread and 32 CTAs, ran at ~0.2 TB/s and was most of the
-// transport's time: 2x H200, 8d01bed, docs/flashoverlap.md).
+// it adds (the first form, one vector per thread and 32 CTAs, had ~256 KB in flight, an estimated 0.2-0.3
+// TB/s, and was most of the transport's time: 2x H200, 8d01bed and 9e04529, docs/flashoverlap.md).
 constexpr int kSumThreads = 256, kSumUnroll = 4;
 __device__ __forceinline__ void add_bf16x8(float (&acc)[8], const uint4& u, bool first) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
