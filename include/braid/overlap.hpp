@@ -350,6 +350,7 @@ class GemmOverlap {
   void upload();
   void make_fallback_resources();  // cuBLAS handle, and fb_ for the window transports
   void enter_fallback();           // checks the shape, then make_fallback_resources()
+  void run_group_collective(size_t off, size_t count, void* out, bool last, cudaStream_t s);
   void run_copy_engine_group(size_t off, size_t count, void* out, bool last, cudaStream_t s);
   Team& team_;
   OverlapOptions opt_;

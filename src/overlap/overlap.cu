@@ -525,7 +525,6 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
 
   const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
-  auto* d = static_cast<__nv_bfloat16*>(d_);
   // Diagnostics only (results are wrong in these modes): BRAID_OVERLAP_DEBUG=nocomm skips the
   // collectives (GEMM + signals + waits alone), =nowait issues them without waiting (contention
   // between the GEMM and NCCL with no dependency).
@@ -538,16 +537,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
     if (debug != "nowait") detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, expected, g, timeout_ns, err_host_);
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
     if (debug == "nocomm") continue;
-    if (ce_comm_) {
-      run_copy_engine_group(off, count, out, g == G - 1, comm_);
-      continue;
-    }
-    if (rs) {
-      BRAID_NCCL_CHECK(ncclReduceScatter(d + off, static_cast<__nv_bfloat16*>(out) + off / team_.size(),
-                                         count / team_.size(), kBf16, ncclSum, team_.nccl(), comm_));
-    } else {
-      BRAID_NCCL_CHECK(ncclAllReduce(d + off, d + off, count, kBf16, ncclSum, team_.nccl(), comm_));
-    }
+    run_group_collective(off, count, out, g == G - 1, comm_);
   }
   BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
@@ -585,17 +575,25 @@ void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, boo
 #endif
 }
 
+// One group's collective on [off, off + count) of d_ (reduce-scatter: into out + off / world): NCCL's
+// kernels on the team's communicator, or the copy-engine group above.
+void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, bool last, cudaStream_t s) {
+  if (ce_comm_) return run_copy_engine_group(off, count, out, last, s);
+  const size_t W = static_cast<size_t>(team_.size());
+  auto* d = static_cast<__nv_bfloat16*>(d_);
+  if (opt_.coll == Collective::kReduceScatter) {
+    BRAID_NCCL_CHECK(ncclReduceScatter(d + off, static_cast<__nv_bfloat16*>(out) + off / W, count / W, kBf16,
+                                       ncclSum, team_.nccl(), s));
+  } else {
+    BRAID_NCCL_CHECK(ncclAllReduce(d + off, d + off, count, kBf16, ncclSum, team_.nccl(), s));
+  }
+}
+
 void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t stream) {
   const size_t W = static_cast<size_t>(team_.size());
   BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
                 "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
-  if (ce_comm_) return run_copy_engine_group(0, count, out, false, stream);
-  auto* d = static_cast<__nv_bfloat16*>(d_);
-  if (opt_.coll == Collective::kReduceScatter) {
-    BRAID_NCCL_CHECK(ncclReduceScatter(d, out, count / W, kBf16, ncclSum, team_.nccl(), stream));
-  } else {
-    BRAID_NCCL_CHECK(ncclAllReduce(d, d, count, kBf16, ncclSum, team_.nccl(), stream));
-  }
+  run_group_collective(0, count, out, false, stream);
 }
 
 void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const {
