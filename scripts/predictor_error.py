@@ -83,6 +83,9 @@ def report(rows, transport, argv):
 
 
 # Per transport: (predicted, measured overlap, decision, the collective's solo time in the same row).
+# The comm_stretch each transport's prediction was made with (a row's field; absent: 0).
+STRETCH_FIELD = {"predicted_us": "comm_stretch", "predicted_sym_us": "comm_stretch_sym",
+                 "predicted_ce_us": "comm_stretch_ce"}
 FIT_FIELDS = {
     "nccl-kernels": ("predicted_us", "flashoverlap_us", "decision", "collective_us", "tuned_overlap_us"),
     "nccl-symmetric": ("predicted_sym_us", "flashoverlap_sym_us", "decision_sym", "collective_sym_us",
@@ -104,7 +107,7 @@ def overlapped(rows, fields):
             meas = r[kt]  # the search's overlap, rejected by tuning: its tuned time
         else:
             continue
-        stretch = r.get("comm_stretch_sym" if "sym" in kp else "comm_stretch", 0.0)
+        stretch = r.get(STRETCH_FIELD[kp], 0.0)
         out.append((r[kp] - stretch * r[kc], meas, r[kc]))  # the prediction without any stretch
     return out
 
