@@ -503,15 +503,16 @@ if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given 
     echo "ctest rc=$?" | tee -a "$log"
     grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-overlap.log" | tee -a "$log"
   fi
-  # CE_RESERVE: SMs left free by the GEMM (the bench's --reserve-sms; the copy engines need none, the
-  # reduction some), one run per value.
+  # CE_RESERVE: SMs the copy-engine op's GEMM leaves free (the bench's --reserve-sms-ce; the copy engines
+  # need none, the reduction some; at 0 the sums wait for the GEMM's end), one run per value.
+  # CE_TRANSPORT: the bench's --transport (default all; copy-engine = the ring kernels and the copy engines).
   for sh in ${CE_SHAPES:-16384,8192,1024 16384,8192,4096}; do
     for g in ${CE_GROUPS:-default 12,12,12 6,6,6,6,6,6}; do
       for rsv in ${CE_RESERVE:-default}; do
         echo "-- $sh groups $g reserve $rsv ($(date +%T))" | tee -a "$log"
         ga=(--groups "$g"); [[ $g == default ]] && ga=()
-        [[ $rsv != default ]] && ga+=(--reserve-sms "$rsv")
-        T=60 mpi bench gemm-rs --shape "$sh" "${ga[@]}" --transport all --no-tune \
+        [[ $rsv != default ]] && ga+=(--reserve-sms-ce "$rsv")
+        T=60 mpi bench gemm-rs --shape "$sh" "${ga[@]}" --transport "${CE_TRANSPORT:-all}" --no-tune \
           --json "$out/fo-ce-groups.jsonl" 2>&1 | tail -4 | tee -a "$log"
       done
     done

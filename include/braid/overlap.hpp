@@ -350,8 +350,9 @@ class GemmOverlap {
   void upload();
   void make_fallback_resources();  // cuBLAS handle, and fb_ for the window transports
   void enter_fallback();           // checks the shape, then make_fallback_resources()
-  void run_group_collective(size_t off, size_t count, void* out, bool last, cudaStream_t s);
-  void run_copy_engine_group(size_t off, size_t count, void* out, bool last, cudaStream_t s);
+  // Group g's collective on [off, off + count) of d_ (g < 0: a standalone call, everything on s).
+  void run_group_collective(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
+  void run_copy_engine_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;
@@ -374,6 +375,12 @@ class GemmOverlap {
   uint32_t* counters_ = nullptr;
   cudaStream_t comm_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  // Copy-engine reduce-scatter: the per-group sums run on sum_ after group g's all-to-all (event
+  // a2a_done_[g]), so a group's all-to-all never waits for the previous group's sum, which needs SMs the
+  // GEMM may hold (all of them at reserve_sms 0). join_sum_ joins sum_ back into the caller's stream.
+  cudaStream_t sum_ = nullptr;
+  std::vector<cudaEvent_t> a2a_done_;  // one per wave (the most groups a partition has)
+  cudaEvent_t join_sum_ = nullptr;
   void* wait_value_ = nullptr;        // PFN of cuStreamWaitValue32 (null: spin kernel)
   void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record
 };

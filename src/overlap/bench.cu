@@ -44,6 +44,9 @@ struct Args {
   std::string json, cache, measure;
   std::vector<int> groups;
   int reserve_sms = 16;
+  // --reserve-sms-ce N: the copy-engine transport's op leaves N SMs free instead (its transfers need none;
+  // at 0 its GEMM takes every SM and the per-group sums wait for the GEMM's end). -1: --reserve-sms.
+  int reserve_sms_ce = -1;
   int chunks = 4;
   // --transport kernels|copy-engine|symmetric|both|all: FlashOverlap over NCCL's kernels (always), and also
   // over its copy engines (copy-engine, both) and/or its symmetric-memory kernels (symmetric, all)
@@ -78,6 +81,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--groups") {
       for (auto w : parse_ints(val(), ',')) a.groups.push_back(static_cast<int>(w));
     } else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
+    else if (k == "--reserve-sms-ce") a.reserve_sms_ce = std::stoi(val());
     else if (k == "--chunks") a.chunks = std::stoi(val());
     else if (k == "--transport") {
       const std::string t = val();
@@ -216,7 +220,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
   const int W = team.size(), rank = team.rank();
   cudaStream_t s = team.stream();
   DecisionCache cache;
-  if (!a.cache.empty()) cache.load(a.cache);
+  DecisionCache cache_sym, cache_ce;  // --measure: the other transports' decisions (every shape's)
+  if (!a.cache.empty()) {
+    cache.load(a.cache);
+    cache_sym.load(a.cache + ".symmetric");
+    cache_ce.load(a.cache + ".copy-engine");
+  }
   int failures = 0;
   const char* op_name = a.coll == Collective::kReduceScatter ? "gemm-rs" : "gemm-ar";
   if (rank == 0) {
@@ -267,6 +276,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       OverlapOptions oc = oo;
       oc.transport = t;
       oc.group_waves = op.mapping().group_waves;
+      if (t == Transport::kNcclCopyEngine && a.reserve_sms_ce >= 0 && a.reserve_sms_ce != a.reserve_sms) {
+        // Another SM count, other waves: the --groups given (cut or extended to its waves), else its default.
+        oc.reserve_sms = a.reserve_sms_ce;
+        oc.group_waves = a.groups;
+      }
       oc.cache = nullptr;
       oc.tile = op.options().tile;
       Other o{t, std::make_unique<GemmOverlap>(team, oc)};
@@ -291,7 +305,6 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // its contention with the GEMM, the sequential time, all over that transport's buffers), the search,
     // and its decision applied to that transport's op (partition, or the sequential fallback).
     std::string searched, searched_sym, searched_ce;
-    DecisionCache cache_sym, cache_ce;
     Other* ce = nullptr;
     for (auto& o : others)
       if (o.t == Transport::kNcclCopyEngine) ce = &o;
@@ -580,7 +593,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         std::ostringstream g;
         const std::vector<int>& waves = o.op->mapping().group_waves;
         for (size_t i = 0; i < waves.size(); ++i) g << (i ? "," : "") << waves[i];
-        j.add("groups_" + k, g.str()).add("decision_" + k, o.op->sequential() ? "sequential" : "overlap");
+        j.add("groups_" + k, g.str()).add("decision_" + k, o.op->sequential() ? "sequential" : "overlap")
+            .add("gemm_ctas_" + k, o.op->mapping().grid.ctas);
         if (!predicted.empty())
           j.add("predicted_" + k + "_us", std::stod(predicted)).add("comm_stretch_" + k, default_comm_stretch(o.t));
         if (o.op->tuned_overlap_us() > 0)

@@ -393,6 +393,12 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  if (ce_comm_ && opt.coll == Collective::kReduceScatter) {
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_, cudaStreamNonBlocking));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_sum_, cudaEventDisableTiming));
+    a2a_done_.assign(size_t(T), nullptr);
+    for (auto& e : a2a_done_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   if (opt.use_stream_wait_value) wait_value_ = wait_value_entry_point();
   void* err = nullptr;
   BRAID_CUDA_CHECK(cudaHostAlloc(&err, sizeof(WaitError), cudaHostAllocMapped));
@@ -417,6 +423,7 @@ void GemmOverlap::enter_fallback() {
 
 GemmOverlap::~GemmOverlap() {
   if (comm_) cudaStreamSynchronize(comm_);
+  if (sum_) cudaStreamSynchronize(sum_);
   if (win_d_) {  // symmetric windows: deregistration is collective, in the same order on every rank
     win_out_.reset();
     win_recv_.reset();
@@ -431,6 +438,9 @@ GemmOverlap::~GemmOverlap() {
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
   if (comm_) cudaStreamDestroy(comm_);
+  for (auto e : a2a_done_) cudaEventDestroy(e);
+  if (join_sum_) cudaEventDestroy(join_sum_);
+  if (sum_) cudaStreamDestroy(sum_);
 }
 
 void GemmOverlap::upload() {
@@ -449,6 +459,7 @@ void GemmOverlap::upload() {
 
 void GemmOverlap::set_partition(const std::vector<int>& group_waves) {
   BRAID_CUDA_CHECK(cudaStreamSynchronize(comm_));
+  if (sum_) BRAID_CUDA_CHECK(cudaStreamSynchronize(sum_));
   map_ = make_mapping(map_.grid, group_waves, map_.parts);
   sequential_ = false;
   upload();
@@ -537,10 +548,14 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
     if (debug != "nowait") detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, expected, g, timeout_ns, err_host_);
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
     if (debug == "nocomm") continue;
-    run_group_collective(off, count, out, g == G - 1, comm_);
+    run_group_collective(off, count, out, g, g == G - 1, comm_);
   }
   BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  if (sum_ && debug != "nocomm") {  // the copy-engine reduce-scatter's sums (each after its group's all-to-all)
+    BRAID_CUDA_CHECK(cudaEventRecord(join_sum_, sum_));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_sum_, 0));
+  }
 }
 
 // One group over the copy engines: the group's slice [off, off + count) of d_ is W chunks, chunk p for
@@ -551,7 +566,9 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
 // Ordering: NCCL's copy-engine collectives end with a completion handshake on the comm stream, so when
 // the all-to-all is done every peer has finished writing recv_ and reading nothing of ours (push only);
 // the all-gather starts with a ready handshake, so no peer writes our d_ before we reduced into it.
-void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, bool last, cudaStream_t s) {
+// Reduce-scatter in run() (g >= 0): the sum runs on sum_ after an event on s, so the next group's
+// all-to-all on s does not queue behind it.
+void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
   const int W = team_.size(), me = team_.rank();
   const size_t chunk = count / W;
@@ -565,20 +582,26 @@ void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, boo
   const int blocks = static_cast<int>(std::min<int64_t>(ctas, (vecs + kSumThreads - 1) / kSumThreads));
   const bool rs = opt_.coll == Collective::kReduceScatter;
   __nv_bfloat16* dst = rs ? static_cast<__nv_bfloat16*>(out) + off / W : d + off + size_t(me) * chunk;
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(reinterpret_cast<const uint4*>(r + off),
+  cudaStream_t ss = s;
+  if (rs && sum_ && g >= 0) {
+    BRAID_CUDA_CHECK(cudaEventRecord(a2a_done_[size_t(g)], s));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, a2a_done_[size_t(g)], 0));
+    ss = sum_;
+  }
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, ss>>>(reinterpret_cast<const uint4*>(r + off),
                                                                 reinterpret_cast<uint4*>(dst), vecs, W);
   BRAID_CHECK_LAUNCH();
   if (!rs) BRAID_NCCL_CHECK(ncclAllGather(d + off + size_t(me) * chunk, d + off, chunk, kBf16, ce, s));
 #else
-  (void)off, (void)count, (void)out, (void)last, (void)s;
+  (void)off, (void)count, (void)out, (void)g, (void)last, (void)s;
   throw UnavailableError("FlashOverlap copy-engine transport: needs NCCL >= 2.28", __FILE__, __LINE__);
 #endif
 }
 
 // One group's collective on [off, off + count) of d_ (reduce-scatter: into out + off / world): NCCL's
 // kernels on the team's communicator, or the copy-engine group above.
-void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, bool last, cudaStream_t s) {
-  if (ce_comm_) return run_copy_engine_group(off, count, out, last, s);
+void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
+  if (ce_comm_) return run_copy_engine_group(off, count, out, g, last, s);
   const size_t W = static_cast<size_t>(team_.size());
   auto* d = static_cast<__nv_bfloat16*>(d_);
   if (opt_.coll == Collective::kReduceScatter) {
@@ -593,7 +616,7 @@ void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t str
   const size_t W = static_cast<size_t>(team_.size());
   BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
                 "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
-  run_group_collective(0, count, out, false, stream);
+  run_group_collective(0, count, out, -1, false, stream);
 }
 
 void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const {

@@ -43,6 +43,7 @@ struct Case {
   // >= 0: GemmOverlap::tune(..., max_ratio = tune_ratio) before the checks. 0 forces the fallback (no
   // overlap is 0x the fallback's time), 1e9 keeps the overlap: both outcomes of a tuned op are checked.
   double tune_ratio = -1;
+  int reserve_sms = 90;  // ~40 CTAs: several waves at these sizes; 0: the GEMM on every SM
 };
 
 class OverlapMpi : public ::testing::TestWithParam<Case> {};
@@ -66,7 +67,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   OverlapOptions o;
   o.coll = c.coll;
   o.m = m, o.n = n, o.k = k;
-  o.reserve_sms = 90;  // ~40 CTAs: several waves at these sizes
+  o.reserve_sms = c.reserve_sms;
   o.use_stream_wait_value = c.wait_value;
   o.sequential = c.sequential;
   o.transport = c.transport;
@@ -174,6 +175,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, false, true, false, Transport::kNcclCopyEngine},
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kNcclCopyEngine},
                       Case{Collective::kAllReduce, 4096, 1024, 1024, true, true, false, Transport::kNcclCopyEngine},
+                      // ... with the GEMM on every SM: each group's sum waits for SMs, the next all-to-alls do not
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kNcclCopyEngine, -1, 0},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kNcclCopyEngine, -1, 0},
                       // over NCCL's symmetric-memory kernels (symmetric windows on the team's communicator)
                       Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kNcclSymmetric},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, false, true, false, Transport::kNcclSymmetric},
