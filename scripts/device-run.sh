@@ -509,11 +509,15 @@ if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given 
   for sh in ${CE_SHAPES:-16384,8192,1024 16384,8192,4096}; do
     for g in ${CE_GROUPS:-default 12,12,12 6,6,6,6,6,6}; do
       for rsv in ${CE_RESERVE:-default}; do
-        echo "-- $sh groups $g reserve $rsv ($(date +%T))" | tee -a "$log"
-        ga=(--groups "$g"); [[ $g == default ]] && ga=()
-        [[ $rsv != default ]] && ga+=(--reserve-sms-ce "$rsv")
-        T=60 mpi bench gemm-rs --shape "$sh" "${ga[@]}" --transport "${CE_TRANSPORT:-all}" --no-tune \
-          --json "$out/fo-ce-groups.jsonl" 2>&1 | tail -4 | tee -a "$log"
+        # CE_ENVS: one run per entry, back to back (A/B), e.g. "default BRAID_OVERLAP_CE_SUM_STREAM=0"
+        for ev in ${CE_ENVS:-default}; do
+          echo "-- $sh groups $g reserve $rsv env $ev ($(date +%T))" | tee -a "$log"
+          ga=(--groups "$g"); [[ $g == default ]] && ga=()
+          [[ $rsv != default ]] && ga+=(--reserve-sms-ce "$rsv")
+          [[ $ev == default ]] && ev=""
+          E="$ev" T=60 mpi bench gemm-rs --shape "$sh" "${ga[@]}" --transport "${CE_TRANSPORT:-all}" --no-tune \
+            --json "$out/fo-ce-groups.jsonl" 2>&1 | tail -4 | tee -a "$log"
+        done
       done
     done
   done

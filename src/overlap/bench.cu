@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -608,7 +609,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         add_decision(*sym, searched_sym);
       }
       if (ce) {
-        j.add("collective_ce_us", t_comm_ce);
+        const char* split = std::getenv("BRAID_OVERLAP_CE_SUM_STREAM");  // GemmOverlap's A/B switch
+        j.add("collective_ce_us", t_comm_ce).add("ce_sum_stream", !(split && std::string(split) == "0"));
         add_decision(*ce, searched_ce);
       }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);

@@ -393,7 +393,12 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-  if (ce_comm_ && opt.coll == Collective::kReduceScatter) {
+  // BRAID_OVERLAP_CE_SUM_STREAM=0: the sums on the comm stream, in line with the all-to-alls (for A/B runs).
+  static const bool sum_stream = [] {
+    const char* e = std::getenv("BRAID_OVERLAP_CE_SUM_STREAM");
+    return !(e && std::string(e) == "0");
+  }();
+  if (ce_comm_ && opt.coll == Collective::kReduceScatter && sum_stream) {
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_, cudaStreamNonBlocking));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_sum_, cudaEventDisableTiming));
     a2a_done_.assign(size_t(T), nullptr);
