@@ -526,11 +526,11 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
   # (OVERLAP_TRANSPORT: kernels, symmetric = kernels + symmetric, all = kernels + copy engines + symmetric)
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
   # MEASURE_PART=1/2 or 2/2: every other shape of the sweep (two calls for OVERLAP_TRANSPORT=all, ~7 min whole)
-  shapes=bench/shapes/sweep.txt
+  shapes=${MEASURE_SHAPES:-bench/shapes/sweep.txt}  # MEASURE_SHAPES: another shapes file
   if [[ -n ${MEASURE_PART:-} ]]; then
+    grep -v '^ *#' "$shapes" | grep . | awk -v p="${MEASURE_PART%/*}" -v n="${MEASURE_PART#*/}" \
+      '(NR - 1) % n == p - 1' > "$out/sweep-part.txt"
     shapes="$out/sweep-part.txt"
-    grep -v '^ *#' bench/shapes/sweep.txt | grep . | awk -v p="${MEASURE_PART%/*}" -v n="${MEASURE_PART#*/}" \
-      '(NR - 1) % n == p - 1' > "$shapes"
   fi
   T=540 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs.txt" \
     --transport ${OVERLAP_TRANSPORT:-kernels} \

@@ -174,6 +174,10 @@ struct BandwidthCurve {
 };
 struct SearchInputs {
   BandwidthCurve comm;        // of the collective in use (all-reduce or reduce-scatter), this world
+  // Per-group work that trails a group's collective off the communication chain (the copy-engine
+  // reduce-scatter's sums, on their own stream: group g's sum starts after its transfer and the previous
+  // sum; the next transfer does not wait for it). Empty: none (comm is the whole per-group time).
+  BandwidthCurve tail;
   double wave_us = 0;         // GEMM time per wave (total GEMM time / waves), with the SMs left to NCCL
   double first_wave_extra_us = 0;  // ramp-up of the first wave (prologue), added to wave 0
   int waves = 0;
@@ -204,14 +208,17 @@ struct SearchResult {
   int candidates = 0;         // partitions evaluated after pruning
   bool sequential = false;    // fall back: predicted overlap > max_ratio x sequential_us
 };
-// Predicted end-to-end time of one partition (the paper's recurrence; no contention).
+// Predicted end-to-end time of one partition (the paper's recurrence; no contention), with the tail
+// chain where SearchInputs::tail is given: end = the last group's tail.
 double predict_us(const SearchInputs& in, const std::vector<int>& group_waves);
 // The same with contention: P0 + interference * (S - P0), where P0 = predict_us and S is the time of
 // the same partition run in sequence (GEMM, then every group's collective and overhead). Equals P0 at
 // interference 0 and S at 1; for one group started with no dependency it is the measured rho's model.
 double predict_contended_us(const SearchInputs& in, const std::vector<int>& group_waves);
 // Exhaustive over compositions of `waves` with pruning: the first group is at most max_first waves,
-// groups never shrink by more than the pruning rule allows (see docs); returns the best.
+// groups never shrink by more than the pruning rule allows (see docs). The dynamic programme minimises the
+// uncontended recurrence for each group count; the contended prediction then picks among those bests
+// and one group (under contention fewer, larger groups can win), then against the fallback.
 SearchResult search_partition(const SearchInputs& in, int max_groups = 8);
 
 // Decisions cached per shape (N, K, collective, world, tile config): nearest M wins for unseen M.
@@ -341,7 +348,13 @@ class GemmOverlap {
   // all-gather. Reduce-scatter writes count / world elements into `out` (output() over symmetric windows);
   // all-reduce works in place. The search's latency curve and contention for the copy-engine transport
   // (`bench gemm-rs --measure`). Overwrites the op's buffers; collective: every rank calls it alike.
-  void transport_collective(size_t count, void* out, cudaStream_t stream);
+  // `part`: kTransfer / kTail time the two halves of a transport that splits (has_tail(): the copy-engine
+  // reduce-scatter's all-to-all, then its sum alone on the data in place); elsewhere kTransfer is the whole
+  // and kTail does nothing.
+  enum class Part { kWhole, kTransfer, kTail };
+  void transport_collective(size_t count, void* out, cudaStream_t stream, Part part = Part::kWhole);
+  // run() issues part of each group's collective off the communication chain (SearchInputs::tail).
+  bool has_tail() const { return sum_ != nullptr; }
   // Throws TimeoutError if a spin wait of this op timed out (call after synchronizing the stream).
   void check_error() const;
   const SignalGemm& gemm() const { return *gemm_; }
@@ -352,7 +365,8 @@ class GemmOverlap {
   void enter_fallback();           // checks the shape, then make_fallback_resources()
   // Group g's collective on [off, off + count) of d_ (g < 0: a standalone call, everything on s).
   void run_group_collective(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
-  void run_copy_engine_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
+  void run_copy_engine_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s,
+                             Part part = Part::kWhole);
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;

@@ -158,14 +158,23 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   // The copy-engine transport's collective is the op's own (NCCL's copy-engine all-to-all between its
   // windows, then braid's reduction on the SMs left free): measured through the op. The others are NCCL's
   // collective over the given buffers (plain memory: ring kernels; windows: symmetric kernels).
+  // Where the op issues part of each group's collective off the chain (the copy-engine reduce-scatter's
+  // sums), the curve is the transfer alone and the tail curve the sum alone, at the same sizes.
   const bool ce = op.options().transport == Transport::kNcclCopyEngine;
+  const bool split = ce && op.has_tail();
+  using Part = GemmOverlap::Part;
   for (double b = mi.in.bytes_per_wave / 2; b < 2 * full; b *= 2) {
     const double bb = std::min(b, full);
     size_t count = static_cast<size_t>(bb / 2);
     count -= count % (size_t(team.size()) * 8);
+    if (split) {
+      mi.in.tail.bytes.push_back(double(count) * 2);
+      mi.in.tail.us.push_back(
+          median_us(team, a.timing, [&](int) { op.transport_collective(count, scratch_out, team.stream(), Part::kTail); }));
+    }
     const double t = median_us(team, a.timing, [&](int) {
       if (ce)
-        op.transport_collective(count, scratch_out, team.stream());
+        op.transport_collective(count, scratch_out, team.stream(), split ? Part::kTransfer : Part::kWhole);
       else if (a.coll == Collective::kReduceScatter)
         BRAID_NCCL_CHECK(ncclReduceScatter(scratch_in, scratch_out, count / team.size(), ncclBfloat16, ncclSum,
                                            team.nccl(), team.stream()));
@@ -190,7 +199,8 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
     else
       BRAID_NCCL_CHECK(ncclAllReduce(in, in, mn, ncclBfloat16, ncclSum, team.nccl(), st));
   };
-  const double t_coll = mi.in.comm.us.back();
+  const double t_coll = split ? median_us(team, a.timing, [&](int) { op.transport_collective(mn, scratch_out, team.stream()); })
+                              : mi.in.comm.us.back();
   const double t_both = median_us(team, a.timing, [&](int) {
     BRAID_CUDA_CHECK(cudaEventRecord(fork, team.stream()));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(s2, fork, 0));

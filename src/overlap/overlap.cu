@@ -573,14 +573,16 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
 // the all-gather starts with a ready handshake, so no peer writes our d_ before we reduced into it.
 // Reduce-scatter in run() (g >= 0): the sum runs on sum_ after an event on s, so the next group's
 // all-to-all on s does not queue behind it.
-void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
+void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s,
+                                        Part part) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
   const int W = team_.size(), me = team_.rank();
   const size_t chunk = count / W;
   auto ce = static_cast<ncclComm_t>(ce_comm_);
   auto* d = static_cast<__nv_bfloat16*>(d_);
   auto* r = static_cast<__nv_bfloat16*>(recv_);
-  BRAID_NCCL_CHECK(ncclAlltoAll(d + off, r + off, chunk, kBf16, ce, s));
+  if (part != Part::kTail) BRAID_NCCL_CHECK(ncclAlltoAll(d + off, r + off, chunk, kBf16, ce, s));
+  if (part == Part::kTransfer) return;
   const int64_t vecs = static_cast<int64_t>(chunk / 8);
   // After the last group's wait the GEMM has stored every tile: its reduction may use the whole GPU.
   const int ctas = last ? reduce_ctas_last_ : reduce_ctas_;
@@ -598,7 +600,7 @@ void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, int
   BRAID_CHECK_LAUNCH();
   if (!rs) BRAID_NCCL_CHECK(ncclAllGather(d + off + size_t(me) * chunk, d + off, chunk, kBf16, ce, s));
 #else
-  (void)off, (void)count, (void)out, (void)g, (void)last, (void)s;
+  (void)off, (void)count, (void)out, (void)g, (void)last, (void)s, (void)part;
   throw UnavailableError("FlashOverlap copy-engine transport: needs NCCL >= 2.28", __FILE__, __LINE__);
 #endif
 }
@@ -617,11 +619,15 @@ void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, int 
   }
 }
 
-void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t stream) {
+void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t stream, Part part) {
   const size_t W = static_cast<size_t>(team_.size());
   BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
                 "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
-  run_group_collective(0, count, out, -1, false, stream);
+  if (!has_tail()) {
+    if (part != Part::kTail) run_group_collective(0, count, out, -1, false, stream);
+    return;
+  }
+  run_copy_engine_group(0, count, out, -1, false, stream, part);
 }
 
 void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const {

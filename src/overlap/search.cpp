@@ -105,15 +105,17 @@ double group_compute(const SearchInputs& in, int w0, int w1) {
 }  // namespace
 
 double predict_us(const SearchInputs& in, const std::vector<int>& group_waves) {
-  double tp = 0, tm = 0;
+  const bool tail = !in.tail.bytes.empty();
+  double tp = 0, tm = 0, tt = 0;  // compute, communication chain, tail chain
   int w = 0;
   for (int gw : group_waves) {
     tp += group_compute(in, w, w + gw);
     tm = std::max(tp, tm) + in.comm.latency_us(group_bytes(in, w, w + gw)) + in.signal_overhead_us;
+    if (tail) tt = std::max(tt, tm) + in.tail.latency_us(group_bytes(in, w, w + gw));
     w += gw;
   }
   BRAID_REQUIRE(w == in.waves, "predict_us: partition does not cover the waves");
-  return tm;
+  return tail ? tt : tm;
 }
 
 double predict_contended_us(const SearchInputs& in, const std::vector<int>& group_waves) {
@@ -124,7 +126,8 @@ double predict_contended_us(const SearchInputs& in, const std::vector<int>& grou
   double serial = group_compute(in, 0, in.waves);
   int w = 0;
   for (int gw : group_waves) {
-    serial += in.comm.latency_us(group_bytes(in, w, w + gw)) + in.signal_overhead_us;
+    const double b = group_bytes(in, w, w + gw);
+    serial += in.comm.latency_us(b) + in.signal_overhead_us + (in.tail.bytes.empty() ? 0 : in.tail.latency_us(b));
     w += gw;
   }
   return p0 + in.interference * (serial - p0) + stretch;
@@ -158,25 +161,24 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
       }
     }
   }
-  int bp = -1;
-  double bt = inf;
-  for (int p = 1; p <= max_groups; ++p)
-    if (best[p][T] < bt) bt = best[p][T], bp = p;
-  BRAID_REQUIRE(bp > 0, "search_partition: no admissible partition");
-  std::vector<int> gw;
-  for (int p = bp, w = T; p > 0; --p) {
-    const int v = from[p][w];
-    gw.push_back(w - v);
-    w = v;
-  }
-  std::reverse(gw.begin(), gw.end());
-  res.group_waves = gw;
-  res.predicted_us = predict_contended_us(in, gw);
-  // Under contention fewer groups can win (the DP minimises the uncontended time): compare with one
-  // group of all waves, then with the sequential fallback.
+  // Each group count's best (uncontended) partition, scored with contention and the tail: under
+  // contention fewer, larger groups can win. One group of all waves is always a candidate.
   const std::vector<int> one{T};
-  const double p_one = predict_contended_us(in, one);
-  if (p_one < res.predicted_us) res.group_waves = one, res.predicted_us = p_one;
+  res.group_waves = one;
+  res.predicted_us = predict_contended_us(in, one);
+  for (int bp = 1; bp <= max_groups; ++bp) {
+    if (best[bp][T] == inf) continue;
+    std::vector<int> gw;
+    for (int p = bp, w = T; p > 0; --p) {
+      const int v = from[p][w];
+      gw.push_back(w - v);
+      w = v;
+    }
+    std::reverse(gw.begin(), gw.end());
+    const double t = predict_contended_us(in, gw);
+    if (t < res.predicted_us) res.group_waves = gw, res.predicted_us = t;
+  }
+  // Then the sequential fallback.
   if (in.sequential_us > 0 && res.predicted_us > in.max_ratio * in.sequential_us) {
     res.sequential = true;
     res.group_waves = one;
@@ -279,7 +281,8 @@ void DecisionCache::save(const std::string& path) const {
 }
 
 // One line per shape: coll world m n k cfg sms waves wave_us first_extra bytes_per_wave last_frac
-//                     overhead curve_bytes(csv) curve_us(csv) [interference sequential_us]
+//                     overhead curve_bytes(csv) curve_us(csv) [interference sequential_us [tail_bytes(csv)
+//                     tail_us(csv)]]
 void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) {
   std::ofstream f(path, std::ios::app);
   if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
@@ -289,7 +292,9 @@ void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) 
       << ' ' << x.sm_count << ' ' << x.in.waves << ' ' << x.in.wave_us << ' ' << x.in.first_wave_extra_us << ' '
       << x.in.bytes_per_wave << ' ' << x.in.last_wave_fraction << ' ' << x.in.signal_overhead_us << ' '
       << join_d(x.in.comm.bytes) << ' ' << join_d(x.in.comm.us) << ' ' << x.in.interference << ' '
-      << x.in.sequential_us << '\n';
+      << x.in.sequential_us
+      << (x.in.tail.bytes.empty() ? std::string() : ' ' + join_d(x.in.tail.bytes) + ' ' + join_d(x.in.tail.us))
+      << '\n';
 }
 
 std::vector<MeasuredInputs> load_inputs(const std::string& path) {
@@ -310,6 +315,13 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
       throw UsageError(path + ":" + std::to_string(ln) + ": malformed inputs", __FILE__, __LINE__);
     double rho = 0, seq = 0;
     if (is >> rho >> seq) x.in.interference = rho, x.in.sequential_us = seq;  // optional (older files)
+    std::string tb, tu;
+    if (is >> tb >> tu) {  // optional: the tail curve
+      x.in.tail.bytes = split_doubles(tb);
+      x.in.tail.us = split_doubles(tu);
+      BRAID_REQUIRE(x.in.tail.bytes.size() == x.in.tail.us.size() && !x.in.tail.bytes.empty(),
+                    path + ":" + std::to_string(ln) + ": bad tail curve");
+    }
     x.coll = parse_coll(coll);
     x.in.comm.bytes = split_doubles(cb);
     x.in.comm.us = split_doubles(cu);

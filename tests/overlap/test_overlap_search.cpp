@@ -155,6 +155,40 @@ TEST(OverlapSearch, PerCallCostMeansFewerGroups) {
   }
 }
 
+// A tail (the copy-engine reduce-scatter's sums, on their own stream): group g's tail starts after its
+// collective and the previous tail; the next collective does not wait for it.
+TEST(OverlapSearch, TailRunsOffTheCommunicationChain) {
+  SearchInputs in = three_waves();
+  in.tail.bytes = {1000, 3000};
+  in.tail.us = {2, 6};
+  // (1,2): collectives end at 15 and 40 (as without a tail); tails end at 17 and max(17, 40) + 4 = 44.
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 2}), 44.0);
+  // In sequence: GEMM 30, then 5 + 2 and 10 + 4: rho 1 gives 51.
+  in.interference = 1;
+  EXPECT_DOUBLE_EQ(predict_contended_us(in, {1, 2}), 51.0);
+  // Tails longer than the collectives queue behind each other: (1,1,1) collectives end at 15, 25, 35;
+  // tails of 20 end at 35, 55, 75.
+  in.interference = 0;
+  in.tail.us = {20, 60};
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 75.0);
+}
+
+// Under contention the search scores each group count's best partition, not only the uncontended
+// optimum and one group: its choice is never worse than those two, and its prediction is its own.
+TEST(OverlapSearch, ContentionPicksAmongGroupCounts) {
+  for (double rho : {0.0, 0.3, 0.6, 0.9}) {
+    SearchInputs in = inputs(36, 11.5, 40.0, 350.0);
+    in.interference = rho;
+    SearchInputs plain = in;
+    plain.interference = 0;
+    const SearchResult r = search_partition(in, 18);
+    const std::vector<int> dp_best = search_partition(plain, 18).group_waves;  // rho 0: the uncontended optimum
+    EXPECT_LE(r.predicted_us, predict_contended_us(in, dp_best) + 1e-9) << rho;
+    EXPECT_LE(r.predicted_us, predict_contended_us(in, {36}) + 1e-9) << rho;
+    EXPECT_NEAR(r.predicted_us, predict_contended_us(in, r.group_waves), 1e-9) << rho;
+  }
+}
+
 TEST(OverlapSearch, CurveInterpolates) {
   BandwidthCurve c;
   c.bytes = {100, 200, 400};
@@ -257,6 +291,17 @@ TEST(OverlapSearch, InputsRoundTrip) {
   EXPECT_NEAR(v[1].in.comm.us.back(), mi.in.comm.us.back(), 1e-6 * mi.in.comm.us.back());
   EXPECT_DOUBLE_EQ(v[1].in.interference, 1.32);
   EXPECT_DOUBLE_EQ(v[1].in.sequential_us, 969.5);
+  EXPECT_TRUE(v[1].in.tail.bytes.empty());
+  // With a tail curve (the copy-engine sums), appended after the sequential time.
+  std::remove(path);
+  mi.in.tail.bytes = {1e6, 2e6};
+  mi.in.tail.us = {7.5, 12.25};
+  save_inputs(path, {mi});
+  v = load_inputs(path);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].in.tail.bytes, mi.in.tail.bytes);
+  EXPECT_EQ(v[0].in.tail.us, mi.in.tail.us);
+  EXPECT_DOUBLE_EQ(v[0].in.sequential_us, 969.5);
   std::remove(path);
 }
 
