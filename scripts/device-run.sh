@@ -532,7 +532,8 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
       '(NR - 1) % n == p - 1' > "$out/sweep-part.txt"
     shapes="$out/sweep-part.txt"
   fi
-  T=540 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs.txt" \
+  # MEASURE_ENV: environment for the bench, e.g. BRAID_OVERLAP_CE_TAIL=0 (the copy engines' pre-tail model)
+  E="${MEASURE_ENV:-}" T=540 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs.txt" \
     --transport ${OVERLAP_TRANSPORT:-kernels} \
     --cache "$out/cache.txt" --json "$out/gemm-rs-measured.jsonl" 2>&1 | tee -a "$log"
   python3 scripts/predictor_error.py "$out/gemm-rs-measured.jsonl" --json "$out/predictor-error.jsonl" 2>&1 | tail -3 | tee -a "$log"

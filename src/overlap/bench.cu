@@ -132,6 +132,13 @@ struct MeasureBuffers {
 
 // Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
 // group can have, GEMM time per wave with the SMs left to NCCL).
+// BRAID_OVERLAP_CE_TAIL=0: --measure times the copy-engine reduce-scatter's transfer and sum as one curve
+// (the model before the tail; for A/B runs), although run() issues the sums off the chain either way.
+bool ce_tail_model() {
+  const char* e = std::getenv("BRAID_OVERLAP_CE_TAIL");
+  return !(e && std::string(e) == "0");
+}
+
 MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOverlap& op, CublasGemm& cublas,
                               const void* A, const void* B, const MeasureBuffers& buf) {
   void* scratch_in = buf.in;
@@ -161,7 +168,7 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   // Where the op issues part of each group's collective off the chain (the copy-engine reduce-scatter's
   // sums), the curve is the transfer alone and the tail curve the sum alone, at the same sizes.
   const bool ce = op.options().transport == Transport::kNcclCopyEngine;
-  const bool split = ce && op.has_tail();
+  const bool split = ce && op.has_tail() && ce_tail_model();
   using Part = GemmOverlap::Part;
   for (double b = mi.in.bytes_per_wave / 2; b < 2 * full; b *= 2) {
     const double bb = std::min(b, full);
@@ -621,6 +628,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (ce) {
         const char* split = std::getenv("BRAID_OVERLAP_CE_SUM_STREAM");  // GemmOverlap's A/B switch
         j.add("collective_ce_us", t_comm_ce).add("ce_sum_stream", !(split && std::string(split) == "0"));
+        if (!a.measure.empty()) j.add("ce_tail_model", ce_tail_model() && ce->op->has_tail());
         add_decision(*ce, searched_ce);
       }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);
