@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <iosfwd>
 #include <vector>
 
 namespace braid {
@@ -257,6 +258,10 @@ struct MeasuredInputs {
 };
 void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v);  // appends
 std::vector<MeasuredInputs> load_inputs(const std::string& path);
+// `braid plan-overlap --inputs FILE [--transport kernels|symmetric|copy-engine] [--max-groups G]`: the search
+// replayed on measured inputs (a `bench gemm-rs --measure` file), no GPU: per shape the chosen partition and
+// prediction, the uncontended optimum's contended prediction, the sequential time and the decision.
+int plan_overlap_main(int argc, char** argv, std::ostream& os);
 
 // ---- the overlapped operation ----
 // How a finished group's bytes travel. Both are NCCL calls on the group's contiguous slice:

@@ -64,6 +64,8 @@ const char* kUsage =
     "                                    events), SM push, SM pull (1 / 4 loads in flight)\n"
     "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T] [--simulate TOPO]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
+    "  plan-overlap --inputs FILE [--transport kernels|symmetric|copy-engine] [--max-groups G]\n"
+    "                                    FlashOverlap: the wave-group search replayed on measured inputs (no GPU)\n"
     "  plan-strands --model M --tp 2 [--ep 2] --seq S [--pairs FILE] [--out PLAN]\n"
     "                                    DHelix: pairing search over a pair profile (synthetic without FILE)\n"
     "  simulate collective|transition|hybrid|calibrate --topology torus2d:8x8|mesh2d:..|fattree:..|table4 ...\n"
@@ -229,6 +231,7 @@ int main(int argc, char** argv) {
 #endif
     }
     if (cmd == "plan-strands") return braid::schedule::plan_strands_main(argc - 1, argv + 1, std::cout);
+    if (cmd == "plan-overlap") return braid::overlap::plan_overlap_main(argc - 2, argv + 2, std::cout);
     if (cmd == "profile-pairs") {
       braid::Runtime rt(&argc, &argv);
       braid::Team team(rt);

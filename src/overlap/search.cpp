@@ -12,9 +12,11 @@
 // O(P·T²) instead of O(2^T) — needed on H100 where shapes have 30+ waves.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <ostream>
 #include <sstream>
 #include <string>
 
@@ -330,6 +332,44 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
     v.push_back(x);
   }
   return v;
+}
+
+int plan_overlap_main(int argc, char** argv, std::ostream& os) {
+  std::string inputs, transport = "kernels";
+  int max_groups = 8;  // as bench gemm-rs --measure
+  for (int i = 0; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(k + ": missing value", __FILE__, __LINE__);
+      return argv[++i];
+    };
+    if (k == "--inputs") inputs = val();
+    else if (k == "--transport") transport = val();
+    else if (k == "--max-groups") max_groups = std::stoi(val());
+    else throw UsageError("plan-overlap: unknown option " + k, __FILE__, __LINE__);
+  }
+  if (inputs.empty()) throw UsageError("plan-overlap: --inputs FILE (from bench gemm-rs --measure)", __FILE__, __LINE__);
+  Transport t = Transport::kNcclKernels;
+  if (transport == "symmetric") t = Transport::kNcclSymmetric;
+  else if (transport == "copy-engine") t = Transport::kNcclCopyEngine;
+  else if (transport != "kernels") throw UsageError("--transport: kernels, symmetric or copy-engine", __FILE__, __LINE__);
+  os << "# search replayed on " << inputs << " (" << transport_name(t) << ", comm_stretch " << default_comm_stretch(t)
+     << ", at most " << max_groups << " groups); times in us\n"
+     << "#      M      N      K waves tail | decision   predicted  sequential | uncontended optimum: contended | partition\n";
+  for (MeasuredInputs& x : load_inputs(inputs)) {
+    x.in.comm_stretch = default_comm_stretch(t);
+    const SearchResult r = search_partition(x.in, max_groups);
+    SearchInputs plain = x.in;
+    plain.interference = 0, plain.comm_stretch = 0, plain.sequential_us = 0;
+    const std::vector<int> opt = search_partition(plain, max_groups).group_waves;
+    char line[256];
+    std::snprintf(line, sizeof line, "%8lld %6lld %6lld %5d %4s | %-10s %9.1f %11.1f | %9.1f (%s) | ", (long long)x.m,
+                  (long long)x.n, (long long)x.k, x.in.waves, x.in.tail.bytes.empty() ? "no" : "yes",
+                  r.sequential ? "sequential" : "overlap", r.predicted_us, x.in.sequential_us,
+                  predict_contended_us(x.in, opt), join(opt).c_str());
+    os << line << (r.sequential ? "-" : join(r.group_waves)) << '\n';
+  }
+  return 0;
 }
 
 }  // namespace braid::overlap

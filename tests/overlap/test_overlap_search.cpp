@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
 #include <cstdlib>
 #include <unistd.h>
 
@@ -303,6 +306,43 @@ TEST(OverlapSearch, InputsRoundTrip) {
   EXPECT_EQ(v[0].in.tail.us, mi.in.tail.us);
   EXPECT_DOUBLE_EQ(v[0].in.sequential_us, 969.5);
   std::remove(path);
+}
+
+// `braid plan-overlap`: the search replayed on an inputs file prints one row per shape, the same decision
+// and prediction as search_partition.
+TEST(OverlapSearch, PlanOverlapReplaysTheSearch) {
+  MeasuredInputs mi;
+  mi.m = 16384, mi.n = 8192, mi.k = 1024, mi.sm_count = 116;
+  mi.in = inputs(36, 11.5, 3.0, 350.0);
+  mi.in.sequential_us = 2000;  // overlap clearly wins
+  MeasuredInputs slow = mi;
+  slow.m = 8192;
+  slow.in.sequential_us = 100;  // nothing beats it: fall back
+  char path[] = "/tmp/braid_plan_overlapXXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  save_inputs(path, {mi, slow});
+  std::string arg_inputs = "--inputs", arg_t = "--transport", t = "symmetric";
+  char* argv[] = {arg_inputs.data(), path, arg_t.data(), t.data()};
+  std::ostringstream os;
+  EXPECT_EQ(plan_overlap_main(4, argv, os), 0);
+  std::remove(path);
+  const std::string out = os.str();
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<std::string> rows;
+  while (std::getline(lines, line))
+    if (!line.empty() && line[0] != '#') rows.push_back(line);
+  ASSERT_EQ(rows.size(), 2u) << out;
+  EXPECT_NE(rows[0].find("overlap"), std::string::npos) << rows[0];
+  EXPECT_NE(rows[1].find("sequential"), std::string::npos) << rows[1];
+  SearchInputs in = mi.in;
+  in.comm_stretch = default_comm_stretch(Transport::kNcclSymmetric);
+  const SearchResult r = search_partition(in);
+  char want[32];
+  std::snprintf(want, sizeof want, "%.1f", r.predicted_us);
+  EXPECT_NE(rows[0].find(want), std::string::npos) << rows[0] << " vs " << want;
 }
 
 }  // namespace
