@@ -50,12 +50,15 @@
 # ar-1step` (CTEST_R=test_allreduce, 7 algos at -f 2) 4.3 min cold; `build test` (full ctest) 6 min cold.
 # Twentieth session (four calls, all 2x H200): `build test ar-1step` 6.2 min cold; `build ar-cvt` (a variant build
 # of allreduce.cu, 4 runs of 7 algos 4M-256M) 6.6 min cold; `build fo-ce-groups` (test_overlap_mpi, 9 benches) 5.7 min.
-# Next (twentieth session's end; every call since the fifteenth session was served by 2x H200): `build test
-# measure-rs` with CTEST_R=test_overlap, OVERLAP_TRANSPORT=all, MEASURE_PART=1/2, then (warm, within 30 s)
-# `measure-rs` with MEASURE_PART=2/2 (the whole sweep ~7 min: the copy-engine transport, its reduction fixed in 9e04529,
-# now measured and decided by --measure like the others — written after the device time, not GPU-run: the
-# new test OverlapMpiTransportCollective and `transport_collective`), then `scripts/predictor_error.py
-# --fit` for its comm_stretch; on 2x H100 when served: `build test ar-1step`, `strands-smres`.
+# Twenty-first session (five calls, all 2x H200): `build test measure-rs` (CTEST_R=test_overlap, OVERLAP_TRANSPORT=all,
+# MEASURE_PART=1/2) 5 min cold; `measure-rs` MEASURE_PART=2/2 2.4 min warm; `build test fo-ce-groups` (18 runs)
+# 5.6 min cold; `build fo-ce-groups measure-rs` (8 runs + the whole sweep, OVERLAP_TRANSPORT=all) 8.8 min cold;
+# `build test measure-rs` (MEASURE_SHAPES=bench/shapes/comm-heavy-h200x2.txt, OVERLAP_TRANSPORT=copy-engine) 4.5 min cold.
+# Next (twenty-first session's end): `build measure-rs` with OVERLAP_TRANSPORT=all on the whole sweep, then (warm,
+# within 30 s) the same with MEASURE_ENV=BRAID_OVERLAP_CE_TAIL=0 (the copy engines' pre-tail model; ~4.5 min each):
+# the tail model's whole-sweep figure against the earlier model's in one machine session; then a contention
+# form that slows the transfers while the GEMM runs (docs/flashoverlap.md "Twenty-first session"); `braid
+# plan-overlap --inputs` replays a search offline. On 2x H100 when served: `build test ar-1step`, `strands-smres`.
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
