@@ -31,10 +31,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <utility>
-#include <iosfwd>
 #include <vector>
 
 namespace braid {

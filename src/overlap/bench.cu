@@ -130,8 +130,6 @@ struct MeasureBuffers {
   void *in, *out, *other, *other_out, *seq_in, *seq_out;
 };
 
-// Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
-// group can have, GEMM time per wave with the SMs left to NCCL).
 // BRAID_OVERLAP_CE_TAIL=0: --measure times the copy-engine reduce-scatter's transfer and sum as one curve
 // (the model before the tail; for A/B runs), although run() issues the sums off the chain either way.
 bool ce_tail_model() {
@@ -139,6 +137,8 @@ bool ce_tail_model() {
   return !(e && std::string(e) == "0");
 }
 
+// Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
+// group can have, GEMM time per wave with the SMs left to NCCL).
 MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOverlap& op, CublasGemm& cublas,
                               const void* A, const void* B, const MeasureBuffers& buf) {
   void* scratch_in = buf.in;
