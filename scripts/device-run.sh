@@ -54,11 +54,12 @@
 # MEASURE_PART=1/2) 5 min cold; `measure-rs` MEASURE_PART=2/2 2.4 min warm; `build test fo-ce-groups` (18 runs)
 # 5.6 min cold; `build fo-ce-groups measure-rs` (8 runs + the whole sweep, OVERLAP_TRANSPORT=all) 8.8 min cold;
 # `build test measure-rs` (MEASURE_SHAPES=bench/shapes/comm-heavy-h200x2.txt, OVERLAP_TRANSPORT=copy-engine) 4.5 min cold.
-# Next (twenty-first session's end): `build measure-rs` with OVERLAP_TRANSPORT=all on the whole sweep, then (warm,
-# within 30 s) the same with MEASURE_ENV=BRAID_OVERLAP_CE_TAIL=0 (the copy engines' pre-tail model; ~4.5 min each):
-# the tail model's whole-sweep figure against the earlier model's in one machine session; then a contention
-# form that slows the transfers while the GEMM runs (docs/flashoverlap.md "Twenty-first session"); `braid
-# plan-overlap --inputs` replays a search offline. On 2x H100 when served: `build test ar-1step`, `strands-smres`.
+# Next (twenty-first session's end): `build test measure-rs` (CTEST_R=test_overlap, OVERLAP_TRANSPORT=all,
+# MEASURE_ARGS="--tune-candidates 6": not GPU-run yet) on the whole sweep, then (warm, within 30 s) `measure-rs`
+# without MEASURE_ARGS, then with MEASURE_ENV=BRAID_OVERLAP_CE_TAIL=0 (~4.5-6 min each): the timed choice among
+# candidates, the tail model and the earlier model on one machine; then a contention form that slows the
+# transfers while the GEMM runs (docs/flashoverlap.md "Twenty-first session"); `braid plan-overlap --inputs F
+# --candidates K` replays a search offline. On 2x H100 when served: `build test ar-1step`, `strands-smres`.
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -535,9 +536,10 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
       '(NR - 1) % n == p - 1' > "$out/sweep-part.txt"
     shapes="$out/sweep-part.txt"
   fi
-  # MEASURE_ENV: environment for the bench, e.g. BRAID_OVERLAP_CE_TAIL=0 (the copy engines' pre-tail model)
+  # MEASURE_ENV: environment for the bench, e.g. BRAID_OVERLAP_CE_TAIL=0 (the copy engines' pre-tail model);
+  # MEASURE_ARGS: more bench options, e.g. "--tune-candidates 6" (a timed choice among the predictor's candidates)
   E="${MEASURE_ENV:-}" T=540 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs.txt" \
-    --transport ${OVERLAP_TRANSPORT:-kernels} \
+    --transport ${OVERLAP_TRANSPORT:-kernels} ${MEASURE_ARGS:-} \
     --cache "$out/cache.txt" --json "$out/gemm-rs-measured.jsonl" 2>&1 | tee -a "$log"
   python3 scripts/predictor_error.py "$out/gemm-rs-measured.jsonl" --json "$out/predictor-error.jsonl" 2>&1 | tail -3 | tee -a "$log"
 fi

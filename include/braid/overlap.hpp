@@ -221,6 +221,10 @@ double predict_contended_us(const SearchInputs& in, const std::vector<int>& grou
 // uncontended recurrence for each group count; the contended prediction then picks among those bests
 // and one group (under contention fewer, larger groups can win), then against the fallback.
 SearchResult search_partition(const SearchInputs& in, int max_groups = 8);
+// Up to k partitions of several groups for a timed choice (GemmOverlap::tune_partitions): each group count's
+// best, and, where the inputs have a tail, each group count's best with the tail in line (the model without
+// it, from the same measurements); distinct, ordered by the contended prediction.
+std::vector<std::vector<int>> candidate_partitions(const SearchInputs& in, int max_groups, int k);
 
 // Decisions cached per shape (N, K, collective, world, tile config): nearest M wins for unseen M.
 struct CachedDecision {
@@ -258,9 +262,10 @@ struct MeasuredInputs {
 };
 void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v);  // appends
 std::vector<MeasuredInputs> load_inputs(const std::string& path);
-// `braid plan-overlap --inputs FILE [--transport kernels|symmetric|copy-engine] [--max-groups G]`: the search
-// replayed on measured inputs (a `bench gemm-rs --measure` file), no GPU: per shape the chosen partition and
-// prediction, the uncontended optimum's contended prediction, the sequential time and the decision.
+// `braid plan-overlap --inputs FILE [--transport kernels|symmetric|copy-engine] [--max-groups G] [--candidates K]`:
+// the search replayed on measured inputs (a `bench gemm-rs --measure` file), no GPU: per shape the chosen
+// partition and prediction, the uncontended optimum's contended prediction, the sequential time and the
+// decision; with --candidates, the partitions `bench gemm-rs --tune-candidates K` would time.
 int plan_overlap_main(int argc, char** argv, std::ostream& os);
 
 // ---- the overlapped operation ----

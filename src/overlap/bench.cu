@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -58,6 +60,10 @@ struct Args {
   // --tune (with --measure): after the search, GemmOverlap::tune() times the chosen partition against the
   // fallback's work and keeps the faster (the overlap only when <= 0.99x); --no-tune: the search alone.
   bool tune = true;
+  // --tune-candidates K (with --measure, K > 1): instead of timing the search's one choice, time up to K
+  // candidate partitions (overlap::candidate_partitions) against the fallback's work and keep the fastest
+  // if it is <= 0.99x the fallback (a measured choice; the predictor only proposes). JSON: cand_*_<t>.
+  int tune_candidates = 1;
 };
 
 Args parse(int argc, char** argv) {
@@ -83,6 +89,7 @@ Args parse(int argc, char** argv) {
       for (auto w : parse_ints(val(), ',')) a.groups.push_back(static_cast<int>(w));
     } else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
     else if (k == "--reserve-sms-ce") a.reserve_sms_ce = std::stoi(val());
+    else if (k == "--tune-candidates") a.tune_candidates = std::max(1, std::stoi(val()));
     else if (k == "--chunks") a.chunks = std::stoi(val());
     else if (k == "--transport") {
       const std::string t = val();
@@ -323,6 +330,13 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // its contention with the GEMM, the sequential time, all over that transport's buffers), the search,
     // and its decision applied to that transport's op (partition, or the sequential fallback).
     std::string searched, searched_sym, searched_ce;
+    // --tune-candidates: per transport, what the timed choice among candidates measured.
+    struct CandidateTuning {
+      int count = 0;
+      double best_us = 0, best_predicted_us = 0, sequential_us = 0;
+      std::vector<int> best_groups;
+    };
+    std::map<Transport, CandidateTuning> tuned_by_candidates;
     Other* ce = nullptr;
     for (auto& o : others)
       if (o.t == Transport::kNcclCopyEngine) ce = &o;
@@ -331,12 +345,44 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
                                     const std::string& cache_path) {
         const MeasuredInputs mi = measure_inputs(team, a, sh, o, cublas, A.p, B.p, mb);
         if (rank == 0) save_inputs(path, {mi});
-        const SearchResult r = search_partition(mi.in);
-        if (a.groups.empty()) {
+        SearchResult r = search_partition(mi.in);
+        void* o_out = o.output() ? o.output() : out.p;
+        const TileGrid& og = o.mapping().grid;
+        const bool tiled = int64_t(og.tiles_m) * og.bm == sh.m && int64_t(og.tiles_n) * og.bn == sh.n;  // tune()'s
+        if (a.groups.empty() && a.tune && a.tune_candidates > 1 && og.num_waves() > 1 && tiled) {
+          // A timed choice among the predictor's candidates (each against the fallback's work, interleaved).
+          CandidateTuning ct;
+          const auto cands = candidate_partitions(mi.in, 8, a.tune_candidates);
+          std::vector<double> seqs;
+          double best = std::numeric_limits<double>::infinity();
+          size_t bi = 0;
+          for (size_t i = 0; i < cands.size(); ++i) {
+            o.set_partition(cands[i]);
+            o.tune(A.p, B.p, o_out, s, 5, std::numeric_limits<double>::infinity());  // times, never falls back
+            seqs.push_back(o.tuned_sequential_us());
+            if (o.tuned_overlap_us() < best) best = o.tuned_overlap_us(), bi = i;
+          }
+          ct.count = static_cast<int>(cands.size());
+          if (!seqs.empty()) {
+            std::nth_element(seqs.begin(), seqs.begin() + seqs.size() / 2, seqs.end());
+            ct.sequential_us = seqs[seqs.size() / 2];
+            ct.best_us = best;
+            ct.best_predicted_us = predict_contended_us(mi.in, cands[bi]);
+            ct.best_groups = cands[bi];
+          }
+          if (!seqs.empty() && best <= 0.99 * ct.sequential_us) {
+            o.set_partition(cands[bi]);
+            r.sequential = false, r.group_waves = cands[bi], r.predicted_us = ct.best_predicted_us;
+          } else {
+            o.set_sequential(true);
+            r.sequential = true, r.group_waves = {o.mapping().grid.num_waves()}, r.predicted_us = mi.in.sequential_us;
+          }
+          tuned_by_candidates[o.options().transport] = ct;
+        } else if (a.groups.empty()) {
           if (r.sequential) o.set_sequential(true);
           else o.set_partition(r.group_waves);
           // The search's overlap checked by timing it against the fallback (GemmOverlap::tune).
-          if (!r.sequential && a.tune) o.tune(A.p, B.p, o.output() ? o.output() : out.p, s);
+          if (!r.sequential && a.tune) o.tune(A.p, B.p, o_out, s);
         }
         CachedDecision d;
         d.coll = a.coll, d.world = W, d.m = sh.m, d.n = sh.n, d.k = sh.k;
@@ -602,8 +648,22 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add_context(ctx);
       if (!searched.empty())
         j.add("predicted_us", std::stod(searched)).add("comm_stretch", default_comm_stretch(Transport::kNcclKernels));
+      // --tune-candidates: the timed choice's fields (the op's tuned_* are then the last candidate's: not written).
+      auto add_candidates = [&](Transport t, const std::string& sfx) {
+        const auto it = tuned_by_candidates.find(t);
+        if (it == tuned_by_candidates.end()) return false;
+        const CandidateTuning& ct = it->second;
+        std::ostringstream g;
+        for (size_t i = 0; i < ct.best_groups.size(); ++i) g << (i ? "," : "") << ct.best_groups[i];
+        j.add("cand_count" + sfx, ct.count)
+            .add("cand_best" + sfx + "_us", ct.best_us)
+            .add("cand_best_predicted" + sfx + "_us", ct.best_predicted_us)
+            .add("cand_best_groups" + sfx, g.str())
+            .add("cand_sequential" + sfx + "_us", ct.sequential_us);
+        return true;
+      };
       // tune(): the search chose overlap and tuning measured it (and the fallback) before deciding.
-      if (op.tuned_overlap_us() > 0)
+      if (!add_candidates(Transport::kNcclKernels, "") && op.tuned_overlap_us() > 0)
         j.add("tuned_overlap_us", op.tuned_overlap_us()).add("tuned_sequential_us", op.tuned_sequential_us());
       // A transport's own decision: partition, choice, prediction, tuning (fields suffixed _sym / _ce).
       auto add_decision = [&](const Other& o, const std::string& predicted) {
@@ -615,7 +675,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             .add("gemm_ctas_" + k, o.op->mapping().grid.ctas);
         if (!predicted.empty())
           j.add("predicted_" + k + "_us", std::stod(predicted)).add("comm_stretch_" + k, default_comm_stretch(o.t));
-        if (o.op->tuned_overlap_us() > 0)
+        if (!add_candidates(o.t, "_" + k) && o.op->tuned_overlap_us() > 0)
           j.add("tuned_overlap_" + k + "_us", o.op->tuned_overlap_us())
               .add("tuned_sequential_" + k + "_us", o.op->tuned_sequential_us());
       };

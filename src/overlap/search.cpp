@@ -135,7 +135,11 @@ double predict_contended_us(const SearchInputs& in, const std::vector<int>& grou
   return p0 + in.interference * (serial - p0) + stretch;
 }
 
-SearchResult search_partition(const SearchInputs& in, int max_groups) {
+namespace {
+// The dynamic programme over compositions (pruned as the paper's enumeration): for each group count p, the
+// partition minimising the uncontended recurrence's communication chain (without any tail); one entry per p
+// that has an admissible partition, in increasing p. `candidates` counts the transitions evaluated.
+std::vector<std::vector<int>> per_count_bests(const SearchInputs& in, int max_groups, int* candidates) {
   const int T = in.waves;
   BRAID_REQUIRE(T >= 1, "search_partition: no waves");
   constexpr int S1 = 2, SP = 4;  // the paper's pruning of the first and last group sizes
@@ -145,14 +149,14 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
   std::vector<std::vector<double>> best(max_groups + 1, std::vector<double>(T + 1, inf));
   std::vector<std::vector<int>> from(max_groups + 1, std::vector<int>(T + 1, -1));
   best[0][0] = 0;
-  SearchResult res;
+  int evaluated = 0;
   for (int p = 1; p <= max_groups; ++p) {
     for (int w = 1; w <= T; ++w) {
       for (int v = (p == 1 ? 0 : 1); v < w; ++v) {
         if (best[p - 1][v] == inf) continue;
         if (p == 1 && w - v > S1 && w != T) continue;      // first group at most S1 waves (unless only one)
         if (w == T && p > 1 && w - v > SP) continue;        // last group at most S_P waves
-        ++res.candidates;
+        ++evaluated;
         const double tp = group_compute(in, 0, w);          // t_p_acc at boundary w
         const double tm = std::max(tp, best[p - 1][v]) + in.comm.latency_us(group_bytes(in, v, w)) +
                           in.signal_overhead_us;
@@ -163,11 +167,8 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
       }
     }
   }
-  // Each group count's best (uncontended) partition, scored with contention and the tail: under
-  // contention fewer, larger groups can win. One group of all waves is always a candidate.
-  const std::vector<int> one{T};
-  res.group_waves = one;
-  res.predicted_us = predict_contended_us(in, one);
+  if (candidates) *candidates = evaluated;
+  std::vector<std::vector<int>> out;
   for (int bp = 1; bp <= max_groups; ++bp) {
     if (best[bp][T] == inf) continue;
     std::vector<int> gw;
@@ -177,6 +178,21 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
       w = v;
     }
     std::reverse(gw.begin(), gw.end());
+    out.push_back(std::move(gw));
+  }
+  return out;
+}
+}  // namespace
+
+SearchResult search_partition(const SearchInputs& in, int max_groups) {
+  SearchResult res;
+  const std::vector<std::vector<int>> bests = per_count_bests(in, max_groups, &res.candidates);
+  // Each group count's best (uncontended) partition, scored with contention and the tail: under
+  // contention fewer, larger groups can win. One group of all waves is always a candidate.
+  const std::vector<int> one{in.waves};
+  res.group_waves = one;
+  res.predicted_us = predict_contended_us(in, one);
+  for (const auto& gw : bests) {
     const double t = predict_contended_us(in, gw);
     if (t < res.predicted_us) res.group_waves = gw, res.predicted_us = t;
   }
@@ -187,6 +203,31 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
     res.predicted_us = in.sequential_us;
   }
   return res;
+}
+
+std::vector<std::vector<int>> candidate_partitions(const SearchInputs& in, int max_groups, int k) {
+  BRAID_REQUIRE(k >= 1, "candidate_partitions: k >= 1");
+  std::vector<std::vector<int>> all = per_count_bests(in, max_groups, nullptr);
+  if (!in.tail.bytes.empty()) {  // the same measurements with each group's tail in line (no second chain)
+    SearchInputs serial = in;
+    serial.tail = BandwidthCurve{};
+    for (size_t i = 0; i < in.comm.bytes.size(); ++i) serial.comm.us[i] += in.tail.latency_us(in.comm.bytes[i]);
+    for (auto& gw : per_count_bests(serial, max_groups, nullptr)) all.push_back(std::move(gw));
+  }
+  std::vector<std::pair<double, std::vector<int>>> scored;
+  for (auto& gw : all) {
+    if (gw.size() < 2) continue;  // one group: the fallback's work, measured beside the candidates anyway
+    bool seen = false;
+    for (const auto& e : scored) seen = seen || e.second == gw;
+    if (!seen) scored.emplace_back(predict_contended_us(in, gw), std::move(gw));
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<int>> out;
+  for (auto& e : scored) {
+    if (static_cast<int>(out.size()) == k) break;
+    out.push_back(std::move(e.second));
+  }
+  return out;
 }
 
 // ---- decision cache ----
@@ -337,6 +378,7 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
 int plan_overlap_main(int argc, char** argv, std::ostream& os) {
   std::string inputs, transport = "kernels";
   int max_groups = 8;  // as bench gemm-rs --measure
+  int candidates = 0;  // > 0: also list candidate_partitions (bench gemm-rs --tune-candidates)
   for (int i = 0; i < argc; ++i) {
     const std::string k = argv[i];
     auto val = [&]() -> std::string {
@@ -346,6 +388,7 @@ int plan_overlap_main(int argc, char** argv, std::ostream& os) {
     if (k == "--inputs") inputs = val();
     else if (k == "--transport") transport = val();
     else if (k == "--max-groups") max_groups = std::stoi(val());
+    else if (k == "--candidates") candidates = std::stoi(val());
     else throw UsageError("plan-overlap: unknown option " + k, __FILE__, __LINE__);
   }
   if (inputs.empty()) throw UsageError("plan-overlap: --inputs FILE (from bench gemm-rs --measure)", __FILE__, __LINE__);
@@ -368,6 +411,12 @@ int plan_overlap_main(int argc, char** argv, std::ostream& os) {
                   r.sequential ? "sequential" : "overlap", r.predicted_us, x.in.sequential_us,
                   predict_contended_us(x.in, opt), join(opt).c_str());
     os << line << (r.sequential ? "-" : join(r.group_waves)) << '\n';
+    if (candidates > 0) {
+      os << "#   candidates:";
+      for (const auto& c : candidate_partitions(x.in, max_groups, candidates))
+        os << ' ' << join(c) << " (" << std::lround(predict_contended_us(x.in, c)) << ')';
+      os << '\n';
+    }
   }
   return 0;
 }

@@ -308,6 +308,38 @@ TEST(OverlapSearch, InputsRoundTrip) {
   std::remove(path);
 }
 
+// Candidates for a timed choice: distinct partitions of several groups covering the waves, ordered by the
+// contended prediction, at most k; the search's own choice (when it overlaps) is the first; with a tail,
+// the tail-in-line model's bests join the list.
+TEST(OverlapSearch, CandidatePartitions) {
+  SearchInputs in = inputs(36, 11.5, 30.0, 350.0);
+  in.interference = 0.3;
+  const SearchResult r = search_partition(in);
+  ASSERT_FALSE(r.sequential);
+  ASSERT_GT(r.group_waves.size(), 1u);
+  const auto c = candidate_partitions(in, 8, 5);
+  ASSERT_FALSE(c.empty());
+  EXPECT_LE(c.size(), 5u);
+  EXPECT_EQ(c.front(), r.group_waves);
+  for (size_t i = 0; i < c.size(); ++i) {
+    int sum = 0;
+    for (int w : c[i]) sum += w;
+    EXPECT_EQ(sum, 36);
+    EXPECT_GT(c[i].size(), 1u);
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(c[i], c[j]);
+    if (i) EXPECT_LE(predict_contended_us(in, c[i - 1]), predict_contended_us(in, c[i]) + 1e-9);
+  }
+  // At most 7 group counts of several groups under max_groups 8; a tail adds the in-line model's bests.
+  EXPECT_LE(candidate_partitions(in, 8, 100).size(), 7u);
+  for (size_t i = 0; i < in.comm.bytes.size(); ++i) {
+    in.tail.bytes.push_back(in.comm.bytes[i]);
+    in.tail.us.push_back(5 + in.comm.bytes[i] / 1e6);
+  }
+  const auto ct = candidate_partitions(in, 8, 100);
+  EXPECT_GE(ct.size(), 7u);
+  EXPECT_LE(ct.size(), 14u);
+}
+
 // `braid plan-overlap`: the search replayed on an inputs file prints one row per shape, the same decision
 // and prediction as search_partition.
 TEST(OverlapSearch, PlanOverlapReplaysTheSearch) {
