@@ -60,11 +60,16 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
 
 // Several variants compared with each other: `rounds` passes, each pass timing every fn in turn for
 // about iters / rounds iterations (warm-up `opt.warmup` in the first pass, 2 in later ones), so that
-// clock or thermal drift during the run hits every variant alike instead of the last ones timed. Pass r
-// starts at fn r mod n (no fn is always first after the barrier that opens a pass).
+// clock or thermal drift during the run hits every variant alike instead of the last ones timed. The
+// order of pass r is interleave_order(n, r): no fn is always first after the barrier that opens a pass,
+// and no fn always runs right after the same other one (a hot predecessor, e.g. a two-stream
+// decomposition, would otherwise slow the same variant in every pass).
 // Returns, per fn, its per-iteration microseconds over all passes (slowest rank per iteration).
 std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                                   int rounds, const std::vector<std::function<void(int)>>& fns);
+// The order of pass r over n variants: it starts at r mod n and ascends (even r) or descends (odd r),
+// wrapping around. Deterministic (every rank runs the same order).
+std::vector<size_t> interleave_order(size_t n, int r);
 
 // The ops' tune() (FlashOverlap, T3): times candidates the way they run in a step — `batch` calls back to
 // back per measurement (µs per call between two CUDA events) — in `reps` interleaved rounds (A, B, B, A,

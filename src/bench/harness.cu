@@ -157,16 +157,22 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
   return us;
 }
 
+std::vector<size_t> interleave_order(size_t n, int r) {
+  std::vector<size_t> order(n);
+  for (size_t j = 0; j < n; ++j)  // even passes ascend from r mod n, odd ones descend from it
+    order[j] = r % 2 == 0 ? (j + size_t(r)) % n : (size_t(r) % n + n - j % n) % n;
+  return order;
+}
+
 std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                                   int rounds, const std::vector<std::function<void(int)>>& fns) {
   BRAID_REQUIRE(rounds >= 1, "time_interleaved: rounds >= 1");
   std::vector<std::vector<double>> us(fns.size());
   const int per = std::max(1, (opt.iters + rounds - 1) / rounds);
-  // Round r starts at function r mod n: no function always runs first (right after the host-side
-  // barrier, when clocks and caches differ from the middle of a round).
+  // Round r's order (interleave_order): no function always runs first (right after the host-side
+  // barrier, when clocks and caches differ from the middle of a round) or always after the same one.
   for (int r = 0; r < rounds; ++r)
-    for (size_t j = 0; j < fns.size(); ++j) {
-      const size_t f = (j + size_t(r)) % fns.size();
+    for (const size_t f : interleave_order(fns.size(), r)) {
       TimingOptions o = opt;
       o.warmup = r == 0 ? opt.warmup : std::min(opt.warmup, 2);
       o.iters = per;

@@ -1,6 +1,8 @@
 // CPU: sizes, statistics, bus-bandwidth factors and JSON rows of the benchmark harness.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cstdio>
 
 #include "braid/bench.hpp"
@@ -63,6 +65,25 @@ TEST(Harness, JsonRowsCarryTheSchemaFields) {
   EXPECT_NE(s.find("\"correct\": true"), std::string::npos) << s;
   EXPECT_NE(s.find("--op \\\"allreduce\\\""), std::string::npos) << s;
   EXPECT_EQ(card_tag(c.card, 2), "h100x2");
+}
+
+// time_interleaved's pass orders: each a permutation; over passes the first variant changes, and a
+// variant's predecessor is not always the same one (n >= 3).
+TEST(Harness, InterleaveOrderVariesFirstAndPredecessor) {
+  for (size_t n : {1u, 2u, 3u, 6u}) {
+    std::vector<std::set<size_t>> preds(n);
+    std::set<size_t> firsts;
+    for (int r = 0; r < 5; ++r) {
+      const auto o = braid::bench::interleave_order(n, r);
+      ASSERT_EQ(o.size(), n);
+      EXPECT_EQ(std::set<size_t>(o.begin(), o.end()).size(), n) << "pass " << r << " is not a permutation";
+      firsts.insert(o[0]);
+      for (size_t j = 1; j < n; ++j) preds[o[j]].insert(o[j - 1]);
+    }
+    EXPECT_EQ(firsts.size(), std::min<size_t>(n, 5)) << n;
+    if (n >= 3)
+      for (size_t f = 0; f < n; ++f) EXPECT_GE(preds[f].size(), 2u) << "variant " << f << " of " << n;
+  }
 }
 
 TEST(Harness, RotationSpansTwiceTheL2) {
