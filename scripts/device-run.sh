@@ -54,9 +54,9 @@
 # MEASURE_PART=1/2) 5 min cold; `measure-rs` MEASURE_PART=2/2 2.4 min warm; `build test fo-ce-groups` (18 runs)
 # 5.6 min cold; `build fo-ce-groups measure-rs` (8 runs + the whole sweep, OVERLAP_TRANSPORT=all) 8.8 min cold;
 # `build test measure-rs` (MEASURE_SHAPES=bench/shapes/comm-heavy-h200x2.txt, OVERLAP_TRANSPORT=copy-engine) 4.5 min cold.
-# Next (twenty-first session's end): `build test measure-rs` (CTEST_R=test_overlap, OVERLAP_TRANSPORT=all,
-# MEASURE_ARGS="--tune-candidates 6": not GPU-run yet) on the whole sweep, then (warm, within 30 s) `measure-rs`
-# without MEASURE_ARGS, then with MEASURE_ENV=BRAID_OVERLAP_CE_TAIL=0 (~4.5-6 min each): the timed choice among
+# Next (twenty-first session's end): `build test measure-rs` (CTEST_R="test_overlap|test_harness",
+# OVERLAP_TRANSPORT=all, MEASURE_ARGS="--tune-candidates 6": not GPU-run yet) on the whole sweep, then (warm,
+# within 30 s) `measure-rs` without MEASURE_ARGS, then with MEASURE_ENV=BRAID_OVERLAP_CE_TAIL=0 (~4.5-6 min each): the timed choice among
 # candidates, the tail model and the earlier model on one machine; then a contention form that slows the
 # transfers while the GEMM runs (docs/flashoverlap.md "Twenty-first session"); `braid plan-overlap --inputs F
 # --candidates K` replays a search offline. On 2x H100 when served: `build test ar-1step`, `strands-smres`.
