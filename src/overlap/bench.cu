@@ -686,8 +686,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         add_decision(*sym, searched_sym);
       }
       if (ce) {
-        const char* split = std::getenv("BRAID_OVERLAP_CE_SUM_STREAM");  // GemmOverlap's A/B switch
-        j.add("collective_ce_us", t_comm_ce).add("ce_sum_stream", !(split && std::string(split) == "0"));
+        // Whether the op runs its sums on their own stream (off under BRAID_OVERLAP_CE_SUM_STREAM=0).
+        j.add("collective_ce_us", t_comm_ce).add("ce_sum_stream", ce->op->has_tail());
         if (!a.measure.empty()) j.add("ce_tail_model", ce_tail_model() && ce->op->has_tail());
         add_decision(*ce, searched_ce);
       }
