@@ -142,14 +142,21 @@ def transport_choice(rows, argv):
     best measured time per shape (that would be an in-sample pick)."""
     keyed = [(t, TRANSPORTS[t]) for t in TRANSPORTS]
     picked, best_measured, counts = [], [], {}
+    within, of_bound, bound_sp = [], [], []  # the issue's other lines, for the picked transport
     for r in rows:
         if not r.get("correct", False):
             continue
-        cands = [(r[kp], t, r[ks]) for t, (kp, km, kd, ks, kt) in keyed if kp in r and ks in r]
+        cands = [(r[kp], t, r[ks], r.get(km)) for t, (kp, km, kd, ks, kt) in keyed if kp in r and ks in r]
         if len(cands) < 2:
             continue
-        _, t, sp = min(cands)
+        _, t, sp, t_us = min(cands)
         picked.append(sp)
+        g, c = r.get("cublas_us"), r.get("collective_us")
+        if g and c and max(g, c) <= 2 * min(g, c):  # GEMM and collective within 2x of each other
+            within.append(sp)
+        if r.get("bound_us") and t_us:
+            of_bound.append(r["bound_us"] / t_us)
+            bound_sp.append(r["sequential_us"] / r["bound_us"])
         best_measured.append(max(c[2] for c in cands))
         counts[t] = counts.get(t, 0) + 1
     if not picked:
@@ -159,12 +166,18 @@ def transport_choice(rows, argv):
     print(f"# transport picked by the lowest prediction, {len(picked)} shapes ({counts}): speedup over cuBLAS + NCCL "
           f"geomean {geo:.3f}x, min {min(picked):.3f}x, below 0.97x on {sum(x < 0.97 for x in picked)} "
           f"(the best measured transport per shape, in sample: {best:.3f}x)")
+    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    if of_bound:
+        print(f"# picked transport: within 2x ({len(within)} shapes) geomean {gm(within):.3f}x; median fraction of the "
+              f"bound {statistics.median(of_bound):.3f}; the bound's own speedup over sequential, geomean {gm(bound_sp):.3f}x")
     if "--json" in argv:
         first = rows[0]
         with open(argv[argv.index("--json") + 1], "a") as f:
             f.write(json.dumps({"bench": first.get("bench", "gemm-rs") + "-predictor", "transport": "predicted-choice",
                                 "shapes": len(picked), "picks": counts, "geomean_speedup": geo,
                                 "min_speedup": min(picked), "best_measured_geomean_in_sample": best,
+                                "within2x_shapes": len(within), "within2x_geomean": gm(within),
+                                "median_fraction_of_bound": statistics.median(of_bound) if of_bound else None,
                                 "card": first.get("card"), "commit": first.get("commit"),
                                 "date": first.get("date"), "source": argv[1]}) + "\n")
 
