@@ -40,6 +40,7 @@
 namespace braid {
 class Team;
 class NcclWindow;
+class SymmetricBuffer;
 namespace bench {
 struct Context;
 }
@@ -269,7 +270,7 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path);
 int plan_overlap_main(int argc, char** argv, std::ostream& os);
 
 // ---- the overlapped operation ----
-// How a finished group's bytes travel. Both are NCCL calls on the group's contiguous slice:
+// How a finished group's bytes travel. The first three are NCCL calls on the group's contiguous slice:
 //   kNcclKernels     ncclReduceScatter / ncclAllReduce on the team's communicator (NCCL's kernels: SMs
 //                    that poll and copy beside the GEMM);
 //   kNcclCopyEngine  ncclAlltoAll (and, for all-reduce, ncclAllGather) on the team's zero-CTA
@@ -280,7 +281,15 @@ int plan_overlap_main(int argc, char** argv, std::ostream& os);
 //                    (NCCL >= 2.28, one node): NCCL's symmetric-memory kernels, which load the peers'
 //                    slices over NVLink with few CTAs instead of its ring's FIFO copies. Reduce-scatter
 //                    writes into the op's own window, output(): pass it as run()'s `out`.
-enum class Transport { kNcclKernels, kNcclCopyEngine, kNcclSymmetric };
+//   kPeerCopyEngine  no NCCL: braid's own copy-engine pushes over symmetric peer memory (reduce-scatter
+//                    only; needs Team::peer_ok() and the stream memory operations). Per group, the comm
+//                    stream waits for the group's counter, then cudaMemcpyAsync copies chunk q of the
+//                    group into rank q's receive buffer (a copy engine over NVLink; no SM, no NCCL kernel)
+//                    and cuStreamWriteValue32 raises rank q's flag for (group, this rank); a sum stream
+//                    waits for the group's counter and every peer's flag, then sums the W chunks (own
+//                    chunk read in place) in rank order, fp32, into `out`. Each run starts with a reset
+//                    of the flags and a 32-thread cross-rank barrier (as T3's), so it is capturable.
+enum class Transport { kNcclKernels, kNcclCopyEngine, kNcclSymmetric, kPeerCopyEngine };
 const char* transport_name(Transport t);
 // The predictor's calibration of a transport (SearchInputs::comm_stretch): tuning/overlap.tsv, embedded
 // at build time; BRAID_OVERLAP_COMM_STRETCH (a number >= 0) overrides it for every transport. 0 where
@@ -377,6 +386,11 @@ class GemmOverlap {
   void run_group_collective(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
   void run_copy_engine_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s,
                              Part part = Part::kWhole);
+  // Transport::kPeerCopyEngine: group g's pushes on s (after its counter wait), its sum on sum_.
+  void run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
+  // Writes 0xffffffff into this rank's peer flags (private stream): every wait on them is satisfied, so
+  // a run whose peer failed cannot leave sum_ blocked. The output of such a run is garbage.
+  void release_peer_flags() const;
   Team& team_;
   OverlapOptions opt_;
   std::unique_ptr<SignalGemm> gemm_;
@@ -406,6 +420,13 @@ class GemmOverlap {
   std::vector<cudaEvent_t> a2a_done_;  // one per wave (the most groups a partition has)
   cudaEvent_t join_sum_ = nullptr;
   void* wait_value_ = nullptr;        // PFN of cuStreamWaitValue32 (null: spin kernel)
+  // Transport::kPeerCopyEngine: receive buffer (chunk `rank` of every peer's group at the all-to-all's
+  // offsets: recv[off + q * chunk] from rank q), flags[g * world + q] raised by rank q when its chunk of
+  // group g has landed here, the start barrier's signal slot, cuStreamWriteValue32, the waits' flags.
+  std::unique_ptr<SymmetricBuffer> peer_recv_, peer_flags_;
+  int peer_slot_ = -1;
+  void* write_value_ = nullptr;
+  unsigned peer_wait_flags_ = 0;
   void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record
 };
 

@@ -47,7 +47,7 @@ struct Args {
   std::string json, cache, measure;
   std::vector<int> groups;
   int reserve_sms = 16;
-  // --reserve-sms-ce N: the copy-engine transport's op leaves N SMs free instead (its transfers need none;
+  // --reserve-sms-ce N: the copy-engine transports' ops leave N SMs free instead (their transfers need none;
   // at 0 its GEMM takes every SM and the per-group sums wait for the GEMM's end). -1: --reserve-sms.
   int reserve_sms_ce = -1;
   int chunks = 4;
@@ -92,14 +92,23 @@ Args parse(int argc, char** argv) {
     else if (k == "--tune-candidates") a.tune_candidates = std::max(1, std::stoi(val()));
     else if (k == "--chunks") a.chunks = std::stoi(val());
     else if (k == "--transport") {
-      const std::string t = val();
       // The kernel transport always runs (it is the FlashOverlap row); the others are added beside it.
+      // A comma-separated list of names (each once, in the order given; peer-copy-engine only on request).
       a.extra.clear();
-      if (t == "copy-engine" || t == "both" || t == "all") a.extra.push_back(Transport::kNcclCopyEngine);
-      if (t == "symmetric" || t == "all") a.extra.push_back(Transport::kNcclSymmetric);
-      if (t != "kernels" && a.extra.empty())
-        throw UsageError("--transport: kernels, copy-engine, symmetric, both (kernels + copy-engine) or all",
-                         __FILE__, __LINE__);
+      auto add = [&](Transport x) {
+        if (std::find(a.extra.begin(), a.extra.end(), x) == a.extra.end()) a.extra.push_back(x);
+      };
+      std::stringstream ts(val());
+      for (std::string t; std::getline(ts, t, ',');) {
+        if (t == "copy-engine" || t == "both" || t == "all") add(Transport::kNcclCopyEngine);
+        if (t == "symmetric" || t == "all") add(Transport::kNcclSymmetric);
+        if (t == "peer-copy-engine") add(Transport::kPeerCopyEngine);
+        if (t != "kernels" && t != "copy-engine" && t != "both" && t != "all" && t != "symmetric" &&
+            t != "peer-copy-engine")
+          throw UsageError("--transport: a comma-separated list of kernels, copy-engine, symmetric, both (kernels + "
+                           "copy-engine), all (the three NCCL transports), peer-copy-engine",
+                           __FILE__, __LINE__);
+      }
     }
     else if (k == "--iters") a.timing.iters = std::stoi(val());
     else if (k == "--warmup") a.timing.warmup = std::stoi(val());
@@ -260,17 +269,31 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
   }
   // The other transports need NCCL >= 2.28 and one node with peer access (the zero-CTA communicator's
   // requirements are the same as the symmetric windows').
+  // braid's own copy-engine transport needs peer access (and, in GemmOverlap, the stream memory operations).
   std::vector<Transport> extra;
-  if (!a.extra.empty()) {
+  bool nccl_extra = false;
+  for (Transport t : a.extra) nccl_extra = nccl_extra || t != Transport::kPeerCopyEngine;
+  if (nccl_extra) {
     try {
       team.nccl_zero_cta();
-      extra = a.extra;
+      for (Transport t : a.extra)
+        if (t != Transport::kPeerCopyEngine) extra.push_back(t);
     } catch (const UnavailableError& e) {
       if (rank == 0) std::printf("# FlashOverlap over other NCCL transports: not run (%s)\n", e.what());
     }
   }
+  if (std::find(a.extra.begin(), a.extra.end(), Transport::kPeerCopyEngine) != a.extra.end()) {
+    if (team.peer_ok() && a.coll == Collective::kReduceScatter) extra.push_back(Transport::kPeerCopyEngine);
+    else if (rank == 0)
+      std::printf("# FlashOverlap over braid's peer copy engines: not run (%s)\n",
+                  team.peer_ok() ? "reduce-scatter only" : team.peer_status().c_str());
+  }
   // JSON key of a transport's fields: flashoverlap_<key>_us, speedup_<key>, ...
-  auto key_of = [](Transport t) { return t == Transport::kNcclCopyEngine ? std::string("ce") : std::string("sym"); };
+  auto key_of = [](Transport t) {
+    return t == Transport::kNcclCopyEngine ? std::string("ce")
+           : t == Transport::kPeerCopyEngine ? std::string("pce")
+                                             : std::string("sym");
+  };
   for (const Shape& sh : a.shapes) {
     const size_t mn = size_t(sh.m) * sh.n;
     DevBuf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(mn * 2), Dref(mn * 2), out(mn * 2 / W),
@@ -301,7 +324,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       OverlapOptions oc = oo;
       oc.transport = t;
       oc.group_waves = op.mapping().group_waves;
-      if (t == Transport::kNcclCopyEngine && a.reserve_sms_ce >= 0 && a.reserve_sms_ce != a.reserve_sms) {
+      const bool copy_engines = t == Transport::kNcclCopyEngine || t == Transport::kPeerCopyEngine;
+      if (copy_engines && a.reserve_sms_ce >= 0 && a.reserve_sms_ce != a.reserve_sms) {
         // Another SM count, other waves: the --groups given (cut or extended to its waves), else its default.
         oc.reserve_sms = a.reserve_sms_ce;
         oc.group_waves = a.groups;

@@ -64,6 +64,31 @@ inline void* wait_value_entry_point() {
   return fn;
 }
 
+// cuStreamWriteValue32 (same ABI); null where the driver lacks it.
+using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+inline void* write_value_entry_point() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+}
+// Default flags: the driver puts a memory barrier over the stream's earlier work (e.g. a copy into the
+// same peer) before the write ("similar semantics to __threadfence_system()", scoped to the stream).
+inline void stream_write_value(void* fn, cudaStream_t s, uint32_t* addr, uint32_t value) {
+  const CUresult rc = reinterpret_cast<WriteValueFn>(fn)(reinterpret_cast<CUstream>(s),
+                                                        reinterpret_cast<CUdeviceptr>(addr), value, 0u);
+  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWriteValue32", __FILE__, __LINE__);
+}
+inline void stream_wait_value(void* fn, cudaStream_t s, const uint32_t* addr, uint32_t value, unsigned flags) {
+  const CUresult rc = reinterpret_cast<WaitValueFn>(fn)(reinterpret_cast<CUstream>(s),
+                                                       reinterpret_cast<CUdeviceptr>(addr), value, flags);
+  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
+}
+
 // Throws TimeoutError if a spin wait recorded a timeout in `err_host` (`what`: the op, for the message).
 inline void throw_if_wait_timed_out(const void* err_host, int rank, const char* what) {
   const auto* e = static_cast<const volatile WaitError*>(err_host);

@@ -7,18 +7,21 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
 #include "braid/runtime.hpp"
+#include "braid/signal_device.cuh"
 #include "comm_wait.cuh"
 
 namespace braid::overlap {
@@ -123,13 +126,18 @@ __global__ void fill_const_kernel(__nv_bfloat16* p, size_t count, float v) {
     p[i] = __float2bfloat16_rn(v);
 }
 
-// Copy-engine transport's reduction: out[i] = sum over q < world of src[q * chunk + i], in fp32, in rank
-// order (so every rank that sums the same slices gets the same bits). 8 bf16 per 16-byte access; chunk
-// is a multiple of 8 elements. It streams world + 1 chunks through HBM with nothing to compute, so it is
-// bound by the loads in flight: each thread issues the loads of kSumUnroll vectors of every source before
-// it adds (the first form, one vector per thread and 32 CTAs, had ~256 KB in flight, an estimated 0.2-0.3
-// TB/s, and was most of the transport's time: 2x H200, 8d01bed and 9e04529, docs/flashoverlap.md).
-constexpr int kSumThreads = 256, kSumUnroll = 4;
+// Copy-engine transports' reduction: out[i] = sum over q < world of src.p[q][i], in fp32, in rank order
+// (so every rank that sums the same slices gets the same bits). 8 bf16 per 16-byte access; the slices
+// are multiples of 8 elements. It streams world + 1 slices through HBM with nothing to compute, so it
+// is bound by the loads in flight: each thread issues the loads of kSumUnroll vectors of every source
+// before it adds (the first form, one vector per thread and 32 CTAs, had ~256 KB in flight, an estimated
+// 0.2-0.3 TB/s, and was most of the transport's time: 2x H200, 8d01bed and 9e04529, docs/flashoverlap.md).
+// NCCL's all-to-all puts the slices at src + q * chunk; the peer copy-engine transport reads its own
+// slice in place, so the sources are pointers.
+constexpr int kSumThreads = 256, kSumUnroll = 4, kMaxSumSources = 16;
+struct SumSources {
+  const uint4* p[kMaxSumSources];
+};
 __device__ __forceinline__ void add_bf16x8(float (&acc)[8], const uint4& u, bool first) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
 #pragma unroll
@@ -149,7 +157,7 @@ __device__ __forceinline__ uint4 pack_bf16x8(const float (&acc)[8]) {
   for (int i = 0; i < 4; ++i) oo[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
   return o;
 }
-__global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const uint4* __restrict__ src, uint4* __restrict__ out,
+__global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const SumSources src, uint4* __restrict__ out,
                                                                  int64_t chunk_vecs, int world) {
   const int64_t stride = int64_t(gridDim.x) * kSumThreads;
   int64_t v = blockIdx.x * int64_t(kSumThreads) + threadIdx.x;
@@ -158,10 +166,10 @@ __global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const uint4* __
     float acc[kSumUnroll][8];
     uint4 a[kSumUnroll], b[kSumUnroll];
 #pragma unroll
-    for (int u = 0; u < kSumUnroll; ++u) a[u] = src[v + u * stride];
+    for (int u = 0; u < kSumUnroll; ++u) a[u] = src.p[0][v + u * stride];
     if (world >= 2) {
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) b[u] = src[chunk_vecs + v + u * stride];
+      for (int u = 0; u < kSumUnroll; ++u) b[u] = src.p[1][v + u * stride];
     }
 #pragma unroll
     for (int u = 0; u < kSumUnroll; ++u) add_bf16x8(acc[u], a[u], true);
@@ -171,7 +179,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const uint4* __
     }
     for (int q = 2; q < world; ++q) {
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) a[u] = src[q * chunk_vecs + v + u * stride];
+      for (int u = 0; u < kSumUnroll; ++u) a[u] = src.p[q][v + u * stride];
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u) add_bf16x8(acc[u], a[u], false);
     }
@@ -180,10 +188,23 @@ __global__ void __launch_bounds__(kSumThreads) sum_slices_kernel(const uint4* __
   }
   for (; v < chunk_vecs; v += stride) {  // the rest, one vector at a time (the same adds in the same order)
     float acc[8];
-    add_bf16x8(acc, src[v], true);
-    for (int q = 1; q < world; ++q) add_bf16x8(acc, src[q * chunk_vecs + v], false);
+    add_bf16x8(acc, src.p[0][v], true);
+    for (int q = 1; q < world; ++q) add_bf16x8(acc, src.p[q][v], false);
     out[v] = pack_bf16x8(acc);
   }
+}
+// Slices at base + q * chunk (NCCL's all-to-all layout).
+SumSources strided_sources(const __nv_bfloat16* base, size_t chunk, int world) {
+  SumSources s{};
+  for (int q = 0; q < world; ++q) s.p[q] = reinterpret_cast<const uint4*>(base + size_t(q) * chunk);
+  return s;
+}
+
+// Transport::kPeerCopyEngine's start handshake: every rank has reset its flags (and joined its previous
+// run's sums) on the stream before; after the barrier any peer may copy into it and raise its flags.
+// One block of 32 threads before the GEMM; it moves no data. Bounded (SignalView timeout: DeviceError).
+__global__ void peer_start_barrier_kernel(SignalView v, int slot) {
+  dev::barrier_block(v, slot, uint32_t(OpId::kBarrier));
 }
 
 ncclDataType_t kBf16 = ncclBfloat16;
@@ -194,6 +215,7 @@ const char* transport_name(Transport t) {
   switch (t) {
     case Transport::kNcclCopyEngine: return "nccl-copy-engine";
     case Transport::kNcclSymmetric: return "nccl-symmetric";
+    case Transport::kPeerCopyEngine: return "peer-copy-engine";
     default: return "nccl-kernels";
   }
 }
@@ -334,7 +356,8 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   map_.normal = sequential_;
 
   const size_t d_bytes = size_t(opt.m) * opt.n * 2;
-  if (opt.transport == Transport::kNcclKernels) {
+  const bool peer = opt.transport == Transport::kPeerCopyEngine;
+  if (opt.transport == Transport::kNcclKernels || peer) {
     BRAID_CUDA_CHECK(cudaMalloc(&d_, d_bytes));
   } else {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
@@ -386,6 +409,36 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
                            __FILE__, __LINE__);
 #endif
   }
+  if (peer) {  // braid's own copy-engine pushes (no NCCL): receive buffer, flags, barrier slot, stream memops
+    const int W = team.size();
+    const char* what = "FlashOverlap peer copy-engine transport";
+    if (opt.coll != Collective::kReduceScatter)
+      throw UnavailableError(std::string(what) + ": reduce-scatter only", __FILE__, __LINE__);
+    if (!team.peer_ok())
+      throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
+                             __FILE__, __LINE__);
+    BRAID_REQUIRE(W <= kMaxSumSources, "FlashOverlap peer copy-engine transport: at most 16 ranks");
+    write_value_ = detail::write_value_entry_point();
+    wait_value_ = detail::wait_value_entry_point();
+    if (!write_value_ || !wait_value_)
+      throw UnavailableError(std::string(what) + ": needs cuStreamWaitValue32 / cuStreamWriteValue32", __FILE__,
+                             __LINE__);
+    peer_recv_ = std::make_unique<SymmetricBuffer>(team, d_bytes);            // collective
+    peer_flags_ = std::make_unique<SymmetricBuffer>(team, size_t(T) * W * 4);  // collective
+    BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, size_t(T) * W * 4));
+    peer_slot_ = team.reserve_slots(1);
+    int flush = 0;
+    if (cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, dev) != cudaSuccess) {
+      cudaGetLastError();
+      flush = 0;
+    }
+    peer_wait_flags_ = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0u);
+    int per_sm = 0;  // the sums' CTAs, as for NCCL's copy engines above
+    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
+    per_sm = std::max(1, per_sm);
+    reduce_ctas_last_ = per_sm * sms;
+    reduce_ctas_ = opt.reserve_sms > 0 ? per_sm * std::min(sms, opt.reserve_sms) : reduce_ctas_last_;
+  }
   const size_t tiles = grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMalloc(&tables_, (3 * tiles + 2 * size_t(T) + 2) * sizeof(int32_t)));
   BRAID_CUDA_CHECK(cudaMalloc(&counters_, (size_t(T) + 1) * sizeof(uint32_t)));
@@ -398,13 +451,15 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     const char* e = std::getenv("BRAID_OVERLAP_CE_SUM_STREAM");
     return !(e && std::string(e) == "0");
   }();
-  if (ce_comm_ && opt.coll == Collective::kReduceScatter && sum_stream) {
+  if ((ce_comm_ && opt.coll == Collective::kReduceScatter && sum_stream) || peer) {
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_, cudaStreamNonBlocking));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_sum_, cudaEventDisableTiming));
-    a2a_done_.assign(size_t(T), nullptr);
-    for (auto& e : a2a_done_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    if (!peer) {
+      a2a_done_.assign(size_t(T), nullptr);
+      for (auto& e : a2a_done_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
   }
-  if (opt.use_stream_wait_value) wait_value_ = wait_value_entry_point();
+  if (opt.use_stream_wait_value && !peer) wait_value_ = wait_value_entry_point();
   void* err = nullptr;
   BRAID_CUDA_CHECK(cudaHostAlloc(&err, sizeof(WaitError), cudaHostAllocMapped));
   std::memset(err, 0, sizeof(WaitError));
@@ -427,6 +482,24 @@ void GemmOverlap::enter_fallback() {
 }
 
 GemmOverlap::~GemmOverlap() {
+  if (peer_flags_ && sum_) {
+    // No-hang contract: the sums wait (stream memory operations, no timeout of their own) for flags that
+    // peers raise; if the last run's sums have not finished within the timeout, a peer failed: release
+    // this rank's flags so the stream drains (that run's output is garbage).
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(sum_);
+      if (e != cudaErrorNotReady) {
+        if (e != cudaSuccess) cudaGetLastError();
+        break;
+      }
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > team_.options().timeout_s) {
+        release_peer_flags();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
   if (comm_) cudaStreamSynchronize(comm_);
   if (sum_) cudaStreamSynchronize(sum_);
   if (win_d_) {  // symmetric windows: deregistration is collective, in the same order on every rank
@@ -504,7 +577,10 @@ size_t GemmOverlap::out_elems() const {
   return opt_.coll == Collective::kReduceScatter ? mn / team_.size() : mn;
 }
 
-void GemmOverlap::check_error() const { detail::throw_if_wait_timed_out(err_host_, team_.rank(), "FlashOverlap"); }
+void GemmOverlap::check_error() const {
+  detail::throw_if_wait_timed_out(err_host_, team_.rank(), "FlashOverlap");
+  if (peer_flags_) team_.check_device_error("FlashOverlap peer copy-engine start barrier");
+}
 
 void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   const int G = map_.groups();
@@ -528,8 +604,17 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   // Counters restart at 0 every run: ordered after the previous run's waits by the join below (the
   // stream waits on comm_ before this memset), before this run's waits by the fork.
   BRAID_CUDA_CHECK(cudaMemsetAsync(counters_, 0, G * sizeof(uint32_t), stream));
+  if (peer_flags_) {
+    // Peer copy-engine transport: reset the flags peers raise here, then meet every rank (each has reset
+    // its own and joined its previous run's sums, which read our pushes, into its stream): only then may
+    // any rank push into a peer. The sums' stream forks here too (its waits read counters and flags).
+    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, size_t(G) * team_.size() * 4, stream));
+    peer_start_barrier_kernel<<<1, 32, 0, stream>>>(team_.signals(), peer_slot_);
+    BRAID_CHECK_LAUNCH();
+  }
   BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, fork_, 0));
+  if (peer_flags_) BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, fork_, 0));
 
   EpilogueArgs e;
   e.d = d_;
@@ -595,7 +680,7 @@ void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, int
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, a2a_done_[size_t(g)], 0));
     ss = sum_;
   }
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, ss>>>(reinterpret_cast<const uint4*>(r + off),
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, ss>>>(strided_sources(r + off, chunk, W),
                                                                 reinterpret_cast<uint4*>(dst), vecs, W);
   BRAID_CHECK_LAUNCH();
   if (!rs) BRAID_NCCL_CHECK(ncclAllGather(d + off + size_t(me) * chunk, d + off, chunk, kBf16, ce, s));
@@ -609,6 +694,7 @@ void GemmOverlap::run_copy_engine_group(size_t off, size_t count, void* out, int
 // kernels on the team's communicator, or the copy-engine group above.
 void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
   if (ce_comm_) return run_copy_engine_group(off, count, out, g, last, s);
+  if (peer_flags_) return run_peer_copy_group(off, count, out, g, last, s);
   const size_t W = static_cast<size_t>(team_.size());
   auto* d = static_cast<__nv_bfloat16*>(d_);
   if (opt_.coll == Collective::kReduceScatter) {
@@ -619,8 +705,72 @@ void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, int 
   }
 }
 
+// Group g over braid's copy-engine pushes (Transport::kPeerCopyEngine; run() has reset the flags, passed
+// the start barrier and enqueued, on s, the wait for the group's counter). The group's slice is W chunks,
+// chunk q for rank q (sub-tiles of part q, as for NCCL's reduce-scatter). Ordering:
+//   counter -> copy: cuStreamWaitValue32 on s, then the copy on s (the epilogue's red.release.gpu made the
+//     tiles visible before the counter value; the same pattern as counter -> NCCL);
+//   copy -> peer flag: cuStreamWriteValue32 with default flags after the copy on s (a memory barrier over
+//     the stream's earlier work precedes the write), into rank q's flags[g * W + me];
+//   flag -> sum: cuStreamWaitValue32 (GEQ, plus FLUSH of remote writes where supported) on sum_ for every
+//     peer's flag and for our own counter, then the sum kernel on sum_ (own chunk read in place).
+// Reuse: a peer pushes into our receive buffer only after the next run's start barrier, which we reach
+// only after our sums (joined into the caller's stream) have read it.
+void GemmOverlap::run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
+  const int W = team_.size(), me = team_.rank();
+  const size_t chunk = count / static_cast<size_t>(W);
+  const auto* d = static_cast<const __nv_bfloat16*>(d_);
+  for (int i = 1; i < W; ++i) {  // staggered: rank me pushes to me + 1 first, so the peers' first pushes differ
+    const int q = (me + i) % W;
+    __nv_bfloat16* dst = peer_recv_->peer_as<__nv_bfloat16>(q) + off + size_t(me) * chunk;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, d + off + size_t(q) * chunk, chunk * 2, cudaMemcpyDefault, s));
+    detail::stream_write_value(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + size_t(g) * W + me, 1u);
+  }
+  uint32_t* flags = peer_flags_->local_as<uint32_t>();
+  detail::stream_wait_value(wait_value_, sum_, counters_ + g, static_cast<uint32_t>(map_.tiles_in_group(g)),
+                            CU_STREAM_WAIT_VALUE_GEQ);
+  for (int q = 0; q < W; ++q)
+    if (q != me) detail::stream_wait_value(wait_value_, sum_, flags + size_t(g) * W + q, 1u, peer_wait_flags_);
+  const auto* recv = peer_recv_->local_as<const __nv_bfloat16>();
+  SumSources src{};
+  for (int q = 0; q < W; ++q)
+    src.p[q] = reinterpret_cast<const uint4*>((q == me ? d : recv) + off + size_t(q) * chunk);
+  const int64_t vecs = static_cast<int64_t>(chunk / 8);
+  const int ctas = last ? reduce_ctas_last_ : reduce_ctas_;  // the last group's sum runs after the GEMM
+  const int blocks = static_cast<int>(std::min<int64_t>(ctas, (vecs + kSumThreads - 1) / kSumThreads));
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, sum_>>>(
+      src, reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(out) + off / W), vecs, W);
+  BRAID_CHECK_LAUNCH();
+}
+
+void GemmOverlap::release_peer_flags() const {
+  if (!peer_flags_ || !write_value_) return;
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  auto* w = peer_flags_->local_as<uint32_t>();
+  const size_t words = size_t(map_.grid.num_waves()) * team_.size();
+  for (size_t i = 0; i < words; ++i)
+    if (reinterpret_cast<detail::WriteValueFn>(write_value_)(reinterpret_cast<CUstream>(s),
+                                                             reinterpret_cast<CUdeviceptr>(w + i), 0xffffffffu,
+                                                             0u) != CUDA_SUCCESS)
+      break;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (cudaStreamQuery(s) == cudaErrorNotReady &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < team_.options().timeout_s)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  cudaGetLastError();
+  cudaStreamDestroy(s);
+}
+
 void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t stream, Part part) {
   const size_t W = static_cast<size_t>(team_.size());
+  if (peer_flags_)
+    throw UnavailableError("GemmOverlap::transport_collective: not built for the peer copy-engine transport (it "
+                           "has no --measure inputs yet)",
+                           __FILE__, __LINE__);
   BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
                 "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
   if (!has_tail()) {

@@ -71,7 +71,9 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   o.use_stream_wait_value = c.wait_value;
   o.sequential = c.sequential;
   o.transport = c.transport;
-  if (c.transport != Transport::kNcclKernels) {  // NCCL >= 2.28, one node with peer access
+  if (c.transport == Transport::kPeerCopyEngine) {  // braid's own copy-engine pushes: peer access only
+    if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
+  } else if (c.transport != Transport::kNcclKernels) {  // NCCL >= 2.28, one node with peer access
     try {
       team.nccl_zero_cta();
     } catch (const braid::UnavailableError& e) {
@@ -188,7 +190,26 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kNcclKernels, 1e9},
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kNcclKernels, 0},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kNcclSymmetric, 0},
-                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kNcclSymmetric, 1e9}));
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kNcclSymmetric, 1e9},
+                      // over braid's own copy-engine pushes (no NCCL): eager, captured (replays reset the flags
+                      // and meet at the start barrier), the GEMM on every SM, tuned both ways
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kPeerCopyEngine, -1, 0},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, 0},
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9}));
+
+TEST(OverlapMpiPeerCopyEngine, AllReduceIsUnavailable) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!all_hopper(team)) GTEST_SKIP() << "the op's GEMM is built for sm_90a only";
+  if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
+  OverlapOptions o;
+  o.coll = Collective::kAllReduce;
+  o.m = 2048, o.n = 2048, o.k = 512;
+  o.transport = Transport::kPeerCopyEngine;
+  EXPECT_THROW(GemmOverlap(team, o), braid::UnavailableError);
+}
 
 TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
   braid::Team team(MPI_COMM_WORLD);
