@@ -31,6 +31,8 @@ TRANSPORTS = {
     "kernels": ("predicted_us", "flashoverlap_us", "decision", "speedup", "tuned_overlap_us"),
     "symmetric": ("predicted_sym_us", "flashoverlap_sym_us", "decision_sym", "speedup_sym", "tuned_overlap_sym_us"),
     "copy-engine": ("predicted_ce_us", "flashoverlap_ce_us", "decision_ce", "speedup_ce", "tuned_overlap_ce_us"),
+    "peer-copy-engine": ("predicted_pce_us", "flashoverlap_pce_us", "decision_pce", "speedup_pce",
+                         "tuned_overlap_pce_us"),
 }
 
 
@@ -85,13 +87,15 @@ def report(rows, transport, argv):
 # Per transport: (predicted, measured overlap, decision, the collective's solo time in the same row).
 # The comm_stretch each transport's prediction was made with (a row's field; absent: 0).
 STRETCH_FIELD = {"predicted_us": "comm_stretch", "predicted_sym_us": "comm_stretch_sym",
-                 "predicted_ce_us": "comm_stretch_ce"}
+                 "predicted_ce_us": "comm_stretch_ce", "predicted_pce_us": "comm_stretch_pce"}
 FIT_FIELDS = {
     "nccl-kernels": ("predicted_us", "flashoverlap_us", "decision", "collective_us", "tuned_overlap_us"),
     "nccl-symmetric": ("predicted_sym_us", "flashoverlap_sym_us", "decision_sym", "collective_sym_us",
                        "tuned_overlap_sym_us"),
     "nccl-copy-engine": ("predicted_ce_us", "flashoverlap_ce_us", "decision_ce", "collective_ce_us",
                          "tuned_overlap_ce_us"),
+    "peer-copy-engine": ("predicted_pce_us", "flashoverlap_pce_us", "decision_pce", "collective_pce_us",
+                         "tuned_overlap_pce_us"),
 }
 
 

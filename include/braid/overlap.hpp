@@ -368,8 +368,9 @@ class GemmOverlap {
   // all-reduce works in place. The search's latency curve and contention for the copy-engine transport
   // (`bench gemm-rs --measure`). Overwrites the op's buffers; collective: every rank calls it alike.
   // `part`: kTransfer / kTail time the two halves of a transport that splits (has_tail(): the copy-engine
-  // reduce-scatter's all-to-all, then its sum alone on the data in place); elsewhere kTransfer is the whole
-  // and kTail does nothing.
+  // reduce-scatter's all-to-all, or the peer copy-engine pushes, then the sum alone on the data in place);
+  // elsewhere kTransfer is the whole and kTail does nothing. The peer copy-engine transport's call starts
+  // with its start barrier (kWhole, kTransfer), as each run() does.
   enum class Part { kWhole, kTransfer, kTail };
   void transport_collective(size_t count, void* out, cudaStream_t stream, Part part = Part::kWhole);
   // run() issues part of each group's collective off the communication chain (SearchInputs::tail).
@@ -388,6 +389,7 @@ class GemmOverlap {
                              Part part = Part::kWhole);
   // Transport::kPeerCopyEngine: group g's pushes on s (after its counter wait), its sum on sum_.
   void run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
+  void run_peer_standalone(size_t count, void* out, cudaStream_t s, Part part);  // transport_collective's
   // Writes 0xffffffff into this rank's peer flags (private stream): every wait on them is satisfied, so
   // a run whose peer failed cannot leave sum_ blocked. The output of such a run is garbage.
   void release_peer_flags() const;

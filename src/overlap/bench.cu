@@ -183,7 +183,9 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   // collective over the given buffers (plain memory: ring kernels; windows: symmetric kernels).
   // Where the op issues part of each group's collective off the chain (the copy-engine reduce-scatter's
   // sums), the curve is the transfer alone and the tail curve the sum alone, at the same sizes.
-  const bool ce = op.options().transport == Transport::kNcclCopyEngine;
+  // (The peer copy-engine transport likewise: its pushes, then its sum.)
+  const bool ce = op.options().transport == Transport::kNcclCopyEngine ||
+                  op.options().transport == Transport::kPeerCopyEngine;
   const bool split = ce && op.has_tail() && ce_tail_model();
   using Part = GemmOverlap::Part;
   for (double b = mi.in.bytes_per_wave / 2; b < 2 * full; b *= 2) {
@@ -254,11 +256,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
   const int W = team.size(), rank = team.rank();
   cudaStream_t s = team.stream();
   DecisionCache cache;
-  DecisionCache cache_sym, cache_ce;  // --measure: the other transports' decisions (every shape's)
+  DecisionCache cache_sym, cache_ce, cache_pce;  // --measure: the other transports' decisions (every shape's)
   if (!a.cache.empty()) {
     cache.load(a.cache);
     cache_sym.load(a.cache + ".symmetric");
     cache_ce.load(a.cache + ".copy-engine");
+    cache_pce.load(a.cache + ".peer-copy-engine");
   }
   int failures = 0;
   const char* op_name = a.coll == Collective::kReduceScatter ? "gemm-rs" : "gemm-ar";
@@ -353,7 +356,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // --measure: the search's inputs measured on this node per transport (the collective's latency curve,
     // its contention with the GEMM, the sequential time, all over that transport's buffers), the search,
     // and its decision applied to that transport's op (partition, or the sequential fallback).
-    std::string searched, searched_sym, searched_ce;
+    std::string searched, searched_sym, searched_ce, searched_pce;
     // --tune-candidates: per transport, what the timed choice among candidates measured.
     struct CandidateTuning {
       int count = 0;
@@ -361,9 +364,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       std::vector<int> best_groups;
     };
     std::map<Transport, CandidateTuning> tuned_by_candidates;
-    Other* ce = nullptr;
-    for (auto& o : others)
+    Other *ce = nullptr, *pce = nullptr;
+    for (auto& o : others) {
       if (o.t == Transport::kNcclCopyEngine) ce = &o;
+      if (o.t == Transport::kPeerCopyEngine) pce = &o;
+    }
     if (!a.measure.empty()) {
       auto measure_and_decide = [&](GemmOverlap& o, const MeasureBuffers& mb, DecisionCache& dc, const std::string& path,
                                     const std::string& cache_path) {
@@ -432,6 +437,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         searched_ce = measure_and_decide(*ce->op, {gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p}, cache_ce,
                                          a.measure + ".copy-engine",
                                          a.cache.empty() ? std::string() : a.cache + ".copy-engine");
+      }
+      if (pce) {  // braid's peer copy-engine transport: its own pushes and sum, as for NCCL's copy engines
+        DevBuf gemm_out(mn * 2), coll_out(mn * 2 / W), other_out(mn * 2 / W);
+        searched_pce = measure_and_decide(*pce->op, {gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p},
+                                          cache_pce, a.measure + ".peer-copy-engine",
+                                          a.cache.empty() ? std::string() : a.cache + ".peer-copy-engine");
       }
     }
 
@@ -582,6 +593,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // Overwrites the op's buffers: after its verified and timed runs, before its graph replays (which
     // rewrite them).
     const double t_comm_ce = !ce ? 0.0 : median_us(team, t, [&](int) { ce->op->transport_collective(mn, ce->out, s); });
+    const double t_comm_pce =
+        !pce ? 0.0 : median_us(team, t, [&](int) { pce->op->transport_collective(mn, pce->out, s); });
     op.check_error();
     for (auto& o : others) o.op->check_error();
     // The same ops replayed from CUDA graphs (one per input set): no host work per wave group, which
@@ -714,6 +727,10 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         j.add("collective_ce_us", t_comm_ce).add("ce_sum_stream", ce->op->has_tail());
         if (!a.measure.empty()) j.add("ce_tail_model", ce_tail_model() && ce->op->has_tail());
         add_decision(*ce, searched_ce);
+      }
+      if (pce) {
+        j.add("collective_pce_us", t_comm_pce);
+        add_decision(*pce, searched_pce);
       }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);
       for (const auto& o : others) {

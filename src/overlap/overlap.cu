@@ -743,6 +743,38 @@ void GemmOverlap::run_peer_copy_group(size_t off, size_t count, void* out, int g
   BRAID_CHECK_LAUNCH();
 }
 
+// The peer copy-engine collective alone, for --measure (everything on s, as one group at offset 0): reset
+// the flags, the start barrier, the pushes and flags, the waits for the peers' flags (kTransfer stops
+// here), then the sum on the CTAs a group's sum gets beside the GEMM (kTail: the sum alone, on the data in
+// place). The barrier orders each call after every rank's previous one, as in run().
+void GemmOverlap::run_peer_standalone(size_t count, void* out, cudaStream_t s, Part part) {
+  const int W = team_.size(), me = team_.rank();
+  const size_t chunk = count / static_cast<size_t>(W);
+  const auto* d = static_cast<const __nv_bfloat16*>(d_);
+  uint32_t* flags = peer_flags_->local_as<uint32_t>();
+  if (part != Part::kTail) {
+    BRAID_CUDA_CHECK(cudaMemsetAsync(flags, 0, size_t(W) * 4, s));
+    peer_start_barrier_kernel<<<1, 32, 0, s>>>(team_.signals(), peer_slot_);
+    BRAID_CHECK_LAUNCH();
+    for (int i = 1; i < W; ++i) {
+      const int q = (me + i) % W;
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * chunk,
+                                       d + size_t(q) * chunk, chunk * 2, cudaMemcpyDefault, s));
+      detail::stream_write_value(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + me, 1u);
+    }
+    for (int q = 0; q < W; ++q)
+      if (q != me) detail::stream_wait_value(wait_value_, s, flags + q, 1u, peer_wait_flags_);
+  }
+  if (part == Part::kTransfer) return;
+  const auto* recv = peer_recv_->local_as<const __nv_bfloat16>();
+  SumSources src{};
+  for (int q = 0; q < W; ++q) src.p[q] = reinterpret_cast<const uint4*>((q == me ? d : recv) + size_t(q) * chunk);
+  const int64_t vecs = static_cast<int64_t>(chunk / 8);
+  const int blocks = static_cast<int>(std::min<int64_t>(reduce_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(src, static_cast<uint4*>(out), vecs, W);
+  BRAID_CHECK_LAUNCH();
+}
+
 void GemmOverlap::release_peer_flags() const {
   if (!peer_flags_ || !write_value_) return;
   cudaStream_t s = nullptr;
@@ -767,10 +799,11 @@ void GemmOverlap::release_peer_flags() const {
 
 void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t stream, Part part) {
   const size_t W = static_cast<size_t>(team_.size());
-  if (peer_flags_)
-    throw UnavailableError("GemmOverlap::transport_collective: not built for the peer copy-engine transport (it "
-                           "has no --measure inputs yet)",
-                           __FILE__, __LINE__);
+  if (peer_flags_) {
+    BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
+                  "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
+    return run_peer_standalone(count, out, stream, part);
+  }
   BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
                 "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
   if (!has_tail()) {

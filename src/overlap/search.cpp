@@ -395,7 +395,9 @@ int plan_overlap_main(int argc, char** argv, std::ostream& os) {
   Transport t = Transport::kNcclKernels;
   if (transport == "symmetric") t = Transport::kNcclSymmetric;
   else if (transport == "copy-engine") t = Transport::kNcclCopyEngine;
-  else if (transport != "kernels") throw UsageError("--transport: kernels, symmetric or copy-engine", __FILE__, __LINE__);
+  else if (transport == "peer-copy-engine") t = Transport::kPeerCopyEngine;
+  else if (transport != "kernels")
+    throw UsageError("--transport: kernels, symmetric, copy-engine or peer-copy-engine", __FILE__, __LINE__);
   os << "# search replayed on " << inputs << " (" << transport_name(t) << ", comm_stretch " << default_comm_stretch(t)
      << ", at most " << max_groups << " groups); times in us\n"
      << "#      M      N      K waves tail | decision   predicted  sequential | uncontended optimum: contended | partition\n";

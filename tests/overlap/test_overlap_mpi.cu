@@ -252,9 +252,12 @@ TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
   } catch (const braid::UnavailableError&) {
     have_windows = false;
   }
-  for (const Transport t : {Transport::kNcclKernels, Transport::kNcclSymmetric, Transport::kNcclCopyEngine}) {
-    if (t != Transport::kNcclKernels && !have_windows) continue;
+  for (const Transport t : {Transport::kNcclKernels, Transport::kNcclSymmetric, Transport::kNcclCopyEngine,
+                            Transport::kPeerCopyEngine}) {
+    const bool peer = t == Transport::kPeerCopyEngine;  // braid's own pushes: reduce-scatter, peer access
+    if ((peer && !team.peer_ok()) || (!peer && t != Transport::kNcclKernels && !have_windows)) continue;
     for (const Collective coll : {Collective::kReduceScatter, Collective::kAllReduce}) {
+      if (peer && coll == Collective::kAllReduce) continue;
       SCOPED_TRACE(std::string(transport_name(t)) + (coll == Collective::kReduceScatter ? " RS" : " AR"));
       OverlapOptions o;
       o.coll = coll;
