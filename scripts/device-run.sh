@@ -54,12 +54,15 @@
 # MEASURE_PART=1/2) 5 min cold; `measure-rs` MEASURE_PART=2/2 2.4 min warm; `build test fo-ce-groups` (18 runs)
 # 5.6 min cold; `build fo-ce-groups measure-rs` (8 runs + the whole sweep, OVERLAP_TRANSPORT=all) 8.8 min cold;
 # `build test measure-rs` (MEASURE_SHAPES=bench/shapes/comm-heavy-h200x2.txt, OVERLAP_TRANSPORT=copy-engine) 4.5 min cold.
-# Next (twenty-first session's end): `build test measure-rs` (CTEST_R="test_overlap|test_harness",
-# OVERLAP_TRANSPORT=all, MEASURE_ARGS="--tune-candidates 6": not GPU-run yet) on the whole sweep, then (warm,
-# within 30 s) `measure-rs` without MEASURE_ARGS, then with MEASURE_ENV=BRAID_OVERLAP_CE_TAIL=0 (~4.5-6 min each): the timed choice among
-# candidates, the tail model and the earlier model on one machine; then a contention form that slows the
-# transfers while the GEMM runs (docs/flashoverlap.md "Twenty-first session"); `braid plan-overlap --inputs F
-# --candidates K` replays a search offline. On 2x H100 when served: `build test ar-1step`, `strands-smres`.
+# Twenty-second session (six calls, all 2x H200): `build test measure-rs` (CTEST_R="test_overlap|test_harness",
+# OVERLAP_TRANSPORT=all, MEASURE_PART=1/2, MEASURE_ARGS="--tune-candidates 6") 5.6 min cold, part 2/2 3.4 min warm;
+# `build test fo-ce-groups` (CE_TRANSPORT=copy-engine,peer-copy-engine, 4 shapes x 2 reserves) 4 min cold;
+# `build test measure-rs` (OVERLAP_TRANSPORT=symmetric,peer-copy-engine, halves) 6.2 min cold, 3.4 min warm.
+# Next (twenty-second session's end): the peer copy-engine transport on 2x H100 when served (`build test measure-rs`,
+# CTEST_R=test_overlap_mpi$, OVERLAP_TRANSPORT=symmetric,peer-copy-engine, MEASURE_ARGS="--tune-candidates 6",
+# halves); its loss at small balanced shapes (4096x4096x2048: 168 us vs ~135 expected: per-copy and barrier costs,
+# the sums on 16 SMs) with `fo-ce-groups` partitions; its all-reduce (an all-gather by pushes); an op that picks the
+# transport by tuning. On 2x H100 also `build test ar-1step`, `strands-smres`.
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -509,7 +512,8 @@ if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given 
   fi
   # CE_RESERVE: SMs the copy-engine op's GEMM leaves free (the bench's --reserve-sms-ce; the copy engines
   # need none, the reduction some; at 0 the sums wait for the GEMM's end), one run per value.
-  # CE_TRANSPORT: the bench's --transport (default all; copy-engine = the ring kernels and the copy engines).
+  # CE_TRANSPORT: the bench's --transport (default all; copy-engine = the ring kernels and the copy engines; a
+  # comma-separated list, e.g. copy-engine,peer-copy-engine for braid's own copy-engine transport beside NCCL's).
   for sh in ${CE_SHAPES:-16384,8192,1024 16384,8192,4096}; do
     for g in ${CE_GROUPS:-default 12,12,12 6,6,6,6,6,6}; do
       for rsv in ${CE_RESERVE:-default}; do
@@ -527,7 +531,8 @@ if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given 
   done
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
-  # (OVERLAP_TRANSPORT: kernels, symmetric = kernels + symmetric, all = kernels + copy engines + symmetric)
+  # (OVERLAP_TRANSPORT: kernels, symmetric = kernels + symmetric, all = kernels + copy engines + symmetric; a
+  # comma-separated list, e.g. symmetric,peer-copy-engine)
   echo "== gemm-rs sweep with --measure (predictor error)" | tee -a "$log"
   # MEASURE_PART=1/2 or 2/2: every other shape of the sweep (two calls for OVERLAP_TRANSPORT=all, ~7 min whole)
   shapes=${MEASURE_SHAPES:-bench/shapes/sweep.txt}  # MEASURE_SHAPES: another shapes file

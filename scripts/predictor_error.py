@@ -8,8 +8,10 @@ chose, contention included, or the sequential time when it chose the fallback) a
 sequential time measured by --measure, which the fallback reruns, so its error is small by construction),
 the overlapped shapes' mean signed error (> 0: the model is optimistic), and how often the choice (overlap vs fallback) was right, i.e. not slower than
 the other option measured in the same row; for each transport measured (NCCL's kernels; its
-symmetric-memory kernels: `*_sym*` fields; its copy engines: `*_ce*` fields), and, where several were
-measured, the speedup of the transport each shape's lowest prediction picks. Usage: predictor_error.py
+symmetric-memory kernels: `*_sym*` fields; its copy engines: `*_ce*` fields; braid's own copy-engine pushes:
+`*_pce*` fields), and, where several were
+measured, the speedup of the transport each shape's lowest prediction picks, and of the one each transport's
+tuning measured fastest. Usage: predictor_error.py
 ROWS.jsonl [--json SUMMARY.jsonl]
 
 `--fit`: the calibration of tuning/overlap.tsv instead — per transport, the comm_stretch c that makes
@@ -186,6 +188,58 @@ def transport_choice(rows, argv):
                                 "date": first.get("date"), "source": argv[1]}) + "\n")
 
 
+SUFFIX = {"kernels": "", "symmetric": "_sym", "copy-engine": "_ce", "peer-copy-engine": "_pce"}
+
+
+def timed_choice(rows, argv):
+    """The transport a runtime that tunes every transport would pick: each transport's tuning (before the
+    row's timed runs, in the same process: --tune-candidates' cand_best / cand_sequential, else tune()'s
+    tuned_overlap / tuned_sequential) measured its chosen overlap against the fallback's work on its own
+    buffers; the lowest ratio picks, a fallback decision counting 1. The row's separately timed speedup of
+    that transport is what the choice gets (the reported times are not the ones the choice was made on)."""
+    picked, within, of_bound, counts = [], [], [], {}
+    for r in rows:
+        if not r.get("correct", False):
+            continue
+        cands = []
+        for t, (kp, km, kd, ks, kt) in TRANSPORTS.items():
+            if kp not in r or ks not in r:
+                continue
+            sfx = SUFFIX[t]
+            ov, sq = r.get("cand_best" + sfx + "_us"), r.get("cand_sequential" + sfx + "_us")
+            if ov is None:
+                ov, sq = r.get("tuned_overlap" + sfx + "_us"), r.get("tuned_sequential" + sfx + "_us")
+            ratio = ov / sq if (r.get(kd) == "overlap" and ov and sq) else 1.0
+            cands.append((ratio, t, r[ks], r.get(km)))
+        if len(cands) < 2:
+            continue
+        _, t, sp, t_us = min(cands)
+        counts[t] = counts.get(t, 0) + 1
+        picked.append(sp)
+        g, c = r.get("cublas_us"), r.get("collective_us")
+        if g and c and max(g, c) <= 2 * min(g, c):
+            within.append(sp)
+        if r.get("bound_us") and t_us:
+            of_bound.append(r["bound_us"] / t_us)
+    if not picked:
+        return
+    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+    print(f"# transport picked by its tuning's measurements, {len(picked)} shapes ({counts}): speedup over cuBLAS + "
+          f"NCCL geomean {gm(picked):.3f}x, min {min(picked):.3f}x, below 0.97x on {sum(x < 0.97 for x in picked)}; "
+          f"within 2x ({len(within)} shapes) {gm(within):.3f}x; median fraction of the bound "
+          f"{statistics.median(of_bound) if of_bound else float('nan'):.3f}")
+    if "--json" in argv:
+        first = rows[0]
+        with open(argv[argv.index("--json") + 1], "a") as f:
+            f.write(json.dumps({"bench": first.get("bench", "gemm-rs") + "-predictor", "transport": "timed-choice",
+                                "shapes": len(picked), "picks": counts, "geomean_speedup": gm(picked),
+                                "min_speedup": min(picked), "within2x_shapes": len(within),
+                                "within2x_geomean": gm(within),
+                                "median_fraction_of_bound": statistics.median(of_bound) if of_bound else None,
+                                "card": first.get("card"), "commit": first.get("commit"),
+                                "date": first.get("date"), "source": argv[1]}) + "\n")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -202,6 +256,7 @@ def main(argv):
         print("no verified rows with predicted_us (run the bench with --measure)")
         return 1
     transport_choice(rows, argv)
+    timed_choice(rows, argv)
     return max(rcs)
 
 

@@ -64,7 +64,7 @@ const char* kUsage =
     "                                    events), SM push, SM pull (1 / 4 loads in flight)\n"
     "  plan --model M --parallel tp=..,sp=..,pp=..,ep=.. [--seq S] [--batch B] [--topology T] [--simulate TOPO]\n"
     "                                    Chimera: communication plan before/after fusion (no GPU needed)\n"
-    "  plan-overlap --inputs FILE [--transport kernels|symmetric|copy-engine] [--max-groups G] [--candidates K]\n"
+    "  plan-overlap --inputs FILE [--transport kernels|symmetric|copy-engine|peer-copy-engine] [--max-groups G] [--candidates K]\n"
     "                                    FlashOverlap: the wave-group search replayed on measured inputs (no GPU)\n"
     "  plan-strands --model M --tp 2 [--ep 2] --seq S [--pairs FILE] [--out PLAN]\n"
     "                                    DHelix: pairing search over a pair profile (synthetic without FILE)\n"
