@@ -371,7 +371,9 @@ class GemmOverlap {
   // reduce-scatter's all-to-all, or the peer copy-engine pushes, then the sum alone on the data in place);
   // elsewhere kTransfer is the whole and kTail does nothing. The peer copy-engine transport's call starts
   // with its start barrier (kWhole, kTransfer), as each run() does.
-  enum class Part { kWhole, kTransfer, kTail };
+  // kSetup: the per-call setup alone where a transport has one (the peer copy-engine transport's flag reset
+  // and start barrier, which run() pays once per run and each standalone call pays again); elsewhere nothing.
+  enum class Part { kWhole, kTransfer, kTail, kSetup };
   void transport_collective(size_t count, void* out, cudaStream_t stream, Part part = Part::kWhole);
   // run() issues part of each group's collective off the communication chain (SearchInputs::tail).
   bool has_tail() const { return sum_ != nullptr; }

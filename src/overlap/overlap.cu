@@ -756,6 +756,7 @@ void GemmOverlap::run_peer_standalone(size_t count, void* out, cudaStream_t s, P
     BRAID_CUDA_CHECK(cudaMemsetAsync(flags, 0, size_t(W) * 4, s));
     peer_start_barrier_kernel<<<1, 32, 0, s>>>(team_.signals(), peer_slot_);
     BRAID_CHECK_LAUNCH();
+    if (part == Part::kSetup) return;
     for (int i = 1; i < W; ++i) {
       const int q = (me + i) % W;
       BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * chunk,
@@ -806,6 +807,7 @@ void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t str
   }
   BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
                 "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
+  if (part == Part::kSetup) return;  // the NCCL transports have no per-call setup of their own
   if (!has_tail()) {
     if (part != Part::kTail) run_group_collective(0, count, out, -1, false, stream);
     return;
