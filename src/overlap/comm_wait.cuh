@@ -51,31 +51,24 @@ static __global__ void wait_counter_kernel(const uint32_t* counter, uint32_t exp
   }
 }
 
-// cuStreamWaitValue32 (CUDA 12 ABI), fetched through the runtime: libcuda is never linked.
+// Driver entry points (CUDA 12 ABI), fetched through the runtime: libcuda is never linked. Null where absent.
+inline void* driver_entry_point(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return fn;
+}
+// cuStreamWaitValue32.
 using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-inline void* wait_value_entry_point() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return fn;
-}
+inline void* wait_value_entry_point() { return driver_entry_point("cuStreamWaitValue32"); }
 
-// cuStreamWriteValue32 (same ABI); null where the driver lacks it.
+// cuStreamWriteValue32 (same ABI).
 using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-inline void* write_value_entry_point() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return fn;
-}
+inline void* write_value_entry_point() { return driver_entry_point("cuStreamWriteValue32"); }
 // Default flags: the driver puts a memory barrier over the stream's earlier work (e.g. a copy into the
 // same peer) before the write ("similar semantics to __threadfence_system()", scoped to the stream).
 inline void stream_write_value(void* fn, cudaStream_t s, uint32_t* addr, uint32_t value) {
