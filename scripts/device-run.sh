@@ -61,8 +61,9 @@
 # Next (twenty-second session's end): the peer copy-engine transport on 2x H100 when served (`build test measure-rs`,
 # CTEST_R=test_overlap_mpi$, OVERLAP_TRANSPORT=symmetric,peer-copy-engine, MEASURE_ARGS="--tune-candidates 6",
 # halves; then again with MEASURE_ENV=BRAID_OVERLAP_PEER_SETUP=0, the curve with the per-call setup, 7818562 unrun);
-# its loss at small balanced shapes (4096x4096x2048: 168 us vs ~135 expected: per-copy and barrier costs,
-# the sums on 16 SMs) with `fo-ce-groups` partitions; its all-reduce (an all-gather by pushes); an op that picks the
+# its all-reduce (unrun: `build test` with CTEST_R=test_overlap_mpi$, then `bench gemm-ar --transport peer-copy-engine`
+# on a few shapes); its loss at small balanced shapes (4096x4096x2048: 168 us vs ~135 expected: per-copy and barrier costs,
+# the sums on 16 SMs) with `fo-ce-groups` partitions; an op that picks the
 # transport by tuning. On 2x H100 also `build test ar-1step`, `strands-smres`.
 set -uo pipefail
 out=${1:?OUT folder}; shift

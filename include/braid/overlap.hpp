@@ -281,14 +281,17 @@ int plan_overlap_main(int argc, char** argv, std::ostream& os);
 //                    (NCCL >= 2.28, one node): NCCL's symmetric-memory kernels, which load the peers'
 //                    slices over NVLink with few CTAs instead of its ring's FIFO copies. Reduce-scatter
 //                    writes into the op's own window, output(): pass it as run()'s `out`.
-//   kPeerCopyEngine  no NCCL: braid's own copy-engine pushes over symmetric peer memory (reduce-scatter
-//                    only; needs Team::peer_ok() and the stream memory operations). Per group, the comm
+//   kPeerCopyEngine  no NCCL: braid's own copy-engine pushes over symmetric peer memory (needs
+//                    Team::peer_ok() and the stream memory operations). Per group, the comm
 //                    stream waits for the group's counter, then cudaMemcpyAsync copies chunk q of the
 //                    group into rank q's receive buffer (a copy engine over NVLink; no SM, no NCCL kernel)
 //                    and cuStreamWriteValue32 raises rank q's flag for (group, this rank); a sum stream
 //                    waits for the group's counter and every peer's flag, then sums the W chunks (own
-//                    chunk read in place) in rank order, fp32, into `out`. Each run starts with a reset
-//                    of the flags and a 32-thread cross-rank barrier (as T3's), so it is capturable.
+//                    chunk read in place) in rank order, fp32, into `out`. All-reduce: the sum goes in
+//                    place into our chunk of d_ (symmetric memory then), is pushed from the sum stream
+//                    into every peer's d_ with a second flag, and run() ends when every peer's reduced
+//                    chunks have landed. Each run starts with a reset of the flags and a 32-thread
+//                    cross-rank barrier (as T3's), so it is capturable.
 enum class Transport { kNcclKernels, kNcclCopyEngine, kNcclSymmetric, kPeerCopyEngine };
 const char* transport_name(Transport t);
 // The predictor's calibration of a transport (SearchInputs::comm_stretch): tuning/overlap.tsv, embedded
@@ -376,7 +379,7 @@ class GemmOverlap {
   enum class Part { kWhole, kTransfer, kTail, kSetup };
   void transport_collective(size_t count, void* out, cudaStream_t stream, Part part = Part::kWhole);
   // run() issues part of each group's collective off the communication chain (SearchInputs::tail).
-  bool has_tail() const { return sum_ != nullptr; }
+  bool has_tail() const { return sum_ != nullptr && opt_.coll == Collective::kReduceScatter; }
   // Throws TimeoutError if a spin wait of this op timed out (call after synchronizing the stream).
   void check_error() const;
   const SignalGemm& gemm() const { return *gemm_; }
@@ -392,6 +395,7 @@ class GemmOverlap {
   // Transport::kPeerCopyEngine: group g's pushes on s (after its counter wait), its sum on sum_.
   void run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
   void run_peer_standalone(size_t count, void* out, cudaStream_t s, Part part);  // transport_collective's
+  void push_reduced_chunk(size_t off, size_t chunk, int g, cudaStream_t s);       // all-reduce's second step
   // Writes 0xffffffff into this rank's peer flags (private stream): every wait on them is satisfied, so
   // a run whose peer failed cannot leave sum_ blocked. The output of such a run is garbage.
   void release_peer_flags() const;
@@ -427,7 +431,9 @@ class GemmOverlap {
   // Transport::kPeerCopyEngine: receive buffer (chunk `rank` of every peer's group at the all-to-all's
   // offsets: recv[off + q * chunk] from rank q), flags[g * world + q] raised by rank q when its chunk of
   // group g has landed here, the start barrier's signal slot, cuStreamWriteValue32, the waits' flags.
-  std::unique_ptr<SymmetricBuffer> peer_recv_, peer_flags_;
+  // flags: [2][waves][world]: the pushes of the chunks (first half) and, all-reduce, of the reduced chunks
+  // (second half); peer_d_: d_ in symmetric memory (all-reduce only).
+  std::unique_ptr<SymmetricBuffer> peer_recv_, peer_flags_, peer_d_;
   int peer_slot_ = -1;
   void* write_value_ = nullptr;
   unsigned peer_wait_flags_ = 0;

@@ -300,10 +300,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     }
   }
   if (std::find(a.extra.begin(), a.extra.end(), Transport::kPeerCopyEngine) != a.extra.end()) {
-    if (team.peer_ok() && a.coll == Collective::kReduceScatter) extra.push_back(Transport::kPeerCopyEngine);
+    if (team.peer_ok()) extra.push_back(Transport::kPeerCopyEngine);
     else if (rank == 0)
-      std::printf("# FlashOverlap over braid's peer copy engines: not run (%s)\n",
-                  team.peer_ok() ? "reduce-scatter only" : team.peer_status().c_str());
+      std::printf("# FlashOverlap over braid's peer copy engines: not run (%s)\n", team.peer_status().c_str());
   }
   // JSON key of a transport's fields: flashoverlap_<key>_us, speedup_<key>, ...
   auto key_of = [](Transport t) {

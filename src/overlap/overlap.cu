@@ -357,7 +357,15 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
 
   const size_t d_bytes = size_t(opt.m) * opt.n * 2;
   const bool peer = opt.transport == Transport::kPeerCopyEngine;
-  if (opt.transport == Transport::kNcclKernels || peer) {
+  if (peer && opt.coll == Collective::kAllReduce) {
+    // The peer copy-engine all-reduce pushes each reduced chunk into the peers' d_: symmetric memory.
+    if (!team.peer_ok())
+      throw UnavailableError("FlashOverlap peer copy-engine transport: needs peer access between all ranks (" +
+                                 team.peer_status() + ")",
+                             __FILE__, __LINE__);
+    peer_d_ = std::make_unique<SymmetricBuffer>(team, d_bytes);  // collective
+    d_ = peer_d_->local();
+  } else if (opt.transport == Transport::kNcclKernels || peer) {
     BRAID_CUDA_CHECK(cudaMalloc(&d_, d_bytes));
   } else {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
@@ -412,8 +420,6 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   if (peer) {  // braid's own copy-engine pushes (no NCCL): receive buffer, flags, barrier slot, stream memops
     const int W = team.size();
     const char* what = "FlashOverlap peer copy-engine transport";
-    if (opt.coll != Collective::kReduceScatter)
-      throw UnavailableError(std::string(what) + ": reduce-scatter only", __FILE__, __LINE__);
     if (!team.peer_ok())
       throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
                              __FILE__, __LINE__);
@@ -423,9 +429,9 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     if (!write_value_ || !wait_value_)
       throw UnavailableError(std::string(what) + ": needs cuStreamWaitValue32 / cuStreamWriteValue32", __FILE__,
                              __LINE__);
-    peer_recv_ = std::make_unique<SymmetricBuffer>(team, d_bytes);            // collective
-    peer_flags_ = std::make_unique<SymmetricBuffer>(team, size_t(T) * W * 4);  // collective
-    BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, size_t(T) * W * 4));
+    peer_recv_ = std::make_unique<SymmetricBuffer>(team, d_bytes);                // collective
+    peer_flags_ = std::make_unique<SymmetricBuffer>(team, 2 * size_t(T) * W * 4);  // collective
+    BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, 2 * size_t(T) * W * 4));
     peer_slot_ = team.reserve_slots(1);
     int flush = 0;
     if (cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, dev) != cudaSuccess) {
@@ -506,7 +512,7 @@ GemmOverlap::~GemmOverlap() {
     win_out_.reset();
     win_recv_.reset();
     win_d_.reset();
-  } else {
+  } else if (!peer_d_) {  // peer_d_ (symmetric memory) is released with the object, collectively
     cudaFree(d_);
   }
   if (fb_) cudaFree(fb_);
@@ -608,7 +614,8 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
     // Peer copy-engine transport: reset the flags peers raise here, then meet every rank (each has reset
     // its own and joined its previous run's sums, which read our pushes, into its stream): only then may
     // any rank push into a peer. The sums' stream forks here too (its waits read counters and flags).
-    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, size_t(G) * team_.size() * 4, stream));
+    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, 2 * size_t(map_.grid.num_waves()) * team_.size() * 4,
+                                     stream));
     peer_start_barrier_kernel<<<1, 32, 0, stream>>>(team_.signals(), peer_slot_);
     BRAID_CHECK_LAUNCH();
   }
@@ -642,6 +649,14 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   }
   BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
+  if (peer_flags_ && opt_.coll == Collective::kAllReduce && debug != "nocomm") {
+    // Peer copy-engine all-reduce: every peer's reduced chunk of every group has landed in d_.
+    const int W = team_.size(), T = map_.grid.num_waves();
+    const uint32_t* flags = peer_flags_->local_as<uint32_t>() + size_t(T) * W;  // the second half: reduced chunks
+    for (int g = 0; g < G; ++g)
+      for (int q = 0; q < W; ++q)
+        if (q != team_.rank()) detail::stream_wait_value(wait_value_, sum_, flags + size_t(g) * W + q, 1u, peer_wait_flags_);
+  }
   if (sum_ && debug != "nocomm") {  // the copy-engine reduce-scatter's sums (each after its group's all-to-all)
     BRAID_CUDA_CHECK(cudaEventRecord(join_sum_, sum_));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_sum_, 0));
@@ -738,9 +753,29 @@ void GemmOverlap::run_peer_copy_group(size_t off, size_t count, void* out, int g
   const int64_t vecs = static_cast<int64_t>(chunk / 8);
   const int ctas = last ? reduce_ctas_last_ : reduce_ctas_;  // the last group's sum runs after the GEMM
   const int blocks = static_cast<int>(std::min<int64_t>(ctas, (vecs + kSumThreads - 1) / kSumThreads));
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, sum_>>>(
-      src, reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(out) + off / W), vecs, W);
+  const bool rs = opt_.coll == Collective::kReduceScatter;
+  // Reduce-scatter: into out; all-reduce: in place into our chunk of d_ (each element is loaded from every
+  // source by the thread that then stores it).
+  auto* dst = rs ? static_cast<__nv_bfloat16*>(out) + off / W : static_cast<__nv_bfloat16*>(d_) + off + size_t(me) * chunk;
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, sum_>>>(src, reinterpret_cast<uint4*>(dst), vecs, W);
   BRAID_CHECK_LAUNCH();
+  if (!rs) push_reduced_chunk(off, chunk, g, sum_);
+}
+
+// All-reduce, after group g's sum on s: our reduced chunk into every peer's d_ at the same offset, then the
+// peer's second-half flag for (g, this rank). A peer's chunk `me` of d_ is overwritten only after it pushed
+// it to us (we summed after its first-half flag, raised after its copy), and its GEMM wrote those tiles
+// before its counter released them. run() waits for every peer's second-half flags at the end (on sum_).
+void GemmOverlap::push_reduced_chunk(size_t off, size_t chunk, int g, cudaStream_t s) {
+  const int W = team_.size(), me = team_.rank(), T = map_.grid.num_waves();
+  const auto* mine = static_cast<const __nv_bfloat16*>(d_) + off + size_t(me) * chunk;
+  for (int i = 1; i < W; ++i) {
+    const int q = (me + i) % W;
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_d_->peer_as<__nv_bfloat16>(q) + off + size_t(me) * chunk, mine, chunk * 2,
+                                     cudaMemcpyDefault, s));
+    detail::stream_write_value(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + size_t(T) * W + size_t(g) * W + me,
+                               1u);
+  }
 }
 
 // The peer copy-engine collective alone, for --measure (everything on s, as one group at offset 0): reset
@@ -753,7 +788,7 @@ void GemmOverlap::run_peer_standalone(size_t count, void* out, cudaStream_t s, P
   const auto* d = static_cast<const __nv_bfloat16*>(d_);
   uint32_t* flags = peer_flags_->local_as<uint32_t>();
   if (part != Part::kTail) {
-    BRAID_CUDA_CHECK(cudaMemsetAsync(flags, 0, size_t(W) * 4, s));
+    BRAID_CUDA_CHECK(cudaMemsetAsync(flags, 0, 2 * size_t(map_.grid.num_waves()) * W * 4, s));
     peer_start_barrier_kernel<<<1, 32, 0, s>>>(team_.signals(), peer_slot_);
     BRAID_CHECK_LAUNCH();
     if (part == Part::kSetup) return;
@@ -772,8 +807,16 @@ void GemmOverlap::run_peer_standalone(size_t count, void* out, cudaStream_t s, P
   for (int q = 0; q < W; ++q) src.p[q] = reinterpret_cast<const uint4*>((q == me ? d : recv) + size_t(q) * chunk);
   const int64_t vecs = static_cast<int64_t>(chunk / 8);
   const int blocks = static_cast<int>(std::min<int64_t>(reduce_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(src, static_cast<uint4*>(out), vecs, W);
+  const bool rs = opt_.coll == Collective::kReduceScatter;
+  auto* dst = rs ? out : static_cast<void*>(static_cast<__nv_bfloat16*>(d_) + size_t(me) * chunk);
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(src, static_cast<uint4*>(dst), vecs, W);
   BRAID_CHECK_LAUNCH();
+  if (rs || part == Part::kTail) return;
+  // All-reduce: the reduced chunks to every peer (group 0's second-half flags), then theirs to us.
+  push_reduced_chunk(0, chunk, 0, s);
+  const uint32_t* second = flags + size_t(map_.grid.num_waves()) * W;
+  for (int q = 0; q < W; ++q)
+    if (q != me) detail::stream_wait_value(wait_value_, s, second + q, 1u, peer_wait_flags_);
 }
 
 void GemmOverlap::release_peer_flags() const {
@@ -784,7 +827,7 @@ void GemmOverlap::release_peer_flags() const {
     return;
   }
   auto* w = peer_flags_->local_as<uint32_t>();
-  const size_t words = size_t(map_.grid.num_waves()) * team_.size();
+  const size_t words = 2 * size_t(map_.grid.num_waves()) * team_.size();
   for (size_t i = 0; i < words; ++i)
     if (reinterpret_cast<detail::WriteValueFn>(write_value_)(reinterpret_cast<CUstream>(s),
                                                              reinterpret_cast<CUdeviceptr>(w + i), 0xffffffffu,

@@ -198,18 +198,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kPeerCopyEngine, -1, 0},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, 0},
-                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9}));
-
-TEST(OverlapMpiPeerCopyEngine, AllReduceIsUnavailable) {
-  braid::Team team(MPI_COMM_WORLD);
-  if (!all_hopper(team)) GTEST_SKIP() << "the op's GEMM is built for sm_90a only";
-  if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
-  OverlapOptions o;
-  o.coll = Collective::kAllReduce;
-  o.m = 2048, o.n = 2048, o.k = 512;
-  o.transport = Transport::kPeerCopyEngine;
-  EXPECT_THROW(GemmOverlap(team, o), braid::UnavailableError);
-}
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9},
+                      // ... its all-reduce (the reduced chunks pushed back into the peers' d_): eager, captured,
+                      // the GEMM on every SM, tuned into the fallback
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine},
+                      Case{Collective::kAllReduce, 4096, 1024, 1024, true, true, false, Transport::kPeerCopyEngine},
+                      Case{Collective::kAllReduce, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0},
+                      Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 0}));
 
 TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
   braid::Team team(MPI_COMM_WORLD);
@@ -254,10 +249,9 @@ TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
   }
   for (const Transport t : {Transport::kNcclKernels, Transport::kNcclSymmetric, Transport::kNcclCopyEngine,
                             Transport::kPeerCopyEngine}) {
-    const bool peer = t == Transport::kPeerCopyEngine;  // braid's own pushes: reduce-scatter, peer access
+    const bool peer = t == Transport::kPeerCopyEngine;  // braid's own pushes: peer access only
     if ((peer && !team.peer_ok()) || (!peer && t != Transport::kNcclKernels && !have_windows)) continue;
     for (const Collective coll : {Collective::kReduceScatter, Collective::kAllReduce}) {
-      if (peer && coll == Collective::kAllReduce) continue;
       SCOPED_TRACE(std::string(transport_name(t)) + (coll == Collective::kReduceScatter ? " RS" : " AR"));
       OverlapOptions o;
       o.coll = coll;
