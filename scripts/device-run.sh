@@ -60,7 +60,8 @@
 # `build test measure-rs` (OVERLAP_TRANSPORT=symmetric,peer-copy-engine, halves) 6.2 min cold, 3.4 min warm.
 # Next (twenty-second session's end): the peer copy-engine transport on 2x H100 when served (`build test measure-rs`,
 # CTEST_R=test_overlap_mpi$, OVERLAP_TRANSPORT=symmetric,peer-copy-engine, MEASURE_ARGS="--tune-candidates 6",
-# halves; then again with MEASURE_ENV=BRAID_OVERLAP_PEER_SETUP=0, the curve with the per-call setup, 7818562 unrun);
+# halves; then again with MEASURE_ENV="BRAID_OVERLAP_PEER_SETUP=0 BRAID_OVERLAP_PEER_BARRIER=stream", the measured
+# form: the curve with the per-call setup, the start barrier before the GEMM; both changes unrun);
 # its all-reduce (unrun: `build test` with CTEST_R=test_overlap_mpi$, then `bench gemm-ar --transport peer-copy-engine`
 # on a few shapes); its loss at small balanced shapes (4096x4096x2048: 168 us vs ~135 expected: per-copy and barrier costs,
 # the sums on 16 SMs) with `fo-ce-groups` partitions; an op that picks the

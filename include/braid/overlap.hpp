@@ -186,6 +186,9 @@ struct SearchInputs {
   double bytes_per_wave = 0;  // output bytes of one full wave (ctas * bm * bn * 2)
   double last_wave_fraction = 1;   // tiles in the last wave / ctas
   double signal_overhead_us = 2;   // per-group cost: stream wait + NCCL launch gap
+  // Earliest start of the communication chain (0: the first group's end). The peer copy-engine
+  // transport's start barrier, where it runs on the comm stream beside the GEMM's first waves.
+  double comm_start_us = 0;
   // Contention (measured by `--measure`): rho = (t_together - max(t_gemm, t_coll)) / min(t_gemm, t_coll)
   // for the GEMM and the whole collective started at once with no dependency. 0: they overlap
   // perfectly; 1: no better than in sequence; > 1: worse (seen on 2x H200, docs/flashoverlap.md).
@@ -336,6 +339,9 @@ class GemmOverlap {
   // Reduce-scatter over Transport::kNcclSymmetric: the window run() must write into (out_elems() elements);
   // null for the other transports, which write any `out`.
   void* output() const { return sym_out_; }
+  // Transport::kPeerCopyEngine: whether run()'s flag reset and start barrier run on the comm stream beside
+  // the GEMM (true when the GEMM leaves SMs free, so the barrier's block finds one) rather than before it.
+  bool peer_barrier_beside_gemm() const { return peer_barrier_on_comm_; }
 
   // GEMM + signalled collective. All-reduce: the reduced result stays in reordered() (in place), `out`
   // is ignored (may be null). Reduce-scatter: `out` receives out_elems() elements.
@@ -435,6 +441,8 @@ class GemmOverlap {
   // (second half); peer_d_: d_ in symmetric memory (all-reduce only).
   std::unique_ptr<SymmetricBuffer> peer_recv_, peer_flags_, peer_d_;
   int peer_slot_ = -1;
+  bool peer_barrier_on_comm_ = false;
+  cudaEvent_t peer_ready_ = nullptr;  // on comm_ after the flag reset and the barrier: the sums wait for it
   void* write_value_ = nullptr;
   unsigned peer_wait_flags_ = 0;
   void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record

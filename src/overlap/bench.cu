@@ -190,8 +190,9 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   using Part = GemmOverlap::Part;
   // The peer copy-engine transport's standalone call starts with its flag reset and start barrier, which
   // run() pays once per run, not per group: timed alone, taken out of every point of the curve and charged
-  // once, before the first wave (SearchInputs::first_wave_extra_us). BRAID_OVERLAP_PEER_SETUP=0: kept in the
-  // curve (the twenty-second session's first measurements; for A/B runs).
+  // once — as the communication chain's earliest start where run() meets beside the GEMM
+  // (SearchInputs::comm_start_us), else before the first wave (first_wave_extra_us).
+  // BRAID_OVERLAP_PEER_SETUP=0: kept in the curve (the twenty-second session's first measurements; A/B runs).
   static const bool setup_split = [] {
     const char* e = std::getenv("BRAID_OVERLAP_PEER_SETUP");
     return !(e && std::string(e) == "0");
@@ -200,7 +201,8 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   if (op.options().transport == Transport::kPeerCopyEngine && setup_split) {
     t_setup = median_us(team, a.timing, [&](int) { op.transport_collective(size_t(team.size()) * 8, scratch_out,
                                                                            team.stream(), Part::kSetup); });
-    mi.in.first_wave_extra_us += t_setup;
+    if (op.peer_barrier_beside_gemm()) mi.in.comm_start_us = t_setup;
+    else mi.in.first_wave_extra_us += t_setup;
   }
   for (double b = mi.in.bytes_per_wave / 2; b < 2 * full; b *= 2) {
     const double bb = std::min(b, full);

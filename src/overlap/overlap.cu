@@ -433,6 +433,15 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     peer_flags_ = std::make_unique<SymmetricBuffer>(team, 2 * size_t(T) * W * 4);  // collective
     BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, 2 * size_t(T) * W * 4));
     peer_slot_ = team.reserve_slots(1);
+    // The flag reset and start barrier run on the comm stream beside the GEMM's first waves when the GEMM
+    // leaves SMs free (its 32-thread block needs one), else before the GEMM. BRAID_OVERLAP_PEER_BARRIER=stream:
+    // always before the GEMM (the first GPU-run form; for A/B runs).
+    static const bool barrier_on_stream = [] {
+      const char* e = std::getenv("BRAID_OVERLAP_PEER_BARRIER");
+      return e && std::string(e) == "stream";
+    }();
+    peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream;
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&peer_ready_, cudaEventDisableTiming));
     int flush = 0;
     if (cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, dev) != cudaSuccess) {
       cudaGetLastError();
@@ -524,6 +533,7 @@ GemmOverlap::~GemmOverlap() {
   if (comm_) cudaStreamDestroy(comm_);
   for (auto e : a2a_done_) cudaEventDestroy(e);
   if (join_sum_) cudaEventDestroy(join_sum_);
+  if (peer_ready_) cudaEventDestroy(peer_ready_);
   if (sum_) cudaStreamDestroy(sum_);
 }
 
@@ -610,18 +620,24 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   // Counters restart at 0 every run: ordered after the previous run's waits by the join below (the
   // stream waits on comm_ before this memset), before this run's waits by the fork.
   BRAID_CUDA_CHECK(cudaMemsetAsync(counters_, 0, G * sizeof(uint32_t), stream));
-  if (peer_flags_) {
-    // Peer copy-engine transport: reset the flags peers raise here, then meet every rank (each has reset
-    // its own and joined its previous run's sums, which read our pushes, into its stream): only then may
-    // any rank push into a peer. The sums' stream forks here too (its waits read counters and flags).
-    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, 2 * size_t(map_.grid.num_waves()) * team_.size() * 4,
-                                     stream));
-    peer_start_barrier_kernel<<<1, 32, 0, stream>>>(team_.signals(), peer_slot_);
+  // Peer copy-engine transport: reset the flags peers raise here, then meet every rank (each has reset its
+  // own and joined its previous run's sums and consumers into its stream, before its fork): only then may
+  // any rank push into a peer. On the comm stream after the fork (beside the GEMM, which writes only our
+  // own d_ meanwhile; a peer writes our d_ — all-reduce — only after our push of that group), or before
+  // the GEMM where it leaves no SM free. The sums' stream starts after it (its waits read the flags).
+  auto reset_and_meet = [&](cudaStream_t st) {
+    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, 2 * size_t(map_.grid.num_waves()) * team_.size() * 4, st));
+    peer_start_barrier_kernel<<<1, 32, 0, st>>>(team_.signals(), peer_slot_);
     BRAID_CHECK_LAUNCH();
-  }
+  };
+  if (peer_flags_ && !peer_barrier_on_comm_) reset_and_meet(stream);
   BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, fork_, 0));
-  if (peer_flags_) BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, fork_, 0));
+  if (peer_flags_) {
+    if (peer_barrier_on_comm_) reset_and_meet(comm_);
+    BRAID_CUDA_CHECK(cudaEventRecord(peer_ready_, comm_));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, peer_ready_, 0));
+  }
 
   EpilogueArgs e;
   e.d = d_;

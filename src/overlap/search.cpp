@@ -108,7 +108,7 @@ double group_compute(const SearchInputs& in, int w0, int w1) {
 
 double predict_us(const SearchInputs& in, const std::vector<int>& group_waves) {
   const bool tail = !in.tail.bytes.empty();
-  double tp = 0, tm = 0, tt = 0;  // compute, communication chain, tail chain
+  double tp = 0, tm = in.comm_start_us, tt = 0;  // compute, communication chain, tail chain
   int w = 0;
   for (int gw : group_waves) {
     tp += group_compute(in, w, w + gw);
@@ -148,7 +148,7 @@ std::vector<std::vector<int>> per_count_bests(const SearchInputs& in, int max_gr
   // best[p][w]: minimal t_m_acc with p groups covering waves [0, w); from[p][w]: previous boundary.
   std::vector<std::vector<double>> best(max_groups + 1, std::vector<double>(T + 1, inf));
   std::vector<std::vector<int>> from(max_groups + 1, std::vector<int>(T + 1, -1));
-  best[0][0] = 0;
+  best[0][0] = in.comm_start_us;  // the chain's start (predict_us's initial t_m)
   int evaluated = 0;
   for (int p = 1; p <= max_groups; ++p) {
     for (int w = 1; w <= T; ++w) {
@@ -325,19 +325,21 @@ void DecisionCache::save(const std::string& path) const {
 
 // One line per shape: coll world m n k cfg sms waves wave_us first_extra bytes_per_wave last_frac
 //                     overhead curve_bytes(csv) curve_us(csv) [interference sequential_us [tail_bytes(csv)
-//                     tail_us(csv)]]
+//                     tail_us(csv)] [comm_start=<us>]]
 void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) {
   std::ofstream f(path, std::ios::app);
   if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
   f.precision(10);
-  for (const auto& x : v)
+  for (const auto& x : v) {
     f << collective_name(x.coll) << ' ' << x.world << ' ' << x.m << ' ' << x.n << ' ' << x.k << ' ' << x.tile_config
       << ' ' << x.sm_count << ' ' << x.in.waves << ' ' << x.in.wave_us << ' ' << x.in.first_wave_extra_us << ' '
       << x.in.bytes_per_wave << ' ' << x.in.last_wave_fraction << ' ' << x.in.signal_overhead_us << ' '
       << join_d(x.in.comm.bytes) << ' ' << join_d(x.in.comm.us) << ' ' << x.in.interference << ' '
       << x.in.sequential_us
-      << (x.in.tail.bytes.empty() ? std::string() : ' ' + join_d(x.in.tail.bytes) + ' ' + join_d(x.in.tail.us))
-      << '\n';
+      << (x.in.tail.bytes.empty() ? std::string() : ' ' + join_d(x.in.tail.bytes) + ' ' + join_d(x.in.tail.us));
+    if (x.in.comm_start_us > 0) f << " comm_start=" << x.in.comm_start_us;  // optional, last
+    f << '\n';
+  }
 }
 
 std::vector<MeasuredInputs> load_inputs(const std::string& path) {
@@ -358,13 +360,19 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
       throw UsageError(path + ":" + std::to_string(ln) + ": malformed inputs", __FILE__, __LINE__);
     double rho = 0, seq = 0;
     if (is >> rho >> seq) x.in.interference = rho, x.in.sequential_us = seq;  // optional (older files)
+    // Optional, in this order: the tail curve (two csv tokens), comm_start=<us>.
+    const std::string kStart = "comm_start=";
     std::string tb, tu;
-    if (is >> tb >> tu) {  // optional: the tail curve
+    if (is >> tb && tb.rfind(kStart, 0) != 0) {
+      if (!(is >> tu)) throw UsageError(path + ":" + std::to_string(ln) + ": tail curve without times", __FILE__, __LINE__);
       x.in.tail.bytes = split_doubles(tb);
       x.in.tail.us = split_doubles(tu);
       BRAID_REQUIRE(x.in.tail.bytes.size() == x.in.tail.us.size() && !x.in.tail.bytes.empty(),
                     path + ":" + std::to_string(ln) + ": bad tail curve");
+      tb.clear();
+      is >> tb;
     }
+    if (tb.rfind(kStart, 0) == 0) x.in.comm_start_us = std::stod(tb.substr(kStart.size()));
     x.coll = parse_coll(coll);
     x.in.comm.bytes = split_doubles(cb);
     x.in.comm.us = split_doubles(cu);

@@ -176,6 +176,22 @@ TEST(OverlapSearch, TailRunsOffTheCommunicationChain) {
   EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 75.0);
 }
 
+// A communication chain that cannot start before comm_start_us (the peer copy-engine transport's start
+// barrier beside the GEMM): the first collective starts at max(its group's end, comm_start); the DP agrees.
+TEST(OverlapSearch, CommStartDelaysTheFirstCollective) {
+  SearchInputs in = three_waves();
+  const double base = predict_us(in, {1, 2});
+  in.comm_start_us = 5;  // before the first group's end (10): no change
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 2}), base);
+  in.comm_start_us = 30;  // after the whole GEMM: (1,2) chains 30 + 5, then + 10 -> 45; one group 30 + 15
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 2}), 45.0);
+  EXPECT_DOUBLE_EQ(predict_us(in, {3}), 45.0);
+  const SearchResult r = search_partition(in, 3);
+  EXPECT_NEAR(r.predicted_us, predict_contended_us(in, r.group_waves), 1e-9);
+  for (const auto& gw : std::vector<std::vector<int>>{{1, 1, 1}, {1, 2}, {2, 1}, {3}})
+    EXPECT_LE(r.predicted_us, predict_contended_us(in, gw) + 1e-9);
+}
+
 // Under contention the search scores each group count's best partition, not only the uncontended
 // optimum and one group: its choice is never worse than those two, and its prediction is its own.
 TEST(OverlapSearch, ContentionPicksAmongGroupCounts) {
@@ -305,6 +321,20 @@ TEST(OverlapSearch, InputsRoundTrip) {
   EXPECT_EQ(v[0].in.tail.bytes, mi.in.tail.bytes);
   EXPECT_EQ(v[0].in.tail.us, mi.in.tail.us);
   EXPECT_DOUBLE_EQ(v[0].in.sequential_us, 969.5);
+  EXPECT_DOUBLE_EQ(v[0].in.comm_start_us, 0);
+  // comm_start, after the tail and without one.
+  std::remove(path);
+  mi.in.comm_start_us = 23.5;
+  save_inputs(path, {mi});
+  mi.in.tail = BandwidthCurve{};
+  save_inputs(path, {mi});
+  v = load_inputs(path);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_DOUBLE_EQ(v[0].in.comm_start_us, 23.5);
+  EXPECT_EQ(v[0].in.tail.us.size(), 2u);
+  EXPECT_DOUBLE_EQ(v[1].in.comm_start_us, 23.5);
+  EXPECT_TRUE(v[1].in.tail.bytes.empty());
+  EXPECT_DOUBLE_EQ(v[1].in.sequential_us, 969.5);
   std::remove(path);
 }
 
