@@ -401,7 +401,11 @@ class GemmOverlap {
   // Transport::kPeerCopyEngine: group g's pushes on s (after its counter wait), its sum on sum_.
   void run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
   void run_peer_standalone(size_t count, void* out, cudaStream_t s, Part part);  // transport_collective's
-  void push_reduced_chunk(size_t off, size_t chunk, int g, cudaStream_t s);       // all-reduce's second step
+  void push_chunks(const SymmetricBuffer& dst, size_t off, size_t chunk, bool reduced, size_t flag, cudaStream_t s);
+  void wait_peer_flags(size_t flag, cudaStream_t s);
+  void peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s);
+  // Index of the second half of the flags (the all-reduce's reduced chunks): waves x world.
+  size_t peer_second_flags() const;
   // Writes 0xffffffff into this rank's peer flags (private stream): every wait on them is satisfied, so
   // a run whose peer failed cannot leave sum_ blocked. The output of such a run is garbage.
   void release_peer_flags() const;

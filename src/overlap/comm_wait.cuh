@@ -9,6 +9,7 @@
 #include <string>
 
 #include "braid/errors.hpp"
+#include "braid/stream_memops.cuh"
 
 namespace braid::overlap::detail {
 
@@ -51,36 +52,8 @@ static __global__ void wait_counter_kernel(const uint32_t* counter, uint32_t exp
   }
 }
 
-// Driver entry points (CUDA 12 ABI), fetched through the runtime: libcuda is never linked. Null where absent.
-inline void* driver_entry_point(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return fn;
-}
-// cuStreamWaitValue32.
-using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-inline void* wait_value_entry_point() { return driver_entry_point("cuStreamWaitValue32"); }
-
-// cuStreamWriteValue32 (same ABI).
-using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-inline void* write_value_entry_point() { return driver_entry_point("cuStreamWriteValue32"); }
-// Default flags: the driver puts a memory barrier over the stream's earlier work (e.g. a copy into the
-// same peer) before the write ("similar semantics to __threadfence_system()", scoped to the stream).
-inline void stream_write_value(void* fn, cudaStream_t s, uint32_t* addr, uint32_t value) {
-  const CUresult rc = reinterpret_cast<WriteValueFn>(fn)(reinterpret_cast<CUstream>(s),
-                                                        reinterpret_cast<CUdeviceptr>(addr), value, 0u);
-  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWriteValue32", __FILE__, __LINE__);
-}
-inline void stream_wait_value(void* fn, cudaStream_t s, const uint32_t* addr, uint32_t value, unsigned flags) {
-  const CUresult rc = reinterpret_cast<WaitValueFn>(fn)(reinterpret_cast<CUstream>(s),
-                                                       reinterpret_cast<CUdeviceptr>(addr), value, flags);
-  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
-}
+// cuStreamWaitValue32 through the runtime (null where absent).
+inline void* wait_value_entry_point() { return memops::driver_entry_point("cuStreamWaitValue32"); }
 
 // Throws TimeoutError if a spin wait recorded a timeout in `err_host` (`what`: the op, for the message).
 inline void throw_if_wait_timed_out(const void* err_host, int rank, const char* what) {
@@ -96,12 +69,7 @@ inline void throw_if_wait_timed_out(const void* err_host, int rank, const char* 
 // point) is set, else the bounded spin kernel recording a timeout in `err_host` (pinned, mapped).
 inline void enqueue_group_wait(void* wait_value, cudaStream_t comm, uint32_t* counter, uint32_t expected, int group,
                                uint64_t timeout_ns, void* err_host) {
-  if (wait_value) {
-    const CUresult rc = reinterpret_cast<WaitValueFn>(wait_value)(
-        reinterpret_cast<CUstream>(comm), reinterpret_cast<CUdeviceptr>(counter), expected, CU_STREAM_WAIT_VALUE_GEQ);
-    if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
-    return;
-  }
+  if (wait_value) return memops::stream_wait(wait_value, comm, counter, expected, CU_STREAM_WAIT_VALUE_GEQ);
   WaitError* err_dev = nullptr;
   BRAID_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&err_dev), err_host, 0));
   wait_counter_kernel<<<1, 1, 0, comm>>>(counter, expected, uint32_t(group), timeout_ns, err_dev);

@@ -7,21 +7,18 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 
 #include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
 #include "braid/runtime.hpp"
-#include "braid/signal_device.cuh"
 #include "comm_wait.cuh"
 
 namespace braid::overlap {
@@ -198,13 +195,6 @@ SumSources strided_sources(const __nv_bfloat16* base, size_t chunk, int world) {
   SumSources s{};
   for (int q = 0; q < world; ++q) s.p[q] = reinterpret_cast<const uint4*>(base + size_t(q) * chunk);
   return s;
-}
-
-// Transport::kPeerCopyEngine's start handshake: every rank has reset its flags (and joined its previous
-// run's sums) on the stream before; after the barrier any peer may copy into it and raise its flags.
-// One block of 32 threads before the GEMM; it moves no data. Bounded (SignalView timeout: DeviceError).
-__global__ void peer_start_barrier_kernel(SignalView v, int slot) {
-  dev::barrier_block(v, slot, uint32_t(OpId::kBarrier));
 }
 
 ncclDataType_t kBf16 = ncclBfloat16;
@@ -424,8 +414,8 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
       throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
                              __FILE__, __LINE__);
     BRAID_REQUIRE(W <= kMaxSumSources, "FlashOverlap peer copy-engine transport: at most 16 ranks");
-    write_value_ = detail::write_value_entry_point();
-    wait_value_ = detail::wait_value_entry_point();
+    write_value_ = memops::driver_entry_point("cuStreamWriteValue32");
+    wait_value_ = memops::driver_entry_point("cuStreamWaitValue32");
     if (!write_value_ || !wait_value_)
       throw UnavailableError(std::string(what) + ": needs cuStreamWaitValue32 / cuStreamWriteValue32", __FILE__,
                              __LINE__);
@@ -442,12 +432,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     }();
     peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&peer_ready_, cudaEventDisableTiming));
-    int flush = 0;
-    if (cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, dev) != cudaSuccess) {
-      cudaGetLastError();
-      flush = 0;
-    }
-    peer_wait_flags_ = CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0u);
+    peer_wait_flags_ = memops::remote_wait_flags();
     int per_sm = 0;  // the sums' CTAs, as for NCCL's copy engines above
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
     per_sm = std::max(1, per_sm);
@@ -501,19 +486,7 @@ GemmOverlap::~GemmOverlap() {
     // No-hang contract: the sums wait (stream memory operations, no timeout of their own) for flags that
     // peers raise; if the last run's sums have not finished within the timeout, a peer failed: release
     // this rank's flags so the stream drains (that run's output is garbage).
-    const auto t0 = std::chrono::steady_clock::now();
-    for (;;) {
-      const cudaError_t e = cudaStreamQuery(sum_);
-      if (e != cudaErrorNotReady) {
-        if (e != cudaSuccess) cudaGetLastError();
-        break;
-      }
-      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > team_.options().timeout_s) {
-        release_peer_flags();
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    if (!memops::wait_bounded([&] { return cudaStreamQuery(sum_); }, team_.options().timeout_s)) release_peer_flags();
   }
   if (comm_) cudaStreamSynchronize(comm_);
   if (sum_) cudaStreamSynchronize(sum_);
@@ -626,9 +599,8 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   // own d_ meanwhile; a peer writes our d_ — all-reduce — only after our push of that group), or before
   // the GEMM where it leaves no SM free. The sums' stream starts after it (its waits read the flags).
   auto reset_and_meet = [&](cudaStream_t st) {
-    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, 2 * size_t(map_.grid.num_waves()) * team_.size() * 4, st));
-    peer_start_barrier_kernel<<<1, 32, 0, st>>>(team_.signals(), peer_slot_);
-    BRAID_CHECK_LAUNCH();
+    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, peer_second_flags() * 2 * 4, st));
+    memops::start_barrier(team_, peer_slot_, st);
   };
   if (peer_flags_ && !peer_barrier_on_comm_) reset_and_meet(stream);
   BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
@@ -667,11 +639,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
   if (peer_flags_ && opt_.coll == Collective::kAllReduce && debug != "nocomm") {
     // Peer copy-engine all-reduce: every peer's reduced chunk of every group has landed in d_.
-    const int W = team_.size(), T = map_.grid.num_waves();
-    const uint32_t* flags = peer_flags_->local_as<uint32_t>() + size_t(T) * W;  // the second half: reduced chunks
-    for (int g = 0; g < G; ++g)
-      for (int q = 0; q < W; ++q)
-        if (q != team_.rank()) detail::stream_wait_value(wait_value_, sum_, flags + size_t(g) * W + q, 1u, peer_wait_flags_);
+    for (int g = 0; g < G; ++g) wait_peer_flags(peer_second_flags() + size_t(g) * team_.size(), sum_);
   }
   if (sum_ && debug != "nocomm") {  // the copy-engine reduce-scatter's sums (each after its group's all-to-all)
     BRAID_CUDA_CHECK(cudaEventRecord(join_sum_, sum_));
@@ -748,113 +716,85 @@ void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, int 
 // Reuse: a peer pushes into our receive buffer only after the next run's start barrier, which we reach
 // only after our sums (joined into the caller's stream) have read it.
 void GemmOverlap::run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
-  const int W = team_.size(), me = team_.rank();
+  const int W = team_.size();
   const size_t chunk = count / static_cast<size_t>(W);
+  push_chunks(*peer_recv_, off, chunk, false, size_t(g) * W, s);
+  memops::stream_wait(wait_value_, sum_, counters_ + g, static_cast<uint32_t>(map_.tiles_in_group(g)),
+                      CU_STREAM_WAIT_VALUE_GEQ);
+  wait_peer_flags(size_t(g) * W, sum_);
+  // The last group's sum runs after the GEMM: every SM.
+  peer_sum(off, chunk, out, last ? reduce_ctas_last_ : reduce_ctas_, sum_);
+  if (opt_.coll == Collective::kAllReduce) push_chunks(*peer_d_, off, chunk, true, peer_second_flags() + size_t(g) * W, sum_);
+}
+
+// On s, for every peer q (staggered: rank me pushes to me + 1 first, so the peers' first pushes differ): a
+// copy into rank q's `dst` at off + me * chunk of chunk q of [off, off + W chunks) of d_ (or, `reduced`, of
+// our own chunk, the all-reduce's second step), then rank q's flags[flag + me] raised.
+void GemmOverlap::push_chunks(const SymmetricBuffer& dst, size_t off, size_t chunk, bool reduced, size_t flag,
+                              cudaStream_t s) {
+  const int W = team_.size(), me = team_.rank();
   const auto* d = static_cast<const __nv_bfloat16*>(d_);
-  for (int i = 1; i < W; ++i) {  // staggered: rank me pushes to me + 1 first, so the peers' first pushes differ
+  for (int i = 1; i < W; ++i) {
     const int q = (me + i) % W;
-    __nv_bfloat16* dst = peer_recv_->peer_as<__nv_bfloat16>(q) + off + size_t(me) * chunk;
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, d + off + size_t(q) * chunk, chunk * 2, cudaMemcpyDefault, s));
-    detail::stream_write_value(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + size_t(g) * W + me, 1u);
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(dst.peer_as<__nv_bfloat16>(q) + off + size_t(me) * chunk,
+                                     d + off + size_t(reduced ? me : q) * chunk, chunk * 2, cudaMemcpyDefault, s));
+    memops::stream_write(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + flag + me, 1u);
   }
-  uint32_t* flags = peer_flags_->local_as<uint32_t>();
-  detail::stream_wait_value(wait_value_, sum_, counters_ + g, static_cast<uint32_t>(map_.tiles_in_group(g)),
-                            CU_STREAM_WAIT_VALUE_GEQ);
-  for (int q = 0; q < W; ++q)
-    if (q != me) detail::stream_wait_value(wait_value_, sum_, flags + size_t(g) * W + q, 1u, peer_wait_flags_);
+}
+
+size_t GemmOverlap::peer_second_flags() const { return size_t(map_.grid.num_waves()) * size_t(team_.size()); }
+
+// On s: every peer's flags[flag + q] raised (GEQ 1, with the remote-write flush where supported).
+void GemmOverlap::wait_peer_flags(size_t flag, cudaStream_t s) {
+  const uint32_t* flags = peer_flags_->local_as<uint32_t>();
+  for (int q = 0; q < team_.size(); ++q)
+    if (q != team_.rank()) memops::stream_wait(wait_value_, s, flags + flag + q, 1u, peer_wait_flags_);
+}
+
+// On s: the W chunks of [off, off + W chunks) summed in rank order (own chunk read in place from d_, the
+// peers' from the receive buffer) into `out` + off / W (reduce-scatter) or in place into our chunk of d_
+// (all-reduce: each element is loaded from every source by the thread that then stores it), on at most
+// `ctas` CTAs.
+void GemmOverlap::peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s) {
+  const int W = team_.size(), me = team_.rank();
+  const auto* d = static_cast<const __nv_bfloat16*>(d_);
   const auto* recv = peer_recv_->local_as<const __nv_bfloat16>();
   SumSources src{};
   for (int q = 0; q < W; ++q)
     src.p[q] = reinterpret_cast<const uint4*>((q == me ? d : recv) + off + size_t(q) * chunk);
   const int64_t vecs = static_cast<int64_t>(chunk / 8);
-  const int ctas = last ? reduce_ctas_last_ : reduce_ctas_;  // the last group's sum runs after the GEMM
   const int blocks = static_cast<int>(std::min<int64_t>(ctas, (vecs + kSumThreads - 1) / kSumThreads));
-  const bool rs = opt_.coll == Collective::kReduceScatter;
-  // Reduce-scatter: into out; all-reduce: in place into our chunk of d_ (each element is loaded from every
-  // source by the thread that then stores it).
-  auto* dst = rs ? static_cast<__nv_bfloat16*>(out) + off / W : static_cast<__nv_bfloat16*>(d_) + off + size_t(me) * chunk;
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, sum_>>>(src, reinterpret_cast<uint4*>(dst), vecs, W);
+  auto* dst = opt_.coll == Collective::kReduceScatter ? static_cast<__nv_bfloat16*>(out) + off / W
+                                                       : static_cast<__nv_bfloat16*>(d_) + off + size_t(me) * chunk;
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(src, reinterpret_cast<uint4*>(dst), vecs, W);
   BRAID_CHECK_LAUNCH();
-  if (!rs) push_reduced_chunk(off, chunk, g, sum_);
-}
-
-// All-reduce, after group g's sum on s: our reduced chunk into every peer's d_ at the same offset, then the
-// peer's second-half flag for (g, this rank). A peer's chunk `me` of d_ is overwritten only after it pushed
-// it to us (we summed after its first-half flag, raised after its copy), and its GEMM wrote those tiles
-// before its counter released them. run() waits for every peer's second-half flags at the end (on sum_).
-void GemmOverlap::push_reduced_chunk(size_t off, size_t chunk, int g, cudaStream_t s) {
-  const int W = team_.size(), me = team_.rank(), T = map_.grid.num_waves();
-  const auto* mine = static_cast<const __nv_bfloat16*>(d_) + off + size_t(me) * chunk;
-  for (int i = 1; i < W; ++i) {
-    const int q = (me + i) % W;
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_d_->peer_as<__nv_bfloat16>(q) + off + size_t(me) * chunk, mine, chunk * 2,
-                                     cudaMemcpyDefault, s));
-    detail::stream_write_value(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + size_t(T) * W + size_t(g) * W + me,
-                               1u);
-  }
 }
 
 // The peer copy-engine collective alone, for --measure (everything on s, as one group at offset 0): reset
-// the flags, the start barrier, the pushes and flags, the waits for the peers' flags (kTransfer stops
-// here), then the sum on the CTAs a group's sum gets beside the GEMM (kTail: the sum alone, on the data in
-// place). The barrier orders each call after every rank's previous one, as in run().
+// the flags, the start barrier (kSetup stops here), the pushes and flags, the waits for the peers' flags
+// (kTransfer stops here), then the sum on the CTAs a group's sum gets beside the GEMM (kTail: the sum alone,
+// on the data in place) and, all-reduce, the reduced chunks' pushes and waits. The barrier orders each call
+// after every rank's previous one, as in run().
 void GemmOverlap::run_peer_standalone(size_t count, void* out, cudaStream_t s, Part part) {
-  const int W = team_.size(), me = team_.rank();
-  const size_t chunk = count / static_cast<size_t>(W);
-  const auto* d = static_cast<const __nv_bfloat16*>(d_);
-  uint32_t* flags = peer_flags_->local_as<uint32_t>();
+  const size_t chunk = count / static_cast<size_t>(team_.size());
   if (part != Part::kTail) {
-    BRAID_CUDA_CHECK(cudaMemsetAsync(flags, 0, 2 * size_t(map_.grid.num_waves()) * W * 4, s));
-    peer_start_barrier_kernel<<<1, 32, 0, s>>>(team_.signals(), peer_slot_);
-    BRAID_CHECK_LAUNCH();
+    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, peer_second_flags() * 2 * 4, s));
+    memops::start_barrier(team_, peer_slot_, s);
     if (part == Part::kSetup) return;
-    for (int i = 1; i < W; ++i) {
-      const int q = (me + i) % W;
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * chunk,
-                                       d + size_t(q) * chunk, chunk * 2, cudaMemcpyDefault, s));
-      detail::stream_write_value(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + me, 1u);
-    }
-    for (int q = 0; q < W; ++q)
-      if (q != me) detail::stream_wait_value(wait_value_, s, flags + q, 1u, peer_wait_flags_);
+    push_chunks(*peer_recv_, 0, chunk, false, 0, s);
+    wait_peer_flags(0, s);
   }
   if (part == Part::kTransfer) return;
-  const auto* recv = peer_recv_->local_as<const __nv_bfloat16>();
-  SumSources src{};
-  for (int q = 0; q < W; ++q) src.p[q] = reinterpret_cast<const uint4*>((q == me ? d : recv) + size_t(q) * chunk);
-  const int64_t vecs = static_cast<int64_t>(chunk / 8);
-  const int blocks = static_cast<int>(std::min<int64_t>(reduce_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
-  const bool rs = opt_.coll == Collective::kReduceScatter;
-  auto* dst = rs ? out : static_cast<void*>(static_cast<__nv_bfloat16*>(d_) + size_t(me) * chunk);
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(src, static_cast<uint4*>(dst), vecs, W);
-  BRAID_CHECK_LAUNCH();
-  if (rs || part == Part::kTail) return;
-  // All-reduce: the reduced chunks to every peer (group 0's second-half flags), then theirs to us.
-  push_reduced_chunk(0, chunk, 0, s);
-  const uint32_t* second = flags + size_t(map_.grid.num_waves()) * W;
-  for (int q = 0; q < W; ++q)
-    if (q != me) detail::stream_wait_value(wait_value_, s, second + q, 1u, peer_wait_flags_);
+  peer_sum(0, chunk, out, reduce_ctas_, s);
+  if (opt_.coll == Collective::kReduceScatter || part == Part::kTail) return;
+  push_chunks(*peer_d_, 0, chunk, true, peer_second_flags(), s);
+  wait_peer_flags(peer_second_flags(), s);
 }
 
 void GemmOverlap::release_peer_flags() const {
   if (!peer_flags_ || !write_value_) return;
-  cudaStream_t s = nullptr;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-    cudaGetLastError();
-    return;
-  }
-  auto* w = peer_flags_->local_as<uint32_t>();
-  const size_t words = 2 * size_t(map_.grid.num_waves()) * team_.size();
-  for (size_t i = 0; i < words; ++i)
-    if (reinterpret_cast<detail::WriteValueFn>(write_value_)(reinterpret_cast<CUstream>(s),
-                                                             reinterpret_cast<CUdeviceptr>(w + i), 0xffffffffu,
-                                                             0u) != CUDA_SUCCESS)
-      break;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (cudaStreamQuery(s) == cudaErrorNotReady &&
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < team_.options().timeout_s)
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  cudaGetLastError();
-  cudaStreamDestroy(s);
+  memops::release_words(write_value_, peer_flags_->local_as<uint32_t>(), 2 * peer_second_flags(),
+                        team_.options().timeout_s);
 }
 
 void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t stream, Part part) {

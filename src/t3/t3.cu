@@ -19,48 +19,24 @@
 #include "braid/overlap.hpp"
 #include "braid/runtime.hpp"
 #include "braid/signal_device.cuh"
+#include "braid/stream_memops.cuh"
 #include "braid/t3.hpp"
 #include "gemm_t3.hpp"
 
 namespace braid::t3 {
 namespace {
 
-// CUDA 12 ABI of the stream memory operations, fetched through the runtime (libcuda is never linked).
-using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-using WriteValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using memops::release_words;
+using memops::start_barrier;
+using memops::stream_wait;
+using memops::stream_write;
+using memops::wait_bounded;
 
+// The driver entry points T3 cannot run without.
 void* entry_point(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess || fn == nullptr) {
-    cudaGetLastError();
-    throw UnavailableError(std::string("T3 needs the driver entry point ") + name, __FILE__, __LINE__);
-  }
+  void* fn = memops::driver_entry_point(name);
+  if (!fn) throw UnavailableError(std::string("T3 needs the driver entry point ") + name, __FILE__, __LINE__);
   return fn;
-}
-
-// GEQ, plus a flush of outstanding remote writes after the wait where the device supports it.
-unsigned wait_flags() {
-  int dev = 0, flush = 0;
-  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
-  if (cudaDeviceGetAttribute(&flush, cudaDevAttrCanFlushRemoteWrites, dev) != cudaSuccess) {
-    cudaGetLastError();
-    flush = 0;
-  }
-  return CU_STREAM_WAIT_VALUE_GEQ | (flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0u);
-}
-
-void stream_wait(void* fn, cudaStream_t s, const uint32_t* addr, uint32_t value, unsigned flags) {
-  const CUresult rc = reinterpret_cast<WaitValueFn>(fn)(reinterpret_cast<CUstream>(s),
-                                                       reinterpret_cast<CUdeviceptr>(addr), value, flags);
-  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWaitValue32", __FILE__, __LINE__);
-}
-// Default flags: the write is preceded by a memory barrier over the stream's earlier work (the copy).
-void stream_write(void* fn, cudaStream_t s, uint32_t* addr, uint32_t value) {
-  const CUresult rc = reinterpret_cast<WriteValueFn>(fn)(reinterpret_cast<CUstream>(s),
-                                                        reinterpret_cast<CUdeviceptr>(addr), value, 0u);
-  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuStreamWriteValue32", __FILE__, __LINE__);
 }
 
 // How a copy-engine stream signals a peer after its copy: cuStreamWriteValue32 on the peer's
@@ -122,50 +98,6 @@ void signal_peer(bool by_copy, void* write_value, const uint32_t* word, cudaStre
                  uint32_t value) {
   if (!by_copy) return stream_write(write_value, s, peer_addr, value);
   BRAID_CUDA_CHECK(cudaMemcpyAsync(peer_addr, word, 4, cudaMemcpyDefault, s));  // *word == value
-}
-
-// Start handshake: each rank has reset its counters (and, direct, zeroed its output) on this stream
-// before; after the barrier every peer may write into them. One block of 32 threads, microseconds,
-// before the GEMM: it moves no data.
-__global__ void start_barrier_kernel(SignalView v, int slot) { dev::barrier_block(v, slot, uint32_t(OpId::kBarrier)); }
-
-void start_barrier(Team& team, int slot, cudaStream_t s) {
-  start_barrier_kernel<<<1, 32, 0, s>>>(team.signals(), slot);
-  BRAID_CHECK_LAUNCH();
-}
-
-// Polls `done` (cudaEventQuery / cudaStreamQuery) until it reports completion or `timeout_s` passes.
-template <class Query>
-bool wait_bounded(Query done, double timeout_s) {
-  const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    const cudaError_t e = done();
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-// Writes 0xffffffff to `count` local words with cuStreamWriteValue32 from a private non-blocking
-// stream: a front-end operation (no SM, so it runs even while a persistent kernel spins), ordered
-// after nothing that could be stuck. Every GEQ wait on those words is then satisfied.
-void release_words(void* write_value, uint32_t* words, int count, double timeout_s) {
-  cudaStream_t s = nullptr;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-    cudaGetLastError();
-    return;
-  }
-  for (int i = 0; i < count; ++i)
-    if (reinterpret_cast<WriteValueFn>(write_value)(reinterpret_cast<CUstream>(s),
-                                                    reinterpret_cast<CUdeviceptr>(words + i), 0xffffffffu,
-                                                    0u) != CUDA_SUCCESS)
-      break;
-  wait_bounded([&] { return cudaStreamQuery(s); }, timeout_s);
-  cudaStreamDestroy(s);
 }
 
 // Destructor side of the no-hang contract: wait (bounded) for the end of the last run; if it has not
@@ -262,7 +194,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   }
   wait_value_ = entry_point("cuStreamWaitValue32");
   write_value_ = entry_point("cuStreamWriteValue32");
-  wait_flags_ = wait_flags();
+  wait_flags_ = memops::remote_wait_flags();
   by_copy_ = signal_by_copy();
   sigval_host_ = uint32_t(map_.region_mblocks) * uint32_t(map_.tiles_n);  // every DMA signals rt
   BRAID_CUDA_CHECK(cudaMalloc(&sigval_, 4));
@@ -526,7 +458,7 @@ AllGatherGemm::AllGatherGemm(Team& team, const AgOptions& opt) : team_(team), op
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
   wait_value_ = entry_point("cuStreamWaitValue32");
   write_value_ = entry_point("cuStreamWriteValue32");
-  wait_flags_ = wait_flags();
+  wait_flags_ = memops::remote_wait_flags();
   by_copy_ = signal_by_copy();
   const uint32_t one = 1;
   BRAID_CUDA_CHECK(cudaMalloc(&sigval_, 4));
