@@ -38,6 +38,11 @@ TRANSPORTS = {
 }
 
 
+def gm(xs):
+    """Geometric mean (nan for none)."""
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
 def report(rows, transport, argv):
     kp, km, kd, ks, kt = TRANSPORTS[transport]
     rows = [r for r in rows if kp in r and r.get("correct", False)]
@@ -65,7 +70,7 @@ def report(rows, transport, argv):
     med = statistics.median(errs)
     over_med = statistics.median(abs(e) for e in over_errs) if over_errs else float("nan")
     over_bias = statistics.fmean(over_errs) if over_errs else float("nan")
-    geo = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
+    geo = gm(speedups)
     print(f"# {transport}, {len(rows)} shapes: median predictor error {100 * med:.1f}% (target <= 10%), "
           f"max {100 * max(errs):.1f}%; overlap chosen and not slower than sequential (or fallback chosen): "
           f"{right}/{len(rows)}; speedup over cuBLAS + NCCL with these choices: geomean {geo:.3f}x, "
@@ -167,12 +172,11 @@ def transport_choice(rows, argv):
         counts[t] = counts.get(t, 0) + 1
     if not picked:
         return
-    geo = math.exp(sum(math.log(x) for x in picked) / len(picked))
-    best = math.exp(sum(math.log(x) for x in best_measured) / len(best_measured))
+    geo = gm(picked)
+    best = gm(best_measured)
     print(f"# transport picked by the lowest prediction, {len(picked)} shapes ({counts}): speedup over cuBLAS + NCCL "
           f"geomean {geo:.3f}x, min {min(picked):.3f}x, below 0.97x on {sum(x < 0.97 for x in picked)} "
           f"(the best measured transport per shape, in sample: {best:.3f}x)")
-    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
     if of_bound:
         print(f"# picked transport: within 2x ({len(within)} shapes) geomean {gm(within):.3f}x; median fraction of the "
               f"bound {statistics.median(of_bound):.3f}; the bound's own speedup over sequential, geomean {gm(bound_sp):.3f}x")
@@ -223,7 +227,6 @@ def timed_choice(rows, argv):
             of_bound.append(r["bound_us"] / t_us)
     if not picked:
         return
-    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
     print(f"# transport picked by its tuning's measurements, {len(picked)} shapes ({counts}): speedup over cuBLAS + "
           f"NCCL geomean {gm(picked):.3f}x, min {min(picked):.3f}x, below 0.97x on {sum(x < 0.97 for x in picked)}; "
           f"within 2x ({len(within)} shapes) {gm(within):.3f}x; median fraction of the bound "
