@@ -500,9 +500,10 @@ if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing
   echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"
   T=300 mpi bench gemm-a2a --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-a2a-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
-if has sweep-ar; then
-  echo "== gemm-ar sweep (bench/shapes/sweep.txt)" | tee -a "$log"
-  T=420 mpi bench gemm-ar --shapes bench/shapes/sweep.txt --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
+if has sweep-ar; then  # AR_SHAPES: another shapes file (default the sweep)
+  echo "== gemm-ar sweep (${AR_SHAPES:-bench/shapes/sweep.txt})" | tee -a "$log"
+  T=420 mpi bench gemm-ar --shapes "${AR_SHAPES:-bench/shapes/sweep.txt}" --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} \
+    ${AR_ARGS:-} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given partitions (CE_SHAPES; CE_GROUPS:
   # --groups lists of waves per group, e.g. "12,12,12", the last group extended to the GEMM's waves, or
