@@ -66,6 +66,9 @@
 # on a few shapes); its loss at small balanced shapes (4096x4096x2048: 168 us vs ~135 expected: per-copy and barrier costs,
 # the sums on 16 SMs) with `fo-ce-groups` partitions; an op that picks the
 # transport by tuning. On 2x H100 also `build test ar-1step`, `strands-smres`.
+# Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
+# $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
+# calls' JSON; their run.logs survived).
 set -uo pipefail
 out=${1:?OUT folder}; shift
 what=${*:-build test allreduce peers transitions}
@@ -546,7 +549,8 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
     shapes="$out/sweep-part.txt"
   fi
   # MEASURE_ENV: environment for the bench, e.g. BRAID_OVERLAP_CE_TAIL=0 (the copy engines' pre-tail model);
-  # MEASURE_ARGS: more bench options, e.g. "--tune-candidates 6" (a timed choice among the predictor's candidates)
+  # MEASURE_ARGS: more bench options, e.g. "--tune-candidates 6" (a timed choice among the predictor's candidates),
+  # "--pce-reserves 16,0" (the peer copy-engine op measured and tuned at each SM reserve, the best kept)
   E="${MEASURE_ENV:-}" T=540 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs.txt" \
     --transport ${OVERLAP_TRANSPORT:-kernels} ${MEASURE_ARGS:-} \
     --cache "$out/cache.txt" --json "$out/gemm-rs-measured.jsonl" 2>&1 | tee -a "$log"

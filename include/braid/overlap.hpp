@@ -189,6 +189,9 @@ struct SearchInputs {
   // Earliest start of the communication chain (0: the first group's end). The peer copy-engine
   // transport's start barrier, where it runs on the comm stream beside the GEMM's first waves.
   double comm_start_us = 0;
+  // The tail chain cannot start before the GEMM's end: the peer copy-engine transport with its GEMM on
+  // every SM (reserve_sms 0), whose per-group sums find no free SM until the persistent GEMM exits.
+  bool tail_after_gemm = false;
   // Contention (measured by `--measure`): rho = (t_together - max(t_gemm, t_coll)) / min(t_gemm, t_coll)
   // for the GEMM and the whole collective started at once with no dependency. 0: they overlap
   // perfectly; 1: no better than in sequence; > 1: worse (seen on 2x H200, docs/flashoverlap.md).

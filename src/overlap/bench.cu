@@ -64,6 +64,11 @@ struct Args {
   // candidate partitions (overlap::candidate_partitions) against the fallback's work and keep the fastest
   // if it is <= 0.99x the fallback (a measured choice; the predictor only proposes). JSON: cand_*_<t>.
   int tune_candidates = 1;
+  // --pce-reserves R0,R1,... (with --measure): the peer copy-engine transport's op is measured, searched and
+  // tuned at each of these SM reserves (SMs its GEMM leaves free for the sums; 0: the GEMM on every SM, the
+  // sums after it), and the reserve whose timed choice measured the lowest ratio to the fallback's work
+  // wins (its op is the one verified and timed). Empty: the one reserve the op was made with.
+  std::vector<int> pce_reserves;
 };
 
 Args parse(int argc, char** argv) {
@@ -91,6 +96,14 @@ Args parse(int argc, char** argv) {
     else if (k == "--reserve-sms-ce") a.reserve_sms_ce = std::stoi(val());
     else if (k == "--tune-candidates") a.tune_candidates = std::max(1, std::stoi(val()));
     else if (k == "--chunks") a.chunks = std::stoi(val());
+    else if (k == "--pce-reserves") {
+      a.pce_reserves.clear();
+      for (auto r : parse_ints(val(), ',')) {
+        if (r < 0 || r > 1024) throw UsageError("--pce-reserves: SM counts >= 0", __FILE__, __LINE__);
+        if (std::find(a.pce_reserves.begin(), a.pce_reserves.end(), int(r)) == a.pce_reserves.end())
+          a.pce_reserves.push_back(static_cast<int>(r));
+      }
+    }
     else if (k == "--transport") {
       // The kernel transport always runs (it is the FlashOverlap row); the others are added beside it.
       // A comma-separated list of names (each once, in the order given; peer-copy-engine only on request).
@@ -187,6 +200,8 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   const bool ce = op.options().transport == Transport::kNcclCopyEngine ||
                   op.options().transport == Transport::kPeerCopyEngine;
   const bool split = ce && op.has_tail() && ce_tail_model();
+  // With the GEMM on every SM (reserve 0) the persistent GEMM leaves no SM to a group's sum until it exits.
+  mi.in.tail_after_gemm = split && op.options().reserve_sms == 0;
   using Part = GemmOverlap::Part;
   // The peer copy-engine transport's standalone call starts with its flag reset and start barrier, which
   // run() pays once per run, not per group: timed alone, taken out of every point of the curve and charged
@@ -384,15 +399,26 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (o.t == Transport::kNcclCopyEngine) ce = &o;
       if (o.t == Transport::kPeerCopyEngine) pce = &o;
     }
+    // --pce-reserves: the ratio (timed choice / fallback's work, 1 for the fallback) each reserve measured.
+    std::vector<std::pair<int, double>> pce_reserve_ratios;
     if (!a.measure.empty()) {
-      auto measure_and_decide = [&](GemmOverlap& o, const MeasureBuffers& mb, DecisionCache& dc, const std::string& path,
-                                    const std::string& cache_path) {
+      // One op's inputs measured (appended to `path`), its search, its timed choice applied to it. The
+      // decision goes to a cache by commit() (the caller picks among several ops of one transport first).
+      struct Decided {
+        std::string predicted;
+        CachedDecision d;
+        bool has_ct = false;
+        CandidateTuning ct;
+        double ratio = 1;  // measured: the kept choice over the fallback's work (1: the fallback)
+      };
+      auto measure_and_decide = [&](GemmOverlap& o, const MeasureBuffers& mb, const std::string& path) {
         const MeasuredInputs mi = measure_inputs(team, a, sh, o, cublas, A.p, B.p, mb);
         if (rank == 0) save_inputs(path, {mi});
         SearchResult r = search_partition(mi.in);
         void* o_out = o.output() ? o.output() : out.p;
         const TileGrid& og = o.mapping().grid;
         const bool tiled = int64_t(og.tiles_m) * og.bm == sh.m && int64_t(og.tiles_n) * og.bn == sh.n;  // tune()'s
+        Decided res;
         if (a.groups.empty() && a.tune && a.tune_candidates > 1 && og.num_waves() > 1 && tiled) {
           // A timed choice among the predictor's candidates (each against the fallback's work, interleaved).
           CandidateTuning ct;
@@ -417,47 +443,86 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           if (!seqs.empty() && best <= 0.99 * ct.sequential_us) {
             o.set_partition(cands[bi]);
             r.sequential = false, r.group_waves = cands[bi], r.predicted_us = ct.best_predicted_us;
+            res.ratio = best / ct.sequential_us;
           } else {
             o.set_sequential(true);
             r.sequential = true, r.group_waves = {o.mapping().grid.num_waves()}, r.predicted_us = mi.in.sequential_us;
           }
-          tuned_by_candidates[o.options().transport] = ct;
+          res.has_ct = true, res.ct = ct;
         } else if (a.groups.empty()) {
           if (r.sequential) o.set_sequential(true);
           else o.set_partition(r.group_waves);
           // The search's overlap checked by timing it against the fallback (GemmOverlap::tune).
           if (!r.sequential && a.tune) o.tune(A.p, B.p, o_out, s);
+          if (!o.sequential())
+            res.ratio = o.tuned_sequential_us() > 0 ? o.tuned_overlap_us() / o.tuned_sequential_us()
+                                                    : r.predicted_us / std::max(1e-9, mi.in.sequential_us);
         }
-        CachedDecision d;
+        CachedDecision& d = res.d;
         d.coll = a.coll, d.world = W, d.m = sh.m, d.n = sh.n, d.k = sh.k;
         d.tile_config = mi.tile_config, d.sm_count = mi.sm_count, d.group_waves = r.group_waves;
         d.predicted_us = r.predicted_us;
         d.sequential = o.sequential();
-        dc.put(d);
+        res.predicted = std::to_string(r.predicted_us);
+        return res;
+      };
+      auto commit = [&](const Decided& res, Transport t, DecisionCache& dc, const std::string& cache_path) {
+        if (res.has_ct) tuned_by_candidates[t] = res.ct;
+        dc.put(res.d);
         if (rank == 0 && !cache_path.empty()) dc.save(cache_path);
-        return std::to_string(r.predicted_us);
+        return res.predicted;
       };
       {
         DevBuf other(mn * 2), other_out(mn * 2 / W);
-        searched = measure_and_decide(op, {D.p, out.p, other.p, other_out.p, D.p, out.p}, cache, a.measure, a.cache);
+        searched = commit(measure_and_decide(op, {D.p, out.p, other.p, other_out.p, D.p, out.p}, a.measure),
+                          Transport::kNcclKernels, cache, a.cache);
       }
       if (sym) {  // inputs and decisions of the symmetric transport beside the others' files, suffixed
         NcclWindow other(team.nccl(), mn * 2), other_out(team.nccl(), mn * 2 / W);
-        searched_sym = measure_and_decide(*sym->op, {sym_d->get(), sym_out->get(), other.get(), other_out.get(), D.p, out.p},
-                                          cache_sym, a.measure + ".symmetric",
-                                          a.cache.empty() ? std::string() : a.cache + ".symmetric");
+        searched_sym = commit(measure_and_decide(*sym->op, {sym_d->get(), sym_out->get(), other.get(), other_out.get(), D.p,
+                                                            out.p},
+                                                 a.measure + ".symmetric"),
+                              sym->t, cache_sym, a.cache.empty() ? std::string() : a.cache + ".symmetric");
       }
       if (ce) {  // the copy-engine transport's own collective (the op's windows), GEMM output elsewhere
         DevBuf gemm_out(mn * 2), coll_out(mn * 2 / W), other_out(mn * 2 / W);
-        searched_ce = measure_and_decide(*ce->op, {gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p}, cache_ce,
-                                         a.measure + ".copy-engine",
-                                         a.cache.empty() ? std::string() : a.cache + ".copy-engine");
+        searched_ce = commit(measure_and_decide(*ce->op, {gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p},
+                                                a.measure + ".copy-engine"),
+                             ce->t, cache_ce, a.cache.empty() ? std::string() : a.cache + ".copy-engine");
       }
       if (pce) {  // braid's peer copy-engine transport: its own pushes and sum, as for NCCL's copy engines
         DevBuf gemm_out(mn * 2), coll_out(mn * 2 / W), other_out(mn * 2 / W);
-        searched_pce = measure_and_decide(*pce->op, {gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p},
-                                          cache_pce, a.measure + ".peer-copy-engine",
-                                          a.cache.empty() ? std::string() : a.cache + ".peer-copy-engine");
+        const MeasureBuffers mb{gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p};
+        std::vector<int> reserves = a.pce_reserves;
+        if (reserves.empty()) reserves.push_back(pce->op->options().reserve_sms);
+        // Each reserve's op measured and decided in turn (the one made above for its own reserve); the lowest
+        // measured ratio wins, ties to the earlier reserve. Every rank compares the same (slowest-rank) numbers.
+        Decided best;
+        std::unique_ptr<GemmOverlap> winner;  // null: the op made above won
+        bool have = false;
+        for (const int r : reserves) {
+          std::unique_ptr<GemmOverlap> made;
+          GemmOverlap* o = pce->op.get();
+          if (r != o->options().reserve_sms) {
+            OverlapOptions oc = pce->op->options();
+            oc.reserve_sms = r;
+            oc.group_waves.clear();
+            oc.sequential = false;
+            made = std::make_unique<GemmOverlap>(team, oc);
+            o = made.get();
+          }
+          Decided res = measure_and_decide(*o, mb, a.measure + ".peer-copy-engine");
+          pce_reserve_ratios.emplace_back(r, res.ratio);
+          if (!have || res.ratio < best.ratio) {
+            best = res, have = true;
+            winner = std::move(made);
+          }
+        }
+        if (winner) {
+          pce->op = std::move(winner);
+          pce->out = pce->op->output() ? pce->op->output() : out.p;
+        }
+        searched_pce = commit(best, pce->t, cache_pce, a.cache.empty() ? std::string() : a.cache + ".peer-copy-engine");
       }
     }
 
@@ -662,6 +727,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         std::printf("; over %s: eager %.1f us (%.3fx seq), graph %.1f us (%.3fx)", transport_name(o.t), o.eager_us,
                     t_seq / o.eager_us, o.graph_us, t_seq / o.graph_us);
       std::printf("\n");
+      if (pce && pce_reserve_ratios.size() > 1) {
+        std::printf("         peer copy engines: GEMM leaves %d SMs free (measured ratio to the fallback per reserve:",
+                    pce->op->options().reserve_sms);
+        for (const auto& [r, x] : pce_reserve_ratios) std::printf(" %d: %.3f", r, x);
+        std::printf(")\n");
+      }
       if (sym)
         std::printf("         cuBLAS + NCCL between symmetric windows: collective %.1f us, sequential %.1f us; "
                     "FlashOverlap over %s %.3fx of it%s\n",
@@ -744,7 +815,13 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         add_decision(*ce, searched_ce);
       }
       if (pce) {
-        j.add("collective_pce_us", t_comm_pce);
+        j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms);
+        if (pce_reserve_ratios.size() > 1) {  // --pce-reserves: what each reserve's timed choice measured
+          std::ostringstream rr;
+          for (size_t i = 0; i < pce_reserve_ratios.size(); ++i)
+            rr << (i ? "," : "") << pce_reserve_ratios[i].first << ':' << pce_reserve_ratios[i].second;
+          j.add("pce_reserve_ratios", rr.str());
+        }
         add_decision(*pce, searched_pce);
       }
       j.add("flashoverlap_graph_us", t_fo_graph).add("speedup_graph", t_seq / t_fo_graph);

@@ -109,6 +109,7 @@ double group_compute(const SearchInputs& in, int w0, int w1) {
 double predict_us(const SearchInputs& in, const std::vector<int>& group_waves) {
   const bool tail = !in.tail.bytes.empty();
   double tp = 0, tm = in.comm_start_us, tt = 0;  // compute, communication chain, tail chain
+  if (tail && in.tail_after_gemm) tt = group_compute(in, 0, in.waves);
   int w = 0;
   for (int gw : group_waves) {
     tp += group_compute(in, w, w + gw);
@@ -208,7 +209,9 @@ SearchResult search_partition(const SearchInputs& in, int max_groups) {
 std::vector<std::vector<int>> candidate_partitions(const SearchInputs& in, int max_groups, int k) {
   BRAID_REQUIRE(k >= 1, "candidate_partitions: k >= 1");
   std::vector<std::vector<int>> all = per_count_bests(in, max_groups, nullptr);
-  if (!in.tail.bytes.empty()) {  // the same measurements with each group's tail in line (no second chain)
+  // The same measurements with each group's tail in line (no second chain); not where the tail waits for
+  // the GEMM's end anyway (no sum can run beside the GEMM, in line or not).
+  if (!in.tail.bytes.empty() && !in.tail_after_gemm) {
     SearchInputs serial = in;
     serial.tail = BandwidthCurve{};
     for (size_t i = 0; i < in.comm.bytes.size(); ++i) serial.comm.us[i] += in.tail.latency_us(in.comm.bytes[i]);
@@ -325,7 +328,7 @@ void DecisionCache::save(const std::string& path) const {
 
 // One line per shape: coll world m n k cfg sms waves wave_us first_extra bytes_per_wave last_frac
 //                     overhead curve_bytes(csv) curve_us(csv) [interference sequential_us [tail_bytes(csv)
-//                     tail_us(csv)] [comm_start=<us>]]
+//                     tail_us(csv)] [comm_start=<us>] [tail_after_gemm=1]]
 void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) {
   std::ofstream f(path, std::ios::app);
   if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
@@ -337,7 +340,8 @@ void save_inputs(const std::string& path, const std::vector<MeasuredInputs>& v) 
       << join_d(x.in.comm.bytes) << ' ' << join_d(x.in.comm.us) << ' ' << x.in.interference << ' '
       << x.in.sequential_us
       << (x.in.tail.bytes.empty() ? std::string() : ' ' + join_d(x.in.tail.bytes) + ' ' + join_d(x.in.tail.us));
-    if (x.in.comm_start_us > 0) f << " comm_start=" << x.in.comm_start_us;  // optional, last
+    if (x.in.comm_start_us > 0) f << " comm_start=" << x.in.comm_start_us;  // optional
+    if (x.in.tail_after_gemm) f << " tail_after_gemm=1";                       // optional, last
     f << '\n';
   }
 }
@@ -360,10 +364,10 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
       throw UsageError(path + ":" + std::to_string(ln) + ": malformed inputs", __FILE__, __LINE__);
     double rho = 0, seq = 0;
     if (is >> rho >> seq) x.in.interference = rho, x.in.sequential_us = seq;  // optional (older files)
-    // Optional, in this order: the tail curve (two csv tokens), comm_start=<us>.
-    const std::string kStart = "comm_start=";
+    // Optional, in this order: the tail curve (two csv tokens), comm_start=<us>, tail_after_gemm=1.
+    const std::string kStart = "comm_start=", kAfter = "tail_after_gemm=";
     std::string tb, tu;
-    if (is >> tb && tb.rfind(kStart, 0) != 0) {
+    if (is >> tb && tb.rfind(kStart, 0) != 0 && tb.rfind(kAfter, 0) != 0) {
       if (!(is >> tu)) throw UsageError(path + ":" + std::to_string(ln) + ": tail curve without times", __FILE__, __LINE__);
       x.in.tail.bytes = split_doubles(tb);
       x.in.tail.us = split_doubles(tu);
@@ -372,7 +376,13 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
       tb.clear();
       is >> tb;
     }
-    if (tb.rfind(kStart, 0) == 0) x.in.comm_start_us = std::stod(tb.substr(kStart.size()));
+    if (tb.rfind(kStart, 0) == 0) {
+      x.in.comm_start_us = std::stod(tb.substr(kStart.size()));
+      tb.clear();
+      is >> tb;
+    }
+    if (tb.rfind(kAfter, 0) == 0) x.in.tail_after_gemm = std::stoi(tb.substr(kAfter.size())) != 0;
+    else if (!tb.empty()) throw UsageError(path + ":" + std::to_string(ln) + ": unexpected '" + tb + "'", __FILE__, __LINE__);
     x.coll = parse_coll(coll);
     x.in.comm.bytes = split_doubles(cb);
     x.in.comm.us = split_doubles(cu);

@@ -176,6 +176,33 @@ TEST(OverlapSearch, TailRunsOffTheCommunicationChain) {
   EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 75.0);
 }
 
+// A tail that cannot start before the GEMM's end (the GEMM on every SM: the sums find no SM until it
+// exits): the tail chain starts at the GEMM's end, so its sums run back to back after it.
+TEST(OverlapSearch, TailAfterGemmWaitsForTheGemmsEnd) {
+  SearchInputs in = three_waves();
+  in.tail.bytes = {1000, 3000};
+  in.tail.us = {2, 6};
+  in.tail_after_gemm = true;
+  // (1,2): collectives end at 15 and 40; the GEMM ends at 30: tails end at max(30, 15) + 2 = 32, then
+  // max(32, 40) + 4 = 44 (the second tail waited for its collective anyway).
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 2}), 44.0);
+  // (1,1,1): collectives end at 15, 25, 35; tails after 30: 32, 34, max(34, 35) + 2 = 37 (beside the GEMM:
+  // 17, 27, 37 — the same end, here the last collective dominates).
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 37.0);
+  // Long tails: 20 per wave. Beside the GEMM (1,1,1) would end at 15 + 20 = 35, 55, 75; after it: 50, 70, 90.
+  in.tail.us = {20, 60};
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 90.0);
+  in.tail_after_gemm = false;
+  EXPECT_DOUBLE_EQ(predict_us(in, {1, 1, 1}), 75.0);
+  // The candidates skip the tail-in-line model there (no sum runs beside the GEMM either way).
+  in.tail_after_gemm = true;
+  for (const auto& gw : candidate_partitions(in, 3, 8)) {
+    int w = 0;
+    for (int x : gw) w += x;
+    EXPECT_EQ(w, 3);
+  }
+}
+
 // A communication chain that cannot start before comm_start_us (the peer copy-engine transport's start
 // barrier beside the GEMM): the first collective starts at max(its group's end, comm_start); the DP agrees.
 TEST(OverlapSearch, CommStartDelaysTheFirstCollective) {
@@ -335,6 +362,22 @@ TEST(OverlapSearch, InputsRoundTrip) {
   EXPECT_DOUBLE_EQ(v[1].in.comm_start_us, 23.5);
   EXPECT_TRUE(v[1].in.tail.bytes.empty());
   EXPECT_DOUBLE_EQ(v[1].in.sequential_us, 969.5);
+  EXPECT_FALSE(v[1].in.tail_after_gemm);
+  // tail_after_gemm, after comm_start and alone after the tail.
+  std::remove(path);
+  mi.in.tail.bytes = {1e6, 2e6};
+  mi.in.tail.us = {7.5, 12.25};
+  mi.in.tail_after_gemm = true;
+  save_inputs(path, {mi});
+  mi.in.comm_start_us = 0;
+  save_inputs(path, {mi});
+  v = load_inputs(path);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_TRUE(v[0].in.tail_after_gemm);
+  EXPECT_DOUBLE_EQ(v[0].in.comm_start_us, 23.5);
+  EXPECT_TRUE(v[1].in.tail_after_gemm);
+  EXPECT_DOUBLE_EQ(v[1].in.comm_start_us, 0);
+  EXPECT_EQ(v[1].in.tail.us, mi.in.tail.us);
   std::remove(path);
 }
 
