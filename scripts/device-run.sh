@@ -58,14 +58,15 @@
 # OVERLAP_TRANSPORT=all, MEASURE_PART=1/2, MEASURE_ARGS="--tune-candidates 6") 5.6 min cold, part 2/2 3.4 min warm;
 # `build test fo-ce-groups` (CE_TRANSPORT=copy-engine,peer-copy-engine, 4 shapes x 2 reserves) 4 min cold;
 # `build test measure-rs` (OVERLAP_TRANSPORT=symmetric,peer-copy-engine, halves) 6.2 min cold, 3.4 min warm.
-# Next (twenty-second session's end): the peer copy-engine transport on 2x H100 when served (`build test measure-rs`,
-# CTEST_R=test_overlap_mpi$, OVERLAP_TRANSPORT=symmetric,peer-copy-engine, MEASURE_ARGS="--tune-candidates 6",
-# halves; then again with MEASURE_ENV="BRAID_OVERLAP_PEER_SETUP=0 BRAID_OVERLAP_PEER_BARRIER=stream", the measured
-# form: the curve with the per-call setup, the start barrier before the GEMM; both changes unrun);
-# its all-reduce (unrun: `build test` with CTEST_R=test_overlap_mpi$, then `bench gemm-ar --transport peer-copy-engine`
-# on a few shapes); its loss at small balanced shapes (4096x4096x2048: 168 us vs ~135 expected: per-copy and barrier costs,
-# the sums on 16 SMs) with `fo-ce-groups` partitions; an op that picks the
-# transport by tuning. On 2x H100 also `build test ar-1step`, `strands-smres`.
+# Twenty-third session (seven calls, all 2x H200): `build test sweep-ar` (full ctest, AR_SHAPES=bench/shapes/ar-few.txt,
+# OVERLAP_TRANSPORT=symmetric,peer-copy-engine) 7.3 min cold; `measure-rs` halves (symmetric,peer-copy-engine,
+# --tune-candidates 6) 3-3.6 min warm; `build measure-rs` (peer-copy-engine, "--tune-candidates 6 --pce-reserves 16,0",
+# MEASURE_PART=1/2) 4.3 min cold; the other half 2.4 min warm, a repeat 1.9 min warm.
+# Next (twenty-third session's end): the peer transport's floor at ~80 us shapes (a repeat measured 0.933x / 0.945x
+# where tuning had measured 0.91-0.96: tune on rotated inputs, or a margin for short ops), then `measure-rs` with
+# OVERLAP_TRANSPORT=symmetric,peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0" (halves);
+# `peers-tp` beside it; GEMM+AR with --measure over the peer transport (sweep-ar, AR_SHAPES, AR_ARGS="--measure
+# $out/ar-inputs.txt --tune-candidates 6"). On 2x H100 (when served) all of that first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
 # calls' JSON; their run.logs survived).
