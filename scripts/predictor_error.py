@@ -197,7 +197,7 @@ SUFFIX = {"kernels": "", "symmetric": "_sym", "copy-engine": "_ce", "peer-copy-e
 
 def timed_choice(rows, argv):
     """The transport a runtime that tunes every transport would pick: each transport's tuning (before the
-    row's timed runs, in the same process: --tune-candidates' cand_best / cand_sequential, else tune()'s
+    row's timed runs, in the same process: --tune-candidates' cand_best / cand_reference (or cand_sequential), else tune()'s
     tuned_overlap / tuned_sequential) measured its chosen overlap against the fallback's work on its own
     buffers; the lowest ratio picks, a fallback decision counting 1. The row's separately timed speedup of
     that transport is what the choice gets (the reported times are not the ones the choice was made on)."""
@@ -210,7 +210,9 @@ def timed_choice(rows, argv):
             if kp not in r or ks not in r:
                 continue
             sfx = SUFFIX[t]
-            ov, sq = r.get("cand_best" + sfx + "_us"), r.get("cand_sequential" + sfx + "_us")
+            # cand_reference (since the twenty-third session): what the bench held cand_best against
+            ov = r.get("cand_best" + sfx + "_us")
+            sq = r.get("cand_reference" + sfx + "_us") or r.get("cand_sequential" + sfx + "_us")
             if ov is None:
                 ov, sq = r.get("tuned_overlap" + sfx + "_us"), r.get("tuned_sequential" + sfx + "_us")
             ratio = ov / sq if (r.get(kd) == "overlap" and ov and sq) else 1.0
