@@ -2,7 +2,7 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
+# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
 # strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
@@ -537,6 +537,14 @@ if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given 
       done
     done
   done
+fi
+if has pce-probe; then  # the peer copy-engine transport's per-call costs by size, no GEMM (bench gemm-rs --probe-pce):
+  # setup, copies alone, copies + flags + waits, sum; PROBE_SHAPES bound the sizes (the output of each)
+  echo "== pce probe ($(date +%T))" | tee -a "$log"
+  shs=(); for sh in ${PROBE_SHAPES:-16384,8192,1024}; do shs+=(--shape "$sh"); done
+  T=120 mpi bench gemm-rs "${shs[@]}" --probe-pce --iters 20 --json "$out/pce-probe.jsonl" 2>&1 | tee -a "$log"
+  E="BRAID_OVERLAP_PEER_SETUP=1" T=60 mpi bench gemm-rs "${shs[@]}" --probe-pce --reserve-sms-ce 0 --iters 20 \
+    --json "$out/pce-probe-reserve0.jsonl" 2>&1 | tee -a "$log"
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
   # (OVERLAP_TRANSPORT: kernels, symmetric = kernels + symmetric, all = kernels + copy engines + symmetric; a

@@ -385,7 +385,10 @@ class GemmOverlap {
   // with its start barrier (kWhole, kTransfer), as each run() does.
   // kSetup: the per-call setup alone where a transport has one (the peer copy-engine transport's flag reset
   // and start barrier, which run() pays once per run and each standalone call pays again); elsewhere nothing.
-  enum class Part { kWhole, kTransfer, kTail, kSetup };
+  // kCopies: the peer copy-engine transport's setup and its copies alone (no flag raised, no wait for the
+  // peers: the copy engines' own time, which kTransfer less kCopies leaves to the flags; `bench gemm-rs
+  // --probe-pce`); elsewhere nothing.
+  enum class Part { kWhole, kTransfer, kTail, kSetup, kCopies };
   void transport_collective(size_t count, void* out, cudaStream_t stream, Part part = Part::kWhole);
   // run() issues part of each group's collective off the communication chain (SearchInputs::tail).
   bool has_tail() const { return sum_ != nullptr && opt_.coll == Collective::kReduceScatter; }
@@ -404,7 +407,9 @@ class GemmOverlap {
   // Transport::kPeerCopyEngine: group g's pushes on s (after its counter wait), its sum on sum_.
   void run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s);
   void run_peer_standalone(size_t count, void* out, cudaStream_t s, Part part);  // transport_collective's
-  void push_chunks(const SymmetricBuffer& dst, size_t off, size_t chunk, bool reduced, size_t flag, cudaStream_t s);
+  // flags = false: the copies alone (Part::kCopies).
+  void push_chunks(const SymmetricBuffer& dst, size_t off, size_t chunk, bool reduced, size_t flag, cudaStream_t s,
+                   bool flags = true);
   void wait_peer_flags(size_t flag, cudaStream_t s);
   void peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s);
   // Index of the second half of the flags (the all-reduce's reduced chunks): waves x world.

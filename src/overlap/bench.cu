@@ -69,6 +69,8 @@ struct Args {
   // sums after it), and the reserve whose timed choice measured the lowest ratio to the fallback's work
   // wins (its op is the one verified and timed). Empty: the one reserve the op was made with.
   std::vector<int> pce_reserves;
+  // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
+  bool probe_pce = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -96,6 +98,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--reserve-sms-ce") a.reserve_sms_ce = std::stoi(val());
     else if (k == "--tune-candidates") a.tune_candidates = std::max(1, std::stoi(val()));
     else if (k == "--chunks") a.chunks = std::stoi(val());
+    else if (k == "--probe-pce") a.probe_pce = true;
     else if (k == "--pce-reserves") {
       a.pce_reserves.clear();
       for (auto r : parse_ints(val(), ',')) {
@@ -282,8 +285,68 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
 
 }  // namespace
 
+// --probe-pce: where the peer copy-engine transport's per-call time goes, by size, with no GEMM (its
+// transfer curve has a floor of ~20 us beside ~5 us of bytes at 3.8 MB on 2x H200, docs/flashoverlap.md).
+// Per shape, that shape's op (its output bounds the sizes), sizes from 256 KiB to the whole output by 2x,
+// each timed alone (median, slowest rank): the setup (flag reset and start barrier), the setup and the copies
+// (no flags), the setup, copies, flags and waits for the peers' flags (kTransfer, the curve's point before
+// the setup is taken out), and the sum alone (kTail). Rows `bench: pce-probe`.
+int probe_pce(Team& team, const Args& a, const bench::Context& ctx) {
+  const int W = team.size(), rank = team.rank();
+  cudaStream_t s = team.stream();
+  if (!team.peer_ok()) {
+    if (rank == 0) std::printf("# --probe-pce: not run (%s)\n", team.peer_status().c_str());
+    return 0;
+  }
+  using Part = GemmOverlap::Part;
+  if (rank == 0)
+    std::printf("# peer copy-engine transport per call, %d ranks, median of %d (slowest rank), us; bytes = the group's "
+                "output (each rank sends (W-1)/W of it)\n%10s %8s %8s %9s %8s | %8s %9s %9s\n",
+                W, a.timing.iters, "bytes", "setup", "copies", "transfer", "sum", "copies-s", "flags", "GB/s/peer");
+  for (const Shape& sh : a.shapes) {
+    OverlapOptions oo;
+    oo.coll = a.coll;
+    oo.m = sh.m, oo.n = sh.n, oo.k = sh.k;
+    oo.tile = a.tile;
+    oo.reserve_sms = a.reserve_sms_ce >= 0 ? a.reserve_sms_ce : a.reserve_sms;
+    oo.transport = Transport::kPeerCopyEngine;
+    GemmOverlap op(team, oo);
+    const size_t mn = size_t(sh.m) * sh.n;
+    DevBuf out(mn * 2 / W);
+    fill_uniform_bf16(op.reordered(), mn, 4000 + rank, 1.f, s);
+    auto time = [&](size_t count, Part part) {
+      return median_us(team, a.timing, [&](int) { op.transport_collective(count, out.p, s, part); });
+    };
+    for (double b = 256.0 * 1024; ; b *= 2) {
+      size_t count = static_cast<size_t>(std::min(b, double(mn) * 2) / 2);
+      count -= count % (size_t(W) * 8);
+      const double setup = time(count, Part::kSetup), copies = time(count, Part::kCopies),
+                   transfer = time(count, Part::kTransfer), sum = time(count, Part::kTail);
+      op.check_error();
+      const double per_peer = double(count) * 2 / W;  // bytes this rank copies to each peer
+      const double gbs = copies > setup ? per_peer / ((copies - setup) * 1e3) : 0;
+      if (rank == 0) {
+        std::printf("%10zu %8.1f %8.1f %9.1f %8.1f | %8.1f %9.1f %9.1f\n", count * 2, setup, copies, transfer, sum,
+                    copies - setup, transfer - copies, gbs);
+        if (!a.json.empty()) {
+          bench::Json j;
+          j.add("bench", "pce-probe").add("m", sh.m).add("n", sh.n).add("k", sh.k).add("world", W)
+              .add("bytes", double(count) * 2).add("setup_us", setup).add("copies_us", copies)
+              .add("transfer_us", transfer).add("sum_us", sum).add("copy_gbs_per_peer", gbs)
+              .add("reserve_sms", oo.reserve_sms).add_context(ctx);
+          bench::append_jsonl(a.json, j.str());
+        }
+      }
+      if (double(count) * 2 >= double(mn) * 2 - double(W) * 16) break;
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
   const Args a = parse(argc, argv);
+  if (a.probe_pce) return probe_pce(team, a, ctx);
   const int W = team.size(), rank = team.rank();
   cudaStream_t s = team.stream();
   DecisionCache cache;

@@ -731,14 +731,14 @@ void GemmOverlap::run_peer_copy_group(size_t off, size_t count, void* out, int g
 // copy into rank q's `dst` at off + me * chunk of chunk q of [off, off + W chunks) of d_ (or, `reduced`, of
 // our own chunk, the all-reduce's second step), then rank q's flags[flag + me] raised.
 void GemmOverlap::push_chunks(const SymmetricBuffer& dst, size_t off, size_t chunk, bool reduced, size_t flag,
-                              cudaStream_t s) {
+                              cudaStream_t s, bool flags) {
   const int W = team_.size(), me = team_.rank();
   const auto* d = static_cast<const __nv_bfloat16*>(d_);
   for (int i = 1; i < W; ++i) {
     const int q = (me + i) % W;
     BRAID_CUDA_CHECK(cudaMemcpyAsync(dst.peer_as<__nv_bfloat16>(q) + off + size_t(me) * chunk,
                                      d + off + size_t(reduced ? me : q) * chunk, chunk * 2, cudaMemcpyDefault, s));
-    memops::stream_write(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + flag + me, 1u);
+    if (flags) memops::stream_write(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + flag + me, 1u);
   }
 }
 
@@ -781,7 +781,10 @@ void GemmOverlap::run_peer_standalone(size_t count, void* out, cudaStream_t s, P
     BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, peer_second_flags() * 2 * 4, s));
     memops::start_barrier(team_, peer_slot_, s);
     if (part == Part::kSetup) return;
-    push_chunks(*peer_recv_, 0, chunk, false, 0, s);
+    // kCopies: no flag, so no peer waits on this call's copies (the next call's barrier orders them after
+    // every rank's copies here, as for any call).
+    push_chunks(*peer_recv_, 0, chunk, false, 0, s, part != Part::kCopies);
+    if (part == Part::kCopies) return;
     wait_peer_flags(0, s);
   }
   if (part == Part::kTransfer) return;
@@ -806,7 +809,7 @@ void GemmOverlap::transport_collective(size_t count, void* out, cudaStream_t str
   }
   BRAID_REQUIRE(count > 0 && count % (8 * W) == 0 && count <= size_t(opt_.m) * opt_.n,
                 "GemmOverlap::transport_collective: count must be a positive multiple of 8 x world, at most M x N");
-  if (part == Part::kSetup) return;  // the NCCL transports have no per-call setup of their own
+  if (part == Part::kSetup || part == Part::kCopies) return;  // NCCL's transports: no setup, no copies apart
   if (!has_tail()) {
     if (part != Part::kTail) run_group_collective(0, count, out, -1, false, stream);
     return;

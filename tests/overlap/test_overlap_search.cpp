@@ -106,7 +106,9 @@ TEST(OverlapSearch, ContentionModelAndFallback) {
   // The margin: a predicted gain under 1/max_ratio - 1 is not worth the predictor's error.
   const double pred = r.predicted_us;
   in.sequential_us = pred / 0.96;  // predicted 4% faster
-  if (!std::getenv("BRAID_OVERLAP_MAX_RATIO")) EXPECT_DOUBLE_EQ(in.max_ratio, 0.97);
+  if (!std::getenv("BRAID_OVERLAP_MAX_RATIO")) {
+    EXPECT_DOUBLE_EQ(in.max_ratio, 0.97);
+  }
   in.max_ratio = 0.95;  // a 5.3% margin: fall back
   EXPECT_TRUE(search_partition(in).sequential);
   in.max_ratio = 0.97;  // a 3.1% margin keeps the overlap
@@ -400,7 +402,9 @@ TEST(OverlapSearch, CandidatePartitions) {
     EXPECT_EQ(sum, 36);
     EXPECT_GT(c[i].size(), 1u);
     for (size_t j = 0; j < i; ++j) EXPECT_NE(c[i], c[j]);
-    if (i) EXPECT_LE(predict_contended_us(in, c[i - 1]), predict_contended_us(in, c[i]) + 1e-9);
+    if (i) {
+      EXPECT_LE(predict_contended_us(in, c[i - 1]), predict_contended_us(in, c[i]) + 1e-9);
+    }
   }
   // At most 7 group counts of several groups under max_groups 8; a tail adds the in-line model's bests.
   EXPECT_LE(candidate_partitions(in, 8, 100).size(), 7u);
