@@ -62,11 +62,13 @@
 # OVERLAP_TRANSPORT=symmetric,peer-copy-engine) 7.3 min cold; `measure-rs` halves (symmetric,peer-copy-engine,
 # --tune-candidates 6) 3-3.6 min warm; `build measure-rs` (peer-copy-engine, "--tune-candidates 6 --pce-reserves 16,0",
 # MEASURE_PART=1/2) 4.3 min cold; the other half 2.4 min warm, a repeat 1.9 min warm.
-# Next (twenty-third session's end): the peer transport's floor at ~80 us shapes (a repeat measured 0.933x / 0.945x
-# where tuning had measured 0.91-0.96: tune on rotated inputs, or a margin for short ops), then `measure-rs` with
-# OVERLAP_TRANSPORT=symmetric,peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0" (halves);
-# `peers-tp` beside it; GEMM+AR with --measure over the peer transport (sweep-ar, AR_SHAPES, AR_ARGS="--measure
-# $out/ar-inputs.txt --tune-candidates 6"). On 2x H100 (when served) all of that first, then `build test ar-1step`, `strands-smres`.
+# Next (twenty-third session's end): `build test pce-probe` (CTEST_R="test_overlap", validates Part::kCopies and the
+# probe: where the peer transport's ~20 us per call goes), then `measure-rs` halves with OVERLAP_TRANSPORT=symmetric,
+# peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0" (the timed choice now held against the
+# per-call sequential time, 64e951e, unrun: does the floor hold at the ~80 us shapes?), an A/B half with
+# MEASURE_ENV="BRAID_OVERLAP_TUNE_REF=tuned"; `peers-tp` in the same call as the sweep; GEMM+AR measured over the peer
+# transport (sweep-ar, AR_SHAPES, AR_ARGS="--measure $out/ar-inputs.txt --tune-candidates 6 --pce-reserves 16,0").
+# On 2x H100 (when served) all of that first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
 # calls' JSON; their run.logs survived).
@@ -543,7 +545,7 @@ if has pce-probe; then  # the peer copy-engine transport's per-call costs by siz
   echo "== pce probe ($(date +%T))" | tee -a "$log"
   shs=(); for sh in ${PROBE_SHAPES:-16384,8192,1024}; do shs+=(--shape "$sh"); done
   T=120 mpi bench gemm-rs "${shs[@]}" --probe-pce --iters 20 --json "$out/pce-probe.jsonl" 2>&1 | tee -a "$log"
-  E="BRAID_OVERLAP_PEER_SETUP=1" T=60 mpi bench gemm-rs "${shs[@]}" --probe-pce --reserve-sms-ce 0 --iters 20 \
+  T=60 mpi bench gemm-rs "${shs[@]}" --probe-pce --reserve-sms-ce 0 --iters 20 \
     --json "$out/pce-probe-reserve0.jsonl" 2>&1 | tee -a "$log"
 fi
 if has measure-rs; then  # FlashOverlap with measured search inputs per shape: the predictor-error report
