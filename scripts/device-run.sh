@@ -67,7 +67,7 @@
 # peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0" (the timed choice now held against the
 # per-call sequential time, 64e951e, unrun: does the floor hold at the ~80 us shapes?), an A/B half with
 # MEASURE_ENV="BRAID_OVERLAP_TUNE_REF=tuned"; `peers-tp` in the same call as the sweep; GEMM+AR measured over the peer
-# transport (sweep-ar, AR_SHAPES, AR_ARGS="--measure $out/ar-inputs.txt --tune-candidates 6 --pce-reserves 16,0").
+# transport (sweep-ar, AR_SHAPES, AR_MEASURE=1, AR_ARGS="--tune-candidates 6 --pce-reserves 16,0").
 # On 2x H100 (when served) all of that first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
@@ -508,8 +508,10 @@ if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing
 fi
 if has sweep-ar; then  # AR_SHAPES: another shapes file (default the sweep)
   echo "== gemm-ar sweep (${AR_SHAPES:-bench/shapes/sweep.txt})" | tee -a "$log"
+  # AR_MEASURE=1: measured inputs and decisions per shape (--measure/--cache files in OUT), as measure-rs
+  ms=(); [[ ${AR_MEASURE:-0} == 1 ]] && ms=(--measure "$out/ar-inputs.txt" --cache "$out/ar-cache.txt")
   T=420 mpi bench gemm-ar --shapes "${AR_SHAPES:-bench/shapes/sweep.txt}" --iters 10 --transport ${OVERLAP_TRANSPORT:-kernels} \
-    ${AR_ARGS:-} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
+    "${ms[@]}" ${AR_ARGS:-} --json "$out/gemm-ar-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has fo-ce-groups; then  # FlashOverlap GEMM+RS over every transport at given partitions (CE_SHAPES; CE_GROUPS:
   # --groups lists of waves per group, e.g. "12,12,12", the last group extended to the GEMM's waves, or
