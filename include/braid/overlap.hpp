@@ -321,6 +321,12 @@ struct OverlapOptions {
   // plain memory (NCCL's ring kernels) whatever the transport.
   bool sequential = false;
   Transport transport = Transport::kNcclKernels;
+  // Transport::kPeerCopyEngine, reduce-scatter: the last group is not pushed by the copy engines; each peer
+  // raises its flag once the group's tiles are done, and the last sum (after the GEMM, on every SM) reads the
+  // peers' chunks straight from their d_ over NVLink — one kernel instead of a copy-engine copy (its ~20 us
+  // floor per call) then a sum. d_ is symmetric memory then, and the start barrier runs before the GEMM (a
+  // peer reads our d_ until its last sum ends, so our next GEMM must not start before every peer's).
+  bool peer_pull_last = false;
 };
 
 class CublasGemm;
@@ -411,7 +417,8 @@ class GemmOverlap {
   void push_chunks(const SymmetricBuffer& dst, size_t off, size_t chunk, bool reduced, size_t flag, cudaStream_t s,
                    bool flags = true);
   void wait_peer_flags(size_t flag, cudaStream_t s);
-  void peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s);
+  // pull: the peers' chunks read from their d_ (OverlapOptions::peer_pull_last), not from the receive buffer.
+  void peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s, bool pull = false);
   // Index of the second half of the flags (the all-reduce's reduced chunks): waves x world.
   size_t peer_second_flags() const;
   // Writes 0xffffffff into this rank's peer flags (private stream): every wait on them is satisfied, so

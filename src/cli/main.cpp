@@ -52,7 +52,7 @@ const char* kUsage =
     "                    [--json FILE]     Chimera: fused vs unfused parallelism transitions, verified\n"
     "  bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--measure FILE [--no-tune]] [--cache FILE]\n"
     "                    [--transport kernels|symmetric|copy-engine|peer-copy-engine,...] [--tune-candidates K]\n"
-    "                    [--pce-reserves 16,0] [--probe-pce: the peer copy-engine transport's per-call costs]\n"
+    "                    [--pce-reserves 16,0] [--pce-pull-last] [--probe-pce: the peer copy-engine transport's per-call costs]\n"
     "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
     "  bench gemm-a2a --shape M,N,K | --shapes FILE [--json FILE] [--groups w0,..] [--seed S]  (FlashOverlap GEMM + all-to-all)\n"
     "  bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-ring-dma,t3-ring-cublas,t3-direct,t3-auto --shape M,N,K\n"

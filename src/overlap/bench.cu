@@ -69,6 +69,8 @@ struct Args {
   // sums after it), and the reserve whose timed choice measured the lowest ratio to the fallback's work
   // wins (its op is the one verified and timed). Empty: the one reserve the op was made with.
   std::vector<int> pce_reserves;
+  // --pce-pull-last: the peer copy-engine op pulls its last group (OverlapOptions::peer_pull_last).
+  bool pce_pull_last = false;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
 };
@@ -99,6 +101,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--tune-candidates") a.tune_candidates = std::max(1, std::stoi(val()));
     else if (k == "--chunks") a.chunks = std::stoi(val());
     else if (k == "--probe-pce") a.probe_pce = true;
+    else if (k == "--pce-pull-last") a.pce_pull_last = true;
     else if (k == "--pce-reserves") {
       a.pce_reserves.clear();
       for (auto r : parse_ints(val(), ',')) {
@@ -428,6 +431,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       }
       oc.cache = nullptr;
       oc.tile = op.options().tile;
+      oc.peer_pull_last = t == Transport::kPeerCopyEngine && a.pce_pull_last;
       Other o{t, std::make_unique<GemmOverlap>(team, oc)};
       o.out = o.op->output() ? o.op->output() : out.p;
       others.push_back(std::move(o));
@@ -892,7 +896,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         add_decision(*ce, searched_ce);
       }
       if (pce) {
-        j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms);
+        j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms)
+            .add("pce_pull_last", pce->op->options().peer_pull_last);
         if (pce_reserve_ratios.size() > 1) {  // --pce-reserves: what each reserve's timed choice measured
           std::ostringstream rr;
           for (size_t i = 0; i < pce_reserve_ratios.size(); ++i)

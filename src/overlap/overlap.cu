@@ -347,8 +347,10 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
 
   const size_t d_bytes = size_t(opt.m) * opt.n * 2;
   const bool peer = opt.transport == Transport::kPeerCopyEngine;
-  if (peer && opt.coll == Collective::kAllReduce) {
-    // The peer copy-engine all-reduce pushes each reduced chunk into the peers' d_: symmetric memory.
+  const bool pull_last = peer && opt.coll == Collective::kReduceScatter && opt.peer_pull_last;
+  if (peer && (opt.coll == Collective::kAllReduce || pull_last)) {
+    // The peer copy-engine all-reduce pushes each reduced chunk into the peers' d_, and the pulled last group
+    // is read from them: symmetric memory.
     if (!team.peer_ok())
       throw UnavailableError("FlashOverlap peer copy-engine transport: needs peer access between all ranks (" +
                                  team.peer_status() + ")",
@@ -430,7 +432,8 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
       const char* e = std::getenv("BRAID_OVERLAP_PEER_BARRIER");
       return e && std::string(e) == "stream";
     }();
-    peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream;
+    // Pulling the last group from the peers' d_ needs the barrier before our GEMM rewrites d_ (see run()).
+    peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream && !pull_last;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&peer_ready_, cudaEventDisableTiming));
     peer_wait_flags_ = memops::remote_wait_flags();
     int per_sm = 0;  // the sums' CTAs, as for NCCL's copy engines above
@@ -715,9 +718,28 @@ void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, int 
 //     peer's flag and for our own counter, then the sum kernel on sum_ (own chunk read in place).
 // Reuse: a peer pushes into our receive buffer only after the next run's start barrier, which we reach
 // only after our sums (joined into the caller's stream) have read it.
+// Pulled last group (OverlapOptions::peer_pull_last, reduce-scatter): no copy; s raises each peer's flag
+// for (g, this rank) after its wait for our counter, and the sum reads chunk `me` of every peer's group from
+// that peer's d_. Ordering: our epilogue's tiles are released (gpu scope, into our L2, through which a
+// peer's NVLink loads read our memory) before the counter value s waited for; the flag write follows that
+// wait in s; a peer's sum kernel launches after its stream saw the flag, so its loads see the tiles. Reuse:
+// a peer reads our d_ until its last sum ends, which its stream joins before the next run's start barrier;
+// with pull_last that barrier precedes our GEMM (peer_barrier_on_comm_ is false), so d_ is not rewritten
+// while a peer may still read it.
 void GemmOverlap::run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
-  const int W = team_.size();
+  const int W = team_.size(), me = team_.rank();
   const size_t chunk = count / static_cast<size_t>(W);
+  if (last && opt_.peer_pull_last && opt_.coll == Collective::kReduceScatter) {
+    for (int i = 1; i < W; ++i) {
+      const int q = (me + i) % W;
+      memops::stream_write(write_value_, s, peer_flags_->peer_as<uint32_t>(q) + size_t(g) * W + me, 1u);
+    }
+    memops::stream_wait(wait_value_, sum_, counters_ + g, static_cast<uint32_t>(map_.tiles_in_group(g)),
+                        CU_STREAM_WAIT_VALUE_GEQ);
+    wait_peer_flags(size_t(g) * W, sum_);
+    peer_sum(off, chunk, out, reduce_ctas_last_, sum_, true);
+    return;
+  }
   push_chunks(*peer_recv_, off, chunk, false, size_t(g) * W, s);
   memops::stream_wait(wait_value_, sum_, counters_ + g, static_cast<uint32_t>(map_.tiles_in_group(g)),
                       CU_STREAM_WAIT_VALUE_GEQ);
@@ -755,13 +777,17 @@ void GemmOverlap::wait_peer_flags(size_t flag, cudaStream_t s) {
 // peers' from the receive buffer) into `out` + off / W (reduce-scatter) or in place into our chunk of d_
 // (all-reduce: each element is loaded from every source by the thread that then stores it), on at most
 // `ctas` CTAs.
-void GemmOverlap::peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s) {
+void GemmOverlap::peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s, bool pull) {
   const int W = team_.size(), me = team_.rank();
   const auto* d = static_cast<const __nv_bfloat16*>(d_);
   const auto* recv = peer_recv_->local_as<const __nv_bfloat16>();
   SumSources src{};
-  for (int q = 0; q < W; ++q)
-    src.p[q] = reinterpret_cast<const uint4*>((q == me ? d : recv) + off + size_t(q) * chunk);
+  for (int q = 0; q < W; ++q) {
+    const __nv_bfloat16* p = q == me ? d + off + size_t(q) * chunk                      // own chunk, in place
+                             : pull   ? peer_d_->peer_as<const __nv_bfloat16>(q) + off + size_t(me) * chunk
+                                      : recv + off + size_t(q) * chunk;                 // pushed to us by q
+    src.p[q] = reinterpret_cast<const uint4*>(p);
+  }
   const int64_t vecs = static_cast<int64_t>(chunk / 8);
   const int blocks = static_cast<int>(std::min<int64_t>(ctas, (vecs + kSumThreads - 1) / kSumThreads));
   auto* dst = opt_.coll == Collective::kReduceScatter ? static_cast<__nv_bfloat16*>(out) + off / W

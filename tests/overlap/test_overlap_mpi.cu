@@ -44,6 +44,7 @@ struct Case {
   // overlap is 0x the fallback's time), 1e9 keeps the overlap: both outcomes of a tuned op are checked.
   double tune_ratio = -1;
   int reserve_sms = 90;  // ~40 CTAs: several waves at these sizes; 0: the GEMM on every SM
+  bool pull_last = false;  // OverlapOptions::peer_pull_last
 };
 
 class OverlapMpi : public ::testing::TestWithParam<Case> {};
@@ -71,6 +72,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   o.use_stream_wait_value = c.wait_value;
   o.sequential = c.sequential;
   o.transport = c.transport;
+  o.peer_pull_last = c.pull_last;
   if (c.transport == Transport::kPeerCopyEngine) {  // braid's own copy-engine pushes: peer access only
     if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
   } else if (c.transport != Transport::kNcclKernels) {  // NCCL >= 2.28, one node with peer access
@@ -199,6 +201,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, 0},
                       Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9},
+                      // ... the last group pulled from the peers' d_ by the last sum: eager, captured (three
+                      // replays: a peer must not read d_ the next GEMM rewrites), the GEMM on every SM, tuned
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kPeerCopyEngine, -1, 90, true},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 90, true},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0, true},
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9, 90, true},
                       // ... its all-reduce (the reduced chunks pushed back into the peers' d_): eager, captured,
                       // the GEMM on every SM, tuned into the fallback
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine},
