@@ -566,12 +566,12 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
   # MEASURE_ENV: environment for the bench, e.g. BRAID_OVERLAP_CE_TAIL=0 (the copy engines' pre-tail model);
   # MEASURE_ARGS: more bench options, e.g. "--tune-candidates 6" (a timed choice among the predictor's candidates),
   # "--pce-reserves 16,0" (the peer copy-engine op measured and tuned at each SM reserve, the best kept)
-  # CLOCK_LOG=1: SM clock, power and temperature every 100 ms beside the run (read only; nothing is set), to see
+  # CLOCK_LOG=1: SM and memory clocks, power and temperature every 100 ms beside the run (read only; nothing is set), to see
   # whether the measure phase (long back-to-back runs) runs at lower clocks than the rows' short timed rounds
   # (twenty-third session: its GEMM per wave and sequential time read 10-19% above the rows' at large K).
   clk=""
   if [[ ${CLOCK_LOG:-0} == 1 ]]; then
-    nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu \
       --format=csv -lms 100 > "$out/clocks.txt" 2>&1 & clk=$!
   fi
   E="${MEASURE_ENV:-}" T=540 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs.txt" \
