@@ -568,7 +568,7 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
   # "--pce-reserves 16,0" (the peer copy-engine op measured and tuned at each SM reserve, the best kept)
   # CLOCK_LOG=1: SM and memory clocks, power and temperature every 100 ms beside the run (read only; nothing is set), to see
   # whether the measure phase (long back-to-back runs) runs at lower clocks than the rows' short timed rounds
-  # (twenty-third session: its GEMM per wave and sequential time read 10-19% above the rows' at large K).
+  # (twenty-third session: at reserve 0 the inputs' GEMM time read 3-27% above the rows' braid GEMM on every SM).
   clk=""
   if [[ ${CLOCK_LOG:-0} == 1 ]]; then
     nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu \
