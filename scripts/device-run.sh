@@ -68,7 +68,7 @@
 # per-call sequential time, 64e951e, unrun: does the floor hold at the ~80 us shapes?), an A/B half with
 # MEASURE_ENV="BRAID_OVERLAP_TUNE_REF=tuned"; the pulled last group (OverlapOptions::peer_pull_last, unrun; its
 # test_overlap_mpi cases first): a half with MEASURE_ARGS="... --pce-pull-last" against one without, same call;
-# `peers-tp` in the same call as the sweep; GEMM+AR measured over the peer
+# CLOCK_LOG=1 on one half (the inputs' GEMM time at reserve 0 reads 3-27% slow); `peers-tp` in the same call as the sweep; GEMM+AR measured over the peer
 # transport (sweep-ar, AR_SHAPES, AR_MEASURE=1, AR_ARGS="--tune-candidates 6 --pce-reserves 16,0").
 # On 2x H100 (when served) all of that first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
