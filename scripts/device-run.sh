@@ -69,7 +69,8 @@
 # MEASURE_ENV="BRAID_OVERLAP_TUNE_REF=tuned"; the pulled last group (OverlapOptions::peer_pull_last, unrun; its
 # test_overlap_mpi cases first): a half with MEASURE_ARGS="... --pce-pull-last" against one without, same call;
 # CLOCK_LOG=1 on one half (the inputs' GEMM time at reserve 0 reads 3-27% slow); `peers-tp` in the same call as the sweep; GEMM+AR measured over the peer
-# transport (sweep-ar, AR_SHAPES, AR_MEASURE=1, AR_ARGS="--tune-candidates 6 --pce-reserves 16,0").
+# transport (sweep-ar, AR_SHAPES, AR_MEASURE=1, AR_ARGS="--tune-candidates 6 --pce-reserves 16,0"); GEMM+A2A over the
+# peer copy engines (unrun: test_overlap_mpi's all-to-all case, then sweep-a2a with A2A_TRANSPORT=both).
 # On 2x H100 (when served) all of that first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
@@ -506,7 +507,9 @@ if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo,
 fi
 if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
   echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"
-  T=300 mpi bench gemm-a2a --shapes bench/shapes/sweep.txt --iters 10 --json "$out/gemm-a2a-sweep.jsonl" 2>&1 | tee -a "$log"
+  # A2A_TRANSPORT=both: also over braid's copy-engine pushes (A2aOptions::transport, fields _pce)
+  T=300 mpi bench gemm-a2a --shapes bench/shapes/sweep.txt --iters 10 --transport "${A2A_TRANSPORT:-kernels}" \
+    --json "$out/gemm-a2a-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has sweep-ar; then  # AR_SHAPES: another shapes file (default the sweep)
   echo "== gemm-ar sweep (${AR_SHAPES:-bench/shapes/sweep.txt})" | tee -a "$log"

@@ -503,6 +503,14 @@ struct A2aOptions {
   int reserve_sms = 16;
   std::vector<int> group_waves;  // empty: the GemmOverlap default (1-wave head, 2-wave groups)
   bool use_stream_wait_value = true;
+  // kNcclKernels: per group ncclSend/ncclRecv inside one NCCL group (NCCL's kernels beside the GEMM).
+  // kPeerCopyEngine: no NCCL: per group and peer a cudaMemcpyAsync of the (group, peer) segment straight
+  // into the peer's receive buffer (IPC-mapped symmetric memory: a copy engine over NVLink, no SM) and a
+  // cuStreamWriteValue32 on the peer's flag for (group, this rank); the comm stream then waits for every
+  // flag it expects before the gather. Each run resets the flags and meets the other ranks first (the
+  // start barrier), so a peer never writes our receive buffer while our previous gather reads it. Needs
+  // peer access and the stream memory operations (UnavailableError otherwise).
+  Transport transport = Transport::kNcclKernels;
 };
 
 class GemmAllToAll {
@@ -550,6 +558,15 @@ class GemmAllToAll {
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   void* wait_value_ = nullptr;
   void* err_host_ = nullptr;
+  // Transport::kPeerCopyEngine: the receive buffer (symmetric memory, the largest rank's rows; recv_ is its
+  // local part), flags [group][source rank], the barrier slot, and where our (group, peer) segments go in
+  // each peer's receive buffer (groups x world element offsets, from that peer's plan).
+  std::unique_ptr<SymmetricBuffer> peer_recv_, peer_flags_;
+  int peer_slot_ = -1;
+  void* write_value_ = nullptr;
+  unsigned peer_wait_flags_ = 0;
+  std::vector<int64_t> peer_dst_off_;
+  bool peer() const { return opt_.transport == Transport::kPeerCopyEngine; }
 };
 
 // Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of

@@ -87,7 +87,26 @@ GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-  if (opt.use_stream_wait_value) wait_value_ = detail::wait_value_entry_point();
+  if (peer()) {  // braid's copy-engine pushes: peer access, the stream memory operations, flags, a barrier slot
+    const char* what = "FlashOverlap all-to-all over peer copy engines";
+    if (!team.peer_ok())
+      throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
+                             __FILE__, __LINE__);
+    write_value_ = memops::driver_entry_point("cuStreamWriteValue32");
+    wait_value_ = memops::driver_entry_point("cuStreamWaitValue32");
+    if (!write_value_ || !wait_value_)
+      throw UnavailableError(std::string(what) + ": needs cuStreamWaitValue32 / cuStreamWriteValue32", __FILE__,
+                             __LINE__);
+    peer_flags_ = std::make_unique<SymmetricBuffer>(team, size_t(G) * team.size() * 4);  // collective
+    BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, size_t(G) * team.size() * 4));
+    peer_slot_ = team.reserve_slots(1);
+    peer_wait_flags_ = memops::remote_wait_flags();
+  } else if (opt.use_stream_wait_value) {
+    wait_value_ = detail::wait_value_entry_point();
+  } else {
+    BRAID_REQUIRE(opt.transport == Transport::kNcclKernels,
+                  "GemmAllToAll: transport kNcclKernels or kPeerCopyEngine");
+  }
   BRAID_CUDA_CHECK(cudaHostAlloc(&err_host_, sizeof(detail::WaitError), cudaHostAllocMapped));
   std::memset(err_host_, 0, sizeof(detail::WaitError));
   // cudaMemset/cudaMemcpy above run on the legacy stream, which the library's non-blocking streams do not
@@ -96,9 +115,17 @@ GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt
 }
 
 GemmAllToAll::~GemmAllToAll() {
-  if (comm_) cudaStreamSynchronize(comm_);  // its waits are released by the GEMM, which has no waits
+  if (peer_flags_ && comm_ && write_value_) {
+    // No-hang contract: the comm stream waits (stream memory operations, no timeout of their own) for the
+    // flags peers raise; if the last run has not finished within the timeout, a peer failed: release this
+    // rank's flags so the stream drains (that run's output is garbage).
+    if (!memops::wait_bounded([&] { return cudaStreamQuery(comm_); }, team_.options().timeout_s))
+      memops::release_words(write_value_, peer_flags_->local_as<uint32_t>(), peer_flags_->bytes() / 4,
+                            team_.options().timeout_s);
+  }
+  if (comm_) cudaStreamSynchronize(comm_);  // its counter waits are released by the GEMM, which has no waits
   cudaFree(d_);
-  cudaFree(recv_);
+  if (!peer_recv_) cudaFree(recv_);  // peer_recv_ (symmetric memory) is released with the object, collectively
   cudaFree(tables_);
   cudaFree(row_code_);
   cudaFree(pack_rows_);
@@ -125,7 +152,28 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
   BRAID_CUDA_CHECK(cudaMemcpy(row_code_, plan_.row_code.data(), plan_.row_code.size() * 4, cudaMemcpyHostToDevice));
   BRAID_CUDA_CHECK(cudaMemcpy(pack_rows_, plan_.pack_rows.data(), plan_.pack_rows.size() * 4, cudaMemcpyHostToDevice));
   BRAID_CUDA_CHECK(cudaMemcpy(tile_dest_base_, plan_.tile_dest_base.data(), tiles * W * 8, cudaMemcpyHostToDevice));
-  if (plan_.recv_rows > recv_cap_) {
+  if (peer()) {
+    // Where our (group, peer) segments land in each peer's receive buffer: that peer's plan (every rank has
+    // every routing), and a receive buffer as large as the largest rank's, the same on every rank (symmetric
+    // memory is allocated collectively with one size).
+    const int me = team_.rank(), G = map_.groups();
+    peer_dst_off_.assign(size_t(G) * W, 0);
+    int64_t most = 0;
+    for (int q = 0; q < W; ++q) {
+      const A2aPlan pq = q == me ? plan_ : make_a2a_plan(map_, W, q, dest_all_);
+      most = std::max(most, pq.recv_rows);
+      for (int g = 0; g < G; ++g) peer_dst_off_[size_t(g) * W + q] = pq.recv_off[size_t(g) * W + me];
+    }
+    if (most > recv_cap_) {
+      peer_recv_.reset();  // collective, as the allocation below (every rank computes the same `most`)
+      recv_cap_ = most;
+      peer_recv_ = std::make_unique<SymmetricBuffer>(team_, std::max<size_t>(16, size_t(recv_cap_) * opt_.n * 2));
+      recv_ = peer_recv_->local();
+      cudaFree(piece_dst_);
+      piece_dst_ = nullptr;
+      BRAID_CUDA_CHECK(cudaMalloc(&piece_dst_, std::max<size_t>(16, size_t(recv_cap_) * map_.grid.tiles_n * 4)));
+    }
+  } else if (plan_.recv_rows > recv_cap_) {
     cudaFree(recv_);
     cudaFree(piece_dst_);
     recv_ = nullptr, piece_dst_ = nullptr;
@@ -145,6 +193,12 @@ void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t str
   const int W = team_.size(), G = map_.groups();
   const size_t tiles = map_.grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMemsetAsync(counters_, 0, G * sizeof(uint32_t), stream));
+  if (peer()) {
+    // Reset the flags peers raise here, then meet every rank (each has joined its previous run's gather into
+    // its stream before this point): only then may any rank push into a peer's receive buffer.
+    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, peer_flags_->bytes(), stream));
+    memops::start_barrier(team_, peer_slot_, stream);
+  }
   BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, fork_, 0));
 
@@ -162,12 +216,37 @@ void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t str
   const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
   const auto* d = static_cast<const __nv_bfloat16*>(d_);
   auto* r = static_cast<__nv_bfloat16*>(recv_);
+  const int me = team_.rank();
   for (int g = 0; g < G; ++g) {
     detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, uint32_t(map_.tiles_in_group(g)), g, timeout_ns,
                                err_host_);
     const size_t o = size_t(g) * W;
-    send_recv(d, plan_.send_off.data() + o, plan_.send_cnt.data() + o, r, plan_.recv_off.data() + o,
-              plan_.recv_cnt.data() + o, W, team_.nccl(), comm_);
+    if (!peer()) {
+      send_recv(d, plan_.send_off.data() + o, plan_.send_cnt.data() + o, r, plan_.recv_off.data() + o,
+                plan_.recv_cnt.data() + o, W, team_.nccl(), comm_);
+      continue;
+    }
+    // Ordering (as FlashOverlap's reduce-scatter pushes, GemmOverlap::run_peer_copy_group): counter -> copy
+    // on comm_ (the epilogue released the tiles before the counter value); copy -> the peer's flag by
+    // cuStreamWriteValue32 with default flags (a memory barrier over the stream's earlier work precedes it);
+    // flag -> gather: the waits below (GEQ + flush of remote writes), then the gather on `stream` after the
+    // join. Staggered: rank me pushes to me + 1 first. Empty segments move nothing and raise nothing (the
+    // receiver's count for (g, me) is our send count: it does not wait either).
+    for (int i = 0; i < W; ++i) {
+      const int q = (me + i) % W;
+      const int64_t cnt = plan_.send_cnt[o + q];
+      if (cnt <= 0) continue;
+      __nv_bfloat16* dst = q == me ? r + plan_.recv_off[o + me] : peer_recv_->peer_as<__nv_bfloat16>(q) + peer_dst_off_[o + q];
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, d + plan_.send_off[o + q], size_t(cnt) * 2, cudaMemcpyDefault, comm_));
+      if (q != me) memops::stream_write(write_value_, comm_, peer_flags_->peer_as<uint32_t>(q) + o + me, 1u);
+    }
+  }
+  if (peer()) {  // every segment a peer sends us has landed
+    const uint32_t* flags = peer_flags_->local_as<uint32_t>();
+    for (int g = 0; g < G; ++g)
+      for (int q = 0; q < W; ++q)
+        if (q != me && plan_.recv_cnt[size_t(g) * W + q] > 0)
+          memops::stream_wait(wait_value_, comm_, flags + size_t(g) * W + q, 1u, peer_wait_flags_);
   }
   BRAID_CUDA_CHECK(cudaEventRecord(join_, comm_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));

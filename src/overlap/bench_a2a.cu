@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +31,7 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
   A2aOptions base;
   bench::TimingOptions timing{5, 20};
   uint64_t seed = 1;
+  bool pce = false;  // --transport peer-copy-engine|both: also over braid's copy-engine pushes (A2aOptions)
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto val = [&]() -> std::string {
@@ -41,6 +44,12 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
     else if (k == "--warmup") timing.warmup = std::stoi(val());
     else if (k == "--reserve-sms") base.reserve_sms = std::stoi(val());
     else if (k == "--seed") seed = std::stoull(val());
+    else if (k == "--transport") {
+      const std::string t = val();
+      if (t == "kernels") pce = false;
+      else if (t == "peer-copy-engine" || t == "both") pce = true;
+      else throw UsageError("--transport: kernels, peer-copy-engine or both (the NCCL op always runs)", __FILE__, __LINE__);
+    }
     else if (k == "--groups") {
       const std::string v = val();
       size_t pos = 0;
@@ -81,10 +90,22 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
     std::vector<int32_t> dest(size_t(sh.m));
     for (auto& d : dest) d = int32_t(rng() % uint64_t(W));
     op.set_routing(dest);
+    // The same op over braid's copy-engine pushes (same partition and routing), where the node allows it.
+    std::unique_ptr<GemmAllToAll> pop;
+    if (pce) {
+      if (team.peer_ok()) {
+        A2aOptions po = o;
+        po.transport = Transport::kPeerCopyEngine;
+        pop = std::make_unique<GemmAllToAll>(team, po);
+        pop->set_routing(dest);
+      } else if (rank == 0) {
+        std::printf("# over peer copy engines: not run (%s)\n", team.peer_status().c_str());
+      }
+    }
     const size_t mn = size_t(sh.m) * sh.n;
     const int64_t rows = op.recv_rows();
     Buf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(mn * 2), P(mn * 2),
-        out_seq(size_t(rows) * sh.n * 2), out_fo(size_t(rows) * sh.n * 2);
+        out_seq(size_t(rows) * sh.n * 2), out_fo(size_t(rows) * sh.n * 2), out_pce(size_t(rows) * sh.n * 2);
     fill_uniform_bf16(A.p, size_t(sh.m) * sh.k, 5000 + rank, 1.f, s);
     fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 6000, 1.f, s);  // one weight on every rank
     CublasGemm cublas;
@@ -114,13 +135,22 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
     op.check_error();
     const size_t wrong_fo = count_mismatch(seq, download_bf16(out_fo.p, size_t(rows) * sh.n),
                                            [](int64_t i) { return i; }, gemm_atol(sh.k, 1), kGemmRtol);
-    const auto wr = team.allreduce_max(std::vector<double>{double(wrong_self), double(wrong_fo)});
-    const bool ok = wr[0] == 0 && wr[1] == 0;
+    size_t wrong_pce = 0;
+    if (pop) {
+      BRAID_CUDA_CHECK(cudaMemsetAsync(out_pce.p, 0xff, size_t(rows) * sh.n * 2, s));
+      pop->run(A.p, B.p, out_pce.p, s);
+      team.synchronize(s, "gemm-a2a flashoverlap over peer copy engines");
+      pop->check_error();
+      wrong_pce = count_mismatch(seq, download_bf16(out_pce.p, size_t(rows) * sh.n), [](int64_t i) { return i; },
+                                 gemm_atol(sh.k, 1), kGemmRtol);
+    }
+    const auto wr = team.allreduce_max(std::vector<double>{double(wrong_self), double(wrong_fo), double(wrong_pce)});
+    const bool ok = wr[0] == 0 && wr[1] == 0 && wr[2] == 0;
     if (!ok) ++failures;
     if (rank == 0)
-      std::printf("%lld,%lld,%lld: %s (wrong, worst rank: baseline self rows %.0f, flashoverlap %.0f)\n",
+      std::printf("%lld,%lld,%lld: %s (wrong, worst rank: baseline self rows %.0f, flashoverlap %.0f%s)\n",
                   (long long)sh.m, (long long)sh.n, (long long)sh.k, ok ? "Disposition: Passed" : "Disposition: FAILED",
-                  wr[0], wr[1]);
+                  wr[0], wr[1], pop ? (", over peer copy engines " + std::to_string(int64_t(wr[2]))).c_str() : "");
 
     // ---------------- timings ----------------
     SignalGemm braid_full(op.options().tile, 0);
@@ -150,11 +180,15 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
       BRAID_NCCL_CHECK(ncclGroupEnd());
     });
     // Sequential and FlashOverlap timed interleaved (5 rounds): drift hits both alike.
-    const auto cmp = bench::time_interleaved(&team, s, timing, 5,
-                                             {[&](int i) { op.run_sequential(cublas, in.a(i), in.b(i), D.p, P.p, out_seq.p, s); },
-                                              [&](int i) { op.run(in.a(i), in.b(i), out_fo.p, s); }});
+    std::vector<std::function<void(int)>> fns = {
+        [&](int i) { op.run_sequential(cublas, in.a(i), in.b(i), D.p, P.p, out_seq.p, s); },
+        [&](int i) { op.run(in.a(i), in.b(i), out_fo.p, s); }};
+    if (pop) fns.push_back([&](int i) { pop->run(in.a(i), in.b(i), out_pce.p, s); });
+    const auto cmp = bench::time_interleaved(&team, s, timing, 5, fns);
     const double t_seq = bench::summarize(cmp[0]).median_us, t_fo = bench::summarize(cmp[1]).median_us;
+    const double t_pce = pop ? bench::summarize(cmp[2]).median_us : 0.0;
     op.check_error();
+    if (pop) pop->check_error();
     const double bound = std::max(std::min(t_cublas, t_braid), t_comm);
     std::string groups;
     for (size_t i = 0; i < op.mapping().group_waves.size(); ++i)
@@ -167,6 +201,9 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
                   (long long)sh.m, (long long)sh.n, (long long)sh.k, t_cublas, t_braid, t_comm, t_seq, t_fo, bound,
                   t_seq / t_fo, bound / t_fo, groups.c_str(), tile_config_name(op.options().tile),
                   op.mapping().grid.ctas, op.mapping().grid.num_waves());
+      if (pop)
+        std::printf("         over peer copy engines: %.1f us (%.3fx seq, %.3f of the bound)\n", t_pce, t_seq / t_pce,
+                    bound / t_pce);
       std::fflush(stdout);
     }
     if (rank == 0 && !json.empty()) {
@@ -193,6 +230,8 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
           .add("buffer_sets", in.sets())
           .add("correct", ok)
           .add_context(ctx);
+      if (pop)
+        j.add("flashoverlap_pce_us", t_pce).add("speedup_pce", t_seq / t_pce).add("fraction_of_bound_pce", bound / t_pce);
       bench::append_jsonl(json, j.str());
     }
   }

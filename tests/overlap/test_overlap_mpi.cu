@@ -313,12 +313,17 @@ TEST(OverlapMpiAllToAll, DeliversEveryRoutedRow) {
   }
   Buf a(m * k * 2);
   fill_uniform_bf16(a.p, m * k, 800 + rank, 1.f, s);
+  // Over NCCL (both waits) and over braid's copy-engine pushes (A2aOptions::transport; stream memory
+  // operations only), skewed routing too.
+  for (Transport t : {Transport::kNcclKernels, Transport::kPeerCopyEngine})
   for (int skew : {0, 1})
   for (bool wait_value : {true, false}) {
+    if (t == Transport::kPeerCopyEngine && (!wait_value || !team.peer_ok())) continue;
     A2aOptions o;
     o.m = m, o.n = n, o.k = k;
     o.reserve_sms = 90;  // several waves
     o.use_stream_wait_value = wait_value;
+    o.transport = t;
     GemmAllToAll op(team, o);
     ASSERT_GE(op.mapping().groups(), 2);
     std::vector<int32_t> dest(m);
@@ -342,7 +347,8 @@ TEST(OverlapMpiAllToAll, DeliversEveryRoutedRow) {
       EXPECT_EQ(count_mismatch(want, download_bf16(out.p, rows * n), [](int64_t i) { return i; }, gemm_atol(k, 1),
                                kGemmRtol),
                 0u)
-          << "flashoverlap rank " << rank << " skew " << skew << " wait_value " << wait_value << " rep " << rep;
+          << "flashoverlap rank " << rank << " transport " << transport_name(t) << " skew " << skew << " wait_value "
+          << wait_value << " rep " << rep;
     }
     ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, rows * n * 2, s), cudaSuccess);
     op.run_sequential(cublas, a.p, b.p, d.p, packed.p, out.p, s);
