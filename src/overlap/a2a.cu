@@ -230,9 +230,9 @@ void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t str
     // on comm_ (the epilogue released the tiles before the counter value); copy -> the peer's flag by
     // cuStreamWriteValue32 with default flags (a memory barrier over the stream's earlier work precedes it);
     // flag -> gather: the waits below (GEQ + flush of remote writes), then the gather on `stream` after the
-    // join. Staggered: rank me pushes to me + 1 first. Empty segments move nothing and raise nothing (the
-    // receiver's count for (g, me) is our send count: it does not wait either).
-    for (int i = 0; i < W; ++i) {
+    // join. Staggered: rank me pushes to me + 1 first, its own segment (a local copy) last. Empty segments
+    // move nothing and raise nothing (the receiver's count for (g, me) is our send count: it does not wait).
+    for (int i = 1; i <= W; ++i) {
       const int q = (me + i) % W;
       const int64_t cnt = plan_.send_cnt[o + q];
       if (cnt <= 0) continue;
