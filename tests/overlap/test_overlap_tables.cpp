@@ -184,7 +184,8 @@ void check_a2a(const TileGrid& g, const std::vector<int>& waves, int W, uint64_t
       }
     }
   }
-  // NCCL per group: segment (g, r) of sender q lands at receiver r's (g, q) offset; counts must agree.
+  // NCCL per group (and the copy-engine pushes): segment (g, r) of sender q lands at receiver r's (g, q) offset;
+  // counts must agree.
   for (int r = 0; r < W; ++r) {
     const A2aPlan& p = plans[r];
     std::vector<Cell> recv(size_t(p.recv_rows * N), -1);
@@ -192,6 +193,10 @@ void check_a2a(const TileGrid& g, const std::vector<int>& waves, int W, uint64_t
       for (int q = 0; q < W; ++q) {
         const size_t si = size_t(grp) * W + r, ri = size_t(grp) * W + q;
         ASSERT_EQ(plans[q].send_cnt[si], p.recv_cnt[ri]) << "group " << grp << " " << q << "->" << r;
+        // Inside the receiver's rows: the copy-engine transport (A2aOptions::transport) copies segment (g, r)
+        // of q straight to this offset of r's receive buffer, taken from r's plan on rank q.
+        ASSERT_GE(p.recv_off[ri], 0);
+        ASSERT_LE(p.recv_off[ri] + p.recv_cnt[ri], p.recv_rows * N);
         for (int64_t e = 0; e < p.recv_cnt[ri]; ++e)
           recv[size_t(p.recv_off[ri] + e)] = send[q][size_t(plans[q].send_off[si] + e)];
       }
