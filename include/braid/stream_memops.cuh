@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 
 #include "braid/errors.hpp"
@@ -43,6 +44,14 @@ inline void* driver_entry_point(const char* name) {
     cudaGetLastError();
     return nullptr;
   }
+  return fn;
+}
+
+// The same, for an op that cannot run without it: UnavailableError naming the op (`what`) where absent.
+inline void* required_entry_point(const char* name, const char* what) {
+  void* fn = driver_entry_point(name);
+  if (!fn)
+    throw UnavailableError(std::string(what) + " needs the driver entry point " + name, __FILE__, __LINE__);
   return fn;
 }
 

@@ -59,6 +59,8 @@ void send_recv(const __nv_bfloat16* send, const int64_t* send_off, const int64_t
 GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt_(opt) {
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0, "GemmAllToAll: empty shape");
   BRAID_REQUIRE(team.size() <= 16, "GemmAllToAll: at most 16 ranks");
+  BRAID_REQUIRE(opt.transport == Transport::kNcclKernels || opt.transport == Transport::kPeerCopyEngine,
+                "GemmAllToAll: transport kNcclKernels or kPeerCopyEngine");
   int dev = 0, sms = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
   BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -92,20 +94,14 @@ GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt
     if (!team.peer_ok())
       throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
                              __FILE__, __LINE__);
-    write_value_ = memops::driver_entry_point("cuStreamWriteValue32");
-    wait_value_ = memops::driver_entry_point("cuStreamWaitValue32");
-    if (!write_value_ || !wait_value_)
-      throw UnavailableError(std::string(what) + ": needs cuStreamWaitValue32 / cuStreamWriteValue32", __FILE__,
-                             __LINE__);
+    write_value_ = memops::required_entry_point("cuStreamWriteValue32", what);
+    wait_value_ = memops::required_entry_point("cuStreamWaitValue32", what);
     peer_flags_ = std::make_unique<SymmetricBuffer>(team, size_t(G) * team.size() * 4);  // collective
     BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, size_t(G) * team.size() * 4));
     peer_slot_ = team.reserve_slots(1);
     peer_wait_flags_ = memops::remote_wait_flags();
   } else if (opt.use_stream_wait_value) {
     wait_value_ = detail::wait_value_entry_point();
-  } else {
-    BRAID_REQUIRE(opt.transport == Transport::kNcclKernels,
-                  "GemmAllToAll: transport kNcclKernels or kPeerCopyEngine");
   }
   BRAID_CUDA_CHECK(cudaHostAlloc(&err_host_, sizeof(detail::WaitError), cudaHostAllocMapped));
   std::memset(err_host_, 0, sizeof(detail::WaitError));

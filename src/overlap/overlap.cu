@@ -416,11 +416,8 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
       throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
                              __FILE__, __LINE__);
     BRAID_REQUIRE(W <= kMaxSumSources, "FlashOverlap peer copy-engine transport: at most 16 ranks");
-    write_value_ = memops::driver_entry_point("cuStreamWriteValue32");
-    wait_value_ = memops::driver_entry_point("cuStreamWaitValue32");
-    if (!write_value_ || !wait_value_)
-      throw UnavailableError(std::string(what) + ": needs cuStreamWaitValue32 / cuStreamWriteValue32", __FILE__,
-                             __LINE__);
+    write_value_ = memops::required_entry_point("cuStreamWriteValue32", what);
+    wait_value_ = memops::required_entry_point("cuStreamWaitValue32", what);
     peer_recv_ = std::make_unique<SymmetricBuffer>(team, d_bytes);                // collective
     peer_flags_ = std::make_unique<SymmetricBuffer>(team, 2 * size_t(T) * W * 4);  // collective
     BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, 2 * size_t(T) * W * 4));

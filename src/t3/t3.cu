@@ -33,11 +33,7 @@ using memops::stream_write;
 using memops::wait_bounded;
 
 // The driver entry points T3 cannot run without.
-void* entry_point(const char* name) {
-  void* fn = memops::driver_entry_point(name);
-  if (!fn) throw UnavailableError(std::string("T3 needs the driver entry point ") + name, __FILE__, __LINE__);
-  return fn;
-}
+void* entry_point(const char* name) { return memops::required_entry_point(name, "T3"); }
 
 // How a copy-engine stream signals a peer after its copy: cuStreamWriteValue32 on the peer's
 // (IPC-mapped) counter (default), or, with BRAID_T3_SIGNAL=copy, a 4-byte cudaMemcpyAsync of the
