@@ -138,6 +138,13 @@ struct EpilogueArgs {
   const int32_t* a2a_row_code = nullptr;       // device, M entries
   const int64_t* a2a_tile_dest_base = nullptr; // device, tiles * a2a_world entries
   int a2a_world = 0;
+  // Rows stored straight into each destination's buffer (Transport::kPeerStores): row r of the tile goes to
+  //   a2a_dest_ptrs[dest] + a2a_tile_dest_base[tile * a2a_world + dest] + rank * a2a_ld + c
+  // (a2a_dest_ptrs: device array of a2a_world bf16 pointers, peers' through peer mappings; null: every row into
+  // d with a2a_ld = BN as above). The counters are then released at system scope (red.release.sys), so a
+  // thread on this GPU that acquires a counter value may hand the tiles' remote stores on to peers.
+  void* const* a2a_dest_ptrs = nullptr;
+  int64_t a2a_ld = 0;
 };
 
 class SignalGemm {
@@ -298,7 +305,10 @@ int plan_overlap_main(int argc, char** argv, std::ostream& os);
 //                    into every peer's d_ with a second flag, and run() ends when every peer's reduced
 //                    chunks have landed. Each run starts with a reset of the flags and a 32-thread
 //                    cross-rank barrier (as T3's), so it is capturable.
-enum class Transport { kNcclKernels, kNcclCopyEngine, kNcclSymmetric, kPeerCopyEngine };
+//   kPeerStores      (GemmAllToAll only) no NCCL, no copy: the GEMM's epilogue stores each row straight into its
+//                    destination rank's output over NVLink (symmetric memory; the final layout, so no gather),
+//                    and a 32-thread cross-rank barrier after the GEMM hands the rows over.
+enum class Transport { kNcclKernels, kNcclCopyEngine, kNcclSymmetric, kPeerCopyEngine, kPeerStores };
 const char* transport_name(Transport t);
 // The predictor's calibration of a transport (SearchInputs::comm_stretch): tuning/overlap.tsv, embedded
 // at build time; BRAID_OVERLAP_COMM_STRETCH (a number >= 0) overrides it for every transport. 0 where
@@ -489,6 +499,9 @@ struct A2aPlan {
   std::vector<int32_t> piece_dst;         // per received piece (receive order): out_row * tiles_n + nb
   int64_t recv_rows = 0;                  // rows of `out` (sum over sources)
   // the baseline's packed all-to-all-v
+  // Transport::kPeerStores: element offset in dest's output (final layout, row stride N) of (tile, dest)'s first
+  // row: rows of earlier sources to dest, then this rank's rows to dest in earlier m-blocks; + nb * BN.
+  std::vector<int64_t> direct_base;       // tiles * world
   std::vector<int32_t> pack_rows;         // M: packed row j <- D row pack_rows[j] (stable by dest)
   std::vector<int64_t> send_rows, recv_rows_from;  // world each
 };
@@ -500,8 +513,10 @@ std::vector<std::pair<int, int64_t>> a2a_sources(const std::vector<std::vector<i
 struct A2aOptions {
   int64_t m = 0, n = 0, k = 0;
   TileConfig tile = TileConfig::kAuto;
-  int reserve_sms = 16;
-  std::vector<int> group_waves;  // empty: the GemmOverlap default (1-wave head, 2-wave groups)
+  // SMs the GEMM leaves free; < 0 (default): 16 for kNcclKernels (NCCL's kernels run beside the GEMM), 0 for
+  // the others (copy engines and stores need no SM; the gather runs after the GEMM).
+  int reserve_sms = -1;
+  std::vector<int> group_waves;  // empty: the GemmOverlap default (1-wave head, 2-wave groups); kPeerStores: one group
   bool use_stream_wait_value = true;
   // kNcclKernels: per group ncclSend/ncclRecv inside one NCCL group (NCCL's kernels beside the GEMM).
   // kPeerCopyEngine: no NCCL: per group and peer a cudaMemcpyAsync of the (group, peer) segment straight
@@ -510,6 +525,12 @@ struct A2aOptions {
   // flag it expects before the gather. Each run resets the flags and meets the other ranks first (the
   // start barrier), so a peer never writes our receive buffer while our previous gather reads it. Needs
   // peer access and the stream memory operations (UnavailableError otherwise).
+  // kPeerStores: the epilogue stores every row into its destination's output() (symmetric memory, the final
+  // layout) over NVLink; after the GEMM a 32-thread kernel acquires the tile counter (released at system scope)
+  // and meets every rank (barrier_block: its release hands our remote stores to the peers). No comm stream, no
+  // copy, no gather. run()'s `out`: output() itself (nothing more), or another buffer (one device copy). Each
+  // run first meets every rank, so no peer stores into our output() while work we ordered before run() on
+  // `stream` still reads it. Needs peer access (UnavailableError otherwise).
   Transport transport = Transport::kNcclKernels;
 };
 
@@ -526,6 +547,9 @@ class GemmAllToAll {
   const A2aPlan& plan() const { return plan_; }
   const Mapping& mapping() const { return map_; }
   int64_t recv_rows() const { return plan_.recv_rows; }
+  // Transport::kPeerStores: where the rows land (recv_rows() x N, the final layout; valid after set_routing,
+  // until the next run). Null for the other transports.
+  void* output() const { return stores() ? recv_ : nullptr; }
   const std::vector<std::vector<int32_t>>& routing() const { return dest_all_; }
   // GEMM + per-group all-to-all + the gather into `out` (recv_rows() x N, normal layout). Enqueued on
   // `stream` (comm stream forked and joined); capturable once the routing is set.
@@ -567,6 +591,8 @@ class GemmAllToAll {
   unsigned peer_wait_flags_ = 0;
   std::vector<int64_t> peer_dst_off_;
   bool peer() const { return opt_.transport == Transport::kPeerCopyEngine; }
+  bool stores() const { return opt_.transport == Transport::kPeerStores; }
+  void** dest_ptrs_ = nullptr;        // kPeerStores: world bf16 pointers (each rank's output(), peers' mapped)
 };
 
 // Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of

@@ -1,7 +1,9 @@
 // a2a.cu — FlashOverlap GEMM + all-to-all (include/braid/overlap.hpp, GemmAllToAll): the GEMM's
 // epilogue writes each row into its destination's segment of its wave group and signals the group;
 // the comm stream waits per group and sends every (group, peer) segment with ncclSend/ncclRecv inside
-// one NCCL group; the consumer gather writes the normal layout. Plus the packed all-to-all-v baseline.
+// one NCCL group (or braid's copy-engine pushes); the consumer gather writes the normal layout. Or
+// (Transport::kPeerStores) the epilogue stores every row straight into its destination's output over
+// NVLink and a barrier after the GEMM hands them over. Plus the packed all-to-all-v baseline.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -41,6 +43,17 @@ __global__ void pack_rows_kernel(const uint4* __restrict__ d, uint4* __restrict_
   for (int v = threadIdx.x; v < vecs; v += blockDim.x) packed[j * vecs + v] = d[i * vecs + v];
 }
 
+// Transport::kPeerStores, after the GEMM (same stream): thread 0 acquires the tile counter at system scope (every
+// tile's rows, stored into this rank's and the peers' outputs, were released with red.release.sys before its
+// increment), then the block meets every rank: barrier_block's __syncthreads orders that acquire before the
+// per-peer release stores, so a peer that passes the barrier (acquire) sees every row we stored into its
+// output, and the peer's later work on its stream reads them. Bounded: a timeout records the team's
+// DeviceError (Team::synchronize / check_error throw it).
+__global__ void a2a_stores_end_kernel(SignalView v, int slot, const uint32_t* counter, uint32_t tiles) {
+  if (threadIdx.x == 0) dev::wait_geq(v, counter, tiles, uint32_t(OpId::kBarrier), uint32_t(slot), v.rank);
+  dev::barrier_block(v, slot, uint32_t(OpId::kBarrier));
+}
+
 const ncclDataType_t kBf16 = ncclBfloat16;
 
 // One all-to-all-v step: every peer's segment sent and received inside one NCCL group (self included).
@@ -59,22 +72,26 @@ void send_recv(const __nv_bfloat16* send, const int64_t* send_off, const int64_t
 GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt_(opt) {
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0, "GemmAllToAll: empty shape");
   BRAID_REQUIRE(team.size() <= 16, "GemmAllToAll: at most 16 ranks");
-  BRAID_REQUIRE(opt.transport == Transport::kNcclKernels || opt.transport == Transport::kPeerCopyEngine,
-                "GemmAllToAll: transport kNcclKernels or kPeerCopyEngine");
+  BRAID_REQUIRE(opt.transport == Transport::kNcclKernels || opt.transport == Transport::kPeerCopyEngine ||
+                    opt.transport == Transport::kPeerStores,
+                "GemmAllToAll: transport kNcclKernels, kPeerCopyEngine or kPeerStores");
   int dev = 0, sms = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
   BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int gemm_sms = std::max(8, sms - std::max(0, opt.reserve_sms));
+  // Only NCCL's kernels need SMs beside the GEMM; the copy engines and the stores none.
+  if (opt_.reserve_sms < 0) opt_.reserve_sms = opt.transport == Transport::kNcclKernels ? 16 : 0;
+  const int gemm_sms = std::max(8, sms - opt_.reserve_sms);
   if (opt_.tile == TileConfig::kAuto) opt_.tile = choose_tile_config(opt.m, opt.n, opt.k, gemm_sms);
   gemm_ = std::make_unique<SignalGemm>(opt_.tile, gemm_sms);
   const TileGrid grid = gemm_->plan(opt.m, opt.n, opt.k);
   const int T = grid.num_waves();
   std::vector<int> waves = opt.group_waves;
+  if (stores()) waves.assign(1, T);  // nothing waits per group: one counter of every tile
   if (waves.empty()) waves = default_group_waves(T);
   map_ = make_mapping(grid, waves, 1);
   const size_t tiles = grid.num_tiles();
   const int G = map_.groups();
-  BRAID_CUDA_CHECK(cudaMalloc(&d_, size_t(opt.m) * opt.n * 2));
+  if (!stores()) BRAID_CUDA_CHECK(cudaMalloc(&d_, size_t(opt.m) * opt.n * 2));  // stores: rows go to output()s
   BRAID_CUDA_CHECK(cudaMalloc(&tables_, (2 * tiles + size_t(G) + 1) * sizeof(int32_t)));
   std::vector<int32_t> h;
   h.insert(h.end(), map_.tile_slot.begin(), map_.tile_slot.end());
@@ -100,6 +117,13 @@ GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt
     BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, size_t(G) * team.size() * 4));
     peer_slot_ = team.reserve_slots(1);
     peer_wait_flags_ = memops::remote_wait_flags();
+  } else if (stores()) {  // peer mappings of every rank's output(), a barrier slot
+    if (!team.peer_ok())
+      throw UnavailableError("FlashOverlap all-to-all by stores: needs peer access between all ranks (" +
+                                 team.peer_status() + ")",
+                             __FILE__, __LINE__);
+    peer_slot_ = team.reserve_slots(1);
+    BRAID_CUDA_CHECK(cudaMalloc(&dest_ptrs_, size_t(team.size()) * sizeof(void*)));
   } else if (opt.use_stream_wait_value) {
     wait_value_ = detail::wait_value_entry_point();
   }
@@ -127,6 +151,7 @@ GemmAllToAll::~GemmAllToAll() {
   cudaFree(pack_rows_);
   cudaFree(tile_dest_base_);
   cudaFree(piece_dst_);
+  cudaFree(dest_ptrs_);
   cudaFree(counters_);
   if (err_host_) cudaFreeHost(err_host_);
   if (fork_) cudaEventDestroy(fork_);
@@ -147,8 +172,23 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
   const size_t tiles = map_.grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMemcpy(row_code_, plan_.row_code.data(), plan_.row_code.size() * 4, cudaMemcpyHostToDevice));
   BRAID_CUDA_CHECK(cudaMemcpy(pack_rows_, plan_.pack_rows.data(), plan_.pack_rows.size() * 4, cudaMemcpyHostToDevice));
-  BRAID_CUDA_CHECK(cudaMemcpy(tile_dest_base_, plan_.tile_dest_base.data(), tiles * W * 8, cudaMemcpyHostToDevice));
-  if (peer()) {
+  BRAID_CUDA_CHECK(cudaMemcpy(tile_dest_base_, (stores() ? plan_.direct_base : plan_.tile_dest_base).data(),
+                              tiles * W * 8, cudaMemcpyHostToDevice));
+  if (stores()) {
+    // Every rank's output() as large as the largest rank's rows (symmetric memory: one size, collectively).
+    int64_t most = 0;
+    for (int q = 0; q < W; ++q)
+      most = std::max(most, q == team_.rank() ? plan_.recv_rows : make_a2a_plan(map_, W, q, dest_all_).recv_rows);
+    if (most > recv_cap_ || !peer_recv_) {
+      peer_recv_.reset();  // collective, as the allocation below (every rank computes the same `most`)
+      recv_cap_ = most;
+      peer_recv_ = std::make_unique<SymmetricBuffer>(team_, std::max<size_t>(16, size_t(recv_cap_) * opt_.n * 2));
+      recv_ = peer_recv_->local();
+      std::vector<void*> ptrs(static_cast<size_t>(W));
+      for (int q = 0; q < W; ++q) ptrs[size_t(q)] = peer_recv_->peer(q);
+      BRAID_CUDA_CHECK(cudaMemcpy(dest_ptrs_, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
+    }
+  } else if (peer()) {
     // Where our (group, peer) segments land in each peer's receive buffer: that peer's plan (every rank has
     // every routing), and a receive buffer as large as the largest rank's, the same on every rank (symmetric
     // memory is allocated collectively with one size).
@@ -177,7 +217,7 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
     BRAID_CUDA_CHECK(cudaMalloc(&recv_, std::max<size_t>(16, size_t(recv_cap_) * opt_.n * 2)));
     BRAID_CUDA_CHECK(cudaMalloc(&piece_dst_, std::max<size_t>(16, size_t(recv_cap_) * map_.grid.tiles_n * 4)));
   }
-  if (!plan_.piece_dst.empty())
+  if (!stores() && !plan_.piece_dst.empty())  // kPeerStores has no gather
     BRAID_CUDA_CHECK(cudaMemcpy(piece_dst_, plan_.piece_dst.data(), plan_.piece_dst.size() * 4, cudaMemcpyHostToDevice));
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // pageable uploads land before the next run reads them
 }
@@ -189,6 +229,29 @@ void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t str
   const int W = team_.size(), G = map_.groups();
   const size_t tiles = map_.grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMemsetAsync(counters_, 0, G * sizeof(uint32_t), stream));
+  if (stores()) {
+    // Meet every rank first (each has finished, in its stream's order, whatever read its output() before this
+    // run), then store every row into its destination's output(), then the end kernel hands them over.
+    memops::start_barrier(team_, peer_slot_, stream);
+    EpilogueArgs e;
+    e.d = recv_;  // unused for rows (each goes through a2a_dest_ptrs); the GEMM checks it is set and aligned
+    e.tile_slot = tables_;
+    e.tile_group = tables_ + tiles;
+    e.group_first = tables_ + 2 * tiles;
+    e.counters = counters_;
+    e.a2a_row_code = row_code_;
+    e.a2a_tile_dest_base = tile_dest_base_;
+    e.a2a_world = W;
+    e.a2a_dest_ptrs = dest_ptrs_;
+    e.a2a_ld = opt_.n;
+    gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
+    a2a_stores_end_kernel<<<1, 32, 0, stream>>>(team_.signals(), peer_slot_, counters_, uint32_t(tiles));
+    BRAID_CHECK_LAUNCH();
+    if (out != recv_ && plan_.recv_rows > 0)
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(out, recv_, size_t(plan_.recv_rows) * opt_.n * 2, cudaMemcpyDeviceToDevice,
+                                       stream));
+    return;
+  }
   if (peer()) {
     // Reset the flags peers raise here, then meet every rank (each has joined its previous run's gather into
     // its stream before this point): only then may any rank push into a peer's receive buffer.

@@ -63,6 +63,21 @@ A2aPlan make_a2a_plan(const Mapping& map, int world, int rank, const std::vector
     BRAID_REQUIRE(off == map.group_offset(gr) + map.group_elems(gr), "a2a plan: group size mismatch");
   }
 
+  // ---- sender, rows stored into each destination's final layout (Transport::kPeerStores) ----
+  // Destination d's output: rows of source 0 to d, then source 1, ...; inside a source by row, so the rows of
+  // one m-block to d are consecutive: (tile, d) starts at (rows of earlier sources to d + our rows to d in
+  // earlier m-blocks) * N + nb * BN, row stride N.
+  p.direct_base.assign(size_t(g.num_tiles()) * W, 0);
+  for (int d = 0; d < W; ++d) {
+    int64_t row = 0;
+    for (int q = 0; q < rank; ++q)
+      for (int mb = 0; mb < TM; ++mb) row += cnt[q][size_t(mb) * W + d];
+    for (int mb = 0; mb < TM; ++mb) {
+      for (int nb = 0; nb < TN; ++nb) p.direct_base[size_t(mb * TN + nb) * W + d] = row * N + int64_t(nb) * BN;
+      row += cnt[rank][size_t(mb) * W + d];
+    }
+  }
+
   // ---- receiver (this rank) ----
   // Output row of source q's row i (dest == rank): rows of earlier sources, then i's rank among q's rows to us.
   std::vector<std::vector<int64_t>> out_row(W);

@@ -31,7 +31,8 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
   A2aOptions base;
   bench::TimingOptions timing{5, 20};
   uint64_t seed = 1;
-  bool pce = false;  // --transport peer-copy-engine|both: also over braid's copy-engine pushes (A2aOptions)
+  bool pce = false;     // --transport peer-copy-engine|both|all: also over braid's copy-engine pushes (A2aOptions)
+  bool stores = false;  // --transport peer-stores|all: also by the epilogue's stores into the peers' outputs
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto val = [&]() -> std::string {
@@ -44,11 +45,22 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
     else if (k == "--warmup") timing.warmup = std::stoi(val());
     else if (k == "--reserve-sms") base.reserve_sms = std::stoi(val());
     else if (k == "--seed") seed = std::stoull(val());
-    else if (k == "--transport") {
-      const std::string t = val();
-      if (t == "kernels") pce = false;
-      else if (t == "peer-copy-engine" || t == "both") pce = true;
-      else throw UsageError("--transport: kernels, peer-copy-engine or both (the NCCL op always runs)", __FILE__, __LINE__);
+    else if (k == "--transport") {  // a comma-separated list; the NCCL op always runs
+      const std::string v = val();
+      size_t pos = 0;
+      while (pos < v.size()) {
+        const size_t e = v.find(',', pos);
+        const std::string t = v.substr(pos, e - pos);
+        pos = e == std::string::npos ? v.size() : e + 1;
+        if (t == "kernels") {
+        } else if (t == "peer-copy-engine" || t == "both") pce = true;
+        else if (t == "peer-stores") stores = true;
+        else if (t == "all") pce = stores = true;
+        else
+          throw UsageError("--transport: kernels, peer-copy-engine, peer-stores, both (kernels + peer-copy-engine) or "
+                           "all, comma-separated (the NCCL op always runs)",
+                           __FILE__, __LINE__);
+      }
     }
     else if (k == "--groups") {
       const std::string v = val();
@@ -90,22 +102,30 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
     std::vector<int32_t> dest(size_t(sh.m));
     for (auto& d : dest) d = int32_t(rng() % uint64_t(W));
     op.set_routing(dest);
-    // The same op over braid's copy-engine pushes (same partition and routing), where the node allows it.
-    std::unique_ptr<GemmAllToAll> pop;
-    if (pce) {
-      if (team.peer_ok()) {
-        A2aOptions po = o;
-        po.transport = Transport::kPeerCopyEngine;
-        pop = std::make_unique<GemmAllToAll>(team, po);
-        pop->set_routing(dest);
-      } else if (rank == 0) {
-        std::printf("# over peer copy engines: not run (%s)\n", team.peer_status().c_str());
-      }
+    // The same op over braid's copy-engine pushes (same partition and routing, where the node allows it; its
+    // GEMM on every SM by default, A2aOptions::reserve_sms < 0; the NCCL op's leaves 16 free).
+    std::unique_ptr<GemmAllToAll> pop, sop;
+    if ((pce || stores) && !team.peer_ok() && rank == 0)
+      std::printf("# over peer copy engines / by peer stores: not run (%s)\n", team.peer_status().c_str());
+    if (pce && team.peer_ok()) {
+      A2aOptions po = o;
+      po.transport = Transport::kPeerCopyEngine;
+      pop = std::make_unique<GemmAllToAll>(team, po);
+      pop->set_routing(dest);
+    }
+    // By the epilogue's stores into every rank's output() over NVLink (one group, no gather), timed twice: into
+    // output() itself (the consumer reads the op's buffer) and copied into a buffer of the caller's.
+    if (stores && team.peer_ok()) {
+      A2aOptions so = o;
+      so.transport = Transport::kPeerStores;
+      sop = std::make_unique<GemmAllToAll>(team, so);
+      sop->set_routing(dest);
     }
     const size_t mn = size_t(sh.m) * sh.n;
     const int64_t rows = op.recv_rows();
     Buf A(size_t(sh.m) * sh.k * 2), B(size_t(sh.n) * sh.k * 2), D(mn * 2), P(mn * 2),
-        out_seq(size_t(rows) * sh.n * 2), out_fo(size_t(rows) * sh.n * 2), out_pce(size_t(rows) * sh.n * 2);
+        out_seq(size_t(rows) * sh.n * 2), out_fo(size_t(rows) * sh.n * 2), out_pce(size_t(rows) * sh.n * 2),
+        out_st(size_t(rows) * sh.n * 2);
     fill_uniform_bf16(A.p, size_t(sh.m) * sh.k, 5000 + rank, 1.f, s);
     fill_uniform_bf16(B.p, size_t(sh.n) * sh.k, 6000, 1.f, s);  // one weight on every rank
     CublasGemm cublas;
@@ -144,13 +164,26 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
       wrong_pce = count_mismatch(seq, download_bf16(out_pce.p, size_t(rows) * sh.n), [](int64_t i) { return i; },
                                  gemm_atol(sh.k, 1), kGemmRtol);
     }
-    const auto wr = team.allreduce_max(std::vector<double>{double(wrong_self), double(wrong_fo), double(wrong_pce)});
-    const bool ok = wr[0] == 0 && wr[1] == 0 && wr[2] == 0;
+    size_t wrong_st = 0;
+    if (sop) {  // both ways: copied into the caller's buffer, then read in output() itself
+      for (void* dst : {out_st.p, sop->output()}) {
+        BRAID_CUDA_CHECK(cudaMemsetAsync(dst, 0xff, size_t(rows) * sh.n * 2, s));
+        sop->run(A.p, B.p, dst, s);
+        team.synchronize(s, "gemm-a2a flashoverlap by peer stores");
+        sop->check_error();
+        wrong_st += count_mismatch(seq, download_bf16(dst, size_t(rows) * sh.n), [](int64_t i) { return i; },
+                                   gemm_atol(sh.k, 1), kGemmRtol);
+      }
+    }
+    const auto wr = team.allreduce_max(
+        std::vector<double>{double(wrong_self), double(wrong_fo), double(wrong_pce), double(wrong_st)});
+    const bool ok = wr[0] == 0 && wr[1] == 0 && wr[2] == 0 && wr[3] == 0;
     if (!ok) ++failures;
     if (rank == 0)
-      std::printf("%lld,%lld,%lld: %s (wrong, worst rank: baseline self rows %.0f, flashoverlap %.0f%s)\n",
+      std::printf("%lld,%lld,%lld: %s (wrong, worst rank: baseline self rows %.0f, flashoverlap %.0f%s%s)\n",
                   (long long)sh.m, (long long)sh.n, (long long)sh.k, ok ? "Disposition: Passed" : "Disposition: FAILED",
-                  wr[0], wr[1], pop ? (", over peer copy engines " + std::to_string(int64_t(wr[2]))).c_str() : "");
+                  wr[0], wr[1], pop ? (", over peer copy engines " + std::to_string(int64_t(wr[2]))).c_str() : "",
+                  sop ? (", by peer stores " + std::to_string(int64_t(wr[3]))).c_str() : "");
 
     // ---------------- timings ----------------
     SignalGemm braid_full(op.options().tile, 0);
@@ -183,12 +216,21 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
     std::vector<std::function<void(int)>> fns = {
         [&](int i) { op.run_sequential(cublas, in.a(i), in.b(i), D.p, P.p, out_seq.p, s); },
         [&](int i) { op.run(in.a(i), in.b(i), out_fo.p, s); }};
+    const size_t i_pce = fns.size();
     if (pop) fns.push_back([&](int i) { pop->run(in.a(i), in.b(i), out_pce.p, s); });
+    const size_t i_st = fns.size();
+    if (sop) {
+      fns.push_back([&](int i) { sop->run(in.a(i), in.b(i), sop->output(), s); });
+      fns.push_back([&](int i) { sop->run(in.a(i), in.b(i), out_st.p, s); });
+    }
     const auto cmp = bench::time_interleaved(&team, s, timing, 5, fns);
     const double t_seq = bench::summarize(cmp[0]).median_us, t_fo = bench::summarize(cmp[1]).median_us;
-    const double t_pce = pop ? bench::summarize(cmp[2]).median_us : 0.0;
+    const double t_pce = pop ? bench::summarize(cmp[i_pce]).median_us : 0.0;
+    const double t_st = sop ? bench::summarize(cmp[i_st]).median_us : 0.0;
+    const double t_st_copy = sop ? bench::summarize(cmp[i_st + 1]).median_us : 0.0;
     op.check_error();
     if (pop) pop->check_error();
+    if (sop) sop->check_error();
     const double bound = std::max(std::min(t_cublas, t_braid), t_comm);
     std::string groups;
     for (size_t i = 0; i < op.mapping().group_waves.size(); ++i)
@@ -202,8 +244,12 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
                   t_seq / t_fo, bound / t_fo, groups.c_str(), tile_config_name(op.options().tile),
                   op.mapping().grid.ctas, op.mapping().grid.num_waves());
       if (pop)
-        std::printf("         over peer copy engines: %.1f us (%.3fx seq, %.3f of the bound)\n", t_pce, t_seq / t_pce,
-                    bound / t_pce);
+        std::printf("         over peer copy engines (GEMM leaves %d SMs): %.1f us (%.3fx seq, %.3f of the bound)\n",
+                    pop->options().reserve_sms, t_pce, t_seq / t_pce, bound / t_pce);
+      if (sop)
+        std::printf("         by peer stores (GEMM on %d CTAs): into output() %.1f us (%.3fx seq, %.3f of the bound); "
+                    "copied out %.1f us (%.3fx seq)\n",
+                    sop->mapping().grid.ctas, t_st, t_seq / t_st, bound / t_st, t_st_copy, t_seq / t_st_copy);
       std::fflush(stdout);
     }
     if (rank == 0 && !json.empty()) {
@@ -231,7 +277,16 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
           .add("correct", ok)
           .add_context(ctx);
       if (pop)
-        j.add("flashoverlap_pce_us", t_pce).add("speedup_pce", t_seq / t_pce).add("fraction_of_bound_pce", bound / t_pce);
+        j.add("flashoverlap_pce_us", t_pce)
+            .add("speedup_pce", t_seq / t_pce)
+            .add("fraction_of_bound_pce", bound / t_pce)
+            .add("reserve_sms_pce", pop->options().reserve_sms);
+      if (sop)
+        j.add("flashoverlap_stores_us", t_st)
+            .add("speedup_stores", t_seq / t_st)
+            .add("fraction_of_bound_stores", bound / t_st)
+            .add("flashoverlap_stores_copy_us", t_st_copy)
+            .add("speedup_stores_copy", t_seq / t_st_copy);
       bench::append_jsonl(json, j.str());
     }
   }

@@ -162,6 +162,11 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     p.a2a_row_code = e.a2a_row_code;
     p.a2a_tile_dest_base = e.a2a_tile_dest_base;
     p.a2a_world = e.a2a_world;
+    if (e.a2a_dest_ptrs != nullptr) {
+      BRAID_REQUIRE(e.a2a_ld >= g.bn && e.a2a_ld % 8 == 0, "GEMM: all-to-all stores need a row stride >= BN, % 8");
+      p.a2a_dest_ptrs = reinterpret_cast<__nv_bfloat16* const*>(e.a2a_dest_ptrs);
+      p.a2a_ld = e.a2a_ld;
+    }
   }
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
 }

@@ -206,6 +206,7 @@ const char* transport_name(Transport t) {
     case Transport::kNcclCopyEngine: return "nccl-copy-engine";
     case Transport::kNcclSymmetric: return "nccl-symmetric";
     case Transport::kPeerCopyEngine: return "peer-copy-engine";
+    case Transport::kPeerStores: return "peer-stores";
     default: return "nccl-kernels";
   }
 }
@@ -304,6 +305,7 @@ size_t count_mismatch(const std::vector<uint16_t>& ref, const std::vector<uint16
 // =============================================== the op ================================================
 GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), opt_(opt) {
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0, "GemmOverlap: empty shape");
+  BRAID_REQUIRE(opt.transport != Transport::kPeerStores, "GemmOverlap: kPeerStores is GemmAllToAll's transport");
   int dev = 0, sms = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
   BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -18,7 +18,9 @@
 //      relaxed poll), and to work ordered after such a thread. The same pattern as
 //      cooperative_groups' grid sync (bar.sync; thread 0: fence; atomic).
 //   The counter is read by the comm stream (spin kernel with acquire, or cuStreamWaitValue32 on the
-//   same GPU) before NCCL reads the group's slice.
+//   same GPU) before NCCL reads the group's slice. With a2a_dest_ptrs (rows stored into peers' memory)
+//   the release is red.release.sys instead: the stores are made visible at system scope to whoever
+//   acquires the counter at system scope (GemmAllToAll's end kernel, which then releases to the peers).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,10 +47,19 @@ struct SignalEpilogueParams {
   const int32_t* a2a_row_code;        // M: (rank among the m-block's rows to dest) << 4 | dest
   const int64_t* a2a_tile_dest_base;  // tiles * a2a_world
   int a2a_world;
+  // Rows stored into each destination's own buffer (EpilogueArgs::a2a_dest_ptrs; null: into d, row stride BN)
+  // with row stride a2a_ld; the counter release is then at system scope (the stores may be remote).
+  __nv_bfloat16* const* a2a_dest_ptrs;
+  int64_t a2a_ld;
 };
 
 __device__ __forceinline__ void signal_add_release_gpu(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// The same at system scope: for tiles whose rows went to peers over NVLink (all-to-all by stores), so that a
+// thread that acquires the counter at system scope may release them on to the peers (GemmAllToAll::run).
+__device__ __forceinline__ void signal_add_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 template <int BM, int BN>
@@ -133,8 +144,10 @@ class SignalEpilogue {
     const bool a2a = params_.a2a_row_code != nullptr;
     const int32_t* row_code = a2a ? params_.a2a_row_code + int64_t(mb) * BM : nullptr;       // (BM)
     const int64_t* dest_base = a2a ? params_.a2a_tile_dest_base + int64_t(tile) * params_.a2a_world : nullptr;
+    __nv_bfloat16* const* dest_ptrs = params_.a2a_dest_ptrs;  // null: every row into d
     if (a2a) {
-      base = 0, part_stride = 0, ld = BN, log2_sub = 30;  // unused: per-row addresses below
+      base = 0, part_stride = 0, log2_sub = 30;  // per-row addresses below
+      ld = dest_ptrs != nullptr ? params_.a2a_ld : BN;
       group = params_.tile_group[tile];
     } else if (params_.tile_slot == nullptr) {
       base = int64_t(mb) * BM * params_.ldd + int64_t(nb) * BN;
@@ -167,13 +180,17 @@ class SignalEpilogue {
     staged_store<BM, BN, kStageCols, kThreads>(
         smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int c, const float(&f)[8]) {
           int64_t off;
+          __nv_bfloat16* dst = d;
           if (a2a) {  // row r goes to its destination's segment (rows of one tile and dest are consecutive)
             const int code = __ldg(row_code + r);
-            off = __ldg(dest_base + (code & 15)) + int64_t(code >> 4) * BN + c;
+            off = __ldg(dest_base + (code & 15)) + int64_t(code >> 4) * ld + c;
+            if (dest_ptrs != nullptr)  // this rank's or a peer's (NVLink) output
+              dst = reinterpret_cast<__nv_bfloat16*>(
+                  __ldg(reinterpret_cast<const unsigned long long*>(dest_ptrs) + (code & 15)));
           } else {
             off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
           }
-          *reinterpret_cast<uint4*>(d + off) = pack_bf16x8(f);  // 16-byte aligned: ld, BN, c % 8 == 0
+          *reinterpret_cast<uint4*>(dst + off) = pack_bf16x8(f);  // 16-byte aligned: ld, BN, c % 8 == 0
         });
 
     if (params_.counters != nullptr || params_.wave_log != nullptr) {
@@ -182,7 +199,10 @@ class SignalEpilogue {
       if (thread_idx == 0) {
         if (params_.wave_log != nullptr) params_.wave_log[tile] = iteration_;
         // (3) release at gpu scope, cumulative over the barrier.
-        if (params_.counters != nullptr) signal_add_release_gpu(params_.counters + group, 1u);
+        if (params_.counters != nullptr) {
+          if (dest_ptrs != nullptr) signal_add_release_sys(params_.counters + group, 1u);
+          else signal_add_release_gpu(params_.counters + group, 1u);
+        }
       }
     }
     ++iteration_;

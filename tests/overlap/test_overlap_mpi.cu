@@ -313,19 +313,21 @@ TEST(OverlapMpiAllToAll, DeliversEveryRoutedRow) {
   }
   Buf a(m * k * 2);
   fill_uniform_bf16(a.p, m * k, 800 + rank, 1.f, s);
-  // Over NCCL (both waits) and over braid's copy-engine pushes (A2aOptions::transport; stream memory
-  // operations only), skewed routing too.
-  for (Transport t : {Transport::kNcclKernels, Transport::kPeerCopyEngine})
+  // Over NCCL (both waits), over braid's copy-engine pushes (A2aOptions::transport; stream memory operations
+  // only) and by the epilogue's stores into the peers' outputs (into output() itself and copied out), skewed
+  // routing too.
+  for (Transport t : {Transport::kNcclKernels, Transport::kPeerCopyEngine, Transport::kPeerStores})
   for (int skew : {0, 1})
   for (bool wait_value : {true, false}) {
-    if (t == Transport::kPeerCopyEngine && (!wait_value || !team.peer_ok())) continue;
+    if (t != Transport::kNcclKernels && (!wait_value || !team.peer_ok())) continue;
     A2aOptions o;
     o.m = m, o.n = n, o.k = k;
     o.reserve_sms = 90;  // several waves
     o.use_stream_wait_value = wait_value;
     o.transport = t;
     GemmAllToAll op(team, o);
-    ASSERT_GE(op.mapping().groups(), 2);
+    ASSERT_GE(op.mapping().groups(), t == Transport::kPeerStores ? 1 : 2);
+    ASSERT_EQ(op.output() != nullptr, t == Transport::kPeerStores);
     std::vector<int32_t> dest(m);
     uint64_t x = 12345 + rank * 77 + skew;
     for (auto& v : dest) {
@@ -340,11 +342,14 @@ TEST(OverlapMpiAllToAll, DeliversEveryRoutedRow) {
       std::copy_n(dall[src[j].first].begin() + src[j].second * n, n, want.begin() + j * n);
     Buf out(std::max<int64_t>(rows, 1) * n * 2);
     for (int rep = 0; rep < 2; ++rep) {
-      ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, rows * n * 2, s), cudaSuccess);
-      op.run(a.p, b.p, out.p, s);
+      // kPeerStores, second run: into output() itself (no copy). The reset comes before run()'s start barrier
+      // on this stream, so no peer stores into output() before it.
+      void* dst = t == Transport::kPeerStores && rep == 1 ? op.output() : out.p;
+      ASSERT_EQ(cudaMemsetAsync(dst, 0xff, rows * n * 2, s), cudaSuccess);
+      op.run(a.p, b.p, dst, s);
       team.synchronize("gemm-a2a");
       op.check_error();
-      EXPECT_EQ(count_mismatch(want, download_bf16(out.p, rows * n), [](int64_t i) { return i; }, gemm_atol(k, 1),
+      EXPECT_EQ(count_mismatch(want, download_bf16(dst, rows * n), [](int64_t i) { return i; }, gemm_atol(k, 1),
                                kGemmRtol),
                 0u)
           << "flashoverlap rank " << rank << " transport " << transport_name(t) << " skew " << skew << " wait_value "

@@ -212,6 +212,28 @@ void check_a2a(const TileGrid& g, const std::vector<int>& waves, int W, uint64_t
     for (int64_t j = 0; j < p.recv_rows; ++j)
       for (int64_t c = 0; c < N; ++c)
         ASSERT_EQ(out[size_t(j * N + c)], cell(src[j].first, src[j].second, c)) << "rank " << r << " row " << j;
+    // Rows stored straight into the destination's final layout (Transport::kPeerStores): every sender's row
+    // lands where the gather puts it, each address once.
+    {
+      std::vector<Cell> direct(size_t(p.recv_rows * N), -1);
+      for (int q = 0; q < W; ++q)
+        for (int tile = 0; tile < g.num_tiles(); ++tile) {
+          const int mb = tile / g.tiles_n, nb = tile % g.tiles_n;
+          for (int rr = 0; rr < g.bm; ++rr) {
+            const int64_t row = int64_t(mb) * g.bm + rr;
+            const int code = plans[q].row_code[size_t(row)];
+            if ((code & 15) != r) continue;
+            for (int c = 0; c < g.bn; ++c) {
+              const int64_t off = plans[q].direct_base[size_t(tile) * W + r] + int64_t(code >> 4) * N + c;
+              ASSERT_GE(off, 0);
+              ASSERT_LT(off, p.recv_rows * N);
+              ASSERT_EQ(direct[size_t(off)], -1) << "two elements at one address";
+              direct[size_t(off)] = cell(q, row, int64_t(nb) * g.bn + c);
+            }
+          }
+        }
+      ASSERT_EQ(direct, out) << "rank " << r;
+    }
     // The baseline: pack by destination, per-peer segments, same output.
     int64_t off = 0;
     for (int q = 0; q < W; ++q) {
