@@ -506,10 +506,10 @@ if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo,
   done
 fi
 if has sweep-a2a; then  # FlashOverlap GEMM + all-to-all (uniform random routing), verified per shape
-  echo "== gemm-a2a sweep (bench/shapes/sweep.txt)" | tee -a "$log"
+  echo "== gemm-a2a sweep (${A2A_SHAPES:-bench/shapes/sweep.txt})" | tee -a "$log"
   # A2A_TRANSPORT=both: also over braid's copy-engine pushes (A2aOptions::transport, fields _pce); all: also by
-  # the epilogue's stores into the peers' outputs (fields _stores)
-  T=300 mpi bench gemm-a2a --shapes bench/shapes/sweep.txt --iters 10 --transport "${A2A_TRANSPORT:-kernels}" \
+  # the epilogue's stores into the peers' outputs (fields _stores). A2A_SHAPES: another shapes file.
+  T=300 mpi bench gemm-a2a --shapes "${A2A_SHAPES:-bench/shapes/sweep.txt}" --iters 10 --transport "${A2A_TRANSPORT:-kernels}" \
     --json "$out/gemm-a2a-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has sweep-ar; then  # AR_SHAPES: another shapes file (default the sweep)
