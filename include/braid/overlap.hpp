@@ -108,6 +108,11 @@ struct Mapping {
 };
 // The partition used without measurements: a 1-wave head, groups of 2 waves, a last group of at most 4.
 std::vector<int> default_group_waves(int waves);
+// Reduce-scatter by stores (OverlapOptions::peer_stores): for group g and part q (map.parts == world), the element
+// shift from d_ to rank q's receive buffer, (rank - q) * chunk(g): element off of part q lands at off + shift, i.e.
+// at the group's offset + rank * chunk + (off - the part's first element), where the copy-engine push puts it.
+// groups x world entries; 0 for q == rank (that part stays in d_).
+std::vector<int64_t> part_store_shifts(const Mapping& map, int world, int rank);
 // group_waves empty: one group per wave. Throws UsageError if the partition does not cover the waves or
 // bm is not divisible by parts.
 Mapping make_mapping(const TileGrid& grid, std::vector<int> group_waves, int parts);
@@ -145,6 +150,13 @@ struct EpilogueArgs {
   // thread on this GPU that acquires a counter value may hand the tiles' remote stores on to peers.
   void* const* a2a_dest_ptrs = nullptr;
   int64_t a2a_ld = 0;
+  // Parts stored into their owners' memory (reduce-scatter by stores, OverlapOptions::peer_stores): element `off`
+  // of the reordered layout in part p of group g goes to byte address part_dst[g * parts + p] + 2 * off (device
+  // table; null: d + off), and after the tile's stores its part p != part_rank adds 1, with red.release.sys, to
+  // part_flags[p][g * parts + part_rank] (device table of `parts` pointers, peers' through peer mappings).
+  const uint64_t* part_dst = nullptr;
+  uint32_t* const* part_flags = nullptr;
+  int part_rank = 0;
 };
 
 class SignalGemm {
@@ -337,6 +349,13 @@ struct OverlapOptions {
   // floor per call) then a sum. d_ is symmetric memory then, and the start barrier runs before the GEMM (a
   // peer reads our d_ until its last sum ends, so our next GEMM must not start before every peer's).
   bool peer_pull_last = false;
+  // Transport::kPeerCopyEngine, reduce-scatter: no copy engine at all — the GEMM's epilogue stores each tile's
+  // part q straight into rank q's receive buffer over NVLink (where the copy would have put it) and adds 1 to
+  // rank q's flag for (group, this rank) with red.release.sys after the tile's stores; each rank's sum for group g
+  // waits until every peer's flag reached the group's tile count (and its own counter), then reads the receive
+  // buffer as before. The start barrier runs before the GEMM (peers store into our receive buffer from their
+  // GEMM's first tile on). Excludes peer_pull_last.
+  bool peer_stores = false;
 };
 
 class CublasGemm;
@@ -427,6 +446,8 @@ class GemmOverlap {
   void push_chunks(const SymmetricBuffer& dst, size_t off, size_t chunk, bool reduced, size_t flag, cudaStream_t s,
                    bool flags = true);
   void wait_peer_flags(size_t flag, cudaStream_t s);
+  // OverlapOptions::peer_stores: on s, every peer's flag for group g at the group's tile count (GEQ, flush).
+  void wait_peer_stores(int g, cudaStream_t s);
   // pull: the peers' chunks read from their d_ (OverlapOptions::peer_pull_last), not from the receive buffer.
   void peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaStream_t s, bool pull = false);
   // Index of the second half of the flags (the all-reduce's reduced chunks): waves x world.
@@ -474,6 +495,10 @@ class GemmOverlap {
   cudaEvent_t peer_ready_ = nullptr;  // on comm_ after the flag reset and the barrier: the sums wait for it
   void* write_value_ = nullptr;
   unsigned peer_wait_flags_ = 0;
+  // OverlapOptions::peer_stores: the epilogue's destinations per (group, part) (byte addresses: d_ for our own
+  // part, rank q's receive buffer shifted so that the part lands at off + me * chunk) and every rank's flags.
+  uint64_t* part_dst_ = nullptr;      // waves x world (the most groups a partition has)
+  uint32_t** part_flags_ = nullptr;   // world
   void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record
 };
 

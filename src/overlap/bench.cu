@@ -71,6 +71,9 @@ struct Args {
   std::vector<int> pce_reserves;
   // --pce-pull-last: the peer copy-engine op pulls its last group (OverlapOptions::peer_pull_last).
   bool pce_pull_last = false;
+  // --pce-stores: the peer copy-engine op's parts stored by the GEMM's epilogue into the owners' receive buffers,
+  // no copy engine (OverlapOptions::peer_stores; reduce-scatter).
+  bool pce_stores = false;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
 };
@@ -102,6 +105,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--chunks") a.chunks = std::stoi(val());
     else if (k == "--probe-pce") a.probe_pce = true;
     else if (k == "--pce-pull-last") a.pce_pull_last = true;
+    else if (k == "--pce-stores") a.pce_stores = true;
     else if (k == "--pce-reserves") {
       a.pce_reserves.clear();
       for (auto r : parse_ints(val(), ',')) {
@@ -432,6 +436,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       oc.cache = nullptr;
       oc.tile = op.options().tile;
       oc.peer_pull_last = t == Transport::kPeerCopyEngine && a.pce_pull_last;
+      oc.peer_stores = t == Transport::kPeerCopyEngine && a.pce_stores && a.coll == Collective::kReduceScatter;
       Other o{t, std::make_unique<GemmOverlap>(team, oc)};
       o.out = o.op->output() ? o.op->output() : out.p;
       others.push_back(std::move(o));
@@ -897,7 +902,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       }
       if (pce) {
         j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms)
-            .add("pce_pull_last", pce->op->options().peer_pull_last);
+            .add("pce_pull_last", pce->op->options().peer_pull_last)
+            .add("pce_stores", pce->op->options().peer_stores);
         if (pce_reserve_ratios.size() > 1) {  // --pce-reserves: what each reserve's timed choice measured
           std::ostringstream rr;
           for (size_t i = 0; i < pce_reserve_ratios.size(); ++i)

@@ -168,6 +168,14 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
       p.a2a_ld = e.a2a_ld;
     }
   }
+  if (e.part_dst != nullptr) {
+    BRAID_REQUIRE(e.a2a_row_code == nullptr && e.tile_slot != nullptr && e.counters != nullptr &&
+                      e.part_flags != nullptr && e.part_rank >= 0 && e.part_rank < e.parts,
+                  "GEMM: parts stored into their owners need the reordered layout, counters, flags and a rank < parts");
+    p.part_dst = e.part_dst;
+    p.part_flags = e.part_flags;
+    p.part_rank = e.part_rank;
+  }
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
 }
 

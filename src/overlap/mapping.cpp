@@ -58,6 +58,16 @@ int64_t Mapping::group_elems(int g) const {
 }
 int64_t Mapping::group_offset(int g) const { return int64_t(group_first[g]) * grid.bm * grid.bn; }
 
+std::vector<int64_t> part_store_shifts(const Mapping& map, int world, int rank) {
+  BRAID_REQUIRE(map.parts == world && rank >= 0 && rank < world, "part_store_shifts: one part per rank");
+  std::vector<int64_t> v(size_t(map.groups()) * world);
+  for (int g = 0; g < map.groups(); ++g) {
+    const int64_t chunk = int64_t(map.group_elems(g)) / world;
+    for (int q = 0; q < world; ++q) v[size_t(g) * world + q] = (int64_t(rank) - q) * chunk;
+  }
+  return v;
+}
+
 std::vector<int> default_group_waves(int waves) {
   std::vector<int> v;
   int left = waves;

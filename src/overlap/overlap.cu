@@ -350,6 +350,9 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   const size_t d_bytes = size_t(opt.m) * opt.n * 2;
   const bool peer = opt.transport == Transport::kPeerCopyEngine;
   const bool pull_last = peer && opt.coll == Collective::kReduceScatter && opt.peer_pull_last;
+  BRAID_REQUIRE(!opt.peer_stores || (peer && opt.coll == Collective::kReduceScatter && !opt.peer_pull_last),
+                "GemmOverlap: peer_stores is a reduce-scatter over kPeerCopyEngine, without peer_pull_last");
+  const bool stores = peer && opt.peer_stores;
   if (peer && (opt.coll == Collective::kAllReduce || pull_last)) {
     // The peer copy-engine all-reduce pushes each reduced chunk into the peers' d_, and the pulled last group
     // is read from them: symmetric memory.
@@ -432,7 +435,9 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
       return e && std::string(e) == "stream";
     }();
     // Pulling the last group from the peers' d_ needs the barrier before our GEMM rewrites d_ (see run()).
-    peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream && !pull_last;
+    // Stores: peers write our receive buffer from their GEMM's first tile on, so the barrier (after which they
+    // may) runs before our GEMM too.
+    peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream && !pull_last && !stores;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&peer_ready_, cudaEventDisableTiming));
     peer_wait_flags_ = memops::remote_wait_flags();
     int per_sm = 0;  // the sums' CTAs, as for NCCL's copy engines above
@@ -440,6 +445,13 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     per_sm = std::max(1, per_sm);
     reduce_ctas_last_ = per_sm * sms;
     reduce_ctas_ = opt.reserve_sms > 0 ? per_sm * std::min(sms, opt.reserve_sms) : reduce_ctas_last_;
+    if (stores) {  // the epilogue's tables: destinations per (group, part), filled by upload(); every rank's flags
+      BRAID_CUDA_CHECK(cudaMalloc(&part_dst_, size_t(T) * W * sizeof(uint64_t)));
+      BRAID_CUDA_CHECK(cudaMalloc(&part_flags_, size_t(W) * sizeof(uint32_t*)));
+      std::vector<uint32_t*> f(static_cast<size_t>(W));
+      for (int q = 0; q < W; ++q) f[size_t(q)] = peer_flags_->peer_as<uint32_t>(q);
+      BRAID_CUDA_CHECK(cudaMemcpy(part_flags_, f.data(), f.size() * sizeof(uint32_t*), cudaMemcpyHostToDevice));
+    }
   }
   const size_t tiles = grid.num_tiles();
   BRAID_CUDA_CHECK(cudaMalloc(&tables_, (3 * tiles + 2 * size_t(T) + 2) * sizeof(int32_t)));
@@ -500,6 +512,8 @@ GemmOverlap::~GemmOverlap() {
     cudaFree(d_);
   }
   if (fb_) cudaFree(fb_);
+  cudaFree(part_dst_);
+  cudaFree(part_flags_);
   cudaFree(tables_);
   cudaFree(counters_);
   if (err_host_) cudaFreeHost(err_host_);
@@ -521,6 +535,22 @@ void GemmOverlap::upload() {
   h.insert(h.end(), map_.slot_tile.begin(), map_.slot_tile.end());
   h.insert(h.end(), map_.group_first.begin(), map_.group_first.end());
   BRAID_CUDA_CHECK(cudaMemcpy(tables_, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  if (part_dst_) {
+    // OverlapOptions::peer_stores: element `off` of part q of group g (d_ offset off, in [goff + q * chunk,
+    // goff + (q + 1) * chunk)) goes where push_chunks would copy it: rank q's receive buffer at off - q * chunk +
+    // me * chunk; our own part stays in d_. Byte addresses (the shifted base may lie outside the allocation; the
+    // address the epilogue forms does not).
+    const int W = team_.size(), me = team_.rank();
+    const std::vector<int64_t> shift = part_store_shifts(map_, W, me);
+    std::vector<uint64_t> dst(shift.size());
+    for (int g = 0; g < map_.groups(); ++g)
+      for (int q = 0; q < W; ++q) {
+        const size_t i = size_t(g) * W + q;
+        dst[i] = q == me ? reinterpret_cast<uint64_t>(d_)
+                         : reinterpret_cast<uint64_t>(peer_recv_->peer(q)) + static_cast<uint64_t>(2 * shift[i]);
+      }
+    BRAID_CUDA_CHECK(cudaMemcpy(part_dst_, dst.data(), dst.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  }
   // cudaMemset/cudaMemcpy above run on the legacy stream, which the library's non-blocking streams do not
   // wait for (and a pageable host-to-device copy may return before its DMA lands): finish them here.
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
@@ -620,6 +650,11 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   e.group_first = group_first;
   e.counters = counters_;
   e.parts = map_.parts;
+  if (part_dst_) {  // OverlapOptions::peer_stores: each part into its owner's receive buffer, owners' flags raised
+    e.part_dst = part_dst_;
+    e.part_flags = part_flags_;
+    e.part_rank = team_.rank();
+  }
   gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
 
   const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
@@ -728,6 +763,17 @@ void GemmOverlap::run_group_collective(size_t off, size_t count, void* out, int 
 void GemmOverlap::run_peer_copy_group(size_t off, size_t count, void* out, int g, bool last, cudaStream_t s) {
   const int W = team_.size(), me = team_.rank();
   const size_t chunk = count / static_cast<size_t>(W);
+  if (part_dst_) {
+    // OverlapOptions::peer_stores: the epilogue stored our parts into the owners' receive buffers and raised their
+    // flags (release, system scope, after the tile's stores); here nothing moves. Ordering: the sum waits for our
+    // counter (our own part, in d_) and for every peer's flag at the group's tile count (GEQ with the remote-write
+    // flush), then reads the receive buffer. Reuse: as for the pushes (the start barrier, before our GEMM).
+    memops::stream_wait(wait_value_, sum_, counters_ + g, static_cast<uint32_t>(map_.tiles_in_group(g)),
+                        CU_STREAM_WAIT_VALUE_GEQ);
+    wait_peer_stores(g, sum_);
+    peer_sum(off, chunk, out, last ? reduce_ctas_last_ : reduce_ctas_, sum_);
+    return;
+  }
   if (last && opt_.peer_pull_last && opt_.coll == Collective::kReduceScatter) {
     for (int i = 1; i < W; ++i) {
       const int q = (me + i) % W;
@@ -764,6 +810,14 @@ void GemmOverlap::push_chunks(const SymmetricBuffer& dst, size_t off, size_t chu
 }
 
 size_t GemmOverlap::peer_second_flags() const { return size_t(map_.grid.num_waves()) * size_t(team_.size()); }
+
+void GemmOverlap::wait_peer_stores(int g, cudaStream_t s) {
+  const uint32_t* flags = peer_flags_->local_as<uint32_t>();
+  const auto tiles = static_cast<uint32_t>(map_.tiles_in_group(g));
+  for (int q = 0; q < team_.size(); ++q)
+    if (q != team_.rank())
+      memops::stream_wait(wait_value_, s, flags + size_t(g) * team_.size() + q, tiles, peer_wait_flags_);
+}
 
 // On s: every peer's flags[flag + q] raised (GEQ 1, with the remote-write flush where supported).
 void GemmOverlap::wait_peer_flags(size_t flag, cudaStream_t s) {

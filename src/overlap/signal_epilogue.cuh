@@ -21,6 +21,9 @@
 //   same GPU) before NCCL reads the group's slice. With a2a_dest_ptrs (rows stored into peers' memory)
 //   the release is red.release.sys instead: the stores are made visible at system scope to whoever
 //   acquires the counter at system scope (GemmAllToAll's end kernel, which then releases to the peers).
+//   With part_dst (parts stored into their owners' receive buffers) the counter release is at system scope
+//   too, and thread 0 then adds 1 with red.release.sys to each owner's flag for (group, this rank): the same
+//   cumulative release (bar.sync first), so an owner that acquires its flag sees our part of every tile.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,6 +54,12 @@ struct SignalEpilogueParams {
   // with row stride a2a_ld; the counter release is then at system scope (the stores may be remote).
   __nv_bfloat16* const* a2a_dest_ptrs;
   int64_t a2a_ld;
+  // Parts stored into their owners' memory (EpilogueArgs::part_dst / part_flags; reduce-scatter by stores):
+  // element off of part p of group g at byte address part_dst[g << log2_parts | p] + 2 * off; after the tile,
+  // part_flags[p][g << log2_parts | part_rank] += 1 (release, system scope) for every p != part_rank.
+  const uint64_t* part_dst;
+  uint32_t* const* part_flags;
+  int part_rank;
 };
 
 __device__ __forceinline__ void signal_add_release_gpu(uint32_t* p, uint32_t v) {
@@ -145,6 +154,7 @@ class SignalEpilogue {
     const int32_t* row_code = a2a ? params_.a2a_row_code + int64_t(mb) * BM : nullptr;       // (BM)
     const int64_t* dest_base = a2a ? params_.a2a_tile_dest_base + int64_t(tile) * params_.a2a_world : nullptr;
     __nv_bfloat16* const* dest_ptrs = params_.a2a_dest_ptrs;  // null: every row into d
+    const uint64_t* part_dst = a2a ? nullptr : params_.part_dst;  // null: every part into d
     if (a2a) {
       base = 0, part_stride = 0, log2_sub = 30;  // per-row addresses below
       ld = dest_ptrs != nullptr ? params_.a2a_ld : BN;
@@ -189,6 +199,8 @@ class SignalEpilogue {
                   __ldg(reinterpret_cast<const unsigned long long*>(dest_ptrs) + (code & 15)));
           } else {
             off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
+            if (part_dst != nullptr)  // part r >> log2_sub belongs to that rank: its receive buffer, or our d
+              dst = reinterpret_cast<__nv_bfloat16*>(__ldg(part_dst + ((group << params_.log2_parts) | (r >> log2_sub))));
           }
           *reinterpret_cast<uint4*>(dst + off) = pack_bf16x8(f);  // 16-byte aligned: ld, BN, c % 8 == 0
         });
@@ -200,8 +212,14 @@ class SignalEpilogue {
         if (params_.wave_log != nullptr) params_.wave_log[tile] = iteration_;
         // (3) release at gpu scope, cumulative over the barrier.
         if (params_.counters != nullptr) {
-          if (dest_ptrs != nullptr) signal_add_release_sys(params_.counters + group, 1u);
+          if (dest_ptrs != nullptr || part_dst != nullptr) signal_add_release_sys(params_.counters + group, 1u);
           else signal_add_release_gpu(params_.counters + group, 1u);
+        }
+        if (part_dst != nullptr) {  // each owner's flag for (group, this rank): our part of the tile is there
+          const int parts = 1 << params_.log2_parts;
+          for (int p = 0; p < parts; ++p)
+            if (p != params_.part_rank)
+              signal_add_release_sys(params_.part_flags[p] + ((group << params_.log2_parts) | params_.part_rank), 1u);
         }
       }
     }

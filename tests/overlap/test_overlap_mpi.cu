@@ -45,6 +45,7 @@ struct Case {
   double tune_ratio = -1;
   int reserve_sms = 90;  // ~40 CTAs: several waves at these sizes; 0: the GEMM on every SM
   bool pull_last = false;  // OverlapOptions::peer_pull_last
+  bool stores = false;     // OverlapOptions::peer_stores
 };
 
 class OverlapMpi : public ::testing::TestWithParam<Case> {};
@@ -73,6 +74,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   o.sequential = c.sequential;
   o.transport = c.transport;
   o.peer_pull_last = c.pull_last;
+  o.peer_stores = c.stores;
   if (c.transport == Transport::kPeerCopyEngine) {  // braid's own copy-engine pushes: peer access only
     if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
   } else if (c.transport != Transport::kNcclKernels) {  // NCCL >= 2.28, one node with peer access
@@ -207,6 +209,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 90, true},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0, true},
                       Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9, 90, true},
+                      // ... every part stored by the epilogue into its owner's receive buffer (no copy engine):
+                      // eager, captured (replays: the flags are counted per tile and reset each run), the GEMM on
+                      // every SM (the sums after it), tuned
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kPeerCopyEngine, -1, 90, false, true},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 90, false, true},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0, false, true},
+                      Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9, 90, false, true},
                       // ... its all-reduce (the reduced chunks pushed back into the peers' d_): eager, captured,
                       // the GEMM on every SM, tuned into the fallback
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine},
