@@ -62,16 +62,14 @@
 # OVERLAP_TRANSPORT=symmetric,peer-copy-engine) 7.3 min cold; `measure-rs` halves (symmetric,peer-copy-engine,
 # --tune-candidates 6) 3-3.6 min warm; `build measure-rs` (peer-copy-engine, "--tune-candidates 6 --pce-reserves 16,0",
 # MEASURE_PART=1/2) 4.3 min cold; the other half 2.4 min warm, a repeat 1.9 min warm.
-# Next (twenty-third session's end): `build test pce-probe` (CTEST_R="test_overlap", validates Part::kCopies and the
-# probe: where the peer transport's ~20 us per call goes), then `measure-rs` halves with OVERLAP_TRANSPORT=symmetric,
-# peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0" (the timed choice now held against the
-# per-call sequential time, 64e951e, unrun: does the floor hold at the ~80 us shapes?), an A/B half with
-# MEASURE_ENV="BRAID_OVERLAP_TUNE_REF=tuned"; the pulled last group (OverlapOptions::peer_pull_last, unrun; its
-# test_overlap_mpi cases first): a half with MEASURE_ARGS="... --pce-pull-last" against one without, same call;
-# CLOCK_LOG=1 on one half (the inputs' GEMM time at reserve 0 reads 3-27% slow); `peers-tp` in the same call as the sweep; GEMM+AR measured over the peer
-# transport (sweep-ar, AR_SHAPES, AR_MEASURE=1, AR_ARGS="--tune-candidates 6 --pce-reserves 16,0"); GEMM+A2A over the
-# peer copy engines (unrun: test_overlap_mpi's all-to-all case, then sweep-a2a with A2A_TRANSPORT=both).
-# On 2x H100 (when served) all of that first, then `build test ar-1step`, `strands-smres`.
+# Next (twenty-fourth session's end): `build test` with CTEST_R="test_overlap" first: 25cdec0 (reduce-scatter by the
+# epilogue's stores, OverlapOptions::peer_stores: CUDA in signal_epilogue.cuh / gemm_sm90.cu / overlap.cu, four new
+# test_overlap_mpi cases) is NOT GPU-run. Then `measure-rs` halves with OVERLAP_TRANSPORT=peer-copy-engine
+# MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-stores" against the same without --pce-stores (one call
+# each, same machine; the tuning's pick is the fair number, the predictor models copies), looking at the GEMM-bound
+# shapes that fall back now (1024x8192x4096 ... 8192x4096x16384: torch wins there); `peers-tp` in the same call for
+# the vs-torch count. GEMM + all-to-all by stores is GPU-run (1.215x, 2 and 4 ranks). On 2x H100 (when served): all
+# of it first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
 # calls' JSON; their run.logs survived).
