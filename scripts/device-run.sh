@@ -62,6 +62,10 @@
 # OVERLAP_TRANSPORT=symmetric,peer-copy-engine) 7.3 min cold; `measure-rs` halves (symmetric,peer-copy-engine,
 # --tune-candidates 6) 3-3.6 min warm; `build measure-rs` (peer-copy-engine, "--tune-candidates 6 --pce-reserves 16,0",
 # MEASURE_PART=1/2) 4.3 min cold; the other half 2.4 min warm, a repeat 1.9 min warm.
+# Twenty-fourth session (2x H200): `build test pce-probe` (CTEST_R=test_overlap) 3.3 min cold; a measure-rs half
+# (symmetric,peer-copy-engine) + sweep-a2a both 3.6 min warm; a half (peer-copy-engine) + sweep-ar (ar-few) 2.8 min
+# warm; `build test sweep-a2a` (A2A_TRANSPORT=all) 4.9 min cold; sweep-a2a all 1.5 min warm; on 4x H200 `build
+# sweep-a2a` (A2A_SHAPES=bench/shapes/a2a-few.txt) 3 min cold.
 # Next (twenty-fourth session's end): `build test` with CTEST_R="test_overlap" first: 25cdec0 (reduce-scatter by the
 # epilogue's stores, OverlapOptions::peer_stores: CUDA in signal_epilogue.cuh / gemm_sm90.cu / overlap.cu, four new
 # test_overlap_mpi cases) is NOT GPU-run. Then `measure-rs` halves with OVERLAP_TRANSPORT=peer-copy-engine
