@@ -34,6 +34,13 @@
 #include "cutlass/pipeline/pipeline.hpp"
 #include "staged_store.cuh"
 
+// BRAID_OVERLAP_EPILOGUE_STORES=0 compiles the stores into other ranks' memory out (a2a_dest_ptrs, part_dst are
+// then ignored): for a same-call A/B of the plain GEMM against the epilogue with those branches
+// (scripts/build-variant.sh build src/overlap/gemm_sm90.cu nostores BRAID_OVERLAP_EPILOGUE_STORES=0).
+#ifndef BRAID_OVERLAP_EPILOGUE_STORES
+#define BRAID_OVERLAP_EPILOGUE_STORES 1
+#endif
+
 namespace braid::overlap::detail {
 
 struct SignalEpilogueParams {
@@ -153,8 +160,9 @@ class SignalEpilogue {
     const bool a2a = params_.a2a_row_code != nullptr;
     const int32_t* row_code = a2a ? params_.a2a_row_code + int64_t(mb) * BM : nullptr;       // (BM)
     const int64_t* dest_base = a2a ? params_.a2a_tile_dest_base + int64_t(tile) * params_.a2a_world : nullptr;
-    __nv_bfloat16* const* dest_ptrs = params_.a2a_dest_ptrs;  // null: every row into d
-    const uint64_t* part_dst = a2a ? nullptr : params_.part_dst;  // null: every part into d
+    constexpr bool kStores = BRAID_OVERLAP_EPILOGUE_STORES != 0;
+    __nv_bfloat16* const* dest_ptrs = kStores ? params_.a2a_dest_ptrs : nullptr;  // null: every row into d
+    const uint64_t* part_dst = kStores && !a2a ? params_.part_dst : nullptr;      // null: every part into d
     if (a2a) {
       base = 0, part_stride = 0, log2_sub = 30;  // per-row addresses below
       ld = dest_ptrs != nullptr ? params_.a2a_ld : BN;
