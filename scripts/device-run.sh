@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -72,7 +72,10 @@
 # MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-stores" against the same without --pce-stores (one call
 # each, same machine; the tuning's pick is the fair number, the predictor models copies), looking at the GEMM-bound
 # shapes that fall back now (1024x8192x4096 ... 8192x4096x16384: torch wins there); `peers-tp` in the same call for
-# the vs-torch count. GEMM + all-to-all by stores is GPU-run (1.215x, 2 and 4 ranks). On 2x H100 (when served): all
+# the vs-torch count. GEMM + all-to-all by stores is GPU-run (1.215x, 2 and 4 ranks). `gemm-variant`: the plain
+# GEMM with the epilogue's store branches compiled in and out, alternating (its large-K times read 4-6% slower on
+# the machine after c621751 than before it, cuBLAS equal; same-code repeats differ by up to 4%: noise or the
+# branches?). On 2x H100 (when served): all
 # of it first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
@@ -406,6 +409,20 @@ if has ar-variant; then  # A/B of a compile-time all-reduce variant: VARIANT_DEF
       BIN=$bin T=90 mpi bench allreduce --algo "${VARIANT_ALGOS:-nccl,int8,int8-1step,int6,int6-1step,int4,int4-1step}" \
         -b "${VARIANT_MIN:-4M}" -e "${VARIANT_MAX:-256M}" -f 4 --json "$out/allreduce-variant-$v-r$round.jsonl" 2>&1 \
         | grep -E "^ +[0-9]" | tee -a "$log"
+    done
+  done
+fi
+if has gemm-variant; then  # the plain GEMM with and without the epilogue's store branches, alternating, one machine:
+  # braid-nostores is gemm_sm90.cu compiled with BRAID_OVERLAP_EPILOGUE_STORES=0 (GEMM_SHAPES: a shapes file)
+  echo "== GEMM epilogue A/B: stores branches compiled in (base) / out (nostores) ($(date +%T))" | tee -a "$log"
+  bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu nostores BRAID_OVERLAP_EPILOGUE_STORES=0 \
+    > "$out/build-variant.log" 2>&1 || { tail -20 "$out/build-variant.log"; exit 1; }
+  for round in 1 2; do
+    for v in base nostores; do
+      bin=build/braid; [[ $v == nostores ]] && bin=build/braid-nostores
+      echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
+      BIN=$bin T=120 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 \
+        --json "$out/gemm-variant-$v-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \|" | tee -a "$log"
     done
   done
 fi
