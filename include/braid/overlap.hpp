@@ -617,6 +617,7 @@ class GemmAllToAll {
   std::vector<int64_t> peer_dst_off_;
   bool peer() const { return opt_.transport == Transport::kPeerCopyEngine; }
   bool stores() const { return opt_.transport == Transport::kPeerStores; }
+  EpilogueArgs epilogue(void* d) const;  // the tables of run()'s GEMM, rows into d
   void** dest_ptrs_ = nullptr;        // kPeerStores: world bf16 pointers (each rank's output(), peers' mapped)
 };
 

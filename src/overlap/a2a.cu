@@ -222,6 +222,21 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // pageable uploads land before the next run reads them
 }
 
+// The epilogue's tables (group, counters, per-row destinations) with rows written into `d`.
+EpilogueArgs GemmAllToAll::epilogue(void* d) const {
+  const size_t tiles = map_.grid.num_tiles();
+  EpilogueArgs e;
+  e.d = d;
+  e.tile_slot = tables_;
+  e.tile_group = tables_ + tiles;
+  e.group_first = tables_ + 2 * tiles;
+  e.counters = counters_;
+  e.a2a_row_code = row_code_;
+  e.a2a_tile_dest_base = tile_dest_base_;
+  e.a2a_world = team_.size();
+  return e;
+}
+
 void GemmAllToAll::check_error() const { detail::throw_if_wait_timed_out(err_host_, team_.rank(), "FlashOverlap all-to-all"); }
 
 void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t stream) {
@@ -233,15 +248,7 @@ void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t str
     // Meet every rank first (each has finished, in its stream's order, whatever read its output() before this
     // run), then store every row into its destination's output(), then the end kernel hands them over.
     memops::start_barrier(team_, peer_slot_, stream);
-    EpilogueArgs e;
-    e.d = recv_;  // unused for rows (each goes through a2a_dest_ptrs); the GEMM checks it is set and aligned
-    e.tile_slot = tables_;
-    e.tile_group = tables_ + tiles;
-    e.group_first = tables_ + 2 * tiles;
-    e.counters = counters_;
-    e.a2a_row_code = row_code_;
-    e.a2a_tile_dest_base = tile_dest_base_;
-    e.a2a_world = W;
+    EpilogueArgs e = epilogue(recv_);  // d unused for rows (each goes through a2a_dest_ptrs), checked as set
     e.a2a_dest_ptrs = dest_ptrs_;
     e.a2a_ld = opt_.n;
     gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
@@ -261,16 +268,7 @@ void GemmAllToAll::run(const void* a, const void* b, void* out, cudaStream_t str
   BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(comm_, fork_, 0));
 
-  EpilogueArgs e;
-  e.d = d_;
-  e.tile_slot = tables_;
-  e.tile_group = tables_ + tiles;
-  e.group_first = tables_ + 2 * tiles;
-  e.counters = counters_;
-  e.a2a_row_code = row_code_;
-  e.a2a_tile_dest_base = tile_dest_base_;
-  e.a2a_world = W;
-  gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);  // launched before the comm stream's waits
+  gemm_->run(a, b, opt_.m, opt_.n, opt_.k, epilogue(d_), stream);  // launched before the comm stream's waits
 
   const uint64_t timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
   const auto* d = static_cast<const __nv_bfloat16*>(d_);

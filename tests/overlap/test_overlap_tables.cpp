@@ -102,8 +102,7 @@ void check_layout(const TileGrid& g, const std::vector<int>& waves, int parts) {
   const int64_t sub = g.bm / parts;
   std::vector<std::vector<int64_t>> shifts;  // [sender][group * parts + part]
   std::vector<std::vector<int>> landed(size_t(parts), std::vector<int>(size_t(M * N), 0));  // [receiver][slot]
-  if (parts > 1)
-    for (int me = 0; me < parts; ++me) shifts.push_back(part_store_shifts(m, parts, me));
+  for (int me = 0; me < parts && parts > 1; ++me) shifts.push_back(part_store_shifts(m, parts, me));
   for (int64_t r = 0; r < M; ++r)
     for (int64_t c = 0; c < N; ++c) {
       int p = -1;
@@ -123,18 +122,17 @@ void check_layout(const TileGrid& g, const std::vector<int>& waves, int parts) {
       EXPECT_EQ(recv, off / parts + (i - off - p * len / parts));
       // By stores (OverlapOptions::peer_stores): sender `me` stores element i of part p != me into rank p's receive
       // buffer where the copy-engine push puts it (chunk `me` of the group there), each slot from one sender.
-      if (parts > 1)
-        for (int me = 0; me < parts; ++me) {
-          const int64_t at = i + shifts[size_t(me)][size_t(grp) * parts + p];
-          if (p == me) {
-            EXPECT_EQ(at, i);  // own part: stays in d_
-            continue;
-          }
-          EXPECT_EQ(at, off + me * len / parts + (i - off - p * len / parts));
-          ASSERT_GE(at, 0);
-          ASSERT_LT(at, M * N);
-          landed[size_t(p)][size_t(at)]++;
+      for (int me = 0; me < parts && parts > 1; ++me) {
+        const int64_t at = i + shifts[size_t(me)][size_t(grp) * parts + p];
+        if (p == me) {
+          EXPECT_EQ(at, i);  // own part: stays in d_
+          continue;
         }
+        EXPECT_EQ(at, off + me * len / parts + (i - off - p * len / parts));
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, M * N);
+        landed[size_t(p)][size_t(at)]++;
+      }
     }
   for (auto h : hit) ASSERT_EQ(h, 1);
   // Every receiver's slot is written by at most one sender (each peer's chunks, the own chunk's slots unused).
