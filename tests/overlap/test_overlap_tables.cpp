@@ -138,7 +138,9 @@ void check_layout(const TileGrid& g, const std::vector<int>& waves, int parts) {
   // Every receiver's slot is written by at most one sender (each peer's chunks, the own chunk's slots unused).
   for (const auto& l : landed)
     for (auto h : l) ASSERT_LE(h, 1);
-  if (parts > 1) EXPECT_THROW(part_store_shifts(m, parts + 1, 0), braid::UsageError);
+  if (parts > 1) {
+    EXPECT_THROW(part_store_shifts(m, parts + 1, 0), braid::UsageError);
+  }
   // Block-cyclic rows: every original row belongs to exactly one (part, local row).
   std::vector<int> rows(size_t(M), 0);
   for (int p = 0; p < parts; ++p)
