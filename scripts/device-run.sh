@@ -71,7 +71,8 @@
 # test_overlap_mpi cases) is NOT GPU-run. Then `measure-rs` halves with OVERLAP_TRANSPORT=peer-copy-engine
 # MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-stores" against the same without --pce-stores (one call
 # each, same machine; the tuning's pick is the fair number, the predictor models copies), looking at the GEMM-bound
-# shapes that fall back now (1024x8192x4096 ... 8192x4096x16384: torch wins there); `peers-tp` in the same call for
+# shapes that fall back now (1024x8192x4096 ... 8192x4096x16384: torch wins there; the all-to-all's data predict
+# the stores stall the epilogue, ~2.5 us per MiB stored, so expect little: docs/flashoverlap.md); `peers-tp` in the same call for
 # the vs-torch count. GEMM + all-to-all by stores is GPU-run (1.215x, 2 and 4 ranks). `gemm-variant`: the plain
 # GEMM with the epilogue's store branches compiled in and out, alternating (its large-K times read 4-6% slower on
 # the machine after c621751 than before it, cuBLAS equal; same-code repeats differ by up to 4%: noise or the
