@@ -106,23 +106,21 @@ GemmAllToAll::GemmAllToAll(Team& team, const A2aOptions& opt) : team_(team), opt
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-  if (peer()) {  // braid's copy-engine pushes: peer access, the stream memory operations, flags, a barrier slot
-    const char* what = "FlashOverlap all-to-all over peer copy engines";
+  if (peer() || stores()) {  // peers' memory mapped, a barrier slot
     if (!team.peer_ok())
-      throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
+      throw UnavailableError(std::string("FlashOverlap all-to-all over ") + transport_name(opt.transport) +
+                                 ": needs peer access between all ranks (" + team.peer_status() + ")",
                              __FILE__, __LINE__);
+    peer_slot_ = team.reserve_slots(1);
+  }
+  if (peer()) {  // braid's copy-engine pushes: the stream memory operations, flags
+    const char* what = "FlashOverlap all-to-all over peer copy engines";
     write_value_ = memops::required_entry_point("cuStreamWriteValue32", what);
     wait_value_ = memops::required_entry_point("cuStreamWaitValue32", what);
     peer_flags_ = std::make_unique<SymmetricBuffer>(team, size_t(G) * team.size() * 4);  // collective
     BRAID_CUDA_CHECK(cudaMemset(peer_flags_->local(), 0, size_t(G) * team.size() * 4));
-    peer_slot_ = team.reserve_slots(1);
     peer_wait_flags_ = memops::remote_wait_flags();
-  } else if (stores()) {  // peer mappings of every rank's output(), a barrier slot
-    if (!team.peer_ok())
-      throw UnavailableError("FlashOverlap all-to-all by stores: needs peer access between all ranks (" +
-                                 team.peer_status() + ")",
-                             __FILE__, __LINE__);
-    peer_slot_ = team.reserve_slots(1);
+  } else if (stores()) {  // every rank's output(), as this rank's kernels address it
     BRAID_CUDA_CHECK(cudaMalloc(&dest_ptrs_, size_t(team.size()) * sizeof(void*)));
   } else if (opt.use_stream_wait_value) {
     wait_value_ = detail::wait_value_entry_point();
@@ -176,9 +174,10 @@ void GemmAllToAll::set_routing(const std::vector<int32_t>& dest) {
                               tiles * W * 8, cudaMemcpyHostToDevice));
   if (stores()) {
     // Every rank's output() as large as the largest rank's rows (symmetric memory: one size, collectively).
-    int64_t most = 0;
-    for (int q = 0; q < W; ++q)
-      most = std::max(most, q == team_.rank() ? plan_.recv_rows : make_a2a_plan(map_, W, q, dest_all_).recv_rows);
+    std::vector<int64_t> rows_to(static_cast<size_t>(W), 0);  // rows every rank receives
+    for (const auto& dq : dest_all_)
+      for (int32_t d : dq) ++rows_to[size_t(d)];
+    const int64_t most = *std::max_element(rows_to.begin(), rows_to.end());
     if (most > recv_cap_ || !peer_recv_) {
       peer_recv_.reset();  // collective, as the allocation below (every rank computes the same `most`)
       recv_cap_ = most;

@@ -667,7 +667,9 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   }();
   for (int g = 0; g < G; ++g) {
     const uint32_t expected = static_cast<uint32_t>(map_.tiles_in_group(g));
-    if (debug != "nowait") detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, expected, g, timeout_ns, err_host_);
+    // peer_stores: nothing moves on comm_; the sums wait for the counter themselves (run_peer_copy_group).
+    if (debug != "nowait" && !part_dst_)
+      detail::enqueue_group_wait(wait_value_, comm_, counters_ + g, expected, g, timeout_ns, err_host_);
     const size_t off = map_.group_offset(g), count = map_.group_elems(g);
     if (debug == "nocomm") continue;
     run_group_collective(off, count, out, g, g == G - 1, comm_);
