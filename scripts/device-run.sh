@@ -604,6 +604,24 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
   [[ -n $clk ]] && kill "$clk" 2>/dev/null
   python3 scripts/predictor_error.py "$out/gemm-rs-measured.jsonl" --json "$out/predictor-error.jsonl" 2>&1 | tail -3 | tee -a "$log"
 fi
+if has rs-stores; then  # GEMM + RS over the peer transport: copy engines vs the epilogue's stores (--pce-stores),
+  # alternating, then torch's fused op, all on RS_SHAPES (default: the GEMM-bound shapes torch won at 1c022b5)
+  shapes=${RS_SHAPES:-bench/shapes/rs-gemm-bound.txt}
+  for round in ${RS_ROUNDS:-1}; do
+    for v in copies stores; do
+      a=(); [[ $v == stores ]] && a=(--pce-stores)
+      echo "== gemm-rs peer-copy-engine [$v] round $round ($(date +%T))" | tee -a "$log"
+      T=240 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs-$v.txt" \
+        --transport peer-copy-engine --tune-candidates 6 --pce-reserves ${RS_RESERVES:-16,0} "${a[@]}" ${RS_ARGS:-} \
+        --cache "$out/cache-$v.txt" --json "$out/gemm-rs-$v-r$round.jsonl" 2>&1 | tee -a "$log"
+    done
+  done
+  if [[ ${RS_PEERS:-1} == 1 ]]; then
+    echo "== peers: torch fused_matmul_reduce_scatter on $shapes ($(date +%T))" | tee -a "$log"
+    timeout "$(left)" python3 -m torch.distributed.run --nproc-per-node "$ngpu" bench/peers/async_tp_symm_mem.py \
+      --shapes "$shapes" --which rs --json "$out/peers-rs.jsonl" 2>&1 | grep -vE "^(W|I)[0-9]{4}|warn" | tee -a "$log"
+  fi
+fi
 if has gemm-swizzle; then  # braid GEMM vs cuBLAS at large K under the scheduler's swizzle
   echo "== gemm-rs, BRAID_GEMM_SWIZZLE" | tee -a "$log"
   for sw in ${SWIZZLES:-1 2 4 8}; do
