@@ -604,14 +604,21 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
   [[ -n $clk ]] && kill "$clk" 2>/dev/null
   python3 scripts/predictor_error.py "$out/gemm-rs-measured.jsonl" --json "$out/predictor-error.jsonl" 2>&1 | tail -3 | tee -a "$log"
 fi
-if has rs-stores; then  # GEMM + RS over the peer transport: copy engines vs the epilogue's stores (--pce-stores),
-  # alternating, then torch's fused op, all on RS_SHAPES (default: the GEMM-bound shapes torch won at 1c022b5)
+if has rs-stores; then  # GEMM + RS over the peer transport in several modes, alternating, then torch's fused op, all
+  # on RS_SHAPES (default: the GEMM-bound shapes torch won at 1c022b5). RS_VARIANTS: copies (the copy engines),
+  # stores (the epilogue's stores, bulk copies at 2 ranks), stores-sync (the consumer threads' own stores,
+  # BRAID_OVERLAP_BULK_STORES=0), both (--pce-modes copies,stores: the measured pick per shape)
   shapes=${RS_SHAPES:-bench/shapes/rs-gemm-bound.txt}
   for round in ${RS_ROUNDS:-1}; do
-    for v in copies stores; do
-      a=(); [[ $v == stores ]] && a=(--pce-stores)
+    for v in ${RS_VARIANTS:-copies stores}; do
+      a=(); env=""
+      case $v in
+        stores) a=(--pce-stores) ;;
+        stores-sync) a=(--pce-stores); env="BRAID_OVERLAP_BULK_STORES=0" ;;
+        both) a=(--pce-modes copies,stores) ;;
+      esac
       echo "== gemm-rs peer-copy-engine [$v] round $round ($(date +%T))" | tee -a "$log"
-      T=240 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs-$v.txt" \
+      E="$env" T=240 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs-$v.txt" \
         --transport peer-copy-engine --tune-candidates 6 --pce-reserves ${RS_RESERVES:-16,0} "${a[@]}" ${RS_ARGS:-} \
         --cache "$out/cache-$v.txt" --json "$out/gemm-rs-$v-r$round.jsonl" 2>&1 | tee -a "$log"
     done

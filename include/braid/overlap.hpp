@@ -157,6 +157,11 @@ struct EpilogueArgs {
   const uint64_t* part_dst = nullptr;
   uint32_t* const* part_flags = nullptr;
   int part_rank = 0;
+  // The other ranks' parts leave by asynchronous bulk copies (cp.async.bulk from a shared-memory row stage,
+  // left in flight while the next tile's main loop runs; the owners' flags raised when they complete) instead
+  // of the consumer threads' stores. Taken only where a tile's remote rows fit the stage ((parts - 1) / parts
+  // of the tile <= half: 2 ranks); every part_dst entry must then be 16-byte aligned.
+  bool part_bulk = false;
 };
 
 class SignalGemm {
@@ -356,12 +361,18 @@ struct OverlapOptions {
   // buffer as before. The start barrier runs before the GEMM (peers store into our receive buffer from their
   // GEMM's first tile on). Excludes peer_pull_last.
   bool peer_stores = false;
+  // With peer_stores: the remote parts leave by asynchronous bulk copies from shared memory (EpilogueArgs::
+  // part_bulk; 2 ranks), not by the consumer threads' stores, which stall the tile's warps while NVLink drains
+  // them. BRAID_OVERLAP_BULK_STORES=0 turns it off (for an A/B in one binary).
+  bool peer_stores_bulk = true;
 };
 
 class CublasGemm;
 
 class GemmOverlap {
  public:
+  // OverlapOptions::peer_stores_bulk in effect (after the environment and the alignment check).
+  bool stores_bulk() const { return part_bulk_; }
   GemmOverlap(Team& team, const OverlapOptions& opt);
   ~GemmOverlap();
   GemmOverlap(const GemmOverlap&) = delete;
@@ -499,6 +510,7 @@ class GemmOverlap {
   // part, rank q's receive buffer shifted so that the part lands at off + me * chunk) and every rank's flags.
   uint64_t* part_dst_ = nullptr;      // waves x world (the most groups a partition has)
   uint32_t** part_flags_ = nullptr;   // world
+  bool part_bulk_ = false;            // peer_stores_bulk, and every part_dst_ entry 16-byte aligned
   void* err_host_ = nullptr;          // pinned, mapped: the spin kernel's timeout record
 };
 

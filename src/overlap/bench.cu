@@ -72,8 +72,12 @@ struct Args {
   // --pce-pull-last: the peer copy-engine op pulls its last group (OverlapOptions::peer_pull_last).
   bool pce_pull_last = false;
   // --pce-stores: the peer copy-engine op's parts stored by the GEMM's epilogue into the owners' receive buffers,
-  // no copy engine (OverlapOptions::peer_stores; reduce-scatter).
+  // no copy engine (OverlapOptions::peer_stores; reduce-scatter). Same as --pce-modes stores.
   bool pce_stores = false;
+  // --pce-modes copies,stores (with --measure; reduce-scatter): the peer op is measured, searched and tuned in
+  // each mode at each --pce-reserves value, and the lowest measured ratio to the fallback's work wins, as for
+  // the reserves. Empty: the mode --pce-stores names.
+  std::vector<bool> pce_modes;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
 };
@@ -106,6 +110,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--probe-pce") a.probe_pce = true;
     else if (k == "--pce-pull-last") a.pce_pull_last = true;
     else if (k == "--pce-stores") a.pce_stores = true;
+    else if (k == "--pce-modes") {
+      a.pce_modes.clear();
+      std::stringstream ss(val());
+      for (std::string m; std::getline(ss, m, ',');) {
+        if (m != "copies" && m != "stores") throw UsageError("--pce-modes: copies and/or stores", __FILE__, __LINE__);
+        if (std::find(a.pce_modes.begin(), a.pce_modes.end(), m == "stores") == a.pce_modes.end())
+          a.pce_modes.push_back(m == "stores");
+      }
+    }
     else if (k == "--pce-reserves") {
       a.pce_reserves.clear();
       for (auto r : parse_ints(val(), ',')) {
@@ -436,7 +449,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       oc.cache = nullptr;
       oc.tile = op.options().tile;
       oc.peer_pull_last = t == Transport::kPeerCopyEngine && a.pce_pull_last;
-      oc.peer_stores = t == Transport::kPeerCopyEngine && a.pce_stores && a.coll == Collective::kReduceScatter;
+      oc.peer_stores = t == Transport::kPeerCopyEngine && a.coll == Collective::kReduceScatter &&
+                       (a.pce_modes.empty() ? a.pce_stores : bool(a.pce_modes[0]));
       Other o{t, std::make_unique<GemmOverlap>(team, oc)};
       o.out = o.op->output() ? o.op->output() : out.p;
       others.push_back(std::move(o));
@@ -472,8 +486,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (o.t == Transport::kNcclCopyEngine) ce = &o;
       if (o.t == Transport::kPeerCopyEngine) pce = &o;
     }
-    // --pce-reserves: the ratio (timed choice / fallback's work, 1 for the fallback) each reserve measured.
-    std::vector<std::pair<int, double>> pce_reserve_ratios;
+    // --pce-reserves / --pce-modes: the ratio (timed choice / fallback's work, 1 for the fallback) each
+    // (reserve, mode) measured.
+    struct PceVariant {
+      int reserve;
+      bool stores;
+      double ratio;
+    };
+    std::vector<PceVariant> pce_reserve_ratios;
     if (!a.measure.empty()) {
       // One op's inputs measured (appended to `path`), its search, its timed choice applied to it. The
       // decision goes to a cache by commit() (the caller picks among several ops of one transport first).
@@ -580,29 +600,33 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         const MeasureBuffers mb{gemm_out.p, coll_out.p, nullptr, other_out.p, D.p, out.p};
         std::vector<int> reserves = a.pce_reserves;
         if (reserves.empty()) reserves.push_back(pce->op->options().reserve_sms);
-        // Each reserve's op measured and decided in turn (the one made above for its own reserve); the lowest
-        // measured ratio wins, ties to the earlier reserve. Every rank compares the same (slowest-rank) numbers.
+        std::vector<bool> modes = a.pce_modes;  // OverlapOptions::peer_stores per variant
+        if (modes.empty() || a.coll != Collective::kReduceScatter) modes = {pce->op->options().peer_stores};
+        // Each (reserve, mode) op measured and decided in turn (the one made above for its own); the lowest
+        // measured ratio wins, ties to the earlier one. Every rank compares the same (slowest-rank) numbers.
         Decided best;
         std::unique_ptr<GemmOverlap> winner;  // null: the op made above won
         bool have = false;
-        for (const int r : reserves) {
-          std::unique_ptr<GemmOverlap> made;
-          GemmOverlap* o = pce->op.get();
-          if (r != o->options().reserve_sms) {
-            OverlapOptions oc = pce->op->options();
-            oc.reserve_sms = r;
-            oc.group_waves.clear();
-            oc.sequential = false;
-            made = std::make_unique<GemmOverlap>(team, oc);
-            o = made.get();
+        for (const int r : reserves)
+          for (const bool st : modes) {
+            std::unique_ptr<GemmOverlap> made;
+            GemmOverlap* o = pce->op.get();
+            if (r != o->options().reserve_sms || st != o->options().peer_stores) {
+              OverlapOptions oc = pce->op->options();
+              oc.reserve_sms = r;
+              oc.peer_stores = st;
+              oc.group_waves.clear();
+              oc.sequential = false;
+              made = std::make_unique<GemmOverlap>(team, oc);
+              o = made.get();
+            }
+            Decided res = measure_and_decide(*o, mb, a.measure + (st ? ".peer-stores" : ".peer-copy-engine"));
+            pce_reserve_ratios.push_back({r, st, res.ratio});
+            if (!have || res.ratio < best.ratio) {
+              best = res, have = true;
+              winner = std::move(made);
+            }
           }
-          Decided res = measure_and_decide(*o, mb, a.measure + ".peer-copy-engine");
-          pce_reserve_ratios.emplace_back(r, res.ratio);
-          if (!have || res.ratio < best.ratio) {
-            best = res, have = true;
-            winner = std::move(made);
-          }
-        }
         if (winner) {
           pce->op = std::move(winner);
           pce->out = pce->op->output() ? pce->op->output() : out.p;
@@ -815,7 +839,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (pce && pce_reserve_ratios.size() > 1) {
         std::printf("         peer copy engines: GEMM leaves %d SMs free (measured ratio to the fallback per reserve:",
                     pce->op->options().reserve_sms);
-        for (const auto& [r, x] : pce_reserve_ratios) std::printf(" %d: %.3f", r, x);
+        for (const auto& v : pce_reserve_ratios) std::printf(" %d%s: %.3f", v.reserve, v.stores ? "s" : "", v.ratio);
         std::printf(")\n");
       }
       if (sym)
@@ -903,11 +927,13 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (pce) {
         j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms)
             .add("pce_pull_last", pce->op->options().peer_pull_last)
-            .add("pce_stores", pce->op->options().peer_stores);
+            .add("pce_stores", pce->op->options().peer_stores)
+            .add("pce_stores_bulk", pce->op->options().peer_stores && pce->op->stores_bulk());
         if (pce_reserve_ratios.size() > 1) {  // --pce-reserves: what each reserve's timed choice measured
           std::ostringstream rr;
           for (size_t i = 0; i < pce_reserve_ratios.size(); ++i)
-            rr << (i ? "," : "") << pce_reserve_ratios[i].first << ':' << pce_reserve_ratios[i].second;
+            rr << (i ? "," : "") << pce_reserve_ratios[i].reserve << (pce_reserve_ratios[i].stores ? "s" : "") << ':'
+               << pce_reserve_ratios[i].ratio;
           j.add("pce_reserve_ratios", rr.str());
         }
         add_decision(*pce, searched_pce);

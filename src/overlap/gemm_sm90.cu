@@ -175,6 +175,7 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     p.part_dst = e.part_dst;
     p.part_flags = e.part_flags;
     p.part_rank = e.part_rank;
+    p.part_bulk = e.part_bulk && (e.parts - 1) * (g.bm / e.parts) <= g.bm / 2 ? 1 : 0;
   }
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
 }

@@ -550,6 +550,13 @@ void GemmOverlap::upload() {
                          : reinterpret_cast<uint64_t>(peer_recv_->peer(q)) + static_cast<uint64_t>(2 * shift[i]);
       }
     BRAID_CUDA_CHECK(cudaMemcpy(part_dst_, dst.data(), dst.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+    static const bool bulk_env = [] {
+      const char* v = std::getenv("BRAID_OVERLAP_BULK_STORES");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    // The row stage holds half a tile: the remote rows fit at 2 ranks only (the same test as SignalGemm::run's).
+    part_bulk_ = opt_.peer_stores_bulk && bulk_env && (W - 1) * (map_.grid.bm / W) <= map_.grid.bm / 2;
+    for (const uint64_t a : dst) part_bulk_ = part_bulk_ && a % 16 == 0;  // the bulk copy's destination alignment
   }
   // cudaMemset/cudaMemcpy above run on the legacy stream, which the library's non-blocking streams do not
   // wait for (and a pageable host-to-device copy may return before its DMA lands): finish them here.
@@ -654,6 +661,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
     e.part_dst = part_dst_;
     e.part_flags = part_flags_;
     e.part_rank = team_.rank();
+    e.part_bulk = part_bulk_;
   }
   gemm_->run(a, b, opt_.m, opt_.n, opt_.k, e, stream);
 

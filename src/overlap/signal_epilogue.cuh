@@ -67,6 +67,11 @@ struct SignalEpilogueParams {
   const uint64_t* part_dst;
   uint32_t* const* part_flags;
   int part_rank;
+  // Nonzero: the parts for other ranks leave by asynchronous bulk copies from a shared-memory row stage
+  // (store_parts_bulk below) instead of the consumer threads' st.global; the host sets it only where the
+  // remote rows of a tile fit the stage ((parts - 1) * BM / parts <= BM / 2, i.e. 2 ranks) and every
+  // part_dst entry is 16-byte aligned.
+  int part_bulk;
 };
 
 __device__ __forceinline__ void signal_add_release_gpu(uint32_t* p, uint32_t v) {
@@ -77,6 +82,34 @@ __device__ __forceinline__ void signal_add_release_gpu(uint32_t* p, uint32_t v) 
 __device__ __forceinline__ void signal_add_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+
+// Asynchronous bulk copies (PTX cp.async.bulk, the bulk_group completion mechanism), shared -> global; the
+// global address may be a peer's (NVLink through a peer mapping). Memory-ordering contract (store_parts_bulk):
+//   1. the threads that wrote the stage (generic proxy) execute fence.proxy.async.shared::cta, then meet at the
+//      named barrier: their writes are visible to the async proxy's reads issued after it;
+//   2. one thread per row issues the copy and commits it as its own bulk async-group;
+//   3. before the stage is written again (next tile) or the owners are signalled, each issuing thread waits for
+//      completion of its groups (wait_group 0: the writes are performed, not only the reads) and executes
+//      fence.proxy.async.global (async-proxy writes ordered before its later generic operations); the named
+//      barrier then orders that before thread 0's red.release.sys on each owner's flag (cumulative).
+__device__ __forceinline__ void bulk_copy_s2g(void* gmem, const void* smem, uint32_t bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(s), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+// The bf16 row stage of the bulk-copy path: kRows rows of BN bf16, each row's stride padded by 16 bytes so
+// that the fragment writes of 8 consecutive rows (one warp instruction) fall in distinct bank groups; a row
+// is 16-byte aligned and contiguous (the bulk copy's source).
+template <int kRows, int BN>
+struct RowStage {
+  static constexpr int kStride = BN + 8;  // elements
+  alignas(128) __nv_bfloat16 v[kRows * kStride];  // (kRows, BN) bf16, padded rows
+};
 
 template <int BM, int BN>
 class SignalEpilogue {
@@ -97,10 +130,14 @@ class SignalEpilogue {
   using StorePipelineState = cutlass::PipelineState<0>;
 
   static constexpr int kStageCols = 64;
+  static constexpr int kBulkRows = BM / 2;  // remote rows a tile may send by bulk copies (2 ranks: half the tile)
   struct SharedStorage {
-    StageBuffer<BM, kStageCols> stage;
+    union {
+      StageBuffer<BM, kStageCols> stage;   // fp32 passes (staged_store)
+      RowStage<kBulkRows, BN> rows;        // bf16 remote rows (store_parts_bulk)
+    };
   };
-  static_assert(sizeof(SharedStorage) <= 32 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
+  static_assert(sizeof(SharedStorage) <= 34 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
   using TensorStorage = SharedStorage;
   using TensorMapStorage = SharedStorage;
   using PipelineStorage = typename LoadPipeline::SharedStorage;
@@ -187,12 +224,20 @@ class SignalEpilogue {
       ld = BN;
     }
     const int sub_mask = log2_sub >= 30 ? 0x7fffffff : (1 << log2_sub) - 1;
+    threads_ = kThreads;
+    tid_ = thread_idx;
 
     // (BM,BN) coordinates of this thread's accumulator values.
     Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));  // (BM,BN)
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     Tensor tCcD = thr_mma.partition_C(cD);                               // (MMA,MMA_M,MMA_N)
     static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
+
+    if (part_dst != nullptr && params_.part_bulk != 0 && params_.tile_slot != nullptr) {
+      store_parts_bulk(accumulators, tCcD, thread_idx, tile, group, base, part_stride, ld, log2_sub, part_dst);
+      ++iteration_;
+      return cute::make_tuple(load_state, store_state);
+    }
 
     __nv_bfloat16* d = params_.d;
     staged_store<BM, BN, kStageCols, kThreads>(
@@ -238,13 +283,87 @@ class SignalEpilogue {
   template <class... Ts>
   CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadPipelineState load_state, StorePipeline,
                                  StorePipelineState store_state, Ts&&...) {
+    finish_bulk();  // the last tile's bulk copies, then its owners' flags
     return cute::make_tuple(load_state, store_state);
   }
 
  private:
+  // The previous tile's bulk copies (if any): complete (contract above, step 3), then thread 0 adds 1 to each
+  // owner's flag for (that tile's group, this rank). Every consumer thread calls it (named barrier inside).
+  CUTLASS_DEVICE void finish_bulk() {
+    if (bulk_rows_ == 0) return;
+    if (tid_ < bulk_rows_) {
+      bulk_wait_all();
+      fence_proxy_async_global();
+    }
+    cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    if (tid_ == 0) {
+      const int parts = 1 << params_.log2_parts;
+      for (int p = 0; p < parts; ++p)
+        if (p != params_.part_rank)
+          signal_add_release_sys(params_.part_flags[p] + ((bulk_group_ << params_.log2_parts) | params_.part_rank), 1u);
+    }
+    bulk_rows_ = 0;
+  }
+
+  // Reduce-scatter by stores, asynchronous: the own part goes straight from the accumulators to d (4-byte
+  // stores into local memory), the other parts' rows into the bf16 row stage, one bulk copy per row to the
+  // owner's receive buffer (2 * BN contiguous bytes at the address the synchronous path would write), left in
+  // flight while the next tile's main loop runs; their owners' flags are raised when they complete (at the
+  // next tile's epilogue or in store_tail). The own counter is released once the local stores are done.
+  template <class Acc, class Coords>
+  CUTLASS_DEVICE void store_parts_bulk(Acc const& acc, Coords const& tCcD, int tid, int tile, int group,
+                                       int64_t base, int64_t part_stride, int64_t ld, int log2_sub,
+                                       const uint64_t* part_dst) {
+    using namespace cute;
+    using Rows = RowStage<kBulkRows, BN>;
+    const int me = params_.part_rank;
+    const int parts = 1 << params_.log2_parts;
+    const int sub_mask = (1 << log2_sub) - 1;
+    const int remote_rows = (parts - 1) << log2_sub;  // <= kBulkRows (host: part_bulk only then)
+    finish_bulk();  // the stage is free and the previous tile's owners are signalled
+    __nv_bfloat16* rows = smem_->rows.v;
+    const uint64_t* dst_of = part_dst + (int64_t(group) << params_.log2_parts);
+    __nv_bfloat16* own = reinterpret_cast<__nv_bfloat16*>(__ldg(dst_of + me));
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      const auto coord = tCcD(i);
+      const int r = get<0>(coord), c = get<1>(coord);
+      const int p = r >> log2_sub;
+      const __nv_bfloat162 v = __floats2bfloat162_rn(float(acc(i)), float(acc(i + 1)));
+      if (p == me) {
+        *reinterpret_cast<__nv_bfloat162*>(own + base + int64_t(p) * part_stride + int64_t(r & sub_mask) * ld + c) = v;
+      } else {
+        const int ri = ((p < me ? p : p - 1) << log2_sub) | (r & sub_mask);
+        *reinterpret_cast<__nv_bfloat162*>(rows + ri * Rows::kStride + c) = v;
+      }
+    }
+    fence_proxy_async_shared();  // (1)
+    cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    if (tid < remote_rows) {  // (2) one row per thread
+      const int pp = tid >> log2_sub;
+      const int p = pp < me ? pp : pp + 1;
+      const int64_t off = base + int64_t(p) * part_stride + int64_t(tid & sub_mask) * ld;
+      char* dst = reinterpret_cast<char*>(__ldg(dst_of + p)) + 2 * off;
+      bulk_copy_s2g(dst, rows + tid * Rows::kStride, uint32_t(2 * BN));
+      bulk_commit();
+    }
+    if (tid == 0) {
+      if (params_.wave_log != nullptr) params_.wave_log[tile] = iteration_;
+      // The local stores of every consumer thread precede this release (the barrier above).
+      if (params_.counters != nullptr) signal_add_release_sys(params_.counters + group, 1u);
+    }
+    bulk_rows_ = remote_rows;
+    bulk_group_ = group;
+  }
+
   Params params_;
   SharedStorage* smem_;
   int iteration_ = 0;
+  int threads_ = 0;     // consumer threads (size(TiledMma)), set by store()
+  int tid_ = 0;         // this thread's index among them
+  int bulk_rows_ = 0;   // rows of the previous tile still in flight by bulk copies (0: none)
+  int bulk_group_ = 0;  // that tile's group
 };
 
 }  // namespace braid::overlap::detail

@@ -37,6 +37,7 @@ struct Sm90PersistentGemm {
   // The epilogue's shared-memory stage (32 KiB) must not cost the main loop a pipeline stage.
   static_assert(BN != 256 || Mainloop::DispatchPolicy::Stages >= 4, "128x256x64 main loop needs 4 stages");
   static_assert(cute::size(typename GemmKernel::TiledMma{}) == 256, "cooperative: two consumer warpgroups");
+  static_assert(GemmKernel::SharedStorageSize <= 232448, "over sm_90's 227 KiB of shared memory per block");
 
   // Fixed scheduling (AlongN raster, the given swizzle) so that the host model of the execution order
   // (overlap::execution_order) holds.

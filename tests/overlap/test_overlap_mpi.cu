@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct Case {
   int reserve_sms = 90;  // ~40 CTAs: several waves at these sizes; 0: the GEMM on every SM
   bool pull_last = false;  // OverlapOptions::peer_pull_last
   bool stores = false;     // OverlapOptions::peer_stores
+  bool bulk = true;        // OverlapOptions::peer_stores_bulk (taken at 2 ranks)
 };
 
 class OverlapMpi : public ::testing::TestWithParam<Case> {};
@@ -75,6 +77,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   o.transport = c.transport;
   o.peer_pull_last = c.pull_last;
   o.peer_stores = c.stores;
+  o.peer_stores_bulk = c.bulk;
   if (c.transport == Transport::kPeerCopyEngine) {  // braid's own copy-engine pushes: peer access only
     if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
   } else if (c.transport != Transport::kNcclKernels) {  // NCCL >= 2.28, one node with peer access
@@ -85,6 +88,8 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
     }
   }
   GemmOverlap op(team, o);
+  if (c.stores && std::getenv("BRAID_OVERLAP_BULK_STORES") == nullptr)
+    EXPECT_EQ(op.stores_bulk(), c.bulk && W == 2);  // the bulk copies' row stage holds half a tile
   if (c.sequential) EXPECT_EQ(op.mapping().groups(), 1);
   else EXPECT_GT(op.mapping().groups(), 1);
   const bool rs = c.coll == Collective::kReduceScatter;
@@ -216,6 +221,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 90, false, true},
                       Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0, false, true},
                       Case{Collective::kReduceScatter, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine, 1e9, 90, false, true},
+                      // ... by the consumer threads' own stores (no bulk copies), eager and captured
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, false, false, Transport::kPeerCopyEngine, -1, 90, false, true, false},
+                      Case{Collective::kReduceScatter, 4096, 4096, 1024, true, true, false, Transport::kPeerCopyEngine, -1, 0, false, true, false},
                       // ... its all-reduce (the reduced chunks pushed back into the peers' d_): eager, captured,
                       // the GEMM on every SM, tuned into the fallback
                       Case{Collective::kAllReduce, 2048, 2048, 512, true, false, false, Transport::kPeerCopyEngine},
