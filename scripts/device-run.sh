@@ -606,15 +606,15 @@ if has measure-rs; then  # FlashOverlap with measured search inputs per shape: t
 fi
 if has rs-stores; then  # GEMM + RS over the peer transport in several modes, alternating, then torch's fused op, all
   # on RS_SHAPES (default: the GEMM-bound shapes torch won at 1c022b5). RS_VARIANTS: copies (the copy engines),
-  # stores (the epilogue's stores, bulk copies at 2 ranks), stores-sync (the consumer threads' own stores,
-  # BRAID_OVERLAP_BULK_STORES=0), both (--pce-modes copies,stores: the measured pick per shape)
+  # stores (the consumer threads' stores), stores-bulk (--pce-bulk: bulk copies from shared memory, 2 ranks),
+  # both (--pce-modes copies,stores: the measured pick per shape)
   shapes=${RS_SHAPES:-bench/shapes/rs-gemm-bound.txt}
   for round in ${RS_ROUNDS:-1}; do
     for v in ${RS_VARIANTS:-copies stores}; do
       a=(); env=""
       case $v in
         stores) a=(--pce-stores) ;;
-        stores-sync) a=(--pce-stores); env="BRAID_OVERLAP_BULK_STORES=0" ;;
+        stores-bulk) a=(--pce-stores --pce-bulk) ;;
         both) a=(--pce-modes copies,stores) ;;
       esac
       echo "== gemm-rs peer-copy-engine [$v] round $round ($(date +%T))" | tee -a "$log"
@@ -661,5 +661,6 @@ if has layer-tp; then  # issue 10: the layer at TP = every GPU of the node (Llam
   T=240 mpi bench layer --model llama3-70b --tp "$ngpu" --seq 8192 --backward --json "$out/layer-tp$ngpu.jsonl" 2>&1 | tee -a "$log"
 fi
 # The device tool returns at most 8 files: bundle the JSON lines and tables.
-(cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv *.txt 2>/dev/null) 2>/dev/null)
+# (The search's inputs and caches, e.g. inputs.txt.peer-copy-engine, too: a ninth file is not returned, nor is run.log.)
+(cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv *.txt *.txt.* 2>/dev/null) 2>/dev/null)
 echo "== done" | tee -a "$log"

@@ -78,6 +78,8 @@ struct Args {
   // each mode at each --pce-reserves value, and the lowest measured ratio to the fallback's work wins, as for
   // the reserves. Empty: the mode --pce-stores names.
   std::vector<bool> pce_modes;
+  // --pce-bulk: with stores, the remote parts by bulk copies (OverlapOptions::peer_stores_bulk).
+  bool pce_bulk = false;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
 };
@@ -110,6 +112,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--probe-pce") a.probe_pce = true;
     else if (k == "--pce-pull-last") a.pce_pull_last = true;
     else if (k == "--pce-stores") a.pce_stores = true;
+    else if (k == "--pce-bulk") a.pce_bulk = true;
     else if (k == "--pce-modes") {
       a.pce_modes.clear();
       std::stringstream ss(val());
@@ -451,6 +454,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       oc.peer_pull_last = t == Transport::kPeerCopyEngine && a.pce_pull_last;
       oc.peer_stores = t == Transport::kPeerCopyEngine && a.coll == Collective::kReduceScatter &&
                        (a.pce_modes.empty() ? a.pce_stores : bool(a.pce_modes[0]));
+      oc.peer_stores_bulk = a.pce_bulk;
       Other o{t, std::make_unique<GemmOverlap>(team, oc)};
       o.out = o.op->output() ? o.op->output() : out.p;
       others.push_back(std::move(o));
