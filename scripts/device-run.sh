@@ -607,7 +607,8 @@ fi
 if has rs-stores; then  # GEMM + RS over the peer transport in several modes, alternating, then torch's fused op, all
   # on RS_SHAPES (default: the GEMM-bound shapes torch won at 1c022b5). RS_VARIANTS: copies (the copy engines),
   # stores (the consumer threads' stores), stores-bulk (--pce-bulk: bulk copies from shared memory, 2 ranks),
-  # both (--pce-modes copies,stores: the measured pick per shape)
+  # both (--pce-modes copies,stores: the measured pick per shape), owner (both, and the owner-ordered reduce-scatter:
+  # OwnerOrderedRs with cuBLAS's and braid's GEMM; the row's `pick` is the fastest by a separate timing)
   shapes=${RS_SHAPES:-bench/shapes/rs-gemm-bound.txt}
   for round in ${RS_ROUNDS:-1}; do
     for v in ${RS_VARIANTS:-copies stores}; do
@@ -616,6 +617,7 @@ if has rs-stores; then  # GEMM + RS over the peer transport in several modes, al
         stores) a=(--pce-stores) ;;
         stores-bulk) a=(--pce-stores --pce-bulk) ;;
         both) a=(--pce-modes copies,stores) ;;
+        owner) a=(--pce-modes copies,stores --owner) ;;  # plus the owner-ordered RS (cuBLAS, braid), the pick
       esac
       echo "== gemm-rs peer-copy-engine [$v] round $round ($(date +%T))" | tee -a "$log"
       E="$env" T=240 mpi bench gemm-rs --shapes "$shapes" --iters 10 --measure "$out/inputs-$v.txt" \

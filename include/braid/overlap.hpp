@@ -635,6 +635,45 @@ class GemmAllToAll {
   void** dest_ptrs_ = nullptr;        // kPeerStores: world bf16 pointers (each rank's output(), peers' mapped)
 };
 
+// ---- GEMM + reduce-scatter ordered by owner ----
+// What PyTorch's fused_matmul_reduce_scatter does, over braid's copy engines: rank `me` owns rows
+// [me * M/W, (me + 1) * M/W) of the reduced output (NCCL's reduce-scatter layout; nothing to un-permute). Its GEMM
+// runs as one launch per owner block, the peers' blocks first (me + 1, me + 2, ... mod W): each block, once its
+// launch ends, is pushed by a copy engine into its owner's receive buffer (slot me) and the owner's flag raised,
+// while the next block computes; its own block last; then the sum of its own block and the W - 1 received ones.
+// Exposed beyond the GEMM: the sum of M/W rows (and any push still running). FlashOverlap's tile-group mapping
+// puts every rank's rows in every group, so its last group always has a transfer to make after the GEMM; this
+// order has none. The GEMM per block: cuBLAS or braid's (OwnerGemm).
+enum class OwnerGemm { kCublas, kBraid };
+
+class OwnerOrderedRs {
+ public:
+  // Collective (symmetric buffers). Needs peer access between all ranks (UnavailableError otherwise);
+  // M % (W * 256) == 0 for braid's GEMM (2x1 clusters of 128-row tiles), M % W == 0 for cuBLAS.
+  OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm = OwnerGemm::kCublas);
+  ~OwnerOrderedRs();
+  OwnerOrderedRs(const OwnerOrderedRs&) = delete;
+  OwnerOrderedRs& operator=(const OwnerOrderedRs&) = delete;
+  // out: (M/W, N) bf16, rows [me * M/W, ...) of the sum over ranks of A·Bᵀ. Capturable in CUDA graphs.
+  void run(const void* a, const void* b, void* out, cudaStream_t stream);
+  OwnerGemm gemm() const { return kind_; }
+
+ private:
+  Team& team_;
+  int64_t m_, n_, k_;
+  OwnerGemm kind_;
+  std::unique_ptr<CublasGemm> cublas_;
+  std::unique_ptr<SignalGemm> braid_;
+  void* d_ = nullptr;                                  // (M, N) bf16: this rank's partial products, by block
+  std::unique_ptr<SymmetricBuffer> recv_, flags_;      // recv: W slots of (M/W, N); flags: W words (source rank)
+  int slot_ = -1;                                      // the start barrier's slot
+  void *write_value_ = nullptr, *wait_value_ = nullptr;
+  unsigned wait_flags_ = 0;
+  cudaStream_t push_ = nullptr;                        // the copy-engine pushes
+  std::vector<cudaEvent_t> ev_;                        // per peer block: its GEMM done; last: pushes done
+  int sum_ctas_ = 0;
+};
+
 // Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of
 // M/world rows, rank-major): dst row mb*bm + p*sub + r <- src row p*(M/world) + mb*sub + r.
 void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, int world, cudaStream_t s);

@@ -80,6 +80,11 @@ struct Args {
   std::vector<bool> pce_modes;
   // --pce-bulk: with stores, the remote parts by bulk copies (OverlapOptions::peer_stores_bulk).
   bool pce_bulk = false;
+  // --owner (reduce-scatter, with the peer copy-engine transport): also the owner-ordered reduce-scatter
+  // (OwnerOrderedRs: one GEMM launch per owner block, peers' blocks first, pushes by copy engines) with cuBLAS's
+  // and braid's GEMM, verified and timed; per shape the fastest of {the peer op as decided, the two owner-ordered
+  // ops}, by a separate timing before the compared rounds, is the row's `pick`.
+  bool owner = false;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
 };
@@ -113,6 +118,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--pce-pull-last") a.pce_pull_last = true;
     else if (k == "--pce-stores") a.pce_stores = true;
     else if (k == "--pce-bulk") a.pce_bulk = true;
+    else if (k == "--owner") a.owner = true;
     else if (k == "--pce-modes") {
       a.pce_modes.clear();
       std::stringstream ss(val());
@@ -723,9 +729,25 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         wrong_dec = count_mismatch(exact, ref_index, mn / W, download_bf16(out.p, mn / W), same, W, satol);
       }
     }
+    // --owner: the owner-ordered reduce-scatters (NCCL's output layout: rows [rank * M/W, ...) of the sum).
+    std::vector<std::unique_ptr<OwnerOrderedRs>> owners;
+    std::vector<size_t> wrong_owner;
+    if (a.owner && pce && a.coll == Collective::kReduceScatter) {
+      owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kCublas));
+      if ((sh.m / W) % 256 == 0)
+        owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kBraid));
+      for (auto& ow : owners) {
+        ow->run(A.p, B.p, out.p, s);
+        team.synchronize(s, "owner-ordered reduce-scatter check");
+        wrong_owner.push_back(count_mismatch(
+            exact, [&](int64_t i) { return int64_t(rank) * int64_t(mn / W) + i; }, mn / W,
+            download_bf16(out.p, mn / W), same, W, satol));
+      }
+    }
     std::vector<double> wv{double(wrong_gemm), double(wrong_fo), double(wrong_dec), double(wrong_norm)};
     for (const auto& o : others) wv.push_back(double(o.wrong)), wv.push_back(double(o.wrong_norm));
     if (sym) wv.push_back(double(wrong_seq_sym));
+    for (const size_t w : wrong_owner) wv.push_back(double(w));
     const std::vector<double> wr = team.allreduce_max(wv);
     const bool ok = std::all_of(wr.begin(), wr.end(), [](double w) { return w == 0; });
     if (!ok) ++failures;
@@ -735,6 +757,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         more += ", flashoverlap over " + std::string(transport_name(others[i].t)) + " " +
                 std::to_string(long(wr[4 + 2 * i])) + " / rmsnorm " + std::to_string(long(wr[5 + 2 * i]));
       if (sym) more += ", cuBLAS + NCCL over symmetric windows " + std::to_string(long(wr[4 + 2 * others.size()]));
+      for (size_t i = 0; i < owners.size(); ++i)
+        more += std::string(", owner-ordered (") + (owners[i]->gemm() == OwnerGemm::kCublas ? "cuBLAS" : "braid") +
+                ") " + std::to_string(long(wr[4 + 2 * others.size() + (sym ? 1 : 0) + i]));
       std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
                   "rmsnorm %.0f%s; gemm: atol %.3g rtol %.3g; reduced: |got - fp32 sum| <= %.2g + %d/256 * sum "
                   "|partials|)\n",
@@ -761,6 +786,17 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       else
         BRAID_NCCL_CHECK(ncclAllReduce(D.p, D.p, mn, ncclBfloat16, ncclSum, team.nccl(), s));
     });
+    // --owner: which of {the peer op as decided, each owner-ordered op} is fastest, by its own timing before the
+    // compared rounds (every rank picks from the same slowest-rank medians); the rounds then time the pick.
+    int pick = -1;  // -1: the peer op; else owners[pick]
+    std::vector<double> pick_pre;
+    if (!owners.empty()) {
+      pick_pre.push_back(median_us(team, t, [&](int i) { pce->op->run(in.a(i), in.b(i), pce->out, s); }));
+      for (auto& ow : owners)
+        pick_pre.push_back(median_us(team, t, [&](int i) { ow->run(in.a(i), in.b(i), out.p, s); }));
+      for (size_t i = 1; i < pick_pre.size(); ++i)
+        if (pick_pre[i] < pick_pre[size_t(pick + 1)]) pick = int(i) - 1;
+    }
     // The three compared end to end are timed interleaved (5 rounds): drift hits them alike.
     std::vector<std::function<void(int)>> fns = {
         [&](int i) { run_sequential(team, cublas, a.coll, in.a(i), in.b(i), D.p, out.p, sh.m, sh.n, sh.k, s); },
@@ -771,7 +807,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       fns.push_back([&](int i) {
         run_sequential(team, cublas, a.coll, in.a(i), in.b(i), sym_d->get(), sym_out->get(), sh.m, sh.n, sh.k, s);
       });
+    const size_t owner_fn = fns.size();
+    for (auto& ow : owners) fns.push_back([&ow, &in, &out, s](int i) { ow->run(in.a(i), in.b(i), out.p, s); });
     const auto cmp = bench::time_interleaved(&team, s, t, 5, fns);
+    std::vector<double> t_owner;
+    for (size_t i = 0; i < owners.size(); ++i) t_owner.push_back(bench::summarize(cmp[owner_fn + i]).median_us);
     const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
                  t_fo = bench::summarize(cmp[2]).median_us;
     for (size_t i = 0; i < others.size(); ++i) others[i].eager_us = bench::summarize(cmp[3 + i]).median_us;
@@ -845,6 +885,16 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
                     pce->op->options().reserve_sms);
         for (const auto& v : pce_reserve_ratios) std::printf(" %d%s: %.3f", v.reserve, v.stores ? "s" : "", v.ratio);
         std::printf(")\n");
+      }
+      if (!owners.empty()) {
+        std::printf("         owner-ordered:");
+        for (size_t i = 0; i < owners.size(); ++i)
+          std::printf(" %s %.1f us (%.3fx seq)", owners[i]->gemm() == OwnerGemm::kCublas ? "cuBLAS" : "braid",
+                      t_owner[i], t_seq / t_owner[i]);
+        const double t_pick = pick < 0 ? pce->eager_us : t_owner[size_t(pick)];
+        std::printf("; pick %s: %.1f us (%.3fx seq)\n",
+                    pick < 0 ? "peer op" : owners[size_t(pick)]->gemm() == OwnerGemm::kCublas ? "owner cuBLAS" : "owner braid",
+                    t_pick, t_seq / t_pick);
       }
       if (sym)
         std::printf("         cuBLAS + NCCL between symmetric windows: collective %.1f us, sequential %.1f us; "
@@ -933,6 +983,20 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             .add("pce_pull_last", pce->op->options().peer_pull_last)
             .add("pce_stores", pce->op->options().peer_stores)
             .add("pce_stores_bulk", pce->op->options().peer_stores && pce->op->stores_bulk());
+        if (!owners.empty()) {
+          for (size_t i = 0; i < owners.size(); ++i) {
+            const std::string g = owners[i]->gemm() == OwnerGemm::kCublas ? "cublas" : "braid";
+            j.add("owner_" + g + "_us", t_owner[i]).add("owner_" + g + "_pre_us", pick_pre[i + 1]);
+          }
+          const double t_pick = pick < 0 ? pce->eager_us : t_owner[size_t(pick)];
+          j.add("pick", pick < 0 ? std::string("pce")
+                                 : std::string(owners[size_t(pick)]->gemm() == OwnerGemm::kCublas ? "owner-cublas"
+                                                                                                  : "owner-braid"))
+              .add("pce_pre_us", pick_pre[0])
+              .add("flashoverlap_pick_us", t_pick)
+              .add("speedup_pick", t_seq / t_pick)
+              .add("fraction_of_bound_pick", bound / t_pick);
+        }
         if (pce_reserve_ratios.size() > 1) {  // --pce-reserves: what each reserve's timed choice measured
           std::ostringstream rr;
           for (size_t i = 0; i < pce_reserve_ratios.size(); ++i)

@@ -930,6 +930,104 @@ void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, i
   BRAID_CHECK_LAUNCH();
 }
 
+// ============================================ owner-ordered RS ============================================
+OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm)
+    : team_(team), m_(m), n_(n), k_(k), kind_(gemm) {
+  const int W = team.size();
+  const char* what = "owner-ordered reduce-scatter";
+  BRAID_REQUIRE(m > 0 && n > 0 && k > 0 && m % W == 0 && n % 8 == 0, "OwnerOrderedRs: M % world == 0, N % 8 == 0");
+  BRAID_REQUIRE(W <= kMaxSumSources, "OwnerOrderedRs: at most 16 ranks");
+  if (!team.peer_ok())
+    throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
+                           __FILE__, __LINE__);
+  const int64_t rows = m / W;
+  if (gemm == OwnerGemm::kBraid) {
+    braid_ = std::make_unique<SignalGemm>(TileConfig::k128x256, 0);
+    (void)braid_->plan(rows, n, k);  // throws UsageError if a block does not fit the tiles
+  } else {
+    cublas_ = std::make_unique<CublasGemm>();
+  }
+  write_value_ = memops::required_entry_point("cuStreamWriteValue32", what);
+  wait_value_ = memops::required_entry_point("cuStreamWaitValue32", what);
+  wait_flags_ = memops::remote_wait_flags();
+  const size_t bytes = size_t(m) * n * 2;
+  BRAID_CUDA_CHECK(cudaMalloc(&d_, bytes));
+  recv_ = std::make_unique<SymmetricBuffer>(team, bytes);                  // collective
+  flags_ = std::make_unique<SymmetricBuffer>(team, size_t(W) * 4);        // collective
+  BRAID_CUDA_CHECK(cudaMemset(flags_->local(), 0, size_t(W) * 4));
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  slot_ = team.reserve_slots(1);
+  BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&push_, cudaStreamNonBlocking));
+  ev_.resize(size_t(W));
+  for (auto& e : ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  int dev = 0, sms = 0, per_sm = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
+  sum_ctas_ = std::max(1, per_sm) * sms;
+}
+
+OwnerOrderedRs::~OwnerOrderedRs() {
+  if (push_) cudaStreamSynchronize(push_);
+  for (auto e : ev_) cudaEventDestroy(e);
+  if (push_) cudaStreamDestroy(push_);
+  cudaFree(d_);
+}
+
+// Ordering, per run (every step on `stream` unless named):
+//   1. our flags reset, then the start barrier: every rank has finished its previous run (its sum read its receive
+//      buffer, its pushes landed), so no peer writes our receive buffer or flags before this point, and we write
+//      theirs only after it;
+//   2. peer block q = me + i (i = 1 .. W-1): its GEMM, an event; on push_: wait for the event, copy the block into
+//      rank q's receive buffer at slot me, then write 1 into rank q's flag [me] (stream order on push_ puts the
+//      write after the copy);
+//   3. our own block's GEMM;
+//   4. wait for every peer's flag [q] (GEQ 1, with the remote-write flush), then sum our block and the W - 1
+//      received slots in rank order into out; join push_ (the next run's reset and barrier follow every push).
+void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  const int W = team_.size(), me = team_.rank();
+  const int64_t rows = m_ / W;
+  const size_t blk = size_t(rows) * size_t(n_);  // elements of one owner block
+  const auto* A = static_cast<const __nv_bfloat16*>(a);
+  auto* D = static_cast<__nv_bfloat16*>(d_);
+  auto gemm_block = [&](int q) {
+    const __nv_bfloat16* aq = A + size_t(q) * size_t(rows) * size_t(k_);  // (M/W, K) rows of block q
+    __nv_bfloat16* dq = D + size_t(q) * blk;                              // (M/W, N)
+    if (cublas_) {
+      cublas_->run(aq, b, dq, rows, n_, k_, stream);
+    } else {
+      EpilogueArgs e;
+      e.d = dq;
+      braid_->run(aq, b, rows, n_, k_, e, stream);
+    }
+  };
+  BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * 4, stream));
+  memops::start_barrier(team_, slot_, stream);
+  for (int i = 1; i < W; ++i) {
+    const int q = (me + i) % W;
+    gemm_block(q);
+    BRAID_CUDA_CHECK(cudaEventRecord(ev_[size_t(i - 1)], stream));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, ev_[size_t(i - 1)], 0));
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * blk, D + size_t(q) * blk,
+                                     blk * 2, cudaMemcpyDefault, push_));
+    memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + me, 1u);
+  }
+  gemm_block(me);
+  const uint32_t* flags = flags_->local_as<uint32_t>();
+  for (int q = 0; q < W; ++q)
+    if (q != me) memops::stream_wait(wait_value_, stream, flags + q, 1u, wait_flags_);
+  const auto* recv = recv_->local_as<const __nv_bfloat16>();
+  SumSources src{};
+  for (int q = 0; q < W; ++q)
+    src.p[q] = reinterpret_cast<const uint4*>(q == me ? D + size_t(me) * blk : recv + size_t(q) * blk);
+  const int64_t vecs = static_cast<int64_t>(blk / 8);
+  const int blocks = static_cast<int>(std::min<int64_t>(sum_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, stream>>>(src, static_cast<uint4*>(out), vecs, W);
+  BRAID_CHECK_LAUNCH();
+  BRAID_CUDA_CHECK(cudaEventRecord(ev_[size_t(W - 1)], push_));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_[size_t(W - 1)], 0));
+}
+
 // ============================================== baselines ==============================================
 CublasGemm::CublasGemm() {
   cublasHandle_t h = nullptr;

@@ -257,6 +257,49 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
             0u);
 }
 
+// OwnerOrderedRs: rank r's output is rows [r * M/W, ...) of the sum (NCCL's reduce-scatter layout), with cuBLAS's and
+// braid's GEMM per owner block, eager (twice: the flags and the start barrier order the second run after the first)
+// and replayed from a CUDA graph (three replays).
+TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
+  if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = 512 * W, n = 2048, k = 1024, mn = m * n;
+  cudaStream_t s = team.stream();
+  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2 / W);
+  fill_uniform_bf16(a.p, m * k, 600 + rank, 1.f, s);
+  fill_uniform_bf16(b.p, n * k, 700 + rank, 1.f, s);
+  CublasGemm cublas;
+  run_sequential(team, cublas, Collective::kAllReduce, a.p, b.p, ref.p, nullptr, m, n, k, s);
+  team.synchronize("reference");
+  const auto r = download_bf16(ref.p, mn);
+  const std::vector<uint16_t> want(r.begin() + int64_t(rank) * (mn / W), r.begin() + int64_t(rank + 1) * (mn / W));
+  for (const OwnerGemm g : {OwnerGemm::kCublas, OwnerGemm::kBraid}) {
+    OwnerOrderedRs op(team, m, n, k, g);
+    cudaGraphExec_t exec = nullptr;
+    for (int rep = 0; rep < 5; ++rep) {
+      ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess);
+      if (rep == 2) {  // capture once, replay in reps 2-4
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        op.run(a.p, b.p, out.p, s);
+        ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        cudaGraphDestroy(graph);
+      }
+      if (exec) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      else op.run(a.p, b.p, out.p, s);
+      team.synchronize("owner-ordered reduce-scatter");
+      EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
+                               kGemmRtol),
+                0u)
+          << "rank " << rank << " gemm " << (g == OwnerGemm::kCublas ? "cuBLAS" : "braid") << " rep " << rep;
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+}
+
 // GemmOverlap::transport_collective (the collective the search measures per transport): on the op's own
 // buffer, for a whole and a partial group, it gives what NCCL's reduce-scatter / all-reduce gives on a plain
 // copy of the same data, for every transport (the copy-engine one: NCCL's all-to-all and braid's reduction).
