@@ -66,18 +66,18 @@
 # (symmetric,peer-copy-engine) + sweep-a2a both 3.6 min warm; a half (peer-copy-engine) + sweep-ar (ar-few) 2.8 min
 # warm; `build test sweep-a2a` (A2A_TRANSPORT=all) 4.9 min cold; sweep-a2a all 1.5 min warm; on 4x H200 `build
 # sweep-a2a` (A2A_SHAPES=bench/shapes/a2a-few.txt) 3 min cold.
-# Next (twenty-fourth session's end): `build test` with CTEST_R="test_overlap" first: 25cdec0 (reduce-scatter by the
-# epilogue's stores, OverlapOptions::peer_stores: CUDA in signal_epilogue.cuh / gemm_sm90.cu / overlap.cu, four new
-# test_overlap_mpi cases) is NOT GPU-run. Then `measure-rs` halves with OVERLAP_TRANSPORT=peer-copy-engine
-# MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-stores" against the same without --pce-stores (one call
-# each, same machine; the tuning's pick is the fair number, the predictor models copies), looking at the GEMM-bound
-# shapes that fall back now (1024x8192x4096 ... 8192x4096x16384: torch wins there; the all-to-all's data predict
-# the stores stall the epilogue, ~2.5 us per MiB stored, so expect little: docs/flashoverlap.md); `peers-tp` in the same call for
-# the vs-torch count. GEMM + all-to-all by stores is GPU-run (1.215x, 2 and 4 ranks). `gemm-variant`: the plain
-# GEMM with the epilogue's store branches compiled in and out, alternating (its large-K times read 4-6% slower on
-# the machine after c621751 than before it, cuBLAS equal; same-code repeats differ by up to 4%: noise or the
-# branches?). On 2x H100 (when served): all
-# of it first, then `build test ar-1step`, `strands-smres`.
+# Twenty-fifth session (2x H200): `build test rs-stores` (CTEST_R=test_overlap, two variants + torch) 4.5 min cold;
+# `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
+# warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
+# RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
+# Next (twenty-fifth session's end): the whole sweep with the owner-ordered reduce-scatter (OwnerOrderedRs, GPU-run only
+# on the 12 GEMM-bound shapes: pick 1.162x there, 11 of 12 against torch cross-call): `build measure-rs` with
+# MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes
+# copies,stores --owner", then MEASURE_PART=2/2 on the warm machine with `peers-tp` in the same call (the vs-torch count
+# on one machine); scripts/predictor_error.py prints the pick's summary (geomean, within 2x, fraction of the bound),
+# scripts/compare_peers.py --key pick the torch count. Then at 4 ranks (nvidia-h100-x4) `build test` CTEST_R=test_overlap_mpi
+# (the np4 OwnerOrdered case has not run) and the 12 shapes with RS_VARIANTS=owner. On 2x H100 (when served): all of it
+# first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
 # calls' JSON; their run.logs survived).

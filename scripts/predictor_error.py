@@ -245,6 +245,39 @@ def timed_choice(rows, argv):
                                 "date": first.get("date"), "source": argv[1]}) + "\n")
 
 
+def owner_pick(rows, argv):
+    """`bench gemm-rs --owner`: per shape the fastest of {the peer op as its tuning decided, the owner-ordered
+    reduce-scatter with cuBLAS's / braid's GEMM}, chosen by a separate timing before the row's compared rounds
+    (pce_pre_us, owner_*_pre_us); the row's speedup_pick is that choice's time in the compared rounds."""
+    picked, within, of_bound, counts = [], [], [], {}
+    for r in rows:
+        if not r.get("correct", False) or "speedup_pick" not in r:
+            continue
+        counts[r["pick"]] = counts.get(r["pick"], 0) + 1
+        picked.append(r["speedup_pick"])
+        g, c = r.get("cublas_us"), r.get("collective_us")
+        if g and c and max(g, c) <= 2 * min(g, c):
+            within.append(r["speedup_pick"])
+        if r.get("fraction_of_bound_pick"):
+            of_bound.append(r["fraction_of_bound_pick"])
+    if not picked:
+        return
+    print(f"# pick of the peer op and the owner-ordered ops (--owner), {len(picked)} shapes ({counts}): speedup over "
+          f"cuBLAS + NCCL geomean {gm(picked):.3f}x, min {min(picked):.3f}x, below 0.97x on "
+          f"{sum(x < 0.97 for x in picked)}; within 2x ({len(within)} shapes) {gm(within):.3f}x; median fraction of "
+          f"the bound {statistics.median(of_bound) if of_bound else float('nan'):.3f}")
+    if "--json" in argv:
+        first = rows[0]
+        with open(argv[argv.index("--json") + 1], "a") as f:
+            f.write(json.dumps({"bench": first.get("bench", "gemm-rs") + "-predictor", "transport": "owner-pick",
+                                "shapes": len(picked), "picks": counts, "geomean_speedup": gm(picked),
+                                "min_speedup": min(picked), "within2x_shapes": len(within),
+                                "within2x_geomean": gm(within) if within else None,
+                                "median_fraction_of_bound": statistics.median(of_bound) if of_bound else None,
+                                "card": first.get("card"), "commit": first.get("commit"),
+                                "date": first.get("date"), "source": argv[1]}) + "\n")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -262,6 +295,7 @@ def main(argv):
         return 1
     transport_choice(rows, argv)
     timed_choice(rows, argv)
+    owner_pick(rows, argv)
     return max(rcs)
 
 
