@@ -650,18 +650,23 @@ class OwnerOrderedRs {
  public:
   // Collective (symmetric buffers). Needs peer access between all ranks (UnavailableError otherwise);
   // M % (W * 256) == 0 for braid's GEMM (2x1 clusters of 128-row tiles), M % W == 0 for cuBLAS.
-  OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm = OwnerGemm::kCublas);
+  // chunks: each peer block's GEMM in that many row chunks, each pushed as soon as it is done (the pushes start
+  // sooner and end sooner where they outlast the own block's GEMM; more, smaller launches); M/W % chunks == 0, and
+  // for braid's GEMM M/W/chunks % 256 == 0. The own block is one launch.
+  OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm = OwnerGemm::kCublas, int chunks = 1);
   ~OwnerOrderedRs();
   OwnerOrderedRs(const OwnerOrderedRs&) = delete;
   OwnerOrderedRs& operator=(const OwnerOrderedRs&) = delete;
   // out: (M/W, N) bf16, rows [me * M/W, ...) of the sum over ranks of A·Bᵀ. Capturable in CUDA graphs.
   void run(const void* a, const void* b, void* out, cudaStream_t stream);
   OwnerGemm gemm() const { return kind_; }
+  int chunks() const { return chunks_; }
 
  private:
   Team& team_;
   int64_t m_, n_, k_;
   OwnerGemm kind_;
+  int chunks_;
   std::unique_ptr<CublasGemm> cublas_;
   std::unique_ptr<SignalGemm> braid_;
   void* d_ = nullptr;                                  // (M, N) bf16: this rank's partial products, by block
@@ -670,7 +675,7 @@ class OwnerOrderedRs {
   void *write_value_ = nullptr, *wait_value_ = nullptr;
   unsigned wait_flags_ = 0;
   cudaStream_t push_ = nullptr;                        // the copy-engine pushes
-  std::vector<cudaEvent_t> ev_;                        // per peer block: its GEMM done; last: pushes done
+  std::vector<cudaEvent_t> ev_;                        // per peer chunk: its GEMM done; last: pushes done
   int sum_ctas_ = 0;
 };
 

@@ -85,6 +85,10 @@ struct Args {
   // and braid's GEMM, verified and timed; per shape the fastest of {the peer op as decided, the two owner-ordered
   // ops}, by a separate timing before the compared rounds, is the row's `pick`.
   bool owner = false;
+  // --owner-chunks 1,4: the owner-ordered ops made with cuBLAS at each of these chunk counts (OwnerOrderedRs
+  // chunks: each peer block's GEMM in that many launches, each pushed when done), with braid's GEMM at the first;
+  // default 1.
+  std::vector<int> owner_chunks{1};
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
 };
@@ -119,6 +123,13 @@ Args parse(int argc, char** argv) {
     else if (k == "--pce-stores") a.pce_stores = true;
     else if (k == "--pce-bulk") a.pce_bulk = true;
     else if (k == "--owner") a.owner = true;
+    else if (k == "--owner-chunks") {
+      a.owner_chunks.clear();
+      for (auto c : parse_ints(val(), ','))
+        if (c >= 1 && std::find(a.owner_chunks.begin(), a.owner_chunks.end(), int(c)) == a.owner_chunks.end())
+          a.owner_chunks.push_back(static_cast<int>(c));
+      if (a.owner_chunks.empty()) throw UsageError("--owner-chunks: counts >= 1", __FILE__, __LINE__);
+    }
     else if (k == "--pce-modes") {
       a.pce_modes.clear();
       std::stringstream ss(val());
@@ -371,6 +382,13 @@ int probe_pce(Team& team, const Args& a, const bench::Context& ctx) {
     std::fflush(stdout);
   }
   return 0;
+}
+
+// "owner-cublas", "owner-braid", with "-c<chunks>" past one chunk: the bench's name of an owner-ordered op.
+static std::string owner_name(const OwnerOrderedRs& o) {
+  std::string s = o.gemm() == OwnerGemm::kCublas ? "owner-cublas" : "owner-braid";
+  if (o.chunks() > 1) s += "-c" + std::to_string(o.chunks());
+  return s;
 }
 
 int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
@@ -733,9 +751,13 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     std::vector<std::unique_ptr<OwnerOrderedRs>> owners;
     std::vector<size_t> wrong_owner;
     if (a.owner && pce && a.coll == Collective::kReduceScatter) {
-      owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kCublas));
-      if ((sh.m / W) % 256 == 0)
-        owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kBraid));
+      for (const int c : a.owner_chunks) {
+        if ((sh.m / W) % c != 0) continue;
+        owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kCublas, c));
+        // braid's GEMM at the first chunk count only (128x256 tiles in 2x1 clusters per launch)
+        if (c == a.owner_chunks.front() && (sh.m / W / c) % 256 == 0 && sh.n % 256 == 0)
+          owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kBraid, c));
+      }
       for (auto& ow : owners) {
         ow->run(A.p, B.p, out.p, s);
         team.synchronize(s, "owner-ordered reduce-scatter check");
@@ -758,8 +780,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
                 std::to_string(long(wr[4 + 2 * i])) + " / rmsnorm " + std::to_string(long(wr[5 + 2 * i]));
       if (sym) more += ", cuBLAS + NCCL over symmetric windows " + std::to_string(long(wr[4 + 2 * others.size()]));
       for (size_t i = 0; i < owners.size(); ++i)
-        more += std::string(", owner-ordered (") + (owners[i]->gemm() == OwnerGemm::kCublas ? "cuBLAS" : "braid") +
-                ") " + std::to_string(long(wr[4 + 2 * others.size() + (sym ? 1 : 0) + i]));
+        more += ", " + owner_name(*owners[i]) + " " + std::to_string(long(wr[4 + 2 * others.size() + (sym ? 1 : 0) + i]));
       std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
                   "rmsnorm %.0f%s; gemm: atol %.3g rtol %.3g; reduced: |got - fp32 sum| <= %.2g + %d/256 * sum "
                   "|partials|)\n",
@@ -889,11 +910,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (!owners.empty()) {
         std::printf("         owner-ordered:");
         for (size_t i = 0; i < owners.size(); ++i)
-          std::printf(" %s %.1f us (%.3fx seq)", owners[i]->gemm() == OwnerGemm::kCublas ? "cuBLAS" : "braid",
-                      t_owner[i], t_seq / t_owner[i]);
+          std::printf(" %s %.1f us (%.3fx seq)", owner_name(*owners[i]).c_str(), t_owner[i], t_seq / t_owner[i]);
         const double t_pick = pick < 0 ? pce->eager_us : t_owner[size_t(pick)];
-        std::printf("; pick %s: %.1f us (%.3fx seq)\n",
-                    pick < 0 ? "peer op" : owners[size_t(pick)]->gemm() == OwnerGemm::kCublas ? "owner cuBLAS" : "owner braid",
+        std::printf("; pick %s: %.1f us (%.3fx seq)\n", pick < 0 ? "peer op" : owner_name(*owners[size_t(pick)]).c_str(),
                     t_pick, t_seq / t_pick);
       }
       if (sym)
@@ -985,13 +1004,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             .add("pce_stores_bulk", pce->op->options().peer_stores && pce->op->stores_bulk());
         if (!owners.empty()) {
           for (size_t i = 0; i < owners.size(); ++i) {
-            const std::string g = owners[i]->gemm() == OwnerGemm::kCublas ? "cublas" : "braid";
-            j.add("owner_" + g + "_us", t_owner[i]).add("owner_" + g + "_pre_us", pick_pre[i + 1]);
+            std::string key = owner_name(*owners[i]);  // owner-cublas[-cN] -> owner_cublas[_cN]_us
+            std::replace(key.begin(), key.end(), '-', '_');
+            j.add(key + "_us", t_owner[i]).add(key + "_pre_us", pick_pre[i + 1]);
           }
           const double t_pick = pick < 0 ? pce->eager_us : t_owner[size_t(pick)];
-          j.add("pick", pick < 0 ? std::string("pce")
-                                 : std::string(owners[size_t(pick)]->gemm() == OwnerGemm::kCublas ? "owner-cublas"
-                                                                                                  : "owner-braid"))
+          j.add("pick", pick < 0 ? std::string("pce") : owner_name(*owners[size_t(pick)]))
               .add("pce_pre_us", pick_pre[0])
               .add("flashoverlap_pick_us", t_pick)
               .add("speedup_pick", t_seq / t_pick)

@@ -931,11 +931,12 @@ void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, i
 }
 
 // ============================================ owner-ordered RS ============================================
-OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm)
-    : team_(team), m_(m), n_(n), k_(k), kind_(gemm) {
+OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm, int chunks)
+    : team_(team), m_(m), n_(n), k_(k), kind_(gemm), chunks_(chunks) {
   const int W = team.size();
   const char* what = "owner-ordered reduce-scatter";
   BRAID_REQUIRE(m > 0 && n > 0 && k > 0 && m % W == 0 && n % 8 == 0, "OwnerOrderedRs: M % world == 0, N % 8 == 0");
+  BRAID_REQUIRE(chunks >= 1 && (m / W) % chunks == 0, "OwnerOrderedRs: chunks >= 1 dividing M / world");
   BRAID_REQUIRE(W <= kMaxSumSources, "OwnerOrderedRs: at most 16 ranks");
   if (!team.peer_ok())
     throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
@@ -943,7 +944,8 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   const int64_t rows = m / W;
   if (gemm == OwnerGemm::kBraid) {
     braid_ = std::make_unique<SignalGemm>(TileConfig::k128x256, 0);
-    (void)braid_->plan(rows, n, k);  // throws UsageError if a block does not fit the tiles
+    (void)braid_->plan(rows, n, k);           // throws UsageError if a block does not fit the tiles
+    (void)braid_->plan(rows / chunks, n, k);  // nor a peer block's chunk
   } else {
     cublas_ = std::make_unique<CublasGemm>();
   }
@@ -958,7 +960,7 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   slot_ = team.reserve_slots(1);
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&push_, cudaStreamNonBlocking));
-  ev_.resize(size_t(W));
+  ev_.resize(size_t(W - 1) * size_t(chunks) + 1);
   for (auto& e : ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   int dev = 0, sms = 0, per_sm = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
@@ -978,41 +980,45 @@ OwnerOrderedRs::~OwnerOrderedRs() {
 //   1. our flags reset, then the start barrier: every rank has finished its previous run (its sum read its receive
 //      buffer, its pushes landed), so no peer writes our receive buffer or flags before this point, and we write
 //      theirs only after it;
-//   2. peer block q = me + i (i = 1 .. W-1): its GEMM, an event; on push_: wait for the event, copy the block into
-//      rank q's receive buffer at slot me, then write 1 into rank q's flag [me] (stream order on push_ puts the
-//      write after the copy);
-//   3. our own block's GEMM;
+//   2. peer block q = me + i (i = 1 .. W-1), in `chunks` row chunks: each chunk's GEMM, an event; on push_: wait for
+//      the event, copy the chunk into rank q's receive buffer (slot me, the chunk's rows); after the block's last
+//      chunk, write 1 into rank q's flag [me] (stream order on push_ puts the write after every copy of the block);
+//   3. our own block's GEMM (one launch);
 //   4. wait for every peer's flag [q] (GEQ 1, with the remote-write flush), then sum our block and the W - 1
 //      received slots in rank order into out; join push_ (the next run's reset and barrier follow every push).
 void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   const int W = team_.size(), me = team_.rank();
-  const int64_t rows = m_ / W;
-  const size_t blk = size_t(rows) * size_t(n_);  // elements of one owner block
+  const int64_t rows = m_ / W, crows = rows / chunks_;
+  const size_t blk = size_t(rows) * size_t(n_), cel = size_t(crows) * size_t(n_);  // elements of a block, a chunk
   const auto* A = static_cast<const __nv_bfloat16*>(a);
   auto* D = static_cast<__nv_bfloat16*>(d_);
-  auto gemm_block = [&](int q) {
-    const __nv_bfloat16* aq = A + size_t(q) * size_t(rows) * size_t(k_);  // (M/W, K) rows of block q
-    __nv_bfloat16* dq = D + size_t(q) * blk;                              // (M/W, N)
+  auto gemm_rows = [&](int64_t row0, int64_t count) {  // rows [row0, row0 + count) of D = A·Bᵀ
+    const __nv_bfloat16* ar = A + size_t(row0) * size_t(k_);  // (count, K)
+    __nv_bfloat16* dr = D + size_t(row0) * size_t(n_);         // (count, N)
     if (cublas_) {
-      cublas_->run(aq, b, dq, rows, n_, k_, stream);
+      cublas_->run(ar, b, dr, count, n_, k_, stream);
     } else {
       EpilogueArgs e;
-      e.d = dq;
-      braid_->run(aq, b, rows, n_, k_, e, stream);
+      e.d = dr;
+      braid_->run(ar, b, count, n_, k_, e, stream);
     }
   };
   BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * 4, stream));
   memops::start_barrier(team_, slot_, stream);
   for (int i = 1; i < W; ++i) {
     const int q = (me + i) % W;
-    gemm_block(q);
-    BRAID_CUDA_CHECK(cudaEventRecord(ev_[size_t(i - 1)], stream));
-    BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, ev_[size_t(i - 1)], 0));
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * blk, D + size_t(q) * blk,
-                                     blk * 2, cudaMemcpyDefault, push_));
+    for (int c = 0; c < chunks_; ++c) {
+      const int64_t row0 = int64_t(q) * rows + int64_t(c) * crows;
+      gemm_rows(row0, crows);
+      cudaEvent_t ev = ev_[size_t(i - 1) * size_t(chunks_) + size_t(c)];
+      BRAID_CUDA_CHECK(cudaEventRecord(ev, stream));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, ev, 0));
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * blk + size_t(c) * cel,
+                                       D + size_t(row0) * size_t(n_), cel * 2, cudaMemcpyDefault, push_));
+    }
     memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + me, 1u);
   }
-  gemm_block(me);
+  gemm_rows(int64_t(me) * rows, rows);
   const uint32_t* flags = flags_->local_as<uint32_t>();
   for (int q = 0; q < W; ++q)
     if (q != me) memops::stream_wait(wait_value_, stream, flags + q, 1u, wait_flags_);
@@ -1024,8 +1030,8 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   const int blocks = static_cast<int>(std::min<int64_t>(sum_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
   sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, stream>>>(src, static_cast<uint4*>(out), vecs, W);
   BRAID_CHECK_LAUNCH();
-  BRAID_CUDA_CHECK(cudaEventRecord(ev_[size_t(W - 1)], push_));
-  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_[size_t(W - 1)], 0));
+  BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), push_));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
 }
 
 // ============================================== baselines ==============================================

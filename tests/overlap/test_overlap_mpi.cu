@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nccl.h>
@@ -258,7 +259,7 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
 }
 
 // OwnerOrderedRs: rank r's output is rows [r * M/W, ...) of the sum (NCCL's reduce-scatter layout), with cuBLAS's and
-// braid's GEMM per owner block, eager (twice: the flags and the start barrier order the second run after the first)
+// braid's GEMM per owner block, each peer block in one launch and in two chunks, eager (twice: the flags and the start barrier order the second run after the first)
 // and replayed from a CUDA graph (three replays).
 TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   braid::Team team(MPI_COMM_WORLD);
@@ -275,8 +276,9 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   team.synchronize("reference");
   const auto r = download_bf16(ref.p, mn);
   const std::vector<uint16_t> want(r.begin() + int64_t(rank) * (mn / W), r.begin() + int64_t(rank + 1) * (mn / W));
-  for (const OwnerGemm g : {OwnerGemm::kCublas, OwnerGemm::kBraid}) {
-    OwnerOrderedRs op(team, m, n, k, g);
+  for (const auto& [g, chunks] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1},
+                                   std::pair{OwnerGemm::kCublas, 2}, std::pair{OwnerGemm::kBraid, 2}}) {
+    OwnerOrderedRs op(team, m, n, k, g, chunks);
     cudaGraphExec_t exec = nullptr;
     for (int rep = 0; rep < 5; ++rep) {
       ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess);
@@ -294,7 +296,8 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
       EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
                                kGemmRtol),
                 0u)
-          << "rank " << rank << " gemm " << (g == OwnerGemm::kCublas ? "cuBLAS" : "braid") << " rep " << rep;
+          << "rank " << rank << " gemm " << (g == OwnerGemm::kCublas ? "cuBLAS" : "braid") << " chunks " << chunks
+          << " rep " << rep;
     }
     if (exec) cudaGraphExecDestroy(exec);
   }
