@@ -195,6 +195,24 @@ def transport_choice(rows, argv):
 SUFFIX = {"kernels": "", "symmetric": "_sym", "copy-engine": "_ce", "peer-copy-engine": "_pce"}
 
 
+def summarize_choice(label, transport, picked, within, of_bound, counts, rows, argv):
+    """One choice's summary line (speedups over cuBLAS + NCCL, within 2x, fraction of the bound) and, with --json,
+    its row."""
+    print(f"# {label}: speedup over cuBLAS + NCCL geomean {gm(picked):.3f}x, min {min(picked):.3f}x, below 0.97x on "
+          f"{sum(x < 0.97 for x in picked)}; within 2x ({len(within)} shapes) {gm(within) if within else float('nan'):.3f}x; "
+          f"median fraction of the bound {statistics.median(of_bound) if of_bound else float('nan'):.3f}")
+    if "--json" in argv:
+        first = rows[0]
+        with open(argv[argv.index("--json") + 1], "a") as f:
+            f.write(json.dumps({"bench": first.get("bench", "gemm-rs") + "-predictor", "transport": transport,
+                                "shapes": len(picked), "picks": counts, "geomean_speedup": gm(picked),
+                                "min_speedup": min(picked), "within2x_shapes": len(within),
+                                "within2x_geomean": gm(within) if within else None,
+                                "median_fraction_of_bound": statistics.median(of_bound) if of_bound else None,
+                                "card": first.get("card"), "commit": first.get("commit"),
+                                "date": first.get("date"), "source": argv[1]}) + "\n")
+
+
 def timed_choice(rows, argv):
     """The transport a runtime that tunes every transport would pick: each transport's tuning (before the
     row's timed runs, in the same process: --tune-candidates' cand_best / cand_reference (or cand_sequential), else tune()'s
@@ -229,21 +247,8 @@ def timed_choice(rows, argv):
             of_bound.append(r["bound_us"] / t_us)
     if not picked:
         return
-    print(f"# transport picked by its tuning's measurements, {len(picked)} shapes ({counts}): speedup over cuBLAS + "
-          f"NCCL geomean {gm(picked):.3f}x, min {min(picked):.3f}x, below 0.97x on {sum(x < 0.97 for x in picked)}; "
-          f"within 2x ({len(within)} shapes) {gm(within):.3f}x; median fraction of the bound "
-          f"{statistics.median(of_bound) if of_bound else float('nan'):.3f}")
-    if "--json" in argv:
-        first = rows[0]
-        with open(argv[argv.index("--json") + 1], "a") as f:
-            f.write(json.dumps({"bench": first.get("bench", "gemm-rs") + "-predictor", "transport": "timed-choice",
-                                "shapes": len(picked), "picks": counts, "geomean_speedup": gm(picked),
-                                "min_speedup": min(picked), "within2x_shapes": len(within),
-                                "within2x_geomean": gm(within),
-                                "median_fraction_of_bound": statistics.median(of_bound) if of_bound else None,
-                                "card": first.get("card"), "commit": first.get("commit"),
-                                "date": first.get("date"), "source": argv[1]}) + "\n")
-
+    summarize_choice(f"transport picked by its tuning's measurements, {len(picked)} shapes ({counts})", "timed-choice",
+                     picked, within, of_bound, counts, rows, argv)
 
 def owner_pick(rows, argv):
     """`bench gemm-rs --owner`: per shape the fastest of {the peer op as its tuning decided, the owner-ordered
@@ -262,21 +267,8 @@ def owner_pick(rows, argv):
             of_bound.append(r["fraction_of_bound_pick"])
     if not picked:
         return
-    print(f"# pick of the peer op and the owner-ordered ops (--owner), {len(picked)} shapes ({counts}): speedup over "
-          f"cuBLAS + NCCL geomean {gm(picked):.3f}x, min {min(picked):.3f}x, below 0.97x on "
-          f"{sum(x < 0.97 for x in picked)}; within 2x ({len(within)} shapes) {gm(within):.3f}x; median fraction of "
-          f"the bound {statistics.median(of_bound) if of_bound else float('nan'):.3f}")
-    if "--json" in argv:
-        first = rows[0]
-        with open(argv[argv.index("--json") + 1], "a") as f:
-            f.write(json.dumps({"bench": first.get("bench", "gemm-rs") + "-predictor", "transport": "owner-pick",
-                                "shapes": len(picked), "picks": counts, "geomean_speedup": gm(picked),
-                                "min_speedup": min(picked), "within2x_shapes": len(within),
-                                "within2x_geomean": gm(within) if within else None,
-                                "median_fraction_of_bound": statistics.median(of_bound) if of_bound else None,
-                                "card": first.get("card"), "commit": first.get("commit"),
-                                "date": first.get("date"), "source": argv[1]}) + "\n")
-
+    summarize_choice(f"pick of the peer op and the owner-ordered ops (--owner), {len(picked)} shapes ({counts})",
+                     "owner-pick", picked, within, of_bound, counts, rows, argv)
 
 def main(argv):
     if len(argv) < 2:

@@ -28,6 +28,19 @@ struct Buf {
   ~Buf() { cudaFree(p); }
 };
 
+// Random A (M, K) and B (N, K) per rank (seeds base + rank, base + 100 + rank), and the reference: cuBLAS + NCCL
+// all-reduce of A·Bᵀ over ranks, downloaded (M, N).
+std::vector<uint16_t> random_inputs_and_reference(braid::Team& team, void* a, void* b, void* ref, int64_t m, int64_t n,
+                                                  int64_t k, uint64_t base) {
+  cudaStream_t s = team.stream();
+  fill_uniform_bf16(a, m * k, base + team.rank(), 1.f, s);
+  fill_uniform_bf16(b, n * k, base + 100 + team.rank(), 1.f, s);
+  CublasGemm cublas;
+  run_sequential(team, cublas, Collective::kAllReduce, a, b, ref, nullptr, m, n, k, s);
+  team.synchronize("reference");
+  return download_bf16(ref, m * n);
+}
+
 bool all_hopper(braid::Team& team) {
   int dev = 0, major = 0;
   cudaGetDevice(&dev);
@@ -238,12 +251,8 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
   const int64_t m = 2048, n = 1024, k = 512, mn = m * n;
   cudaStream_t s = team.stream();
   Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), d(mn * 2), out(mn * 2 / W);
-  fill_uniform_bf16(a.p, m * k, 400 + rank, 1.f, s);
-  fill_uniform_bf16(b.p, n * k, 500 + rank, 1.f, s);
+  const auto r = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 400);
   CublasGemm cublas;
-  run_sequential(team, cublas, Collective::kAllReduce, a.p, b.p, ref.p, nullptr, m, n, k, s);
-  team.synchronize("reference");
-  const auto r = download_bf16(ref.p, mn);
   Decomposition dec(team, 4);
   dec.run(cublas, Collective::kAllReduce, a.p, b.p, d.p, out.p, m, n, k, s);
   team.synchronize("decomposition AR");
@@ -269,12 +278,7 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   const int64_t m = 512 * W, n = 2048, k = 1024, mn = m * n;
   cudaStream_t s = team.stream();
   Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2 / W);
-  fill_uniform_bf16(a.p, m * k, 600 + rank, 1.f, s);
-  fill_uniform_bf16(b.p, n * k, 700 + rank, 1.f, s);
-  CublasGemm cublas;
-  run_sequential(team, cublas, Collective::kAllReduce, a.p, b.p, ref.p, nullptr, m, n, k, s);
-  team.synchronize("reference");
-  const auto r = download_bf16(ref.p, mn);
+  const auto r = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 600);
   const std::vector<uint16_t> want(r.begin() + int64_t(rank) * (mn / W), r.begin() + int64_t(rank + 1) * (mn / W));
   for (const auto& [g, chunks] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1},
                                    std::pair{OwnerGemm::kCublas, 2}, std::pair{OwnerGemm::kBraid, 2}}) {
