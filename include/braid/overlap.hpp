@@ -676,6 +676,7 @@ class OwnerOrderedRs {
   unsigned wait_flags_ = 0;
   cudaStream_t push_ = nullptr;                        // the copy-engine pushes
   std::vector<cudaEvent_t> ev_;                        // per peer chunk: its GEMM done; last: pushes done
+  cudaEvent_t fork_ = nullptr, ready_ = nullptr;       // cuBLAS: the setup on push_ (run() step 1)
   int sum_ctas_ = 0;
 };
 

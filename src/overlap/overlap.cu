@@ -962,6 +962,8 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&push_, cudaStreamNonBlocking));
   ev_.resize(size_t(W - 1) * size_t(chunks) + 1);
   for (auto& e : ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   int dev = 0, sms = 0, per_sm = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
   BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -972,6 +974,8 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
 OwnerOrderedRs::~OwnerOrderedRs() {
   if (push_) cudaStreamSynchronize(push_);
   for (auto e : ev_) cudaEventDestroy(e);
+  if (fork_) cudaEventDestroy(fork_);
+  if (ready_) cudaEventDestroy(ready_);
   if (push_) cudaStreamDestroy(push_);
   cudaFree(d_);
 }
@@ -979,7 +983,10 @@ OwnerOrderedRs::~OwnerOrderedRs() {
 // Ordering, per run (every step on `stream` unless named):
 //   1. our flags reset, then the start barrier: every rank has finished its previous run (its sum read its receive
 //      buffer, its pushes landed), so no peer writes our receive buffer or flags before this point, and we write
-//      theirs only after it;
+//      theirs only after it. With cuBLAS's GEMM (kernels that retire, so the barrier's one block finds an SM) both
+//      run on push_ after a fork from `stream`, beside the first block's GEMM, and `stream` waits for them (event
+//      `ready`) only before its flag waits in 4 (which must not read a flag the reset has not cleared yet); with
+//      braid's persistent GEMM (every SM until its end) both run on `stream` before the GEMM;
 //   2. peer block q = me + i (i = 1 .. W-1), in `chunks` row chunks: each chunk's GEMM, an event; on push_: wait for
 //      the event, copy the chunk into rank q's receive buffer (slot me, the chunk's rows); after the block's last
 //      chunk, write 1 into rank q's flag [me] (stream order on push_ puts the write after every copy of the block);
@@ -1003,8 +1010,16 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
       braid_->run(ar, b, count, n_, k_, e, stream);
     }
   };
-  BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * 4, stream));
-  memops::start_barrier(team_, slot_, stream);
+  const bool beside = cublas_ != nullptr;
+  cudaStream_t setup = stream;
+  if (beside) {
+    BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, fork_, 0));
+    setup = push_;
+  }
+  BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * 4, setup));
+  memops::start_barrier(team_, slot_, setup);
+  if (beside) BRAID_CUDA_CHECK(cudaEventRecord(ready_, push_));
   for (int i = 1; i < W; ++i) {
     const int q = (me + i) % W;
     for (int c = 0; c < chunks_; ++c) {
@@ -1019,6 +1034,7 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + me, 1u);
   }
   gemm_rows(int64_t(me) * rows, rows);
+  if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));  // the reset precedes the waits below
   const uint32_t* flags = flags_->local_as<uint32_t>();
   for (int q = 0; q < W; ++q)
     if (q != me) memops::stream_wait(wait_value_, stream, flags + q, 1u, wait_flags_);
