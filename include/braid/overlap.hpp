@@ -652,7 +652,8 @@ class OwnerOrderedRs {
   // M % (W * 256) == 0 for braid's GEMM (2x1 clusters of 128-row tiles), M % W == 0 for cuBLAS.
   // chunks: each peer block's GEMM in that many row chunks, each pushed as soon as it is done (the pushes start
   // sooner and end sooner where they outlast the own block's GEMM; more, smaller launches); M/W % chunks == 0, and
-  // for braid's GEMM M/W/chunks % 256 == 0. The own block is one launch.
+  // for braid's GEMM M/W/chunks % 256 == 0. Past one chunk the own block runs in chunks too, each chunk's sum
+  // beside the next chunk's GEMM (only the last chunk's sum is exposed).
   OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm = OwnerGemm::kCublas, int chunks = 1);
   ~OwnerOrderedRs();
   OwnerOrderedRs(const OwnerOrderedRs&) = delete;
@@ -677,6 +678,8 @@ class OwnerOrderedRs {
   cudaStream_t push_ = nullptr;                        // the copy-engine pushes
   std::vector<cudaEvent_t> ev_;                        // per peer chunk: its GEMM done; last: pushes done
   cudaEvent_t fork_ = nullptr, ready_ = nullptr;       // cuBLAS: the setup on push_ (run() step 1)
+  cudaStream_t sum_ = nullptr;                         // chunks > 1: our block's chunk sums
+  std::vector<cudaEvent_t> own_ev_;                    // chunks > 1: per own chunk its GEMM done; last: sums done
   int sum_ctas_ = 0;
 };
 

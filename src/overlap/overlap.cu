@@ -459,6 +459,11 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   BRAID_CUDA_CHECK(cudaMemset(counters_, 0, (size_t(T) + 1) * sizeof(uint32_t)));
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  if (chunks > 1) {  // our own block's chunks: their sums on sum_ (run() step 4)
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_, cudaStreamNonBlocking));
+    own_ev_.resize(size_t(chunks) + 1);
+    for (auto& e : own_ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   // BRAID_OVERLAP_CE_SUM_STREAM=0: the sums on the comm stream, in line with the all-to-alls (for A/B runs).
   static const bool sum_stream = [] {
@@ -963,6 +968,11 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   ev_.resize(size_t(W - 1) * size_t(chunks) + 1);
   for (auto& e : ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  if (chunks > 1) {  // our own block's chunks: their sums on sum_ (run() step 4)
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_, cudaStreamNonBlocking));
+    own_ev_.resize(size_t(chunks) + 1);
+    for (auto& e : own_ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   int dev = 0, sms = 0, per_sm = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
@@ -973,7 +983,10 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
 
 OwnerOrderedRs::~OwnerOrderedRs() {
   if (push_) cudaStreamSynchronize(push_);
+  if (sum_) cudaStreamSynchronize(sum_);
   for (auto e : ev_) cudaEventDestroy(e);
+  for (auto e : own_ev_) cudaEventDestroy(e);
+  if (sum_) cudaStreamDestroy(sum_);
   if (fork_) cudaEventDestroy(fork_);
   if (ready_) cudaEventDestroy(ready_);
   if (push_) cudaStreamDestroy(push_);
@@ -988,11 +1001,13 @@ OwnerOrderedRs::~OwnerOrderedRs() {
 //      `ready`) only before its flag waits in 4 (which must not read a flag the reset has not cleared yet); with
 //      braid's persistent GEMM (every SM until its end) both run on `stream` before the GEMM;
 //   2. peer block q = me + i (i = 1 .. W-1), in `chunks` row chunks: each chunk's GEMM, an event; on push_: wait for
-//      the event, copy the chunk into rank q's receive buffer (slot me, the chunk's rows); after the block's last
-//      chunk, write 1 into rank q's flag [me] (stream order on push_ puts the write after every copy of the block);
-//   3. our own block's GEMM (one launch);
-//   4. wait for every peer's flag [q] (GEQ 1, with the remote-write flush), then sum our block and the W - 1
-//      received slots in rank order into out; join push_ (the next run's reset and barrier follow every push).
+//      the event, copy the chunk into rank q's receive buffer (slot me, the chunk's rows), then write c + 1 into
+//      rank q's flag [me] (stream order on push_ puts the write after the chunk's copy and every earlier one);
+//   3. our own block's GEMM: one launch (chunks == 1), or `chunks` launches;
+//   4. chunks == 1: wait for every peer's flag [q] (GEQ 1, with the remote-write flush), then sum our block and the
+//      W - 1 received slots in rank order into out. chunks > 1: chunk c's sum on sum_, after its GEMM (event) and
+//      every peer's flag >= c + 1, beside our next chunk's GEMM; `stream` joins sum_. Then join push_ (the next
+//      run's reset and barrier follow every push).
 void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   const int W = team_.size(), me = team_.rank();
   const int64_t rows = m_ / W, crows = rows / chunks_;
@@ -1030,22 +1045,44 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, ev, 0));
       BRAID_CUDA_CHECK(cudaMemcpyAsync(recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * blk + size_t(c) * cel,
                                        D + size_t(row0) * size_t(n_), cel * 2, cudaMemcpyDefault, push_));
+      // rank q's flag [me] = chunks of its block landed so far (stream order on push_: after this chunk's copy)
+      memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + me, uint32_t(c + 1));
     }
-    memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + me, 1u);
   }
-  gemm_rows(int64_t(me) * rows, rows);
-  if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));  // the reset precedes the waits below
   const uint32_t* flags = flags_->local_as<uint32_t>();
-  for (int q = 0; q < W; ++q)
-    if (q != me) memops::stream_wait(wait_value_, stream, flags + q, 1u, wait_flags_);
   const auto* recv = recv_->local_as<const __nv_bfloat16>();
-  SumSources src{};
-  for (int q = 0; q < W; ++q)
-    src.p[q] = reinterpret_cast<const uint4*>(q == me ? D + size_t(me) * blk : recv + size_t(q) * blk);
-  const int64_t vecs = static_cast<int64_t>(blk / 8);
-  const int blocks = static_cast<int>(std::min<int64_t>(sum_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
-  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, stream>>>(src, static_cast<uint4*>(out), vecs, W);
-  BRAID_CHECK_LAUNCH();
+  // The sum of rows [row0, row0 + count) of our block (chunk-relative element offset `e0`) on s, after every peer's
+  // flag reached `landed` chunks.
+  auto sum_rows = [&](size_t e0, size_t elems, uint32_t landed, cudaStream_t s) {
+    for (int q = 0; q < W; ++q)
+      if (q != me) memops::stream_wait(wait_value_, s, flags + q, landed, wait_flags_);
+    SumSources src{};
+    for (int q = 0; q < W; ++q)
+      src.p[q] = reinterpret_cast<const uint4*>(q == me ? D + size_t(me) * blk + e0 : recv + size_t(q) * blk + e0);
+    const int64_t vecs = static_cast<int64_t>(elems / 8);
+    const int blocks = static_cast<int>(std::min<int64_t>(sum_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
+    sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(
+        src, reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(out) + e0), vecs, W);
+    BRAID_CHECK_LAUNCH();
+  };
+  if (chunks_ == 1) {  // our block in one launch, then its sum on `stream`
+    gemm_rows(int64_t(me) * rows, rows);
+    if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));  // the reset precedes the waits below
+    sum_rows(0, blk, 1u, stream);
+  } else {
+    // Our block in `chunks` launches too; chunk c's sum on sum_ after its GEMM (event) and the peers' chunk c
+    // (flags >= c + 1), beside our next chunk's GEMM; `stream` joins sum_ at the end.
+    if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, ready_, 0));  // the reset precedes the waits
+    for (int c = 0; c < chunks_; ++c) {
+      gemm_rows(int64_t(me) * rows + int64_t(c) * crows, crows);
+      cudaEvent_t ev = own_ev_[size_t(c)];
+      BRAID_CUDA_CHECK(cudaEventRecord(ev, stream));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, ev, 0));
+      sum_rows(size_t(c) * cel, cel, uint32_t(c + 1), sum_);
+    }
+    BRAID_CUDA_CHECK(cudaEventRecord(own_ev_.back(), sum_));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, own_ev_.back(), 0));
+  }
   BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), push_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
 }
