@@ -459,11 +459,6 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   BRAID_CUDA_CHECK(cudaMemset(counters_, 0, (size_t(T) + 1) * sizeof(uint32_t)));
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  if (chunks > 1) {  // our own block's chunks: their sums on sum_ (run() step 4)
-    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_, cudaStreamNonBlocking));
-    own_ev_.resize(size_t(chunks) + 1);
-    for (auto& e : own_ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   // BRAID_OVERLAP_CE_SUM_STREAM=0: the sums on the comm stream, in line with the all-to-alls (for A/B runs).
   static const bool sum_stream = [] {
