@@ -797,6 +797,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     const bench::InputSets in(A.p, size_t(sh.m) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);
     const double t_cublas =
         median_us(team, t, [&](int i) { cublas.run(in.a(i), in.b(i), D.p, sh.m, sh.n, sh.k, s); });
+    // --owner: cuBLAS on the W owner blocks in sequence, nothing else — what splitting the GEMM costs the
+    // owner-ordered op before any communication (M/W rows per launch).
+    const double t_cublas_blocks = owners.empty() ? 0.0 : median_us(team, t, [&](int i) {
+      const int64_t rows = sh.m / W;
+      for (int q = 0; q < W; ++q)
+        cublas.run(static_cast<const __nv_bfloat16*>(in.a(i)) + size_t(q) * size_t(rows) * size_t(sh.k), in.b(i),
+                   static_cast<__nv_bfloat16*>(D.p) + size_t(q) * size_t(rows) * size_t(sh.n), rows, sh.n, sh.k, s);
+    });
     const double t_braid =
         median_us(team, t, [&](int i) { braid_full.run(in.a(i), in.b(i), sh.m, sh.n, sh.k, plain, s); });
     const double t_braid_res =
@@ -1011,6 +1019,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           const double t_pick = pick < 0 ? pce->eager_us : t_owner[size_t(pick)];
           j.add("pick", pick < 0 ? std::string("pce") : owner_name(*owners[size_t(pick)]))
               .add("pce_pre_us", pick_pre[0])
+              .add("cublas_owner_blocks_us", t_cublas_blocks)
               .add("flashoverlap_pick_us", t_pick)
               .add("speedup_pick", t_seq / t_pick)
               .add("fraction_of_bound_pick", bound / t_pick);
