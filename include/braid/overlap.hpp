@@ -364,8 +364,7 @@ struct OverlapOptions {
   // With peer_stores: the remote parts leave by asynchronous bulk copies from shared memory (EpilogueArgs::
   // part_bulk; 2 ranks) instead of the consumer threads' stores. Off by default: measured slower (2x H200,
   // docs/flashoverlap.md "Bulk copies"): the owners' flags wait for the copies' completion, which only the
-  // next tile's epilogue can observe, and the copies still drain at NVLink's pace. BRAID_OVERLAP_BULK_STORES=0
-  // turns it off where an option turned it on (an A/B in one binary).
+  // next tile's epilogue can observe, and the copies still drain at NVLink's pace (`bench gemm-rs --pce-bulk`).
   bool peer_stores_bulk = false;
 };
 

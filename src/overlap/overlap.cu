@@ -550,12 +550,8 @@ void GemmOverlap::upload() {
                          : reinterpret_cast<uint64_t>(peer_recv_->peer(q)) + static_cast<uint64_t>(2 * shift[i]);
       }
     BRAID_CUDA_CHECK(cudaMemcpy(part_dst_, dst.data(), dst.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
-    static const bool bulk_env = [] {
-      const char* v = std::getenv("BRAID_OVERLAP_BULK_STORES");
-      return v == nullptr || std::string(v) != "0";
-    }();
     // The row stage holds half a tile: the remote rows fit at 2 ranks only (the same test as SignalGemm::run's).
-    part_bulk_ = opt_.peer_stores_bulk && bulk_env && (W - 1) * (map_.grid.bm / W) <= map_.grid.bm / 2;
+    part_bulk_ = opt_.peer_stores_bulk && (W - 1) * (map_.grid.bm / W) <= map_.grid.bm / 2;
     for (const uint64_t a : dst) part_bulk_ = part_bulk_ && a % 16 == 0;  // the bulk copy's destination alignment
   }
   // cudaMemset/cudaMemcpy above run on the legacy stream, which the library's non-blocking streams do not
@@ -1046,8 +1042,8 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   }
   const uint32_t* flags = flags_->local_as<uint32_t>();
   const auto* recv = recv_->local_as<const __nv_bfloat16>();
-  // The sum of rows [row0, row0 + count) of our block (chunk-relative element offset `e0`) on s, after every peer's
-  // flag reached `landed` chunks.
+  // On s: elements [e0, e0 + elems) of our block summed with the peers' (same offsets in their receive slots) into
+  // out + e0, after every peer's flag reached `landed` chunks.
   auto sum_rows = [&](size_t e0, size_t elems, uint32_t landed, cudaStream_t s) {
     for (int q = 0; q < W; ++q)
       if (q != me) memops::stream_wait(wait_value_, s, flags + q, landed, wait_flags_);
