@@ -89,6 +89,13 @@ struct Args {
   // chunks: each peer block's GEMM in that many launches, each pushed when done), with braid's GEMM at the first;
   // default 1.
   std::vector<int> owner_chunks{1};
+  bool owner_chunks_given = false;
+  // --auto [--picks FILE] (reduce-scatter): also the library's entry point, AutoGemmRs — made per shape, tune()d on
+  // the row's inputs (its flashoverlap candidate with the peer op's options and partition where the row has one),
+  // verified through original_row() and timed in the compared rounds (`auto_*` in the JSON). --picks: the picks are
+  // read from and written back to FILE (RsPickCache).
+  bool auto_rs = false;
+  std::string picks;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
 };
@@ -123,7 +130,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--pce-stores") a.pce_stores = true;
     else if (k == "--pce-bulk") a.pce_bulk = true;
     else if (k == "--owner") a.owner = true;
+    else if (k == "--auto") a.auto_rs = true;
+    else if (k == "--picks") a.picks = val();
     else if (k == "--owner-chunks") {
+      a.owner_chunks_given = true;
       a.owner_chunks.clear();
       for (auto c : parse_ints(val(), ','))
         if (c >= 1 && std::find(a.owner_chunks.begin(), a.owner_chunks.end(), int(c)) == a.owner_chunks.end())
@@ -386,9 +396,7 @@ int probe_pce(Team& team, const Args& a, const bench::Context& ctx) {
 
 // "owner-cublas", "owner-braid", with "-c<chunks>" past one chunk: the bench's name of an owner-ordered op.
 static std::string owner_name(const OwnerOrderedRs& o) {
-  std::string s = o.gemm() == OwnerGemm::kCublas ? "owner-cublas" : "owner-braid";
-  if (o.chunks() > 1) s += "-c" + std::to_string(o.chunks());
-  return s;
+  return rs_pick_name(RsPick{RsPick::Schedule::kOwnerOrdered, o.gemm(), o.chunks()});
 }
 
 int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
@@ -404,6 +412,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     cache_ce.load(a.cache + ".copy-engine");
     cache_pce.load(a.cache + ".peer-copy-engine");
   }
+  RsPickCache picks;  // --auto: AutoGemmRs's picks (--picks FILE: read here, written after every shape)
+  if (!a.picks.empty()) picks.load(a.picks);
   int failures = 0;
   const char* op_name = a.coll == Collective::kReduceScatter ? "gemm-rs" : "gemm-ar";
   if (rank == 0) {
@@ -766,6 +776,28 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             download_bf16(out.p, mn / W), same, W, satol));
       }
     }
+    // --auto: the library's entry point (AutoGemmRs), tuned on these inputs, then checked through original_row().
+    std::unique_ptr<AutoGemmRs> autop;
+    if (a.auto_rs && a.coll == Collective::kReduceScatter) {
+      AutoRsOptions ao;
+      if (a.owner_chunks_given) ao.owner_chunks = a.owner_chunks;
+      if (pce) {  // the flashoverlap candidate as the row's peer op was decided (its reserve, mode and partition)
+        ao.flash = pce->op->options();
+        ao.flash.cache = nullptr;
+        ao.flash.sequential = false;
+        ao.flash.group_waves = pce->op->mapping().group_waves;
+        ao.try_flash = !pce->op->sequential();
+      }
+      ao.picks = &picks;
+      autop = std::make_unique<AutoGemmRs>(team, sh.m, sh.n, sh.k, ao);
+      autop->tune(A.p, B.p, out.p, s);
+      autop->run(A.p, B.p, out.p, s);
+      team.synchronize(s, "AutoGemmRs check");
+      wrong_owner.push_back(count_mismatch(
+          exact, [&](int64_t i) { return autop->original_row(i / sh.n) * sh.n + i % sh.n; }, mn / W,
+          download_bf16(out.p, mn / W), same, W, satol));
+      if (!a.picks.empty() && rank == 0) picks.save(a.picks);
+    }
     std::vector<double> wv{double(wrong_gemm), double(wrong_fo), double(wrong_dec), double(wrong_norm)};
     for (const auto& o : others) wv.push_back(double(o.wrong)), wv.push_back(double(o.wrong_norm));
     if (sym) wv.push_back(double(wrong_seq_sym));
@@ -781,6 +813,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (sym) more += ", cuBLAS + NCCL over symmetric windows " + std::to_string(long(wr[4 + 2 * others.size()]));
       for (size_t i = 0; i < owners.size(); ++i)
         more += ", " + owner_name(*owners[i]) + " " + std::to_string(long(wr[4 + 2 * others.size() + (sym ? 1 : 0) + i]));
+      if (autop)
+        more += ", auto (" + rs_pick_name(autop->pick()) + ") " +
+                std::to_string(long(wr[4 + 2 * others.size() + (sym ? 1 : 0) + owners.size()]));
       std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
                   "rmsnorm %.0f%s; gemm: atol %.3g rtol %.3g; reduced: |got - fp32 sum| <= %.2g + %d/256 * sum "
                   "|partials|)\n",
@@ -838,9 +873,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       });
     const size_t owner_fn = fns.size();
     for (auto& ow : owners) fns.push_back([&ow, &in, &out, s](int i) { ow->run(in.a(i), in.b(i), out.p, s); });
+    const size_t auto_fn = fns.size();
+    if (autop) fns.push_back([&autop, &in, &out, s](int i) { autop->run(in.a(i), in.b(i), out.p, s); });
     const auto cmp = bench::time_interleaved(&team, s, t, 5, fns);
     std::vector<double> t_owner;
     for (size_t i = 0; i < owners.size(); ++i) t_owner.push_back(bench::summarize(cmp[owner_fn + i]).median_us);
+    const double t_auto = autop ? bench::summarize(cmp[auto_fn]).median_us : 0.0;
     const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
                  t_fo = bench::summarize(cmp[2]).median_us;
     for (size_t i = 0; i < others.size(); ++i) others[i].eager_us = bench::summarize(cmp[3 + i]).median_us;
@@ -923,6 +961,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         std::printf("; pick %s: %.1f us (%.3fx seq)\n", pick < 0 ? "peer op" : owner_name(*owners[size_t(pick)]).c_str(),
                     t_pick, t_seq / t_pick);
       }
+      if (autop) {
+        std::printf("         auto (AutoGemmRs): %s %.1f us (%.3fx seq); tuned:", rs_pick_name(autop->pick()).c_str(),
+                    t_auto, t_seq / t_auto);
+        for (const auto& [p, us] : autop->tuned()) std::printf(" %s %.1f", rs_pick_name(p).c_str(), us);
+        std::printf("\n");
+      }
       if (sym)
         std::printf("         cuBLAS + NCCL between symmetric windows: collective %.1f us, sequential %.1f us; "
                     "FlashOverlap over %s %.3fx of it%s\n",
@@ -1004,6 +1048,16 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         j.add("collective_ce_us", t_comm_ce).add("ce_sum_stream", ce->op->has_tail());
         if (!a.measure.empty()) j.add("ce_tail_model", ce_tail_model() && ce->op->has_tail());
         add_decision(*ce, searched_ce);
+      }
+      if (autop) {  // the library's entry point: its pick, its time in the compared rounds, what tune() measured
+        std::ostringstream tu;
+        for (size_t i = 0; i < autop->tuned().size(); ++i)
+          tu << (i ? "," : "") << rs_pick_name(autop->tuned()[i].first) << ':' << autop->tuned()[i].second;
+        j.add("auto_pick", rs_pick_name(autop->pick()))
+            .add("flashoverlap_auto_us", t_auto)
+            .add("speedup_auto", t_seq / t_auto)
+            .add("fraction_of_bound_auto", bound / t_auto)
+            .add("auto_tuned", tu.str());
       }
       if (pce) {
         j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms)

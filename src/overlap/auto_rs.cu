@@ -1,0 +1,341 @@
+// auto_rs.cu — GEMM + reduce-scatter with the schedule chosen per shape (AutoGemmRs): the picks' names and
+// legality, the rule used without a measurement, the per-shape cache, and the op (build, run, tune). Host code
+// only: every kernel it enqueues belongs to a schedule (overlap.cu, gemm_sm90.cu) or to cuBLAS / NCCL.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "braid/bench.hpp"
+#include "braid/errors.hpp"
+#include "braid/overlap.hpp"
+#include "braid/runtime.hpp"
+
+namespace braid::overlap {
+
+using Sched = RsPick::Schedule;
+
+// =============================================== picks ===============================================
+std::string rs_pick_name(const RsPick& p) {
+  switch (p.schedule) {
+    case Sched::kSequential:
+      return "sequential";
+    case Sched::kFlashOverlap:
+      return "flashoverlap";
+    case Sched::kOwnerOrdered: {
+      std::string s = p.gemm == OwnerGemm::kBraid ? "owner-braid" : "owner-cublas";
+      if (p.chunks != 1) s += "-c" + std::to_string(p.chunks);
+      return s;
+    }
+  }
+  return "?";
+}
+
+RsPick parse_rs_pick(const std::string& name) {
+  const auto bad = [&] {
+    return UsageError("unknown GEMM + reduce-scatter schedule '" + name +
+                          "' (sequential, flashoverlap, owner-cublas[-cN], owner-braid[-cN])",
+                      __FILE__, __LINE__);
+  };
+  RsPick p;
+  if (name == "sequential") return p;
+  if (name == "flashoverlap") {
+    p.schedule = Sched::kFlashOverlap;
+    return p;
+  }
+  std::string rest;
+  if (name.rfind("owner-cublas", 0) == 0) {
+    p.gemm = OwnerGemm::kCublas;
+    rest = name.substr(12);
+  } else if (name.rfind("owner-braid", 0) == 0) {
+    p.gemm = OwnerGemm::kBraid;
+    rest = name.substr(11);
+  } else {
+    throw bad();
+  }
+  p.schedule = Sched::kOwnerOrdered;
+  if (!rest.empty()) {
+    // "-cN", N of 1 to 4 digits
+    if (rest.size() < 3 || rest.size() > 6 || rest.compare(0, 2, "-c") != 0 ||
+        rest.find_first_not_of("0123456789", 2) != std::string::npos)
+      throw bad();
+    p.chunks = std::atoi(rest.c_str() + 2);
+    if (p.chunks < 1) throw bad();
+  }
+  return p;
+}
+
+bool rs_pick_legal(const RsPick& p, int world, int64_t m, int64_t n, int64_t k) {
+  if (world < 1 || m <= 0 || n <= 0 || k <= 0 || m % world != 0) return false;
+  if (p.schedule != Sched::kOwnerOrdered) return true;
+  // OwnerOrderedRs: N % 8 (16-byte rows for the sums), at most 16 ranks (the sum's sources), chunks dividing a block
+  const int64_t rows = m / world;
+  if (n % 8 != 0 || world > 16 || p.chunks < 1 || rows % p.chunks != 0) return false;
+  // braid's GEMM per launch: 128x256 tiles in 2x1 clusters
+  if (p.gemm == OwnerGemm::kBraid && ((rows / p.chunks) % 256 != 0 || n % 256 != 0)) return false;
+  return true;
+}
+
+RsPick default_rs_pick(int world, int64_t m, int64_t n, int64_t k, bool peer_ok) {
+  RsPick p;
+  p.schedule = Sched::kOwnerOrdered;
+  if (peer_ok && world > 1 && rs_pick_legal(p, world, m, n, k) && m / world >= 512) return p;
+  return RsPick{};
+}
+
+// =============================================== cache ===============================================
+void RsPickCache::put(const Entry& e) {
+  for (auto& x : v_)
+    if (x.world == e.world && x.m == e.m && x.n == e.n && x.k == e.k) {
+      x = e;
+      return;
+    }
+  v_.push_back(e);
+}
+
+const RsPickCache::Entry* RsPickCache::lookup(int world, int64_t m, int64_t n, int64_t k) const {
+  const Entry* best = nullptr;
+  for (const auto& e : v_) {
+    if (e.world != world || e.n != n || e.k != k || !rs_pick_legal(e.pick, world, m, n, k)) continue;
+    const int64_t d = std::llabs(e.m - m), bd = best ? std::llabs(best->m - m) : 0;
+    if (!best || d < bd || (d == bd && e.m > best->m)) best = &e;
+  }
+  return best;
+}
+
+void RsPickCache::parse(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  int ln = 0;
+  while (std::getline(in, line)) {
+    ++ln;
+    const size_t c = line.find('#');
+    if (c != std::string::npos) line.resize(c);
+    std::istringstream is(line);
+    Entry e;
+    std::string name;
+    if (!(is >> e.world)) continue;  // blank or comment
+    if (!(is >> e.m >> e.n >> e.k >> name) || e.world < 1 || e.m <= 0 || e.n <= 0 || e.k <= 0)
+      throw UsageError("pick cache line " + std::to_string(ln) + ": expected 'world m n k name [us]'", __FILE__, __LINE__);
+    e.pick = parse_rs_pick(name);
+    std::string us;
+    if (is >> us) {
+      char* end = nullptr;
+      e.us = std::strtod(us.c_str(), &end);
+      if (*end != '\0' || !(e.us >= 0))
+        throw UsageError("pick cache line " + std::to_string(ln) + ": bad time '" + us + "'", __FILE__, __LINE__);
+    }
+    put(e);
+  }
+}
+
+std::string RsPickCache::text() const {
+  std::ostringstream os;
+  os << "# GEMM + reduce-scatter schedule per shape (AutoGemmRs): world m n k pick tuned_us\n";
+  for (const auto& e : v_)
+    os << e.world << ' ' << e.m << ' ' << e.n << ' ' << e.k << ' ' << rs_pick_name(e.pick) << ' ' << e.us << '\n';
+  return os.str();
+}
+
+void RsPickCache::load(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  try {
+    parse(ss.str());
+  } catch (const UsageError& e) {
+    throw UsageError(path + ": " + e.what(), __FILE__, __LINE__);
+  }
+}
+
+void RsPickCache::save(const std::string& path) const {
+  std::ofstream f(path);
+  if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
+  f << text();
+}
+
+// =============================================== the op ===============================================
+// One schedule's resources. Only the pick's are alive outside tune().
+struct AutoGemmRs::Schedule {
+  RsPick pick;
+  std::unique_ptr<GemmOverlap> flash;   // kFlashOverlap
+  std::unique_ptr<OwnerOrderedRs> owner;  // kOwnerOrdered
+  std::unique_ptr<CublasGemm> cublas;   // kSequential
+  void* d = nullptr;                    // kSequential: (M, N) bf16, the GEMM's output
+  Schedule() = default;
+  Schedule(const Schedule&) = delete;
+  Schedule& operator=(const Schedule&) = delete;
+  ~Schedule() {
+    if (d) cudaFree(d);
+  }
+  // out: (M / world, N) bf16.
+  void run(Team& team, int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* out, cudaStream_t s) {
+    switch (pick.schedule) {
+      case Sched::kSequential:
+        run_sequential(team, *cublas, Collective::kReduceScatter, a, b, d, out, m, n, k, s);
+        return;
+      case Sched::kFlashOverlap:
+        if (void* o = flash->output(); o && o != out) {  // NCCL's symmetric transport writes its own window
+          flash->run(a, b, o, s);
+          BRAID_CUDA_CHECK(cudaMemcpyAsync(out, o, flash->out_elems() * 2, cudaMemcpyDeviceToDevice, s));
+        } else {
+          flash->run(a, b, out, s);
+        }
+        return;
+      case Sched::kOwnerOrdered:
+        owner->run(a, b, out, s);
+        return;
+    }
+  }
+  void check() const {
+    if (flash) flash->check_error();
+  }
+};
+
+namespace {
+
+// Collective (the schedules' constructors are). Throws UnavailableError / UsageError where the schedule cannot run
+// here; those depend only on the node and the shape, so every rank throws alike.
+std::unique_ptr<AutoGemmRs::Schedule> make_schedule(Team& team, int64_t m, int64_t n, int64_t k,
+                                                    const AutoRsOptions& opt, const RsPick& p) {
+  auto s = std::make_unique<AutoGemmRs::Schedule>();
+  s->pick = p;
+  switch (p.schedule) {
+    case Sched::kSequential:
+      s->cublas = std::make_unique<CublasGemm>();
+      BRAID_CUDA_CHECK(cudaMalloc(&s->d, size_t(m) * size_t(n) * 2));
+      break;
+    case Sched::kFlashOverlap: {
+      OverlapOptions o = opt.flash;
+      o.coll = Collective::kReduceScatter;
+      o.m = m, o.n = n, o.k = k;
+      s->flash = std::make_unique<GemmOverlap>(team, o);
+      break;
+    }
+    case Sched::kOwnerOrdered:
+      s->owner = std::make_unique<OwnerOrderedRs>(team, m, n, k, p.gemm, p.chunks);
+      break;
+  }
+  return s;
+}
+
+// A pick as one number, for checking that every rank holds the same one.
+double pick_code(const RsPick& p) {
+  return double(int(p.schedule)) * 1e6 + (p.schedule == Sched::kOwnerOrdered ? double(int(p.gemm)) * 1e5 + p.chunks : 0);
+}
+
+}  // namespace
+
+AutoGemmRs::AutoGemmRs(Team& team, int64_t m, int64_t n, int64_t k, const AutoRsOptions& opt)
+    : team_(team), m_(m), n_(n), k_(k), opt_(opt) {
+  const int W = team.size();
+  BRAID_REQUIRE(m > 0 && n > 0 && k > 0 && m % W == 0, "AutoGemmRs: M, N, K > 0 and M % world == 0");
+  RsPick p = default_rs_pick(W, m, n, k, team.peer_ok());
+  if (opt_.picks)
+    if (const auto* e = opt_.picks->lookup(W, m, n, k)) p = e->pick;
+  if ((p.schedule == Sched::kFlashOverlap && !opt_.try_flash) ||
+      (p.schedule == Sched::kOwnerOrdered && (!opt_.try_owner || !team.peer_ok())))
+    p = RsPick{};
+  // Every rank must build the same schedule (the constructors are collective): different pick files would hang.
+  const double c = pick_code(p);
+  const std::vector<double> mx = team.allreduce_max({c, -c});
+  if (mx[0] != -mx[1])
+    throw UsageError("AutoGemmRs: the ranks hold different picks for " + std::to_string(m) + "x" + std::to_string(n) +
+                         "x" + std::to_string(k) + " (rank " + std::to_string(team.rank()) + ": " + rs_pick_name(p) +
+                         "; is the pick cache the same file on every rank?)",
+                     __FILE__, __LINE__);
+  // Where the schedule cannot run here (no stream memory operations; a shape its GEMM cannot tile), the baseline
+  // runs: both causes depend only on the node and the shape, so every rank takes the same way.
+  bool fallback = false;
+  try {
+    cur_ = make_schedule(team, m, n, k, opt_, p);
+  } catch (const UnavailableError&) {
+    fallback = true;
+  } catch (const UsageError&) {
+    if (p == RsPick{}) throw;
+    fallback = true;
+  }
+  if (fallback) {
+    p = RsPick{};
+    cur_ = make_schedule(team, m, n, k, opt_, p);
+  }
+  pick_ = p;
+}
+
+AutoGemmRs::~AutoGemmRs() = default;
+
+void AutoGemmRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  BRAID_REQUIRE(cur_ != nullptr, "AutoGemmRs: no schedule (an earlier tune() threw)");
+  cur_->run(team_, m_, n_, k_, a, b, out, stream);
+}
+
+GemmOverlap* AutoGemmRs::flash() const { return cur_ ? cur_->flash.get() : nullptr; }
+
+int64_t AutoGemmRs::original_row(int64_t j) const {
+  if (const GemmOverlap* f = flash()) return rs_original_row(f->mapping(), team_.rank(), j);
+  return int64_t(team_.rank()) * (m_ / team_.size()) + j;
+}
+
+RsPick AutoGemmRs::tune(const void* a, const void* b, void* out, cudaStream_t stream) {
+  const int W = team_.size();
+  std::vector<RsPick> want{RsPick{}};
+  if (opt_.try_flash) want.push_back(RsPick{Sched::kFlashOverlap});
+  if (opt_.try_owner && team_.peer_ok())
+    for (size_t i = 0; i < opt_.owner_chunks.size(); ++i) {
+      want.push_back(RsPick{Sched::kOwnerOrdered, OwnerGemm::kCublas, opt_.owner_chunks[i]});
+      if (i == 0 && opt_.try_owner_braid)
+        want.push_back(RsPick{Sched::kOwnerOrdered, OwnerGemm::kBraid, opt_.owner_chunks[i]});
+    }
+  team_.synchronize(stream, "AutoGemmRs::tune");  // the current schedule's queued work is done
+  std::vector<std::unique_ptr<Schedule>> cands;
+  for (const RsPick& p : want) {
+    if (!rs_pick_legal(p, W, m_, n_, k_) ||
+        std::any_of(cands.begin(), cands.end(), [&](const auto& c) { return c->pick == p; }))
+      continue;
+    if (cur_ && cur_->pick == p) {  // the current schedule is a candidate as it is
+      cands.push_back(std::move(cur_));
+      continue;
+    }
+    try {
+      cands.push_back(make_schedule(team_, m_, n_, k_, opt_, p));
+    } catch (const UnavailableError&) {
+    } catch (const UsageError&) {  // e.g. a block that braid's GEMM cannot tile
+    }
+  }
+  // The flashoverlap candidate runs as its own tune() decides; where that is its fallback (cuBLAS + NCCL), it is
+  // the sequential candidate again and leaves.
+  for (size_t i = 0; i < cands.size(); ++i) {
+    GemmOverlap* f = cands[i]->flash.get();
+    if (!f) continue;
+    f->tune(a, b, f->output() ? f->output() : out, stream);
+    if (f->sequential()) {
+      team_.synchronize(stream, "AutoGemmRs::tune");
+      cands.erase(cands.begin() + std::ptrdiff_t(i));
+      break;
+    }
+  }
+  std::vector<std::function<void()>> fns;
+  for (auto& c : cands) fns.push_back([&, s = c.get()] { s->run(team_, m_, n_, k_, a, b, out, stream); });
+  const std::vector<double> med =
+      bench::tune_medians(team_, stream, std::max(1, opt_.reps), GemmOverlap::kTuneBatch, fns,
+                          [&](size_t i) { cands[i]->check(); });
+  size_t best = 0;
+  tuned_.clear();
+  for (size_t i = 0; i < cands.size(); ++i) {
+    tuned_.emplace_back(cands[i]->pick, med[i]);
+    if (med[i] < med[best]) best = i;
+  }
+  team_.synchronize(stream, "AutoGemmRs::tune");  // nothing of the losers is still queued
+  cur_ = std::move(cands[best]);
+  pick_ = cur_->pick;
+  cands.clear();
+  if (opt_.picks) opt_.picks->put({W, m_, n_, k_, pick_, med[best]});
+  return pick_;
+}
+
+}  // namespace braid::overlap
