@@ -70,15 +70,18 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (twenty-fifth session's end): the owner-ordered reduce-scatter (OwnerOrderedRs) ran only on the 12 GEMM-bound
-# shapes (pick 1.162x there, 11 of 12 against torch cross-call); its chunked peer blocks (chunks > 1) never ran. First
-# call: `build test measure-rs` with CTEST_R='test_overlap_mpi$' (the OwnerOrdered case checks 2 chunks, both GEMMs)
-# and MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0
-# --pce-modes copies,stores --owner --owner-chunks 1,4"; second call, warm: MEASURE_PART=2/2 and `peers-tp` (the
-# vs-torch count on one machine). scripts/predictor_error.py prints the pick's summary (geomean, within 2x, fraction
-# of the bound), scripts/compare_peers.py --key pick the torch count. Then at 4 ranks (nvidia-h100-x4) `build test`
-# CTEST_R=test_overlap_mpi (np4: the OwnerOrdered case has not run there) and RS_VARIANTS=owner on the 12 shapes. On
-# 2x H100 (when served): all of it first, then `build test ar-1step`, `strands-smres`.
+# Next (twenty-sixth session's end): nothing after 565445d has run on a GPU. First call (2 GPUs): `build test
+# measure-rs` with CTEST_R='test_overlap_mpi$' (OverlapMpiAutoRs: AutoGemmRs, every schedule, rule / tuned / forced
+# by the pick cache; OverlapMpiOwnerOrdered.AllReduce: OwnerOrderedRs's all-reduce form) and MEASURE_PART=1/2
+# OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores
+# --auto --picks $OUT/picks.txt" ($OUT expanded by the device command; the library's own pick, `speedup_auto`, against the bench's pick); second call warm:
+# part 2/2 and `peers-tp`. Then `sweep-ar` with AR_MEASURE=1 OVERLAP_TRANSPORT=peer-copy-engine AR_ARGS="--owner
+# --owner-chunks 1,4 --tune-candidates 6" (the owner-ordered all-reduce on the AR sweep; AR_SHAPES=bench/shapes/ar-few.txt
+# first if time is short). At 4 ranks: `build test` CTEST_R=test_overlap_mpi, then measure-rs halves with --auto.
+# The twenty-sixth session's calls: `build test measure-rs` (2x H200, part 1/2 with --owner --owner-chunks 1,4)
+# 6.3 min cold; part 2/2 + peers-tp 3.8 min warm; on 4x H200 `build test rs-stores` 6.1 min cold (start included in
+# held time, ~40 s), measure-rs halves 2.2 / 2.9 min warm; a full ctest at 4 GPUs needs more than 5.5 min.
+# On 2x H100 (when served): all of it first, then `build test ar-1step`, `strands-smres`.
 # Do not tar $OUT again in the device command: this script bundles every *.jsonl/*.tsv/*.txt into
 # $OUT/results.tgz and removes them (twenty-third session: a second `tar czf results.tgz` overwrote three
 # calls' JSON; their run.logs survived).

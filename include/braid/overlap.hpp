@@ -653,14 +653,23 @@ class OwnerOrderedRs {
   // sooner and end sooner where they outlast the own block's GEMM; more, smaller launches); M/W % chunks == 0, and
   // for braid's GEMM M/W/chunks % 256 == 0. Past one chunk the own block runs in chunks too, each chunk's sum
   // beside the next chunk's GEMM (only the last chunk's sum is exposed).
-  OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm = OwnerGemm::kCublas, int chunks = 1);
+  // all_reduce: an all-reduce instead — each rank's sums go into its block of result() (symmetric, (M, N)), and as
+  // each chunk's sum ends a copy engine pushes it into the same rows of every peer's result() (then raises the
+  // peer's second flag); run() ends when every peer's blocks have landed. `out` is then (M, N): result() itself
+  // (no copy) or any buffer (one device copy at the end).
+  OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm = OwnerGemm::kCublas, int chunks = 1,
+                 bool all_reduce = false);
   ~OwnerOrderedRs();
   OwnerOrderedRs(const OwnerOrderedRs&) = delete;
   OwnerOrderedRs& operator=(const OwnerOrderedRs&) = delete;
-  // out: (M/W, N) bf16, rows [me * M/W, ...) of the sum over ranks of A·Bᵀ. Capturable in CUDA graphs.
+  // out: (M/W, N) bf16, rows [me * M/W, ...) of the sum over ranks of A·Bᵀ (all_reduce: (M, N), all of it).
+  // Capturable in CUDA graphs.
   void run(const void* a, const void* b, void* out, cudaStream_t stream);
   OwnerGemm gemm() const { return kind_; }
   int chunks() const { return chunks_; }
+  bool all_reduce() const { return result_ != nullptr; }
+  // all_reduce: the (M, N) bf16 result of the last run (pass it as run()'s out to skip the copy); else null.
+  void* result() const;
 
  private:
   Team& team_;
@@ -670,7 +679,10 @@ class OwnerOrderedRs {
   std::unique_ptr<CublasGemm> cublas_;
   std::unique_ptr<SignalGemm> braid_;
   void* d_ = nullptr;                                  // (M, N) bf16: this rank's partial products, by block
-  std::unique_ptr<SymmetricBuffer> recv_, flags_;      // recv: W slots of (M/W, N); flags: W words (source rank)
+  std::unique_ptr<SymmetricBuffer> recv_, flags_;      // recv: W slots of (M/W, N); flags: W words (source rank),
+                                                       // all_reduce: W more (the gathered blocks, by source rank)
+  std::unique_ptr<SymmetricBuffer> result_;            // all_reduce: (M, N)
+  std::vector<cudaEvent_t> sum_ev_;                    // all_reduce: per own chunk, its sum done
   int slot_ = -1;                                      // the start barrier's slot
   void *write_value_ = nullptr, *wait_value_ = nullptr;
   unsigned wait_flags_ = 0;

@@ -80,10 +80,11 @@ struct Args {
   std::vector<bool> pce_modes;
   // --pce-bulk: with stores, the remote parts by bulk copies (OverlapOptions::peer_stores_bulk).
   bool pce_bulk = false;
-  // --owner (reduce-scatter, with the peer copy-engine transport): also the owner-ordered reduce-scatter
-  // (OwnerOrderedRs: one GEMM launch per owner block, peers' blocks first, pushes by copy engines) with cuBLAS's
-  // and braid's GEMM, verified and timed; per shape the fastest of {the peer op as decided, the two owner-ordered
-  // ops}, by a separate timing before the compared rounds, is the row's `pick`.
+  // --owner (with the peer copy-engine transport): also the owner-ordered reduce-scatter (OwnerOrderedRs: one GEMM
+  // launch per owner block, peers' blocks first, pushes by copy engines; gemm-ar: its all-reduce form, each reduced
+  // block then pushed to every peer) with cuBLAS's and braid's GEMM, verified and timed; per shape the fastest of
+  // {the peer op as decided, the owner-ordered ops}, by a separate timing before the compared rounds, is the row's
+  // `pick`.
   bool owner = false;
   // --owner-chunks 1,4: the owner-ordered ops made with cuBLAS at each of these chunk counts (OwnerOrderedRs
   // chunks: each peer block's GEMM in that many launches, each pushed when done), with braid's GEMM at the first;
@@ -760,20 +761,27 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // --owner: the owner-ordered reduce-scatters (NCCL's output layout: rows [rank * M/W, ...) of the sum).
     std::vector<std::unique_ptr<OwnerOrderedRs>> owners;
     std::vector<size_t> wrong_owner;
-    if (a.owner && pce && a.coll == Collective::kReduceScatter) {
+    // gemm-ar: the owner-ordered all-reduce (all_reduce: the reduce-scatter, then each reduced block pushed to every
+    // peer), into its own result() (no copy).
+    const bool owner_ar = a.coll == Collective::kAllReduce;
+    auto owner_out = [&](OwnerOrderedRs& ow) { return owner_ar ? ow.result() : out.p; };
+    if (a.owner && pce) {
       for (const int c : a.owner_chunks) {
         if ((sh.m / W) % c != 0) continue;
-        owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kCublas, c));
+        owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kCublas, c, owner_ar));
         // braid's GEMM at the first chunk count only (128x256 tiles in 2x1 clusters per launch)
         if (c == a.owner_chunks.front() && (sh.m / W / c) % 256 == 0 && sh.n % 256 == 0)
-          owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kBraid, c));
+          owners.push_back(std::make_unique<OwnerOrderedRs>(team, sh.m, sh.n, sh.k, OwnerGemm::kBraid, c, owner_ar));
       }
       for (auto& ow : owners) {
-        ow->run(A.p, B.p, out.p, s);
-        team.synchronize(s, "owner-ordered reduce-scatter check");
-        wrong_owner.push_back(count_mismatch(
-            exact, [&](int64_t i) { return int64_t(rank) * int64_t(mn / W) + i; }, mn / W,
-            download_bf16(out.p, mn / W), same, W, satol));
+        ow->run(A.p, B.p, owner_out(*ow), s);
+        team.synchronize(s, "owner-ordered op check");
+        if (owner_ar)
+          wrong_owner.push_back(count_mismatch(exact, same, mn, download_bf16(ow->result(), mn), same, W, satol));
+        else
+          wrong_owner.push_back(count_mismatch(
+              exact, [&](int64_t i) { return int64_t(rank) * int64_t(mn / W) + i; }, mn / W,
+              download_bf16(out.p, mn / W), same, W, satol));
       }
     }
     // --auto: the library's entry point (AutoGemmRs), tuned on these inputs, then checked through original_row().
@@ -857,7 +865,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     if (!owners.empty()) {
       pick_pre.push_back(median_us(team, t, [&](int i) { pce->op->run(in.a(i), in.b(i), pce->out, s); }));
       for (auto& ow : owners)
-        pick_pre.push_back(median_us(team, t, [&](int i) { ow->run(in.a(i), in.b(i), out.p, s); }));
+        pick_pre.push_back(median_us(team, t, [&](int i) { ow->run(in.a(i), in.b(i), owner_out(*ow), s); }));
       for (size_t i = 1; i < pick_pre.size(); ++i)
         if (pick_pre[i] < pick_pre[size_t(pick + 1)]) pick = int(i) - 1;
     }
@@ -872,7 +880,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         run_sequential(team, cublas, a.coll, in.a(i), in.b(i), sym_d->get(), sym_out->get(), sh.m, sh.n, sh.k, s);
       });
     const size_t owner_fn = fns.size();
-    for (auto& ow : owners) fns.push_back([&ow, &in, &out, s](int i) { ow->run(in.a(i), in.b(i), out.p, s); });
+    for (auto& ow : owners)
+      fns.push_back([&ow, &in, &owner_out, s](int i) { ow->run(in.a(i), in.b(i), owner_out(*ow), s); });
     const size_t auto_fn = fns.size();
     if (autop) fns.push_back([&autop, &in, &out, s](int i) { autop->run(in.a(i), in.b(i), out.p, s); });
     const auto cmp = bench::time_interleaved(&team, s, t, 5, fns);

@@ -927,10 +927,11 @@ void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, i
 }
 
 // ============================================ owner-ordered RS ============================================
-OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm, int chunks)
+OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm, int chunks,
+                               bool all_reduce)
     : team_(team), m_(m), n_(n), k_(k), kind_(gemm), chunks_(chunks) {
   const int W = team.size();
-  const char* what = "owner-ordered reduce-scatter";
+  const char* what = all_reduce ? "owner-ordered all-reduce" : "owner-ordered reduce-scatter";
   BRAID_REQUIRE(m > 0 && n > 0 && k > 0 && m % W == 0 && n % 8 == 0, "OwnerOrderedRs: M % world == 0, N % 8 == 0");
   BRAID_REQUIRE(chunks >= 1 && (m / W) % chunks == 0, "OwnerOrderedRs: chunks >= 1 dividing M / world");
   BRAID_REQUIRE(W <= kMaxSumSources, "OwnerOrderedRs: at most 16 ranks");
@@ -951,8 +952,14 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   const size_t bytes = size_t(m) * n * 2;
   BRAID_CUDA_CHECK(cudaMalloc(&d_, bytes));
   recv_ = std::make_unique<SymmetricBuffer>(team, bytes);                  // collective
-  flags_ = std::make_unique<SymmetricBuffer>(team, size_t(W) * 4);        // collective
-  BRAID_CUDA_CHECK(cudaMemset(flags_->local(), 0, size_t(W) * 4));
+  const size_t flag_words = size_t(W) * (all_reduce ? 2 : 1);
+  flags_ = std::make_unique<SymmetricBuffer>(team, flag_words * 4);       // collective
+  BRAID_CUDA_CHECK(cudaMemset(flags_->local(), 0, flag_words * 4));
+  if (all_reduce) {
+    result_ = std::make_unique<SymmetricBuffer>(team, bytes);              // collective
+    sum_ev_.resize(size_t(chunks));
+    for (auto& e : sum_ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   slot_ = team.reserve_slots(1);
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&push_, cudaStreamNonBlocking));
@@ -977,6 +984,7 @@ OwnerOrderedRs::~OwnerOrderedRs() {
   if (sum_) cudaStreamSynchronize(sum_);
   for (auto e : ev_) cudaEventDestroy(e);
   for (auto e : own_ev_) cudaEventDestroy(e);
+  for (auto e : sum_ev_) cudaEventDestroy(e);
   if (sum_) cudaStreamDestroy(sum_);
   if (fork_) cudaEventDestroy(fork_);
   if (ready_) cudaEventDestroy(ready_);
@@ -999,8 +1007,19 @@ OwnerOrderedRs::~OwnerOrderedRs() {
 //      W - 1 received slots in rank order into out. chunks > 1: chunk c's sum on sum_, after its GEMM (event) and
 //      every peer's flag >= c + 1, beside our next chunk's GEMM; `stream` joins sum_. Then join push_ (the next
 //      run's reset and barrier follow every push).
+//   all_reduce: the sums go into our block of result_; after chunk c's sum (event), push_ copies it into the same
+//      rows of every peer's result_ and writes c + 1 into that peer's second flag [W + me] (stream order on push_:
+//      after the copy); `stream` waits for every peer's second flag >= chunks (their blocks landed in ours) before
+//      the join of push_, then copies result_ into out unless out is result_. No rank writes a peer's result_ or
+//      flags before the next run's barrier, which every rank reaches only after its own run ended (its pushes
+//      joined, every peer's blocks landed), and a run's stream reaches the barrier only after the caller's earlier
+//      work on it (reads of the previous result included).
+void* OwnerOrderedRs::result() const { return result_ ? result_->local() : nullptr; }
+
 void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  BRAID_REQUIRE(out != nullptr, "OwnerOrderedRs::run: out");
   const int W = team_.size(), me = team_.rank();
+  const bool ar = result_ != nullptr;
   const int64_t rows = m_ / W, crows = rows / chunks_;
   const size_t blk = size_t(rows) * size_t(n_), cel = size_t(crows) * size_t(n_);  // elements of a block, a chunk
   const auto* A = static_cast<const __nv_bfloat16*>(a);
@@ -1023,7 +1042,7 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, fork_, 0));
     setup = push_;
   }
-  BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * 4, setup));
+  BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * (ar ? 8 : 4), setup));
   memops::start_barrier(team_, slot_, setup);
   if (beside) BRAID_CUDA_CHECK(cudaEventRecord(ready_, push_));
   for (int i = 1; i < W; ++i) {
@@ -1042,8 +1061,24 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   }
   const uint32_t* flags = flags_->local_as<uint32_t>();
   const auto* recv = recv_->local_as<const __nv_bfloat16>();
+  // Where our block's sums go: out (reduce-scatter) or our block of result_ (all-reduce).
+  __nv_bfloat16* const sums =
+      ar ? result_->local_as<__nv_bfloat16>() + size_t(me) * blk : static_cast<__nv_bfloat16*>(out);
+  // all_reduce: after chunk c's sum on s, its rows pushed into every peer's result_ and the peer's second flag.
+  auto gather_chunk = [&](int c, cudaStream_t s) {
+    if (!ar) return;
+    BRAID_CUDA_CHECK(cudaEventRecord(sum_ev_[size_t(c)], s));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, sum_ev_[size_t(c)], 0));
+    const size_t off = size_t(me) * blk + size_t(c) * cel;
+    for (int i = 1; i < W; ++i) {
+      const int q = (me + i) % W;
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(result_->peer_as<__nv_bfloat16>(q) + off, result_->local_as<__nv_bfloat16>() + off,
+                                       cel * 2, cudaMemcpyDefault, push_));
+      memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + W + me, uint32_t(c + 1));
+    }
+  };
   // On s: elements [e0, e0 + elems) of our block summed with the peers' (same offsets in their receive slots) into
-  // out + e0, after every peer's flag reached `landed` chunks.
+  // sums + e0, after every peer's flag reached `landed` chunks.
   auto sum_rows = [&](size_t e0, size_t elems, uint32_t landed, cudaStream_t s) {
     for (int q = 0; q < W; ++q)
       if (q != me) memops::stream_wait(wait_value_, s, flags + q, landed, wait_flags_);
@@ -1052,14 +1087,14 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
       src.p[q] = reinterpret_cast<const uint4*>(q == me ? D + size_t(me) * blk + e0 : recv + size_t(q) * blk + e0);
     const int64_t vecs = static_cast<int64_t>(elems / 8);
     const int blocks = static_cast<int>(std::min<int64_t>(sum_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
-    sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(
-        src, reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(out) + e0), vecs, W);
+    sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(src, reinterpret_cast<uint4*>(sums + e0), vecs, W);
     BRAID_CHECK_LAUNCH();
   };
   if (chunks_ == 1) {  // our block in one launch, then its sum on `stream`
     gemm_rows(int64_t(me) * rows, rows);
     if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));  // the reset precedes the waits below
     sum_rows(0, blk, 1u, stream);
+    gather_chunk(0, stream);
   } else {
     // Our block in `chunks` launches too; chunk c's sum on sum_ after its GEMM (event) and the peers' chunk c
     // (flags >= c + 1), beside our next chunk's GEMM; `stream` joins sum_ at the end.
@@ -1070,12 +1105,18 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
       BRAID_CUDA_CHECK(cudaEventRecord(ev, stream));
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, ev, 0));
       sum_rows(size_t(c) * cel, cel, uint32_t(c + 1), sum_);
+      gather_chunk(c, sum_);
     }
     BRAID_CUDA_CHECK(cudaEventRecord(own_ev_.back(), sum_));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, own_ev_.back(), 0));
   }
+  if (ar)  // every peer's block landed in our result_ (their second flags, after the copies on their push streams)
+    for (int q = 0; q < W; ++q)
+      if (q != me) memops::stream_wait(wait_value_, stream, flags + W + q, uint32_t(chunks_), wait_flags_);
   BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), push_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
+  if (ar && out != result_->local())
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(out, result_->local(), size_t(m_) * size_t(n_) * 2, cudaMemcpyDeviceToDevice, stream));
 }
 
 // ============================================== baselines ==============================================

@@ -307,6 +307,47 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   }
 }
 
+// OwnerOrderedRs with all_reduce: every rank ends with all M rows of the sum, in result() and copied into another
+// buffer, with cuBLAS's and braid's GEMM, 1 and 2 chunks, eager (twice) and replayed from a CUDA graph.
+TEST(OverlapMpiOwnerOrdered, AllReduceMatchesCublasPlusNccl) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
+  if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
+  const int W = team.size(), rank = team.rank();
+  const int64_t m = 512 * W, n = 2048, k = 1024, mn = m * n;
+  cudaStream_t s = team.stream();
+  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2);
+  const auto want = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 650);
+  for (const auto& [g, chunks] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1},
+                                   std::pair{OwnerGemm::kCublas, 2}, std::pair{OwnerGemm::kBraid, 2}}) {
+    OwnerOrderedRs op(team, m, n, k, g, chunks, /*all_reduce=*/true);
+    ASSERT_TRUE(op.all_reduce());
+    ASSERT_NE(op.result(), nullptr);
+    for (void* dst : {op.result(), out.p}) {
+      cudaGraphExec_t exec = nullptr;
+      for (int rep = 0; rep < 4; ++rep) {
+        ASSERT_EQ(cudaMemsetAsync(dst, 0xff, mn * 2, s), cudaSuccess);
+        if (rep == 2) {  // capture once, replay in reps 2-3
+          cudaGraph_t graph = nullptr;
+          ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+          op.run(a.p, b.p, dst, s);
+          ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+          ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+          cudaGraphDestroy(graph);
+        }
+        if (exec) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+        else op.run(a.p, b.p, dst, s);
+        team.synchronize("owner-ordered all-reduce");
+        EXPECT_EQ(count_mismatch(want, download_bf16(dst, mn), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
+                  0u)
+            << "rank " << rank << " gemm " << (g == OwnerGemm::kCublas ? "cuBLAS" : "braid") << " chunks " << chunks
+            << (dst == op.result() ? " into result()" : " copied out") << " rep " << rep;
+      }
+      if (exec) cudaGraphExecDestroy(exec);
+    }
+  }
+}
+
 // AutoGemmRs: every schedule it can pick gives rank r the rows original_row(j) of the sum — by the rule (no pick),
 // after tune() (each candidate it timed, forced through a pick cache, and its own pick), eager and from a CUDA graph;
 // the pick cache round-trips through a file and a second op built from it takes the tuned pick.
