@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,30 @@ std::vector<uint16_t> random_inputs_and_reference(braid::Team& team, void* a, vo
   run_sequential(team, cublas, Collective::kAllReduce, a, b, ref, nullptr, m, n, k, s);
   team.synchronize("reference");
   return download_bf16(ref, m * n);
+}
+
+// `reps` runs of `enqueue` on s: eager before rep `graph_from`, then replays of one CUDA graph captured from it;
+// `before(rep)` is enqueued ahead of each run and `check(rep)` called after each (synchronized) run.
+void eager_then_graph(braid::Team& team, int reps, int graph_from, const std::function<void()>& enqueue,
+                      const std::function<void(int)>& before, const std::function<void(int)>& check) {
+  cudaStream_t s = team.stream();
+  cudaGraphExec_t exec = nullptr;
+  for (int rep = 0; rep < reps; ++rep) {
+    before(rep);
+    if (rep == graph_from) {
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      enqueue();
+      ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      cudaGraphDestroy(graph);
+    }
+    if (exec) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    else enqueue();
+    team.synchronize("eager_then_graph");
+    check(rep);
+  }
+  if (exec) cudaGraphExecDestroy(exec);
 }
 
 bool all_hopper(braid::Team& team) {
@@ -268,8 +293,9 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
 }
 
 // OwnerOrderedRs: rank r's output is rows [r * M/W, ...) of the sum (NCCL's reduce-scatter layout), with cuBLAS's and
-// braid's GEMM per owner block, each peer block in one launch and in two chunks, eager (twice: the flags and the start barrier order the second run after the first)
-// and replayed from a CUDA graph (three replays).
+// braid's GEMM per owner block, each peer block in one launch and in two chunks, eager (twice: the flags and the start
+// barrier order the second run after the first) and replayed from a CUDA graph (three replays). With all_reduce every
+// rank ends with all M rows of the sum, in result() and copied into another buffer.
 TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   braid::Team team(MPI_COMM_WORLD);
   if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
@@ -277,74 +303,38 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   const int W = team.size(), rank = team.rank();
   const int64_t m = 512 * W, n = 2048, k = 1024, mn = m * n;
   cudaStream_t s = team.stream();
-  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2 / W);
+  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2);
   const auto r = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 600);
   const std::vector<uint16_t> want(r.begin() + int64_t(rank) * (mn / W), r.begin() + int64_t(rank + 1) * (mn / W));
-  for (const auto& [g, chunks] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1},
-                                   std::pair{OwnerGemm::kCublas, 2}, std::pair{OwnerGemm::kBraid, 2}}) {
+  const auto cases = {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1}, std::pair{OwnerGemm::kCublas, 2},
+                      std::pair{OwnerGemm::kBraid, 2}};
+  auto name = [](OwnerGemm g) { return g == OwnerGemm::kCublas ? "cuBLAS" : "braid"; };
+  for (const auto& [g, chunks] : cases) {
     OwnerOrderedRs op(team, m, n, k, g, chunks);
-    cudaGraphExec_t exec = nullptr;
-    for (int rep = 0; rep < 5; ++rep) {
-      ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess);
-      if (rep == 2) {  // capture once, replay in reps 2-4
-        cudaGraph_t graph = nullptr;
-        ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-        op.run(a.p, b.p, out.p, s);
-        ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-        cudaGraphDestroy(graph);
-      }
-      if (exec) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-      else op.run(a.p, b.p, out.p, s);
-      team.synchronize("owner-ordered reduce-scatter");
-      EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
-                               kGemmRtol),
-                0u)
-          << "rank " << rank << " gemm " << (g == OwnerGemm::kCublas ? "cuBLAS" : "braid") << " chunks " << chunks
-          << " rep " << rep;
-    }
-    if (exec) cudaGraphExecDestroy(exec);
+    eager_then_graph(
+        team, 5, 2, [&] { op.run(a.p, b.p, out.p, s); },
+        [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
+        [&](int rep) {
+          EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
+                                   kGemmRtol),
+                    0u)
+              << "rank " << rank << " reduce-scatter, gemm " << name(g) << " chunks " << chunks << " rep " << rep;
+        });
   }
-}
-
-// OwnerOrderedRs with all_reduce: every rank ends with all M rows of the sum, in result() and copied into another
-// buffer, with cuBLAS's and braid's GEMM, 1 and 2 chunks, eager (twice) and replayed from a CUDA graph.
-TEST(OverlapMpiOwnerOrdered, AllReduceMatchesCublasPlusNccl) {
-  braid::Team team(MPI_COMM_WORLD);
-  if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
-  if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
-  const int W = team.size(), rank = team.rank();
-  const int64_t m = 512 * W, n = 2048, k = 1024, mn = m * n;
-  cudaStream_t s = team.stream();
-  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2);
-  const auto want = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 650);
-  for (const auto& [g, chunks] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1},
-                                   std::pair{OwnerGemm::kCublas, 2}, std::pair{OwnerGemm::kBraid, 2}}) {
+  for (const auto& [g, chunks] : cases) {
     OwnerOrderedRs op(team, m, n, k, g, chunks, /*all_reduce=*/true);
     ASSERT_TRUE(op.all_reduce());
     ASSERT_NE(op.result(), nullptr);
-    for (void* dst : {op.result(), out.p}) {
-      cudaGraphExec_t exec = nullptr;
-      for (int rep = 0; rep < 4; ++rep) {
-        ASSERT_EQ(cudaMemsetAsync(dst, 0xff, mn * 2, s), cudaSuccess);
-        if (rep == 2) {  // capture once, replay in reps 2-3
-          cudaGraph_t graph = nullptr;
-          ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-          op.run(a.p, b.p, dst, s);
-          ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-          ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-          cudaGraphDestroy(graph);
-        }
-        if (exec) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-        else op.run(a.p, b.p, dst, s);
-        team.synchronize("owner-ordered all-reduce");
-        EXPECT_EQ(count_mismatch(want, download_bf16(dst, mn), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
-                  0u)
-            << "rank " << rank << " gemm " << (g == OwnerGemm::kCublas ? "cuBLAS" : "braid") << " chunks " << chunks
-            << (dst == op.result() ? " into result()" : " copied out") << " rep " << rep;
-      }
-      if (exec) cudaGraphExecDestroy(exec);
-    }
+    for (void* dst : {op.result(), out.p})
+      eager_then_graph(
+          team, 4, 2, [&] { op.run(a.p, b.p, dst, s); },
+          [&](int) { ASSERT_EQ(cudaMemsetAsync(dst, 0xff, mn * 2, s), cudaSuccess); },
+          [&](int rep) {
+            EXPECT_EQ(count_mismatch(r, download_bf16(dst, mn), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
+                      0u)
+                << "rank " << rank << " all-reduce, gemm " << name(g) << " chunks " << chunks
+                << (dst == op.result() ? " into result()" : " copied out") << " rep " << rep;
+          });
   }
 }
 
@@ -360,29 +350,18 @@ TEST(OverlapMpiAutoRs, EverySchedulePicksTheRightRows) {
   Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2 / W);
   const auto r = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 700);
   auto check = [&](AutoGemmRs& op, bool graph, const std::string& what) {
-    cudaGraphExec_t exec = nullptr;
-    if (graph) {
-      cudaGraph_t g = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      op.run(a.p, b.p, out.p, s);
-      ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
-      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
-      cudaGraphDestroy(g);
-    }
-    for (int rep = 0; rep < 2; ++rep) {
-      ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess);
-      if (exec) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-      else op.run(a.p, b.p, out.p, s);
-      team.synchronize("AutoGemmRs");
-      std::vector<uint16_t> want(size_t(mn / W));
-      for (int64_t j = 0; j < m / W; ++j) std::copy_n(r.begin() + op.original_row(j) * n, n, want.begin() + j * n);
-      EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
-                               kGemmRtol),
-                0u)
-          << "rank " << rank << " " << what << " pick " << rs_pick_name(op.pick()) << (graph ? " graph" : " eager")
-          << " rep " << rep;
-    }
-    if (exec) cudaGraphExecDestroy(exec);
+    eager_then_graph(
+        team, 2, graph ? 0 : 2, [&] { op.run(a.p, b.p, out.p, s); },
+        [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
+        [&](int rep) {
+          std::vector<uint16_t> want(size_t(mn / W));
+          for (int64_t j = 0; j < m / W; ++j) std::copy_n(r.begin() + op.original_row(j) * n, n, want.begin() + j * n);
+          EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
+                                   kGemmRtol),
+                    0u)
+              << "rank " << rank << " " << what << " pick " << rs_pick_name(op.pick()) << (graph ? " graph" : " eager")
+              << " rep " << rep;
+        });
   };
   AutoRsOptions opt;
   opt.flash.reserve_sms = 90;  // several waves at this size

@@ -19,6 +19,15 @@ using namespace braid::overlap;
 
 namespace {
 
+// A new empty file /tmp/<stem>XXXXXX (mkstemp); "" if it could not be made.
+std::string temp_file(const std::string& stem) {
+  std::string p = "/tmp/" + stem + "XXXXXX";
+  const int fd = mkstemp(p.data());
+  if (fd < 0) return "";
+  close(fd);
+  return p;
+}
+
 SearchInputs inputs(int waves, double wave_us, double lat_us, double gbps) {
   SearchInputs in;
   in.waves = waves;
@@ -262,10 +271,9 @@ TEST(OverlapSearch, CacheNearestM) {
   EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 2, 10240, 8192, 1024)->m, 16384);  // tie: larger
   EXPECT_EQ(cache.lookup(Collective::kAllReduce, 2, 4096, 8192, 1024), nullptr);
   EXPECT_EQ(cache.lookup(Collective::kReduceScatter, 4, 4096, 8192, 1024), nullptr);
-  char path[] = "/tmp/braid_overlap_cacheXXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
+  std::string tmp = temp_file("braid_overlap_cache");
+  ASSERT_FALSE(tmp.empty());
+  char* path = tmp.data();
   cache.save(path);
   DecisionCache back;
   back.load(path);
@@ -325,10 +333,9 @@ TEST(OverlapSearch, InputsRoundTrip) {
   mi.in = inputs(36, 12.5, 30, 300);
   mi.in.interference = 1.32;
   mi.in.sequential_us = 969.5;
-  char path[] = "/tmp/braid_overlap_inputsXXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
+  std::string tmp = temp_file("braid_overlap_inputs");
+  ASSERT_FALSE(tmp.empty());
+  char* path = tmp.data();
   save_inputs(path, {mi, mi});
   auto v = load_inputs(path);
   ASSERT_EQ(v.size(), 2u);
@@ -427,10 +434,9 @@ TEST(OverlapSearch, PlanOverlapReplaysTheSearch) {
   MeasuredInputs slow = mi;
   slow.m = 8192;
   slow.in.sequential_us = 100;  // nothing beats it: fall back
-  char path[] = "/tmp/braid_plan_overlapXXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
+  std::string tmp = temp_file("braid_plan_overlap");
+  ASSERT_FALSE(tmp.empty());
+  char* path = tmp.data();
   save_inputs(path, {mi, slow});
   std::string arg_inputs = "--inputs", arg_t = "--transport", t = "symmetric";
   char* argv[] = {arg_inputs.data(), path, arg_t.data(), t.data()};
@@ -534,10 +540,9 @@ TEST(RsPickCache, TextLookupAndFiles) {
     EXPECT_DOUBLE_EQ(d.entries()[i].us, c.entries()[i].us);
   }
   // Files: a missing one is empty; what save writes, load reads.
-  char path[] = "/tmp/braid_rs_picksXXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
+  std::string tmp = temp_file("braid_rs_picks");
+  ASSERT_FALSE(tmp.empty());
+  char* path = tmp.data();
   c.save(path);
   RsPickCache f;
   f.load(path);
