@@ -250,25 +250,36 @@ def timed_choice(rows, argv):
     summarize_choice(f"transport picked by its tuning's measurements, {len(picked)} shapes ({counts})", "timed-choice",
                      picked, within, of_bound, counts, rows, argv)
 
+def field_pick(rows, argv, key, name_field, label, transport):
+    """A per-shape choice the row reports as speedup_<key> (its time in the compared rounds), fraction_of_bound_<key>
+    and the chosen name in name_field."""
+    picked, within, of_bound, counts = [], [], [], {}
+    for r in rows:
+        if not r.get("correct", False) or "speedup_" + key not in r:
+            continue
+        counts[r[name_field]] = counts.get(r[name_field], 0) + 1
+        picked.append(r["speedup_" + key])
+        g, c = r.get("cublas_us"), r.get("collective_us")
+        if g and c and max(g, c) <= 2 * min(g, c):
+            within.append(r["speedup_" + key])
+        if r.get("fraction_of_bound_" + key):
+            of_bound.append(r["fraction_of_bound_" + key])
+    if not picked:
+        return
+    summarize_choice(f"{label}, {len(picked)} shapes ({counts})", transport, picked, within, of_bound, counts, rows, argv)
+
+
 def owner_pick(rows, argv):
     """`bench gemm-rs --owner`: per shape the fastest of {the peer op as its tuning decided, the owner-ordered
     reduce-scatter with cuBLAS's / braid's GEMM}, chosen by a separate timing before the row's compared rounds
     (pce_pre_us, owner_*_pre_us); the row's speedup_pick is that choice's time in the compared rounds."""
-    picked, within, of_bound, counts = [], [], [], {}
-    for r in rows:
-        if not r.get("correct", False) or "speedup_pick" not in r:
-            continue
-        counts[r["pick"]] = counts.get(r["pick"], 0) + 1
-        picked.append(r["speedup_pick"])
-        g, c = r.get("cublas_us"), r.get("collective_us")
-        if g and c and max(g, c) <= 2 * min(g, c):
-            within.append(r["speedup_pick"])
-        if r.get("fraction_of_bound_pick"):
-            of_bound.append(r["fraction_of_bound_pick"])
-    if not picked:
-        return
-    summarize_choice(f"pick of the peer op and the owner-ordered ops (--owner), {len(picked)} shapes ({counts})",
-                     "owner-pick", picked, within, of_bound, counts, rows, argv)
+    field_pick(rows, argv, "pick", "pick", "pick of the peer op and the owner-ordered ops (--owner)", "owner-pick")
+
+
+def auto_pick(rows, argv):
+    """`bench gemm-rs --auto`: the library's AutoGemmRs, tuned per shape by its own tune(); speedup_auto is its pick's
+    time in the row's compared rounds."""
+    field_pick(rows, argv, "auto", "auto_pick", "AutoGemmRs's own pick (--auto)", "auto")
 
 def main(argv):
     if len(argv) < 2:
@@ -288,6 +299,7 @@ def main(argv):
     transport_choice(rows, argv)
     timed_choice(rows, argv)
     owner_pick(rows, argv)
+    auto_pick(rows, argv)
     return max(rcs)
 
 
