@@ -71,12 +71,12 @@
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
 # Next (twenty-sixth session's end): nothing after 565445d has run on a GPU. First call (2 GPUs): `build test
-# measure-rs` with CTEST_R='test_overlap_mpi$' (OverlapMpiAutoRs: AutoGemmRs, every schedule, rule / tuned / forced
-# by the pick cache; OverlapMpiOwnerOrdered.AllReduce: OwnerOrderedRs's all-reduce form) and MEASURE_PART=1/2
+# measure-rs` with CTEST_R='test_overlap_mpi$' (OverlapMpiAutoGemm: AutoGemmComm for RS and AR, every schedule, rule / tuned / forced
+# by the pick cache; OverlapMpiOwnerOrdered now also checks OwnerOrderedRs's all-reduce form) and MEASURE_PART=1/2
 # OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores
 # --auto --picks $OUT/picks.txt" ($OUT expanded by the device command; the library's own pick, `speedup_auto`, against the bench's pick); second call warm:
 # part 2/2 and `peers-tp`. Then `sweep-ar` with AR_MEASURE=1 OVERLAP_TRANSPORT=peer-copy-engine AR_ARGS="--owner
-# --owner-chunks 1,4 --tune-candidates 6" (the owner-ordered all-reduce on the AR sweep; AR_SHAPES=bench/shapes/ar-few.txt
+# --owner-chunks 1,4 --tune-candidates 6 --auto" (the owner-ordered all-reduce on the AR sweep; AR_SHAPES=bench/shapes/ar-few.txt
 # first if time is short). At 4 ranks: `build test` CTEST_R=test_overlap_mpi, then measure-rs halves with --auto.
 # The twenty-sixth session's calls: `build test measure-rs` (2x H200, part 1/2 with --owner --owner-chunks 1,4)
 # 6.3 min cold; part 2/2 + peers-tp 3.8 min warm; on 4x H200 `build test rs-stores` 6.1 min cold (start included in

@@ -277,9 +277,9 @@ def owner_pick(rows, argv):
 
 
 def auto_pick(rows, argv):
-    """`bench gemm-rs --auto`: the library's AutoGemmRs, tuned per shape by its own tune(); speedup_auto is its pick's
+    """`bench gemm-rs|gemm-ar --auto`: the library's AutoGemmComm, tuned per shape by its own tune(); speedup_auto is its pick's
     time in the row's compared rounds."""
-    field_pick(rows, argv, "auto", "auto_pick", "AutoGemmRs's own pick (--auto)", "auto")
+    field_pick(rows, argv, "auto", "auto_pick", "AutoGemmComm's own pick (--auto)", "auto")
 
 def main(argv):
     if len(argv) < 2:

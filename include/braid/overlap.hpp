@@ -50,6 +50,7 @@ namespace braid::overlap {
 
 enum class Collective { kAllReduce, kReduceScatter };
 const char* collective_name(Collective c);
+Collective parse_collective(const std::string& s);  // "allreduce" | "reducescatter"; UsageError otherwise
 
 // ---- tile configurations of the sm_90a GEMM (few on purpose: each is a slow CUTLASS instantiation) ----
 enum class TileConfig : int {
@@ -737,51 +738,58 @@ class Decomposition {
   std::unique_ptr<CublasGemm> second_;  // cuBLAS handle of the second GEMM stream
 };
 
-// ---- GEMM + reduce-scatter, the schedule chosen per shape (the entry point for an application) ----
-// One op that runs whichever of braid's GEMM + reduce-scatter schedules is fastest for its shape on this node:
-//   sequential        cuBLAS then NCCL's reduce-scatter (the baseline; always available)
-//   flashoverlap      GemmOverlap over AutoRsOptions::flash (default: the peer copy engines), itself tuned
-//                     against its fallback; its partition from AutoRsOptions::flash.cache or the default one
-//   owner-<gemm>[-cN] OwnerOrderedRs with cuBLAS's or braid's GEMM, N chunks per block (no suffix: 1)
+// ---- GEMM + reduce-scatter / all-reduce, the schedule chosen per shape (the entry point for an application) ----
+// One op that runs whichever of braid's schedules is fastest for its collective and shape on this node:
+//   sequential        cuBLAS, then NCCL's reduce-scatter (all-reduce: in place on `out`) — the baseline, always there
+//   flashoverlap      (reduce-scatter only) GemmOverlap over AutoOptions::flash (default: the peer copy engines),
+//                     itself tuned against its fallback; its partition from AutoOptions::flash.cache or the default.
+//                     Not an all-reduce candidate: its result stays in its tile-reordered buffer, which only its own
+//                     consumers read.
+//   owner-<gemm>[-cN] OwnerOrderedRs (all-reduce: its all_reduce form) with cuBLAS's or braid's GEMM, N chunks per
+//                     block (no suffix: 1)
 // The choice comes from tune() (every candidate timed on the caller's inputs, the slowest rank's medians, the
-// fastest kept and written to AutoRsOptions::picks), else from AutoRsOptions::picks (this shape, or the nearest M
-// with the same world, N and K whose choice is legal for this M), else from the rule: owner-cublas where legal and
-// M / world >= 512 rows, else sequential. (The rule is measured: on the 50-shape sweep, 2x H200, owner-cublas alone
-// was 1.058-1.77x of cuBLAS + NCCL; on 4x H200 0.975x or better from 512 rows per rank, 0.80x at 256;
-// docs/flashoverlap.md "Twenty-sixth session".)
-// Output: `out` (M / world, N) bf16: this rank's rows of the sum over ranks of A·Bᵀ, local row j being original row
-// original_row(j) — rank * M/world + j for every schedule but flashoverlap, whose rows are block-cyclic
-// (rs_original_row; its rmsnorm() follows them). run() is capturable; tune() is not.
-struct RsPick {
+// fastest kept and written to AutoOptions::picks), else from AutoOptions::picks (this collective and shape, or the
+// nearest M with the same world, N and K whose choice is legal for this M), else from the rule (default_pick):
+// reduce-scatter: owner-cublas where legal and M / world >= 512 rows, else sequential (measured: on the 50-shape
+// sweep, 2x H200, owner-cublas alone was 1.058-1.77x of cuBLAS + NCCL; on 4x H200 0.975x or better from 512 rows per
+// rank, 0.80x at 256; docs/flashoverlap.md "Twenty-sixth session"); all-reduce: sequential (no owner-ordered
+// all-reduce measured yet).
+// Output, reduce-scatter: `out` (M / world, N) bf16, this rank's rows of the sum over ranks of A·Bᵀ, local row j
+// being original row original_row(j) — rank * M/world + j for every schedule but flashoverlap, whose rows are
+// block-cyclic (rs_original_row; its rmsnorm() follows them). All-reduce: `out` (M, N), every row, normal order
+// (output() names the buffer that saves a copy). run() is capturable; tune() is not.
+struct GemmCommPick {
   enum class Schedule { kSequential, kFlashOverlap, kOwnerOrdered };
   Schedule schedule = Schedule::kSequential;
   OwnerGemm gemm = OwnerGemm::kCublas;  // kOwnerOrdered
   int chunks = 1;                       // kOwnerOrdered
-  bool operator==(const RsPick& o) const {
+  bool operator==(const GemmCommPick& o) const {
     return schedule == o.schedule && (schedule != Schedule::kOwnerOrdered || (gemm == o.gemm && chunks == o.chunks));
   }
 };
 // "sequential", "flashoverlap", "owner-cublas", "owner-braid-c4", ... and back (UsageError on anything else).
-std::string rs_pick_name(const RsPick& p);
-RsPick parse_rs_pick(const std::string& name);
-// Whether a pick can run at this shape and world (the divisibility OwnerOrderedRs needs; braid's GEMM per block in
-// 256-row steps with N % 256 == 0; flashoverlap and sequential: always — their constructors check the rest).
-bool rs_pick_legal(const RsPick& p, int world, int64_t m, int64_t n, int64_t k);
+std::string pick_name(const GemmCommPick& p);
+GemmCommPick parse_pick(const std::string& name);
+// Whether a pick can run for this collective, shape and world (the divisibility OwnerOrderedRs needs; braid's GEMM
+// per block in 256-row steps with N % 256 == 0; flashoverlap for reduce-scatter only; the constructors check the rest).
+bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, int64_t n, int64_t k);
 // The rule used without a measurement (see above).
-RsPick default_rs_pick(int world, int64_t m, int64_t n, int64_t k, bool peer_ok);
+GemmCommPick default_pick(Collective coll, int world, int64_t m, int64_t n, int64_t k, bool peer_ok);
 
-// Picks per shape. Text, one per line: "world m n k name [us]" ('#' comments); a later line for the same shape wins.
-class RsPickCache {
+// Picks per collective and shape. Text, one per line: "coll world m n k name [us]" (coll: reducescatter |
+// allreduce; '#' comments); a later line for the same key wins.
+class PickCache {
  public:
   struct Entry {
+    Collective coll = Collective::kReduceScatter;
     int world = 2;
     int64_t m = 0, n = 0, k = 0;
-    RsPick pick;
+    GemmCommPick pick;
     double us = 0;  // the pick's tuned median (0: not measured)
   };
-  void put(const Entry& e);  // replaces the entry of the same (world, m, n, k)
-  // Same (world, n, k), nearest m whose pick is legal at m (ties: the larger m); null if none.
-  const Entry* lookup(int world, int64_t m, int64_t n, int64_t k) const;
+  void put(const Entry& e);  // replaces the entry of the same (coll, world, m, n, k)
+  // Same (coll, world, n, k), nearest m whose pick is legal at m (ties: the larger m); null if none.
+  const Entry* lookup(Collective coll, int world, int64_t m, int64_t n, int64_t k) const;
   void load(const std::string& path);  // missing file: empty
   void save(const std::string& path) const;
   void parse(const std::string& text);  // throws UsageError naming the line
@@ -792,13 +800,15 @@ class RsPickCache {
   std::vector<Entry> v_;
 };
 
-struct AutoRsOptions {
-  OverlapOptions flash = peer_flash_options();  // the flashoverlap candidate (coll, m, n, k are set by the op)
+struct AutoOptions {
+  Collective coll = Collective::kReduceScatter;
+  OverlapOptions flash = peer_flash_options();  // reduce-scatter: the flashoverlap candidate (coll, m, n, k set by
+                                                // the op)
   bool try_flash = true;
   bool try_owner = true;
   bool try_owner_braid = true;          // at the first of owner_chunks only
   std::vector<int> owner_chunks{1, 4};  // cuBLAS at each (where legal)
-  RsPickCache* picks = nullptr;         // read at construction, written by tune()
+  PickCache* picks = nullptr;           // read at construction, written by tune()
   int reps = 5;                         // tune(): interleaved rounds
   static OverlapOptions peer_flash_options() {
     OverlapOptions o;
@@ -808,38 +818,42 @@ struct AutoRsOptions {
   }
 };
 
-class AutoGemmRs {
+class AutoGemmComm {
  public:
   // Collective (every rank, same arguments). Builds only the chosen schedule (see above).
-  AutoGemmRs(Team& team, int64_t m, int64_t n, int64_t k, const AutoRsOptions& opt = {});
-  ~AutoGemmRs();
-  AutoGemmRs(const AutoGemmRs&) = delete;
-  AutoGemmRs& operator=(const AutoGemmRs&) = delete;
+  AutoGemmComm(Team& team, int64_t m, int64_t n, int64_t k, const AutoOptions& opt = {});
+  ~AutoGemmComm();
+  AutoGemmComm(const AutoGemmComm&) = delete;
+  AutoGemmComm& operator=(const AutoGemmComm&) = delete;
 
-  // out: (M / world, N) bf16 (original_row() says which rows). Capturable.
+  // out: reduce-scatter (M / world, N) bf16 (original_row() says which rows); all-reduce (M, N). Capturable.
   void run(const void* a, const void* b, void* out, cudaStream_t stream);
   // Builds every legal candidate (those that throw UnavailableError — no peer access, no stream memory operations —
   // are skipped), times them on (a, b) into `out` (reps interleaved rounds, the slowest rank's medians: every rank
   // picks alike), keeps the fastest, frees the rest and records the pick in opt.picks. Collective; synchronous;
-  // not capturable. Candidates coexist while timed: up to ~2 x M x N x 2 bytes each.
-  RsPick tune(const void* a, const void* b, void* out, cudaStream_t stream);
-  const RsPick& pick() const { return pick_; }
+  // not capturable. Candidates coexist while timed: up to ~2 x M x N x 2 bytes each (all-reduce: 3).
+  GemmCommPick tune(const void* a, const void* b, void* out, cudaStream_t stream);
+  const GemmCommPick& pick() const { return pick_; }
+  Collective collective() const { return opt_.coll; }
   // The candidates the last tune() timed and their medians (µs), in the same order.
-  const std::vector<std::pair<RsPick, double>>& tuned() const { return tuned_; }
-  // Original row (of the M rows of A·Bᵀ) of this rank's local output row j.
+  const std::vector<std::pair<GemmCommPick, double>>& tuned() const { return tuned_; }
+  // Original row (of the M rows of A·Bᵀ) of this rank's local output row j (all-reduce: j).
   int64_t original_row(int64_t j) const;
+  // All-reduce over an owner-ordered schedule: its result buffer ((M, N), valid until the next run), which run() may
+  // be given as `out` to skip the final copy; null otherwise (any `out` then costs nothing extra).
+  void* output() const;
   // The flashoverlap schedule's op while it is the pick (its mapping, rmsnorm()); null otherwise.
   GemmOverlap* flash() const;
 
-  struct Schedule;  // one schedule's resources (src/overlap/auto_rs.cu)
+  struct Schedule;  // one schedule's resources (src/overlap/auto_gemm.cu)
 
  private:
   Team& team_;
   int64_t m_, n_, k_;
-  AutoRsOptions opt_;
-  RsPick pick_;
+  AutoOptions opt_;
+  GemmCommPick pick_;
   std::unique_ptr<Schedule> cur_;
-  std::vector<std::pair<RsPick, double>> tuned_;
+  std::vector<std::pair<GemmCommPick, double>> tuned_;
 };
 
 // `braid bench gemm-rs|gemm-ar --shape M,N,K | --shapes FILE [--json FILE] [--iters N] [--warmup N]

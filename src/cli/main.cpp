@@ -54,7 +54,7 @@ const char* kUsage =
     "                    [--transport kernels|symmetric|copy-engine|peer-copy-engine,...] [--tune-candidates K]\n"
     "                    [--pce-reserves 16,0] [--pce-pull-last] [--pce-stores [--pce-bulk] | --pce-modes copies,stores]\n"
     "                    [--owner [--owner-chunks 1,4]: also the owner-ordered RS / AR, the per-shape pick]\n"
-    "                    [--auto [--picks FILE]: also AutoGemmRs, the library's per-shape schedule, tuned and cached]\n"
+    "                    [--auto [--picks FILE]: also AutoGemmComm, the library's per-shape schedule, tuned and cached]\n"
     "                    [--probe-pce: the peer copy-engine transport's per-call costs]\n"
     "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
     "  bench gemm-a2a --shape M,N,K | --shapes FILE [--json FILE] [--groups w0,..] [--seed S]\n"

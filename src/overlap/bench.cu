@@ -91,10 +91,10 @@ struct Args {
   // default 1.
   std::vector<int> owner_chunks{1};
   bool owner_chunks_given = false;
-  // --auto [--picks FILE] (reduce-scatter): also the library's entry point, AutoGemmRs — made per shape, tune()d on
-  // the row's inputs (its flashoverlap candidate with the peer op's options and partition where the row has one),
-  // verified through original_row() and timed in the compared rounds (`auto_*` in the JSON). --picks: the picks are
-  // read from and written back to FILE (RsPickCache).
+  // --auto [--picks FILE]: also the library's entry point, AutoGemmComm — made per shape, tune()d on the row's inputs
+  // (reduce-scatter: its flashoverlap candidate with the peer op's options and partition where the row has one),
+  // verified (reduce-scatter through original_row(); all-reduce every row) and timed in the compared rounds (`auto_*`
+  // in the JSON). --picks: the picks are read from and written back to FILE (PickCache).
   bool auto_rs = false;
   std::string picks;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
@@ -397,7 +397,7 @@ int probe_pce(Team& team, const Args& a, const bench::Context& ctx) {
 
 // "owner-cublas", "owner-braid", with "-c<chunks>" past one chunk: the bench's name of an owner-ordered op.
 static std::string owner_name(const OwnerOrderedRs& o) {
-  return rs_pick_name(RsPick{RsPick::Schedule::kOwnerOrdered, o.gemm(), o.chunks()});
+  return pick_name(GemmCommPick{GemmCommPick::Schedule::kOwnerOrdered, o.gemm(), o.chunks()});
 }
 
 int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
@@ -413,7 +413,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     cache_ce.load(a.cache + ".copy-engine");
     cache_pce.load(a.cache + ".peer-copy-engine");
   }
-  RsPickCache picks;  // --auto: AutoGemmRs's picks (--picks FILE: read here, written after every shape)
+  PickCache picks;  // --auto: AutoGemmComm's picks (--picks FILE: read here, written after every shape)
   if (!a.picks.empty()) picks.load(a.picks);
   int failures = 0;
   const char* op_name = a.coll == Collective::kReduceScatter ? "gemm-rs" : "gemm-ar";
@@ -784,12 +784,20 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
               download_bf16(out.p, mn / W), same, W, satol));
       }
     }
-    // --auto: the library's entry point (AutoGemmRs), tuned on these inputs, then checked through original_row().
-    std::unique_ptr<AutoGemmRs> autop;
-    if (a.auto_rs && a.coll == Collective::kReduceScatter) {
-      AutoRsOptions ao;
+    // --auto: the library's entry point (AutoGemmComm), tuned on these inputs, then checked through original_row()
+    // (all-reduce: every row, into a buffer of its own).
+    std::unique_ptr<AutoGemmComm> autop;
+    std::unique_ptr<DevBuf> auto_buf;
+    void* auto_dst = out.p;
+    if (a.auto_rs) {
+      AutoOptions ao;
+      ao.coll = a.coll;
+      if (a.coll == Collective::kAllReduce) {
+        auto_buf = std::make_unique<DevBuf>(mn * 2);
+        auto_dst = auto_buf->p;
+      }
       if (a.owner_chunks_given) ao.owner_chunks = a.owner_chunks;
-      if (pce) {  // the flashoverlap candidate as the row's peer op was decided (its reserve, mode and partition)
+      if (pce && a.coll == Collective::kReduceScatter) {  // the flashoverlap candidate as the row's peer op was decided
         ao.flash = pce->op->options();
         ao.flash.cache = nullptr;
         ao.flash.sequential = false;
@@ -797,13 +805,14 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         ao.try_flash = !pce->op->sequential();
       }
       ao.picks = &picks;
-      autop = std::make_unique<AutoGemmRs>(team, sh.m, sh.n, sh.k, ao);
-      autop->tune(A.p, B.p, out.p, s);
-      autop->run(A.p, B.p, out.p, s);
-      team.synchronize(s, "AutoGemmRs check");
+      autop = std::make_unique<AutoGemmComm>(team, sh.m, sh.n, sh.k, ao);
+      autop->tune(A.p, B.p, auto_dst, s);
+      autop->run(A.p, B.p, auto_dst, s);
+      team.synchronize(s, "AutoGemmComm check");
+      const size_t elems = a.coll == Collective::kAllReduce ? mn : mn / W;
       wrong_owner.push_back(count_mismatch(
-          exact, [&](int64_t i) { return autop->original_row(i / sh.n) * sh.n + i % sh.n; }, mn / W,
-          download_bf16(out.p, mn / W), same, W, satol));
+          exact, [&](int64_t i) { return autop->original_row(i / sh.n) * sh.n + i % sh.n; }, elems,
+          download_bf16(auto_dst, elems), same, W, satol));
       if (!a.picks.empty() && rank == 0) picks.save(a.picks);
     }
     std::vector<double> wv{double(wrong_gemm), double(wrong_fo), double(wrong_dec), double(wrong_norm)};
@@ -822,7 +831,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       for (size_t i = 0; i < owners.size(); ++i)
         more += ", " + owner_name(*owners[i]) + " " + std::to_string(long(wr[4 + 2 * others.size() + (sym ? 1 : 0) + i]));
       if (autop)
-        more += ", auto (" + rs_pick_name(autop->pick()) + ") " +
+        more += ", auto (" + pick_name(autop->pick()) + ") " +
                 std::to_string(long(wr[4 + 2 * others.size() + (sym ? 1 : 0) + owners.size()]));
       std::printf("%lld,%lld,%lld: %s (wrong, worst rank: braid gemm %.0f, flashoverlap %.0f, decomposition %.0f, "
                   "rmsnorm %.0f%s; gemm: atol %.3g rtol %.3g; reduced: |got - fp32 sum| <= %.2g + %d/256 * sum "
@@ -883,7 +892,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     for (auto& ow : owners)
       fns.push_back([&ow, &in, &owner_out, s](int i) { ow->run(in.a(i), in.b(i), owner_out(*ow), s); });
     const size_t auto_fn = fns.size();
-    if (autop) fns.push_back([&autop, &in, &out, s](int i) { autop->run(in.a(i), in.b(i), out.p, s); });
+    if (autop) fns.push_back([&autop, &in, auto_dst, s](int i) { autop->run(in.a(i), in.b(i), auto_dst, s); });
     const auto cmp = bench::time_interleaved(&team, s, t, 5, fns);
     std::vector<double> t_owner;
     for (size_t i = 0; i < owners.size(); ++i) t_owner.push_back(bench::summarize(cmp[owner_fn + i]).median_us);
@@ -971,9 +980,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
                     t_pick, t_seq / t_pick);
       }
       if (autop) {
-        std::printf("         auto (AutoGemmRs): %s %.1f us (%.3fx seq); tuned:", rs_pick_name(autop->pick()).c_str(),
+        std::printf("         auto (AutoGemmComm): %s %.1f us (%.3fx seq); tuned:", pick_name(autop->pick()).c_str(),
                     t_auto, t_seq / t_auto);
-        for (const auto& [p, us] : autop->tuned()) std::printf(" %s %.1f", rs_pick_name(p).c_str(), us);
+        for (const auto& [p, us] : autop->tuned()) std::printf(" %s %.1f", pick_name(p).c_str(), us);
         std::printf("\n");
       }
       if (sym)
@@ -1061,8 +1070,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       if (autop) {  // the library's entry point: its pick, its time in the compared rounds, what tune() measured
         std::ostringstream tu;
         for (size_t i = 0; i < autop->tuned().size(); ++i)
-          tu << (i ? "," : "") << rs_pick_name(autop->tuned()[i].first) << ':' << autop->tuned()[i].second;
-        j.add("auto_pick", rs_pick_name(autop->pick()))
+          tu << (i ? "," : "") << pick_name(autop->tuned()[i].first) << ':' << autop->tuned()[i].second;
+        j.add("auto_pick", pick_name(autop->pick()))
             .add("flashoverlap_auto_us", t_auto)
             .add("speedup_auto", t_seq / t_auto)
             .add("fraction_of_bound_auto", bound / t_auto)

@@ -12,6 +12,12 @@ const char* collective_name(Collective c) {
   return c == Collective::kAllReduce ? "allreduce" : "reducescatter";
 }
 
+Collective parse_collective(const std::string& s) {
+  if (s == "allreduce") return Collective::kAllReduce;
+  if (s == "reducescatter") return Collective::kReduceScatter;
+  throw UsageError("unknown collective '" + s + "'", __FILE__, __LINE__);
+}
+
 // Mirrors PersistentTileSchedulerSm90 (static): a CTA starts at linear index L0 (AlongN: blockIdx.x +
 // blockIdx.y*gridDim.x with gridDim.x = cluster_m, so L % cluster_m is the CTA's place in its cluster)
 // and advances by the grid size; get_work_idx_m_and_n maps L to (m, n). Phantom tiles (padding to

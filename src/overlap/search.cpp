@@ -279,11 +279,6 @@ std::vector<double> split_doubles(const std::string& s) {
     if (!tok.empty()) v.push_back(std::stod(tok));
   return v;
 }
-Collective parse_coll(const std::string& s) {
-  if (s == "allreduce") return Collective::kAllReduce;
-  if (s == "reducescatter") return Collective::kReduceScatter;
-  throw UsageError("unknown collective '" + s + "'", __FILE__, __LINE__);
-}
 std::string join_d(const std::vector<double>& v) {
   std::ostringstream o;
   o.precision(10);
@@ -310,7 +305,7 @@ void DecisionCache::load(const std::string& path) {
       if (flag != "sequential") throw UsageError(path + ":" + std::to_string(ln) + ": unknown flag " + flag, __FILE__, __LINE__);
       d.sequential = true;
     }
-    d.coll = parse_coll(coll);
+    d.coll = parse_collective(coll);
     d.group_waves = split_ints(waves);
     put(d);
   }
@@ -383,7 +378,7 @@ std::vector<MeasuredInputs> load_inputs(const std::string& path) {
     }
     if (tb.rfind(kAfter, 0) == 0) x.in.tail_after_gemm = std::stoi(tb.substr(kAfter.size())) != 0;
     else if (!tb.empty()) throw UsageError(path + ":" + std::to_string(ln) + ": unexpected '" + tb + "'", __FILE__, __LINE__);
-    x.coll = parse_coll(coll);
+    x.coll = parse_collective(coll);
     x.in.comm.bytes = split_doubles(cb);
     x.in.comm.us = split_doubles(cu);
     BRAID_REQUIRE(x.in.comm.bytes.size() == x.in.comm.us.size() && !x.in.comm.bytes.empty(),

@@ -338,73 +338,81 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   }
 }
 
-// AutoGemmRs: every schedule it can pick gives rank r the rows original_row(j) of the sum — by the rule (no pick),
-// after tune() (each candidate it timed, forced through a pick cache, and its own pick), eager and from a CUDA graph;
-// the pick cache round-trips through a file and a second op built from it takes the tuned pick.
-TEST(OverlapMpiAutoRs, EverySchedulePicksTheRightRows) {
+// AutoGemmComm, reduce-scatter and all-reduce: every schedule it can pick gives rank r the rows original_row(j) of the
+// sum (all-reduce: every row) — by the rule (no pick), after tune() (its own pick), and each schedule forced through a
+// pick cache, eager and from a CUDA graph; an all-reduce over an owner-ordered schedule also into output(); the pick
+// cache round-trips through a file.
+TEST(OverlapMpiAutoGemm, EverySchedulePicksTheRightRows) {
   braid::Team team(MPI_COMM_WORLD);
   if (!all_hopper(team)) GTEST_SKIP() << "the GEMMs are built for sm_90a only";
   const int W = team.size(), rank = team.rank();
   const int64_t m = 512 * W, n = 2048, k = 1024, mn = m * n;
   cudaStream_t s = team.stream();
-  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2 / W);
+  Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2);
   const auto r = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 700);
-  auto check = [&](AutoGemmRs& op, bool graph, const std::string& what) {
-    eager_then_graph(
-        team, 2, graph ? 0 : 2, [&] { op.run(a.p, b.p, out.p, s); },
-        [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
-        [&](int rep) {
-          std::vector<uint16_t> want(size_t(mn / W));
-          for (int64_t j = 0; j < m / W; ++j) std::copy_n(r.begin() + op.original_row(j) * n, n, want.begin() + j * n);
-          EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
-                                   kGemmRtol),
-                    0u)
-              << "rank " << rank << " " << what << " pick " << rs_pick_name(op.pick()) << (graph ? " graph" : " eager")
-              << " rep " << rep;
-        });
-  };
-  AutoRsOptions opt;
-  opt.flash.reserve_sms = 90;  // several waves at this size
-  RsPickCache picks;
-  opt.picks = &picks;
-  {
-    AutoGemmRs op(team, m, n, k, opt);
-    EXPECT_EQ(op.pick(), default_rs_pick(W, m, n, k, team.peer_ok()));
-    check(op, false, "rule");
-    const RsPick p = op.tune(a.p, b.p, out.p, s);
-    EXPECT_EQ(p, op.pick());
-    ASSERT_FALSE(op.tuned().empty());
-    EXPECT_EQ(op.tuned().front().first, RsPick{});  // the baseline is always a candidate
-    for (const auto& [q, us] : op.tuned()) EXPECT_GT(us, 0) << rs_pick_name(q);
-    check(op, false, "tuned");
-    check(op, true, "tuned");
-  }
-  ASSERT_EQ(picks.entries().size(), 1u);
-  const RsPick tuned = picks.entries()[0].pick;
-  const std::string path = "/tmp/braid-test-autors-" + std::to_string(rank) + ".txt";
-  picks.save(path);
-  RsPickCache loaded;
-  loaded.load(path);
-  std::remove(path.c_str());
-  ASSERT_EQ(loaded.entries().size(), 1u);
-  EXPECT_EQ(loaded.entries()[0].pick, tuned);
-  // Every schedule the op can take, forced through the cache (the flashoverlap one over the peer copy engines where
-  // peer access exists, else over NCCL's kernels).
-  std::vector<RsPick> all{RsPick{}, RsPick{RsPick::Schedule::kFlashOverlap}};
-  if (team.peer_ok())
-    for (const auto& [g, c] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kCublas, 2},
-                               std::pair{OwnerGemm::kBraid, 1}})
-      all.push_back(RsPick{RsPick::Schedule::kOwnerOrdered, g, c});
-  if (!team.peer_ok()) opt.flash.transport = Transport::kNcclKernels;
-  for (const RsPick& p : all) {
-    RsPickCache one;
-    one.put({W, m, n, k, p, 0});
-    AutoRsOptions o = opt;
-    o.picks = &one;
-    AutoGemmRs op(team, m, n, k, o);
-    EXPECT_EQ(op.pick(), p) << rs_pick_name(p);
-    check(op, false, "forced");
-    check(op, true, "forced");
+  for (const Collective coll : {Collective::kReduceScatter, Collective::kAllReduce}) {
+    const bool rs = coll == Collective::kReduceScatter;
+    const int64_t rows = rs ? m / W : m;
+    auto check = [&](AutoGemmComm& op, bool graph, const std::string& what, void* dst) {
+      eager_then_graph(
+          team, 2, graph ? 0 : 2, [&] { op.run(a.p, b.p, dst, s); },
+          [&](int) { ASSERT_EQ(cudaMemsetAsync(dst, 0xff, size_t(rows * n) * 2, s), cudaSuccess); },
+          [&](int rep) {
+            std::vector<uint16_t> want(size_t(rows * n));
+            for (int64_t j = 0; j < rows; ++j) std::copy_n(r.begin() + op.original_row(j) * n, n, want.begin() + j * n);
+            EXPECT_EQ(count_mismatch(want, download_bf16(dst, size_t(rows * n)), [](int64_t i) { return i; },
+                                     gemm_atol(k, W), kGemmRtol),
+                      0u)
+                << "rank " << rank << " " << collective_name(coll) << " " << what << " pick " << pick_name(op.pick())
+                << (graph ? " graph" : " eager") << (dst == out.p ? "" : " into output()") << " rep " << rep;
+          });
+    };
+    AutoOptions opt;
+    opt.coll = coll;
+    opt.flash.reserve_sms = 90;  // several waves at this size
+    if (!team.peer_ok()) opt.flash.transport = Transport::kNcclKernels;
+    PickCache picks;
+    opt.picks = &picks;
+    {
+      AutoGemmComm op(team, m, n, k, opt);
+      EXPECT_EQ(op.pick(), default_pick(coll, W, m, n, k, team.peer_ok()));
+      check(op, false, "rule", out.p);
+      const GemmCommPick p = op.tune(a.p, b.p, out.p, s);
+      EXPECT_EQ(p, op.pick());
+      ASSERT_FALSE(op.tuned().empty());
+      EXPECT_EQ(op.tuned().front().first, GemmCommPick{});  // the baseline is always a candidate
+      for (const auto& [q, us] : op.tuned()) EXPECT_GT(us, 0) << pick_name(q);
+      check(op, false, "tuned", out.p);
+      check(op, true, "tuned", out.p);
+    }
+    ASSERT_EQ(picks.entries().size(), 1u);
+    const std::string path = "/tmp/braid-test-autogemm-" + std::to_string(rank) + ".txt";
+    picks.save(path);
+    PickCache loaded;
+    loaded.load(path);
+    std::remove(path.c_str());
+    ASSERT_EQ(loaded.entries().size(), 1u);
+    EXPECT_EQ(loaded.entries()[0].pick, picks.entries()[0].pick);
+    EXPECT_EQ(loaded.entries()[0].coll, coll);
+    // Every schedule the op can take, forced through a cache (flashoverlap: reduce-scatter only).
+    std::vector<GemmCommPick> all{GemmCommPick{}};
+    if (rs) all.push_back(GemmCommPick{GemmCommPick::Schedule::kFlashOverlap});
+    if (team.peer_ok())
+      for (const auto& [g, c] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kCublas, 2},
+                                 std::pair{OwnerGemm::kBraid, 1}})
+        all.push_back(GemmCommPick{GemmCommPick::Schedule::kOwnerOrdered, g, c});
+    for (const GemmCommPick& p : all) {
+      PickCache one;
+      one.put({coll, W, m, n, k, p, 0});
+      AutoOptions o = opt;
+      o.picks = &one;
+      AutoGemmComm op(team, m, n, k, o);
+      EXPECT_EQ(op.pick(), p) << pick_name(p);
+      EXPECT_EQ(op.output() != nullptr, !rs && p.schedule == GemmCommPick::Schedule::kOwnerOrdered) << pick_name(p);
+      check(op, false, "forced", out.p);
+      check(op, true, "forced", out.p);
+      if (op.output()) check(op, true, "forced", op.output());
+    }
   }
 }
 

@@ -461,81 +461,97 @@ TEST(OverlapSearch, PlanOverlapReplaysTheSearch) {
 }
 
 
-// AutoGemmRs's picks (no GPU): names round-trip and bad ones are refused; legality follows OwnerOrderedRs's
+// AutoGemmComm's picks (no GPU): names round-trip and bad ones are refused; legality follows OwnerOrderedRs's
 // divisibility; the rule without a measurement; the pick cache's text, replacement and nearest-M lookup.
-TEST(RsPick, NamesRoundTrip) {
-  using S = RsPick::Schedule;
-  const std::vector<RsPick> all{RsPick{},
-                                RsPick{S::kFlashOverlap},
-                                RsPick{S::kOwnerOrdered, OwnerGemm::kCublas, 1},
-                                RsPick{S::kOwnerOrdered, OwnerGemm::kCublas, 4},
-                                RsPick{S::kOwnerOrdered, OwnerGemm::kBraid, 1},
-                                RsPick{S::kOwnerOrdered, OwnerGemm::kBraid, 16}};
+TEST(GemmCommPick, NamesRoundTrip) {
+  using S = GemmCommPick::Schedule;
+  const std::vector<GemmCommPick> all{GemmCommPick{},
+                                GemmCommPick{S::kFlashOverlap},
+                                GemmCommPick{S::kOwnerOrdered, OwnerGemm::kCublas, 1},
+                                GemmCommPick{S::kOwnerOrdered, OwnerGemm::kCublas, 4},
+                                GemmCommPick{S::kOwnerOrdered, OwnerGemm::kBraid, 1},
+                                GemmCommPick{S::kOwnerOrdered, OwnerGemm::kBraid, 16}};
   const std::vector<std::string> names{"sequential", "flashoverlap", "owner-cublas", "owner-cublas-c4", "owner-braid",
                                        "owner-braid-c16"};
   for (size_t i = 0; i < all.size(); ++i) {
-    EXPECT_EQ(rs_pick_name(all[i]), names[i]);
-    EXPECT_EQ(parse_rs_pick(names[i]), all[i]) << names[i];
+    EXPECT_EQ(pick_name(all[i]), names[i]);
+    EXPECT_EQ(parse_pick(names[i]), all[i]) << names[i];
   }
   for (const char* bad : {"", "owner", "owner-cublas-", "owner-cublas-c", "owner-cublas-c0", "owner-cublas-4",
                           "owner-cublas-c4x", "owner-cublas-c12345", "owner-nccl", "flash", "Sequential"})
-    EXPECT_THROW(parse_rs_pick(bad), braid::UsageError) << bad;
+    EXPECT_THROW(parse_pick(bad), braid::UsageError) << bad;
 }
 
-TEST(RsPick, LegalityAndRule) {
-  using S = RsPick::Schedule;
-  const RsPick cub{S::kOwnerOrdered, OwnerGemm::kCublas, 1}, cub4{S::kOwnerOrdered, OwnerGemm::kCublas, 4},
+constexpr Collective RS = Collective::kReduceScatter, AR = Collective::kAllReduce;
+
+TEST(GemmCommPick, LegalityAndRule) {
+  using S = GemmCommPick::Schedule;
+  const GemmCommPick cub{S::kOwnerOrdered, OwnerGemm::kCublas, 1}, cub4{S::kOwnerOrdered, OwnerGemm::kCublas, 4},
       br{S::kOwnerOrdered, OwnerGemm::kBraid, 1}, br2{S::kOwnerOrdered, OwnerGemm::kBraid, 2};
-  EXPECT_TRUE(rs_pick_legal(RsPick{}, 2, 1024, 4096, 1024));
-  EXPECT_FALSE(rs_pick_legal(RsPick{}, 2, 1023, 4096, 1024));  // M % world
-  EXPECT_TRUE(rs_pick_legal(cub, 2, 1024, 4096, 1024));
-  EXPECT_FALSE(rs_pick_legal(cub, 2, 1024, 4100, 1024));        // N % 8
-  EXPECT_FALSE(rs_pick_legal(cub, 32, 32 * 64, 4096, 1024));    // at most 16 ranks
-  EXPECT_TRUE(rs_pick_legal(cub4, 2, 1024, 4096, 1024));        // 512 rows in 4 chunks
-  EXPECT_FALSE(rs_pick_legal(cub4, 2, 1020, 4096, 1024));       // 510 rows: not in 4
-  EXPECT_TRUE(rs_pick_legal(br, 2, 1024, 4096, 1024));          // 512 rows: 256-row steps
-  EXPECT_TRUE(rs_pick_legal(br2, 2, 1024, 4096, 1024));         // 512 rows in 2 chunks of 256
-  EXPECT_TRUE(rs_pick_legal(br, 4, 1024, 4096, 1024));          // 256 rows per block
-  EXPECT_TRUE(rs_pick_legal(br, 2, 1536, 4096, 1024));          // 768 rows
-  EXPECT_FALSE(rs_pick_legal(br2, 2, 1536, 4096, 1024));        // 384-row chunks
-  EXPECT_FALSE(rs_pick_legal(br, 2, 1024, 4096 + 128, 1024));   // N % 256
+  EXPECT_TRUE(pick_legal(GemmCommPick{}, RS, 2, 1024, 4096, 1024));
+  EXPECT_FALSE(pick_legal(GemmCommPick{}, RS, 2, 1023, 4096, 1024));  // M % world
+  EXPECT_TRUE(pick_legal(cub, RS, 2, 1024, 4096, 1024));
+  EXPECT_FALSE(pick_legal(cub, RS, 2, 1024, 4100, 1024));        // N % 8
+  EXPECT_FALSE(pick_legal(cub, RS, 32, 32 * 64, 4096, 1024));    // at most 16 ranks
+  EXPECT_TRUE(pick_legal(cub4, RS, 2, 1024, 4096, 1024));        // 512 rows in 4 chunks
+  EXPECT_FALSE(pick_legal(cub4, RS, 2, 1020, 4096, 1024));       // 510 rows: not in 4
+  EXPECT_TRUE(pick_legal(br, RS, 2, 1024, 4096, 1024));          // 512 rows: 256-row steps
+  EXPECT_TRUE(pick_legal(br2, RS, 2, 1024, 4096, 1024));         // 512 rows in 2 chunks of 256
+  EXPECT_TRUE(pick_legal(br, RS, 4, 1024, 4096, 1024));          // 256 rows per block
+  EXPECT_TRUE(pick_legal(br, RS, 2, 1536, 4096, 1024));          // 768 rows
+  EXPECT_FALSE(pick_legal(br2, RS, 2, 1536, 4096, 1024));        // 384-row chunks
+  EXPECT_FALSE(pick_legal(br, RS, 2, 1024, 4096 + 128, 1024));   // N % 256
+  // All-reduce: the same owner-ordered rules; FlashOverlap is a reduce-scatter candidate only.
+  EXPECT_TRUE(pick_legal(GemmCommPick{S::kFlashOverlap}, RS, 2, 1024, 4096, 1024));
+  EXPECT_FALSE(pick_legal(GemmCommPick{S::kFlashOverlap}, AR, 2, 1024, 4096, 1024));
+  EXPECT_TRUE(pick_legal(cub4, AR, 2, 1024, 4096, 1024));
+  EXPECT_FALSE(pick_legal(br2, AR, 2, 1536, 4096, 1024));
+  EXPECT_TRUE(pick_legal(GemmCommPick{}, AR, 2, 1024, 4096, 1024));
   // The rule: owner-cublas from 512 rows per rank with peer access, else the baseline.
-  EXPECT_EQ(default_rs_pick(2, 1024, 4096, 1024, true), cub);
-  EXPECT_EQ(default_rs_pick(4, 2048, 4096, 1024, true), cub);
-  EXPECT_EQ(default_rs_pick(4, 1024, 4096, 1024, true), RsPick{});
-  EXPECT_EQ(default_rs_pick(2, 1024, 4096, 1024, false), RsPick{});
-  EXPECT_EQ(default_rs_pick(1, 1024, 4096, 1024, true), RsPick{});
-  EXPECT_EQ(default_rs_pick(2, 1024, 4100, 1024, true), RsPick{});
+  EXPECT_EQ(default_pick(RS, 2, 1024, 4096, 1024, true), cub);
+  EXPECT_EQ(default_pick(RS, 4, 2048, 4096, 1024, true), cub);
+  EXPECT_EQ(default_pick(RS, 4, 1024, 4096, 1024, true), GemmCommPick{});
+  EXPECT_EQ(default_pick(RS, 2, 1024, 4096, 1024, false), GemmCommPick{});
+  EXPECT_EQ(default_pick(RS, 1, 1024, 4096, 1024, true), GemmCommPick{});
+  EXPECT_EQ(default_pick(RS, 2, 1024, 4100, 1024, true), GemmCommPick{});
+  EXPECT_EQ(default_pick(AR, 2, 8192, 8192, 4096, true), GemmCommPick{});  // no all-reduce rule measured yet
 }
 
-TEST(RsPickCache, TextLookupAndFiles) {
-  using S = RsPick::Schedule;
-  RsPickCache c;
-  c.parse("# comment\n\n2 4096 8192 1024 owner-cublas-c4 180.5\n2 16384 8192 1024 flashoverlap\n"
-          "2 4096 8192 1024 owner-cublas 190  # a later line replaces\n4 4096 8192 1024 sequential 10\n"
-          "2 2048 8192 1024 owner-braid-c2 50\n");
-  ASSERT_EQ(c.entries().size(), 4u);
-  const auto* e = c.lookup(2, 4096, 8192, 1024);
+TEST(PickCache, TextLookupAndFiles) {
+  using S = GemmCommPick::Schedule;
+  PickCache c;
+  c.parse("# comment\n\nreducescatter 2 4096 8192 1024 owner-cublas-c4 180.5\n"
+          "reducescatter 2 16384 8192 1024 flashoverlap\n"
+          "reducescatter 2 4096 8192 1024 owner-cublas 190  # a later line replaces\n"
+          "reducescatter 4 4096 8192 1024 sequential 10\nreducescatter 2 2048 8192 1024 owner-braid-c2 50\n"
+          "allreduce 2 4096 8192 1024 owner-braid 300\n");
+  ASSERT_EQ(c.entries().size(), 5u);
+  const auto* e = c.lookup(RS, 2, 4096, 8192, 1024);
   ASSERT_NE(e, nullptr);
-  EXPECT_EQ(e->pick, (RsPick{S::kOwnerOrdered, OwnerGemm::kCublas, 1}));
+  EXPECT_EQ(e->pick, (GemmCommPick{S::kOwnerOrdered, OwnerGemm::kCublas, 1}));
   EXPECT_DOUBLE_EQ(e->us, 190);
   // Nearest M (ties: the larger): 10240 is 6144 from 4096 and 16384.
-  ASSERT_NE(c.lookup(2, 10240, 8192, 1024), nullptr);
-  EXPECT_EQ(c.lookup(2, 10240, 8192, 1024)->m, 16384);
-  EXPECT_EQ(c.lookup(2, 8192, 8192, 1024)->m, 4096);
+  ASSERT_NE(c.lookup(RS, 2, 10240, 8192, 1024), nullptr);
+  EXPECT_EQ(c.lookup(RS, 2, 10240, 8192, 1024)->m, 16384);
+  EXPECT_EQ(c.lookup(RS, 2, 8192, 8192, 1024)->m, 4096);
   // owner-braid-c2 at M = 2048 (512 rows, 256-row chunks) is legal there, not at M = 2560 (1280 rows: 640 a chunk):
   // the next nearest legal entry answers.
-  EXPECT_EQ(c.lookup(2, 2048, 8192, 1024)->m, 2048);
-  EXPECT_EQ(c.lookup(2, 2560, 8192, 1024)->m, 4096);
-  EXPECT_EQ(c.lookup(4, 4096, 8192, 1024)->pick, RsPick{});
-  EXPECT_EQ(c.lookup(2, 4096, 8192, 2048), nullptr);  // another K
-  EXPECT_EQ(c.lookup(8, 4096, 8192, 1024), nullptr);  // another world
+  EXPECT_EQ(c.lookup(RS, 2, 2048, 8192, 1024)->m, 2048);
+  EXPECT_EQ(c.lookup(RS, 2, 2560, 8192, 1024)->m, 4096);
+  EXPECT_EQ(c.lookup(RS, 4, 4096, 8192, 1024)->pick, GemmCommPick{});
+  EXPECT_EQ(c.lookup(RS, 2, 4096, 8192, 2048), nullptr);  // another K
+  EXPECT_EQ(c.lookup(RS, 8, 4096, 8192, 1024), nullptr);  // another world
+  // The all-reduce entry answers all-reduce only (the nearest M at any M, no flashoverlap there).
+  EXPECT_EQ(c.lookup(AR, 2, 4096, 8192, 1024)->pick, (GemmCommPick{S::kOwnerOrdered, OwnerGemm::kBraid, 1}));
+  EXPECT_EQ(c.lookup(AR, 2, 16384, 8192, 1024)->m, 4096);
+  EXPECT_EQ(c.lookup(AR, 2, 4096, 8192, 2048), nullptr);
   // The text round-trips.
-  RsPickCache d;
+  PickCache d;
   d.parse(c.text());
   ASSERT_EQ(d.entries().size(), c.entries().size());
   for (size_t i = 0; i < d.entries().size(); ++i) {
     EXPECT_EQ(d.entries()[i].pick, c.entries()[i].pick);
+    EXPECT_EQ(d.entries()[i].coll, c.entries()[i].coll);
     EXPECT_EQ(d.entries()[i].m, c.entries()[i].m);
     EXPECT_DOUBLE_EQ(d.entries()[i].us, c.entries()[i].us);
   }
@@ -544,17 +560,21 @@ TEST(RsPickCache, TextLookupAndFiles) {
   ASSERT_FALSE(tmp.empty());
   char* path = tmp.data();
   c.save(path);
-  RsPickCache f;
+  PickCache f;
   f.load(path);
   EXPECT_EQ(f.entries().size(), c.entries().size());
   std::remove(path);
-  RsPickCache none;
+  PickCache none;
   none.load(path);
   EXPECT_TRUE(none.entries().empty());
   // Malformed lines name themselves.
-  for (const char* bad : {"2 4096 8192 owner-cublas\n", "2 4096 8192 1024 owner-x\n", "0 4096 8192 1024 sequential\n",
-                          "2 4096 8192 1024 sequential fast\n", "2 -4 8192 1024 sequential\n"})
-    EXPECT_THROW(RsPickCache().parse(bad), braid::UsageError) << bad;
+  for (const char* bad :
+       {"reducescatter 2 4096 8192 owner-cublas\n", "reducescatter 2 4096 8192 1024 owner-x\n",
+        "reducescatter 0 4096 8192 1024 sequential\n", "reducescatter 2 4096 8192 1024 sequential fast\n",
+        "reducescatter 2 -4 8192 1024 sequential\n", "2 4096 8192 1024 sequential\n",
+        "allgather 2 4096 8192 1024 sequential\n", "allreduce 2 4096 8192 1024 flashoverlap\n",
+        "reducescatter 2 1020 8192 1024 owner-cublas-c4\n"})
+    EXPECT_THROW(PickCache().parse(bad), braid::UsageError) << bad;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// auto_rs.cu — GEMM + reduce-scatter with the schedule chosen per shape (AutoGemmRs): the picks' names and
-// legality, the rule used without a measurement, the per-shape cache, and the op (build, run, tune). Host code
-// only: every kernel it enqueues belongs to a schedule (overlap.cu, gemm_sm90.cu) or to cuBLAS / NCCL.
+// auto_gemm.cu — GEMM + reduce-scatter / all-reduce with the schedule chosen per shape (AutoGemmComm): the picks'
+// names and legality, the rule used without a measurement, the per-shape cache, and the op (build, run, tune). Host
+// code only: every kernel it enqueues belongs to a schedule (overlap.cu, gemm_sm90.cu) or to cuBLAS / NCCL.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,10 +17,10 @@
 
 namespace braid::overlap {
 
-using Sched = RsPick::Schedule;
+using Sched = GemmCommPick::Schedule;
 
 // =============================================== picks ===============================================
-std::string rs_pick_name(const RsPick& p) {
+std::string pick_name(const GemmCommPick& p) {
   switch (p.schedule) {
     case Sched::kSequential:
       return "sequential";
@@ -35,13 +35,13 @@ std::string rs_pick_name(const RsPick& p) {
   return "?";
 }
 
-RsPick parse_rs_pick(const std::string& name) {
+GemmCommPick parse_pick(const std::string& name) {
   const auto bad = [&] {
     return UsageError("unknown GEMM + reduce-scatter schedule '" + name +
                           "' (sequential, flashoverlap, owner-cublas[-cN], owner-braid[-cN])",
                       __FILE__, __LINE__);
   };
-  RsPick p;
+  GemmCommPick p;
   if (name == "sequential") return p;
   if (name == "flashoverlap") {
     p.schedule = Sched::kFlashOverlap;
@@ -69,8 +69,9 @@ RsPick parse_rs_pick(const std::string& name) {
   return p;
 }
 
-bool rs_pick_legal(const RsPick& p, int world, int64_t m, int64_t n, int64_t k) {
+bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, int64_t n, int64_t k) {
   if (world < 1 || m <= 0 || n <= 0 || k <= 0 || m % world != 0) return false;
+  if (p.schedule == Sched::kFlashOverlap) return coll == Collective::kReduceScatter;
   if (p.schedule != Sched::kOwnerOrdered) return true;
   // OwnerOrderedRs: N % 8 (16-byte rows for the sums), at most 16 ranks (the sum's sources), chunks dividing a block
   const int64_t rows = m / world;
@@ -80,34 +81,37 @@ bool rs_pick_legal(const RsPick& p, int world, int64_t m, int64_t n, int64_t k) 
   return true;
 }
 
-RsPick default_rs_pick(int world, int64_t m, int64_t n, int64_t k, bool peer_ok) {
-  RsPick p;
+GemmCommPick default_pick(Collective coll, int world, int64_t m, int64_t n, int64_t k, bool peer_ok) {
+  GemmCommPick p;
   p.schedule = Sched::kOwnerOrdered;
-  if (peer_ok && world > 1 && rs_pick_legal(p, world, m, n, k) && m / world >= 512) return p;
-  return RsPick{};
+  if (coll == Collective::kReduceScatter && peer_ok && world > 1 && pick_legal(p, coll, world, m, n, k) &&
+      m / world >= 512)
+    return p;
+  return GemmCommPick{};
 }
 
 // =============================================== cache ===============================================
-void RsPickCache::put(const Entry& e) {
+void PickCache::put(const Entry& e) {
   for (auto& x : v_)
-    if (x.world == e.world && x.m == e.m && x.n == e.n && x.k == e.k) {
+    if (x.coll == e.coll && x.world == e.world && x.m == e.m && x.n == e.n && x.k == e.k) {
       x = e;
       return;
     }
   v_.push_back(e);
 }
 
-const RsPickCache::Entry* RsPickCache::lookup(int world, int64_t m, int64_t n, int64_t k) const {
+const PickCache::Entry* PickCache::lookup(Collective coll, int world, int64_t m, int64_t n, int64_t k) const {
   const Entry* best = nullptr;
   for (const auto& e : v_) {
-    if (e.world != world || e.n != n || e.k != k || !rs_pick_legal(e.pick, world, m, n, k)) continue;
+    if (e.coll != coll || e.world != world || e.n != n || e.k != k || !pick_legal(e.pick, coll, world, m, n, k))
+      continue;
     const int64_t d = std::llabs(e.m - m), bd = best ? std::llabs(best->m - m) : 0;
     if (!best || d < bd || (d == bd && e.m > best->m)) best = &e;
   }
   return best;
 }
 
-void RsPickCache::parse(const std::string& text) {
+void PickCache::parse(const std::string& text) {
   std::istringstream in(text);
   std::string line;
   int ln = 0;
@@ -117,11 +121,16 @@ void RsPickCache::parse(const std::string& text) {
     if (c != std::string::npos) line.resize(c);
     std::istringstream is(line);
     Entry e;
-    std::string name;
-    if (!(is >> e.world)) continue;  // blank or comment
-    if (!(is >> e.m >> e.n >> e.k >> name) || e.world < 1 || e.m <= 0 || e.n <= 0 || e.k <= 0)
-      throw UsageError("pick cache line " + std::to_string(ln) + ": expected 'world m n k name [us]'", __FILE__, __LINE__);
-    e.pick = parse_rs_pick(name);
+    std::string coll, name;
+    if (!(is >> coll)) continue;  // blank or comment
+    if (!(is >> e.world >> e.m >> e.n >> e.k >> name) || e.world < 1 || e.m <= 0 || e.n <= 0 || e.k <= 0)
+      throw UsageError("pick cache line " + std::to_string(ln) + ": expected 'coll world m n k name [us]'", __FILE__,
+                       __LINE__);
+    e.coll = parse_collective(coll);
+    e.pick = parse_pick(name);
+    if (!pick_legal(e.pick, e.coll, e.world, e.m, e.n, e.k))
+      throw UsageError("pick cache line " + std::to_string(ln) + ": " + name + " cannot run this " + coll + " shape",
+                       __FILE__, __LINE__);
     std::string us;
     if (is >> us) {
       char* end = nullptr;
@@ -133,15 +142,15 @@ void RsPickCache::parse(const std::string& text) {
   }
 }
 
-std::string RsPickCache::text() const {
+std::string PickCache::text() const {
   std::ostringstream os;
-  os << "# GEMM + reduce-scatter schedule per shape (AutoGemmRs): world m n k pick tuned_us\n";
+  os << "# GEMM + collective schedule per shape (AutoGemmComm): coll world m n k pick tuned_us\n";
   for (const auto& e : v_)
-    os << e.world << ' ' << e.m << ' ' << e.n << ' ' << e.k << ' ' << rs_pick_name(e.pick) << ' ' << e.us << '\n';
+    os << collective_name(e.coll) << ' ' << e.world << ' ' << e.m << ' ' << e.n << ' ' << e.k << ' ' << pick_name(e.pick) << ' ' << e.us << '\n';
   return os.str();
 }
 
-void RsPickCache::load(const std::string& path) {
+void PickCache::load(const std::string& path) {
   std::ifstream f(path);
   if (!f) return;
   std::ostringstream ss;
@@ -153,7 +162,7 @@ void RsPickCache::load(const std::string& path) {
   }
 }
 
-void RsPickCache::save(const std::string& path) const {
+void PickCache::save(const std::string& path) const {
   std::ofstream f(path);
   if (!f) throw UsageError("cannot write " + path, __FILE__, __LINE__);
   f << text();
@@ -161,23 +170,27 @@ void RsPickCache::save(const std::string& path) const {
 
 // =============================================== the op ===============================================
 // One schedule's resources. Only the pick's are alive outside tune().
-struct AutoGemmRs::Schedule {
-  RsPick pick;
+struct AutoGemmComm::Schedule {
+  Collective coll = Collective::kReduceScatter;
+  GemmCommPick pick;
   std::unique_ptr<GemmOverlap> flash;   // kFlashOverlap
   std::unique_ptr<OwnerOrderedRs> owner;  // kOwnerOrdered
   std::unique_ptr<CublasGemm> cublas;   // kSequential
-  void* d = nullptr;                    // kSequential: (M, N) bf16, the GEMM's output
+  void* d = nullptr;                    // kSequential, reduce-scatter: (M, N) bf16, the GEMM's output
   Schedule() = default;
   Schedule(const Schedule&) = delete;
   Schedule& operator=(const Schedule&) = delete;
   ~Schedule() {
     if (d) cudaFree(d);
   }
-  // out: (M / world, N) bf16.
+  // out: (M / world, N) bf16 (all-reduce: (M, N)).
   void run(Team& team, int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* out, cudaStream_t s) {
     switch (pick.schedule) {
       case Sched::kSequential:
-        run_sequential(team, *cublas, Collective::kReduceScatter, a, b, d, out, m, n, k, s);
+        if (coll == Collective::kAllReduce)  // the GEMM into out, then NCCL's all-reduce in place
+          run_sequential(team, *cublas, coll, a, b, out, nullptr, m, n, k, s);
+        else
+          run_sequential(team, *cublas, coll, a, b, d, out, m, n, k, s);
         return;
       case Sched::kFlashOverlap:
         if (void* o = flash->output(); o && o != out) {  // NCCL's symmetric transport writes its own window
@@ -201,14 +214,16 @@ namespace {
 
 // Collective (the schedules' constructors are). Throws UnavailableError / UsageError where the schedule cannot run
 // here; those depend only on the node and the shape, so every rank throws alike.
-std::unique_ptr<AutoGemmRs::Schedule> make_schedule(Team& team, int64_t m, int64_t n, int64_t k,
-                                                    const AutoRsOptions& opt, const RsPick& p) {
-  auto s = std::make_unique<AutoGemmRs::Schedule>();
+std::unique_ptr<AutoGemmComm::Schedule> make_schedule(Team& team, int64_t m, int64_t n, int64_t k,
+                                                    const AutoOptions& opt, const GemmCommPick& p) {
+  auto s = std::make_unique<AutoGemmComm::Schedule>();
+  s->coll = opt.coll;
   s->pick = p;
+  BRAID_REQUIRE(pick_legal(p, opt.coll, team.size(), m, n, k), "AutoGemmComm: " + pick_name(p) + " cannot run here");
   switch (p.schedule) {
     case Sched::kSequential:
       s->cublas = std::make_unique<CublasGemm>();
-      BRAID_CUDA_CHECK(cudaMalloc(&s->d, size_t(m) * size_t(n) * 2));
+      if (opt.coll == Collective::kReduceScatter) BRAID_CUDA_CHECK(cudaMalloc(&s->d, size_t(m) * size_t(n) * 2));
       break;
     case Sched::kFlashOverlap: {
       OverlapOptions o = opt.flash;
@@ -218,35 +233,36 @@ std::unique_ptr<AutoGemmRs::Schedule> make_schedule(Team& team, int64_t m, int64
       break;
     }
     case Sched::kOwnerOrdered:
-      s->owner = std::make_unique<OwnerOrderedRs>(team, m, n, k, p.gemm, p.chunks);
+      s->owner = std::make_unique<OwnerOrderedRs>(team, m, n, k, p.gemm, p.chunks, opt.coll == Collective::kAllReduce);
       break;
   }
   return s;
 }
 
 // A pick as one number, for checking that every rank holds the same one.
-double pick_code(const RsPick& p) {
+double pick_code(const GemmCommPick& p) {
   return double(int(p.schedule)) * 1e6 + (p.schedule == Sched::kOwnerOrdered ? double(int(p.gemm)) * 1e5 + p.chunks : 0);
 }
 
 }  // namespace
 
-AutoGemmRs::AutoGemmRs(Team& team, int64_t m, int64_t n, int64_t k, const AutoRsOptions& opt)
+AutoGemmComm::AutoGemmComm(Team& team, int64_t m, int64_t n, int64_t k, const AutoOptions& opt)
     : team_(team), m_(m), n_(n), k_(k), opt_(opt) {
   const int W = team.size();
-  BRAID_REQUIRE(m > 0 && n > 0 && k > 0 && m % W == 0, "AutoGemmRs: M, N, K > 0 and M % world == 0");
-  RsPick p = default_rs_pick(W, m, n, k, team.peer_ok());
+  BRAID_REQUIRE(m > 0 && n > 0 && k > 0 && m % W == 0, "AutoGemmComm: M, N, K > 0 and M % world == 0");
+  GemmCommPick p = default_pick(opt_.coll, W, m, n, k, team.peer_ok());
   if (opt_.picks)
-    if (const auto* e = opt_.picks->lookup(W, m, n, k)) p = e->pick;
+    if (const auto* e = opt_.picks->lookup(opt_.coll, W, m, n, k)) p = e->pick;
   if ((p.schedule == Sched::kFlashOverlap && !opt_.try_flash) ||
       (p.schedule == Sched::kOwnerOrdered && (!opt_.try_owner || !team.peer_ok())))
-    p = RsPick{};
+    p = GemmCommPick{};
   // Every rank must build the same schedule (the constructors are collective): different pick files would hang.
   const double c = pick_code(p);
   const std::vector<double> mx = team.allreduce_max({c, -c});
   if (mx[0] != -mx[1])
-    throw UsageError("AutoGemmRs: the ranks hold different picks for " + std::to_string(m) + "x" + std::to_string(n) +
-                         "x" + std::to_string(k) + " (rank " + std::to_string(team.rank()) + ": " + rs_pick_name(p) +
+    throw UsageError("AutoGemmComm: the ranks hold different picks for " + std::string(collective_name(opt_.coll)) +
+                         " " + std::to_string(m) + "x" + std::to_string(n) +
+                         "x" + std::to_string(k) + " (rank " + std::to_string(team.rank()) + ": " + pick_name(p) +
                          "; is the pick cache the same file on every rank?)",
                      __FILE__, __LINE__);
   // Where the schedule cannot run here (no stream memory operations; a shape its GEMM cannot tile), the baseline
@@ -257,44 +273,47 @@ AutoGemmRs::AutoGemmRs(Team& team, int64_t m, int64_t n, int64_t k, const AutoRs
   } catch (const UnavailableError&) {
     fallback = true;
   } catch (const UsageError&) {
-    if (p == RsPick{}) throw;
+    if (p == GemmCommPick{}) throw;
     fallback = true;
   }
   if (fallback) {
-    p = RsPick{};
+    p = GemmCommPick{};
     cur_ = make_schedule(team, m, n, k, opt_, p);
   }
   pick_ = p;
 }
 
-AutoGemmRs::~AutoGemmRs() = default;
+AutoGemmComm::~AutoGemmComm() = default;
 
-void AutoGemmRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
-  BRAID_REQUIRE(cur_ != nullptr, "AutoGemmRs: no schedule (an earlier tune() threw)");
+void AutoGemmComm::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  BRAID_REQUIRE(cur_ != nullptr, "AutoGemmComm: no schedule (an earlier tune() threw)");
   cur_->run(team_, m_, n_, k_, a, b, out, stream);
 }
 
-GemmOverlap* AutoGemmRs::flash() const { return cur_ ? cur_->flash.get() : nullptr; }
+GemmOverlap* AutoGemmComm::flash() const { return cur_ ? cur_->flash.get() : nullptr; }
 
-int64_t AutoGemmRs::original_row(int64_t j) const {
+void* AutoGemmComm::output() const { return cur_ && cur_->owner ? cur_->owner->result() : nullptr; }
+
+int64_t AutoGemmComm::original_row(int64_t j) const {
+  if (opt_.coll == Collective::kAllReduce) return j;
   if (const GemmOverlap* f = flash()) return rs_original_row(f->mapping(), team_.rank(), j);
   return int64_t(team_.rank()) * (m_ / team_.size()) + j;
 }
 
-RsPick AutoGemmRs::tune(const void* a, const void* b, void* out, cudaStream_t stream) {
+GemmCommPick AutoGemmComm::tune(const void* a, const void* b, void* out, cudaStream_t stream) {
   const int W = team_.size();
-  std::vector<RsPick> want{RsPick{}};
-  if (opt_.try_flash) want.push_back(RsPick{Sched::kFlashOverlap});
+  std::vector<GemmCommPick> want{GemmCommPick{}};
+  if (opt_.try_flash && opt_.coll == Collective::kReduceScatter) want.push_back(GemmCommPick{Sched::kFlashOverlap});
   if (opt_.try_owner && team_.peer_ok())
     for (size_t i = 0; i < opt_.owner_chunks.size(); ++i) {
-      want.push_back(RsPick{Sched::kOwnerOrdered, OwnerGemm::kCublas, opt_.owner_chunks[i]});
+      want.push_back(GemmCommPick{Sched::kOwnerOrdered, OwnerGemm::kCublas, opt_.owner_chunks[i]});
       if (i == 0 && opt_.try_owner_braid)
-        want.push_back(RsPick{Sched::kOwnerOrdered, OwnerGemm::kBraid, opt_.owner_chunks[i]});
+        want.push_back(GemmCommPick{Sched::kOwnerOrdered, OwnerGemm::kBraid, opt_.owner_chunks[i]});
     }
-  team_.synchronize(stream, "AutoGemmRs::tune");  // the current schedule's queued work is done
+  team_.synchronize(stream, "AutoGemmComm::tune");  // the current schedule's queued work is done
   std::vector<std::unique_ptr<Schedule>> cands;
-  for (const RsPick& p : want) {
-    if (!rs_pick_legal(p, W, m_, n_, k_) ||
+  for (const GemmCommPick& p : want) {
+    if (!pick_legal(p, opt_.coll, W, m_, n_, k_) ||
         std::any_of(cands.begin(), cands.end(), [&](const auto& c) { return c->pick == p; }))
       continue;
     if (cur_ && cur_->pick == p) {  // the current schedule is a candidate as it is
@@ -314,7 +333,7 @@ RsPick AutoGemmRs::tune(const void* a, const void* b, void* out, cudaStream_t st
     if (!f) continue;
     f->tune(a, b, f->output() ? f->output() : out, stream);
     if (f->sequential()) {
-      team_.synchronize(stream, "AutoGemmRs::tune");
+      team_.synchronize(stream, "AutoGemmComm::tune");
       cands.erase(cands.begin() + std::ptrdiff_t(i));
       break;
     }
@@ -330,11 +349,11 @@ RsPick AutoGemmRs::tune(const void* a, const void* b, void* out, cudaStream_t st
     tuned_.emplace_back(cands[i]->pick, med[i]);
     if (med[i] < med[best]) best = i;
   }
-  team_.synchronize(stream, "AutoGemmRs::tune");  // nothing of the losers is still queued
+  team_.synchronize(stream, "AutoGemmComm::tune");  // nothing of the losers is still queued
   cur_ = std::move(cands[best]);
   pick_ = cur_->pick;
   cands.clear();
-  if (opt_.picks) opt_.picks->put({W, m_, n_, k_, pick_, med[best]});
+  if (opt_.picks) opt_.picks->put({opt_.coll, W, m_, n_, k_, pick_, med[best]});
   return pick_;
 }
 
