@@ -693,6 +693,12 @@ class OwnerOrderedRs {
   cudaStream_t sum_ = nullptr;                         // chunks > 1: our block's chunk sums
   std::vector<cudaEvent_t> own_ev_;                    // chunks > 1: per own chunk its GEMM done; last: sums done
   int sum_ctas_ = 0;
+  cudaEvent_t end_ = nullptr;                          // recorded on the caller's stream at the end of run()
+  bool ran_ = false;
+  // No-hang contract: sets this rank's flags to 0xffffffff from a private stream, so every flag wait of this rank
+  // passes and its streams drain (the run's output is then garbage). The destructor calls it when the last run has
+  // not ended within the team's timeout (a peer failed).
+  void release_flags() const;
 };
 
 // Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of

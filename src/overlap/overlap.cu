@@ -972,6 +972,7 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
     for (auto& e : own_ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
   int dev = 0, sms = 0, per_sm = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
   BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -979,7 +980,21 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   sum_ctas_ = std::max(1, per_sm) * sms;
 }
 
+void OwnerOrderedRs::release_flags() const {
+  if (!flags_ || !write_value_) return;
+  memops::release_words(write_value_, flags_->local_as<uint32_t>(), flags_->bytes() / 4, team_.options().timeout_s);
+}
+
 OwnerOrderedRs::~OwnerOrderedRs() {
+  // No-hang contract (as GemmOverlap's): the flag waits (stream memory operations, no timeout of their own) on the
+  // caller's stream and on sum_ wait for peers, and push_ waits for events behind them (all_reduce). If the last
+  // run has not ended within the team's timeout, a peer failed: release this rank's flags so every stream drains
+  // (before cudaFree, which would wait for them).
+  const double t = team_.options().timeout_s;
+  auto ended = [&](auto query) { return memops::wait_bounded(query, t); };
+  if ((ran_ && !ended([&] { return cudaEventQuery(end_); })) || (sum_ && !ended([&] { return cudaStreamQuery(sum_); })) ||
+      (push_ && !ended([&] { return cudaStreamQuery(push_); })))
+    release_flags();
   if (push_) cudaStreamSynchronize(push_);
   if (sum_) cudaStreamSynchronize(sum_);
   for (auto e : ev_) cudaEventDestroy(e);
@@ -988,6 +1003,7 @@ OwnerOrderedRs::~OwnerOrderedRs() {
   if (sum_) cudaStreamDestroy(sum_);
   if (fork_) cudaEventDestroy(fork_);
   if (ready_) cudaEventDestroy(ready_);
+  if (end_) cudaEventDestroy(end_);
   if (push_) cudaStreamDestroy(push_);
   cudaFree(d_);
 }
@@ -1117,6 +1133,8 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
   if (ar && out != result_->local())
     BRAID_CUDA_CHECK(cudaMemcpyAsync(out, result_->local(), size_t(m_) * size_t(n_) * 2, cudaMemcpyDeviceToDevice, stream));
+  BRAID_CUDA_CHECK(cudaEventRecord(end_, stream));
+  ran_ = true;
 }
 
 // ============================================== baselines ==============================================
