@@ -857,6 +857,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         cublas.run(static_cast<const __nv_bfloat16*>(in.a(i)) + size_t(q) * size_t(rows) * size_t(sh.k), in.b(i),
                    static_cast<__nv_bfloat16*>(D.p) + size_t(q) * size_t(rows) * size_t(sh.n), rows, sh.n, sh.k, s);
     });
+    // ... and one block alone (W of them apart against the W back to back above: whether the split's cost is cuBLAS's
+    // kernel for M/W rows or the launches in a row).
+    const double t_cublas_block = owners.empty() ? 0.0 : median_us(team, t, [&](int i) {
+      cublas.run(in.a(i), in.b(i), D.p, sh.m / W, sh.n, sh.k, s);
+    });
     const double t_braid =
         median_us(team, t, [&](int i) { braid_full.run(in.a(i), in.b(i), sh.m, sh.n, sh.k, plain, s); });
     const double t_braid_res =
@@ -1092,6 +1097,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           j.add("pick", pick < 0 ? std::string("pce") : owner_name(*owners[size_t(pick)]))
               .add("pce_pre_us", pick_pre[0])
               .add("cublas_owner_blocks_us", t_cublas_blocks)
+              .add("cublas_owner_block_us", t_cublas_block)
               .add("flashoverlap_pick_us", t_pick)
               .add("speedup_pick", t_seq / t_pick)
               .add("fraction_of_bound_pick", bound / t_pick);
