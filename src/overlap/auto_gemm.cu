@@ -14,6 +14,7 @@
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/runtime.hpp"
+#include "shape_cache.hpp"
 
 namespace braid::overlap {
 
@@ -91,24 +92,11 @@ GemmCommPick default_pick(Collective coll, int world, int64_t m, int64_t n, int6
 }
 
 // =============================================== cache ===============================================
-void PickCache::put(const Entry& e) {
-  for (auto& x : v_)
-    if (x.coll == e.coll && x.world == e.world && x.m == e.m && x.n == e.n && x.k == e.k) {
-      x = e;
-      return;
-    }
-  v_.push_back(e);
-}
+void PickCache::put(const Entry& e) { detail::put_by_shape(v_, e); }
 
 const PickCache::Entry* PickCache::lookup(Collective coll, int world, int64_t m, int64_t n, int64_t k) const {
-  const Entry* best = nullptr;
-  for (const auto& e : v_) {
-    if (e.coll != coll || e.world != world || e.n != n || e.k != k || !pick_legal(e.pick, coll, world, m, n, k))
-      continue;
-    const int64_t d = std::llabs(e.m - m), bd = best ? std::llabs(best->m - m) : 0;
-    if (!best || d < bd || (d == bd && e.m > best->m)) best = &e;
-  }
-  return best;
+  return detail::nearest_m(v_, coll, world, m, n, k,
+                           [&](const Entry& e) { return pick_legal(e.pick, coll, world, m, n, k); });
 }
 
 void PickCache::parse(const std::string& text) {

@@ -22,6 +22,7 @@
 
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
+#include "shape_cache.hpp"
 
 namespace braid::overlap {
 
@@ -234,27 +235,10 @@ std::vector<std::vector<int>> candidate_partitions(const SearchInputs& in, int m
 }
 
 // ---- decision cache ----
-void DecisionCache::put(const CachedDecision& d) {
-  for (auto& e : v_)
-    if (e.coll == d.coll && e.world == d.world && e.m == d.m && e.n == d.n && e.k == d.k) {
-      e = d;
-      return;
-    }
-  v_.push_back(d);
-}
+void DecisionCache::put(const CachedDecision& d) { detail::put_by_shape(v_, d); }
 
 const CachedDecision* DecisionCache::lookup(Collective coll, int world, int64_t m, int64_t n, int64_t k) const {
-  const CachedDecision* best = nullptr;
-  for (const auto& e : v_) {
-    if (e.coll != coll || e.world != world || e.n != n || e.k != k) continue;
-    if (!best) {
-      best = &e;
-      continue;
-    }
-    const int64_t d = std::llabs(e.m - m), bd = std::llabs(best->m - m);
-    if (d < bd || (d == bd && e.m > best->m)) best = &e;
-  }
-  return best;
+  return detail::nearest_m(v_, coll, world, m, n, k, [](const CachedDecision&) { return true; });
 }
 
 namespace {
