@@ -402,6 +402,10 @@ class GemmOverlap {
   // All-reduce: x = reordered(), y is M x N. Reduce-scatter: x = run()'s out, y is (M/world) x N in
   // block-cyclic row order (rs_original_row).
   void rmsnorm(const void* x, const void* gamma, void* y, float eps, cudaStream_t stream) const;
+  // Reduce-scatter: run()'s `out` x (tile-scattered, scattered_index) copied into y as (M/world, N) row-major bf16,
+  // row j = original row rs_original_row(mapping(), rank, j) (with Mapping::normal a plain copy). x and y must not
+  // overlap. For consumers that want rows rather than the fused rmsnorm(); costs one read and write of the part.
+  void gather_rows(const void* x, void* y, cudaStream_t stream) const;
 
   // Re-plan with another partition (same shape); device tables are rewritten. Leaves the fallback.
   void set_partition(const std::vector<int>& group_waves);
@@ -758,11 +762,13 @@ class Decomposition {
 // nearest M with the same world, N and K whose choice is legal for this M), else from the rule (default_pick):
 // reduce-scatter: owner-cublas where legal and M / world >= 512 rows, else sequential (measured: on the 50-shape
 // sweep, 2x H200, owner-cublas alone was 1.058-1.77x of cuBLAS + NCCL; on 4x H200 0.975x or better from 512 rows per
-// rank, 0.80x at 256; docs/flashoverlap.md "Twenty-sixth session"); all-reduce: sequential (no owner-ordered
-// all-reduce measured yet).
+// rank, 0.80x at 256; docs/flashoverlap.md "Twenty-sixth session"); all-reduce: owner-cublas from 1024 rows per
+// rank, at 4 chunks from 2048 (2x H200 sweep: 1.01-1.55x of cuBLAS + NCCL there; 0.85x at 512 rows; 4 chunks lost
+// below 2048 rows; "Twenty-seventh session"), else sequential. Not measured at 4+ ranks for all-reduce.
 // Output, reduce-scatter: `out` (M / world, N) bf16, this rank's rows of the sum over ranks of A·Bᵀ, local row j
 // being original row original_row(j) — rank * M/world + j for every schedule but flashoverlap, whose rows are
-// block-cyclic (rs_original_row; its rmsnorm() follows them). All-reduce: `out` (M, N), every row, normal order
+// block-cyclic (rs_original_row; its rmsnorm() follows them; run() gathers the op's tile-scattered part into these
+// rows, GemmOverlap::gather_rows, and the time includes that pass). All-reduce: `out` (M, N), every row, normal order
 // (output() names the buffer that saves a copy). run() is capturable; tune() is not.
 struct GemmCommPick {
   enum class Schedule { kSequential, kFlashOverlap, kOwnerOrdered };
@@ -835,7 +841,8 @@ class AutoGemmComm {
   // out: reduce-scatter (M / world, N) bf16 (original_row() says which rows); all-reduce (M, N). Capturable.
   void run(const void* a, const void* b, void* out, cudaStream_t stream);
   // Builds every legal candidate (those that throw UnavailableError — no peer access, no stream memory operations —
-  // are skipped), times them on (a, b) into `out` (reps interleaved rounds, the slowest rank's medians: every rank
+  // are skipped), times them on (a, b) into `out` (an owner-ordered all-reduce into its own result: output() is
+  // where a caller that wants no copy reads) (reps interleaved rounds, the slowest rank's medians: every rank
   // picks alike), keeps the fastest, frees the rest and records the pick in opt.picks. Collective; synchronous;
   // not capturable. Candidates coexist while timed: up to ~2 x M x N x 2 bytes each (all-reduce: 3).
   GemmCommPick tune(const void* a, const void* b, void* out, cudaStream_t stream);

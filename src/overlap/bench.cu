@@ -807,6 +807,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       ao.picks = &picks;
       autop = std::make_unique<AutoGemmComm>(team, sh.m, sh.n, sh.k, ao);
       autop->tune(A.p, B.p, auto_dst, s);
+      if (void* o = autop->output()) auto_dst = o;  // all-reduce over an owner-ordered pick: its result, no copy
       autop->run(A.p, B.p, auto_dst, s);
       team.synchronize(s, "AutoGemmComm check");
       const size_t elems = a.coll == Collective::kAllReduce ? mn : mn / W;
@@ -1080,7 +1081,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             .add("flashoverlap_auto_us", t_auto)
             .add("speedup_auto", t_seq / t_auto)
             .add("fraction_of_bound_auto", bound / t_auto)
-            .add("auto_tuned", tu.str());
+            .add("auto_tuned", tu.str())
+            .add("auto_into_output", autop->output() != nullptr);
       }
       if (pce) {
         j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms)

@@ -84,6 +84,19 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_gather_kernel(const __nv
   }
 }
 
+// Row j of y (N contiguous elements) gathered from the tile-scattered x, as rmsnorm_gather_kernel reads it.
+__global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y,
+                                   const int32_t* __restrict__ tile_slot, int n, int bn, int tiles_n,
+                                   int rows_per_tile) {
+  const int64_t j = blockIdx.x;
+  const int mb = static_cast<int>(j / rows_per_tile), rr = static_cast<int>(j % rows_per_tile);
+  for (int v = threadIdx.x; v < n / 8; v += blockDim.x) {
+    const int col = v * 8, nb = col / bn, c = col % bn;
+    const int64_t s = tile_slot[mb * tiles_n + nb];
+    reinterpret_cast<uint4*>(y + j * n)[v] = *reinterpret_cast<const uint4*>(x + (s * rows_per_tile + rr) * bn + c);
+  }
+}
+
 __global__ void un_permute_rows_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t rows_per_rank,
                                        int vecs_per_row, int bm, int sub) {
   const int64_t dst_row = blockIdx.x;
@@ -910,6 +923,21 @@ void GemmOverlap::rmsnorm(const void* x, const void* gamma, void* y, float eps, 
   rmsnorm_gather_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(
       static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(gamma), static_cast<__nv_bfloat16*>(y),
       tables_, static_cast<int>(opt_.n), g.bn, g.tiles_n, rows_per_tile, eps, map_.normal ? 1 : 0);
+  BRAID_CHECK_LAUNCH();
+}
+
+void GemmOverlap::gather_rows(const void* x, void* y, cudaStream_t stream) const {
+  BRAID_REQUIRE(opt_.coll == Collective::kReduceScatter, "gather_rows: reduce-scatter only");
+  const int64_t rows = opt_.m / map_.parts;
+  if (map_.normal) {
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(y, x, size_t(rows) * size_t(opt_.n) * 2, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  const auto& g = map_.grid;
+  BRAID_REQUIRE(opt_.n % 8 == 0 && g.bn % 8 == 0, "gather_rows: N must be a multiple of 8");
+  gather_rows_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), tables_, static_cast<int>(opt_.n), g.bn,
+      g.tiles_n, g.bm / map_.parts);
   BRAID_CHECK_LAUNCH();
 }
 

@@ -514,7 +514,12 @@ TEST(GemmCommPick, LegalityAndRule) {
   EXPECT_EQ(default_pick(RS, 2, 1024, 4096, 1024, false), GemmCommPick{});
   EXPECT_EQ(default_pick(RS, 1, 1024, 4096, 1024, true), GemmCommPick{});
   EXPECT_EQ(default_pick(RS, 2, 1024, 4100, 1024, true), GemmCommPick{});
-  EXPECT_EQ(default_pick(AR, 2, 8192, 8192, 4096, true), GemmCommPick{});  // no all-reduce rule measured yet
+  // all-reduce: owner-ordered from 1024 rows per rank, 4 chunks from 2048
+  EXPECT_EQ(default_pick(AR, 2, 8192, 8192, 4096, true), cub4);
+  EXPECT_EQ(default_pick(AR, 2, 2048, 8192, 4096, true), cub);
+  EXPECT_EQ(default_pick(AR, 2, 1024, 8192, 4096, true), GemmCommPick{});
+  EXPECT_EQ(default_pick(AR, 2, 8192, 8192, 4096, false), GemmCommPick{});
+  EXPECT_EQ(default_pick(AR, 2, 4098 * 2, 8192, 4096, true), cub);  // 4098 rows: 4 chunks do not divide them
 }
 
 TEST(PickCache, TextLookupAndFiles) {
