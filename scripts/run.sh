@@ -23,7 +23,8 @@ jobs=(
   "bench transitions --dtype bf16"
   "bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring-dma,t3-ring-cublas,t3-auto --shape 16384,8192,1024 --shape 8192,8192,4096 --shape 8192,8192,14336"
   "bench ag-gemm --algo sequential,t3 --shape 16384,8192,1024 --shape 8192,8192,4096"
-  "bench gemm-rs --transport symmetric,peer-copy-engine --owner --owner-chunks 1,4 --shape 16384,8192,1024 --shape 8192,8192,2048"
+  "bench gemm-rs --transport symmetric,peer-copy-engine --owner --owner-chunks 1,4 --auto --shape 16384,8192,1024 --shape 8192,8192,2048"
+  "bench gemm-ar --transport peer-copy-engine --owner --owner-chunks 1,4 --auto --shape 16384,8192,1024 --shape 8192,8192,4096"
   "bench layer --model llama3-70b --tp NGPU --seq 8192 --backward"  # NGPU: the process count
 )
 "$braid" info
@@ -52,7 +53,7 @@ for j in "${jobs[@]}"; do
   name=$(echo "$j" | awk '{print $2"-"$4}' | sed 's/-$//')
   case "$name" in
     p2p-*) name=p2p ;; allreduce-*) name=allreduce ;; transitions-*) name=transitions ;;
-    t3-gemm-rs-*) name=t3-gemm-rs ;; ag-gemm-*) name=ag-gemm ;; layer-*) name=layer ;; gemm-rs-*) name=gemm-rs ;;
+    t3-gemm-rs-*) name=t3-gemm-rs ;; ag-gemm-*) name=ag-gemm ;; layer-*) name=layer ;; gemm-rs-*) name=gemm-rs ;; gemm-ar-*) name=gemm-ar ;;
   esac
   echo
   # shellcheck disable=SC2086
