@@ -70,14 +70,17 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (twenty-sixth session's end): nothing after 565445d has run on a GPU. First call (2 GPUs): `build test
-# measure-rs` with CTEST_R='test_overlap_mpi$' (OverlapMpiAutoGemm: AutoGemmComm for RS and AR, every schedule, rule / tuned / forced
-# by the pick cache; OverlapMpiOwnerOrdered now also checks OwnerOrderedRs's all-reduce form) and MEASURE_PART=1/2
-# OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores
-# --auto --picks $OUT/picks.txt" ($OUT expanded by the device command; the library's own pick, `speedup_auto`, against the bench's pick); second call warm:
-# part 2/2 and `peers-tp`. Then `sweep-ar` with AR_MEASURE=1 OVERLAP_TRANSPORT=peer-copy-engine AR_ARGS="--owner
-# --owner-chunks 1,4 --tune-candidates 6 --auto" (the owner-ordered all-reduce on the AR sweep; AR_SHAPES=bench/shapes/ar-few.txt
-# first if time is short). At 4 ranks: `build test` CTEST_R=test_overlap_mpi, then measure-rs halves with --auto.
+# Next (twenty-seventh session's end): 1c70662 ran on 2x H200 (test_overlap_mpi passes; AutoGemmComm RS and AR
+# sweeps). Nothing after 1c70662 but docs and make run's job list. First call (4 GPUs, `nvidia-h100-x4`): `build test
+# measure-rs` with CTEST_R=test_overlap_mpi MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
+# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,4 --auto" (AutoGemmComm at 4 ranks); warm:
+# part 2/2, then `sweep-ar` with AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,4 --tune-candidates 6 --auto" (the
+# all-reduce rule is from 2 ranks only). At 2 ranks: the 12 last AR shapes at 1c70662 (AR_SHAPES: tail -12 of
+# sweep.txt), and CLOCK_LOG=1 measure-rs on 16384,8192,8192 and 8192,8192,8192 (the split's cost: one 8192-row block
+# took 1626 us inside the 16384-row row, 1363 as its own shape).
+# The twenty-seventh session's calls (2x H200): `build test measure-rs` part 1/2 with --auto 5.8 min cold; part 2/2 +
+# peers-tp 4.1 min warm; full sweep-ar with --owner --auto > 7 min (48/50 shapes in 415 s); `build test measure-rs sweep-ar`
+# (2 RS shapes, ar-few) 5.1 min cold.
 # The twenty-sixth session's calls: `build test measure-rs` (2x H200, part 1/2 with --owner --owner-chunks 1,4)
 # 6.3 min cold; part 2/2 + peers-tp 3.8 min warm; on 4x H200 `build test rs-stores` 6.1 min cold (start included in
 # held time, ~40 s), measure-rs halves 2.2 / 2.9 min warm; a full ctest at 4 GPUs needs more than 5.5 min.
