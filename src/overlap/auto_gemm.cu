@@ -196,6 +196,8 @@ struct AutoGemmComm::Schedule {
           return;
         }
         void* t = o ? o : d;
+        BRAID_REQUIRE(t != out, "AutoGemmComm: `out` must not be the flashoverlap op's own window (the rows are gathered "
+                                "out of it)");
         flash->run(a, b, t, s);
         flash->gather_rows(t, out, s);
         return;

@@ -848,6 +848,11 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     SignalGemm braid_reserved(op.options().tile, op.gemm().sm_count());
     // Timed iterations rotate over copies of (A, B) spanning twice the L2 (set 0: A, B themselves).
     const bench::InputSets in(A.p, size_t(sh.m) * sh.k * 2, B.p, size_t(sh.n) * sh.k * 2, s);
+    // --owner: one owner block (M/W rows) timed before the full GEMM too, against the same after it below: a gap
+    // between the two is the GPU's state (clocks under the power cap after the long GEMMs), not cuBLAS's kernel.
+    const double t_cublas_block_first = owners.empty() ? 0.0 : median_us(team, t, [&](int i) {
+      cublas.run(in.a(i), in.b(i), D.p, sh.m / W, sh.n, sh.k, s);
+    });
     const double t_cublas =
         median_us(team, t, [&](int i) { cublas.run(in.a(i), in.b(i), D.p, sh.m, sh.n, sh.k, s); });
     // --owner: cuBLAS on the W owner blocks in sequence, nothing else — what splitting the GEMM costs the
@@ -1100,6 +1105,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
               .add("pce_pre_us", pick_pre[0])
               .add("cublas_owner_blocks_us", t_cublas_blocks)
               .add("cublas_owner_block_us", t_cublas_block)
+              .add("cublas_owner_block_first_us", t_cublas_block_first)
               .add("flashoverlap_pick_us", t_pick)
               .add("speedup_pick", t_seq / t_pick)
               .add("fraction_of_bound_pick", bound / t_pick);
