@@ -71,7 +71,8 @@
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
 # Next (twenty-seventh session's end): 1c70662 ran on 2x H200 (test_overlap_mpi passes; AutoGemmComm RS and AR
-# sweeps). Nothing after 1c70662 but docs and make run's job list. First call (4 GPUs, `nvidia-h100-x4`): `build test
+# sweeps). Not GPU-run: b376246 (bench field cublas_owner_block_first_us; AutoGemmComm's REQUIRE out != the flash
+# window), make run's job list. First call (4 GPUs, `nvidia-h100-x4`): `build test
 # measure-rs` with CTEST_R=test_overlap_mpi MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
 # --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,4 --auto" (AutoGemmComm at 4 ranks); warm:
 # part 2/2, then `sweep-ar` with AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,4 --tune-candidates 6 --auto" (the
