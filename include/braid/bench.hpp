@@ -76,10 +76,12 @@ std::vector<size_t> interleave_order(size_t n, int r);
 // A, B, ...: rotated, so drift and position hit every candidate alike), after one warm-up call each;
 // `check(i)` runs after every synchronisation that follows candidate i (an op's check_error). Returns
 // per candidate the slowest rank's median (the maximum over ranks of each rank's median: the same numbers on every rank, so every
-// rank decides alike). Collective and synchronous.
+// rank decides alike). Each measurement starts after a host barrier and a `lead_us` idle kernel (as time_iterations'
+// lead), so the batch is queued before the GPU runs it: the medians are GPU times, as in a step whose host runs
+// ahead. Collective and synchronous.
 std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int batch,
                                  const std::vector<std::function<void()>>& cands,
-                                 const std::function<void(size_t)>& check);
+                                 const std::function<void(size_t)>& check, int lead_us = 2000);
 
 // Median of time_iterations (the slowest rank per iteration) on the team's stream.
 double median_us(Team& team, const TimingOptions& opt, const std::function<void(int)>& fn);

@@ -822,6 +822,7 @@ struct AutoOptions {
   std::vector<int> owner_chunks{1, 4};  // cuBLAS at each (where legal)
   PickCache* picks = nullptr;           // read at construction, written by tune()
   int reps = 5;                         // tune(): interleaved rounds
+  double max_ratio = 0.99;              // tune(): another schedule beats cuBLAS + NCCL only at <= max_ratio x its median
   static OverlapOptions peer_flash_options() {
     OverlapOptions o;
     o.coll = Collective::kReduceScatter;

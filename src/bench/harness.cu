@@ -184,8 +184,8 @@ std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t strea
 
 std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int batch,
                                  const std::vector<std::function<void()>>& cands,
-                                 const std::function<void(size_t)>& check) {
-  BRAID_REQUIRE(reps >= 1 && batch >= 1, "tune_medians: reps >= 1 and batch >= 1");
+                                 const std::function<void(size_t)>& check, int lead_us) {
+  BRAID_REQUIRE(reps >= 1 && batch >= 1 && lead_us >= 0, "tune_medians: reps >= 1, batch >= 1, lead_us >= 0");
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   BRAID_CUDA_CHECK(cudaEventCreate(&e0));
   BRAID_CUDA_CHECK(cudaEventCreate(&e1));
@@ -200,6 +200,15 @@ std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int 
     for (int r = 0; r < reps; ++r)
       for (size_t j = 0; j < cands.size(); ++j) {
         const size_t i = (j + size_t(r)) % cands.size();  // rotated, as time_interleaved
+        // The ranks start together and the batch is queued behind an idle kernel before the GPU reaches it: the
+        // interval is the GPU's, not the host's launch rate or the ranks' skew after the last synchronize (without
+        // both, 4 ranks timed a 59-us cuBLAS + NCCL reduce-scatter at 137 us and an 8-launch owner op at 123, and
+        // picked the slower one: twenty-eighth session, docs/flashoverlap.md).
+        team.barrier();
+        if (lead_us > 0) {
+          idle_for_ns<<<1, 1, 0, stream>>>(uint64_t(lead_us) * 1000);
+          BRAID_CUDA_CHECK(cudaGetLastError());
+        }
         BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
         for (int c = 0; c < batch; ++c) cands[i]();
         BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));

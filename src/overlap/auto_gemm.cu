@@ -357,6 +357,9 @@ GemmCommPick AutoGemmComm::tune(const void* a, const void* b, void* out, cudaStr
     tuned_.emplace_back(cands[i]->pick, med[i]);
     if (med[i] < med[best]) best = i;
   }
+  // A margin for the baseline, as GemmOverlap::tune's: a pick within noise of cuBLAS + NCCL is not worth its risk.
+  for (size_t i = 0; i < cands.size(); ++i)
+    if (cands[i]->pick == GemmCommPick{} && med[best] > opt_.max_ratio * med[i]) best = i;
   team_.synchronize(stream, "AutoGemmComm::tune");  // nothing of the losers is still queued
   cur_ = std::move(cands[best]);
   pick_ = cur_->pick;
