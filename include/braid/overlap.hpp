@@ -787,6 +787,9 @@ GemmCommPick parse_pick(const std::string& name);
 bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, int64_t n, int64_t k);
 // The rule used without a measurement (see above).
 GemmCommPick default_pick(Collective coll, int world, int64_t m, int64_t n, int64_t k, bool peer_ok);
+// tune()'s choice among timed candidates (pick, median µs): the fastest, except that cuBLAS + NCCL (sequential), where
+// timed, is kept unless the fastest is at most max_ratio x its median. Returns an index into `timed` (non-empty).
+size_t choose_timed(const std::vector<std::pair<GemmCommPick, double>>& timed, double max_ratio);
 
 // Picks per collective and shape. Text, one per line: "coll world m n k name [us]" (coll: reducescatter |
 // allreduce; '#' comments); a later line for the same key wins.

@@ -82,6 +82,17 @@ bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, in
   return true;
 }
 
+size_t choose_timed(const std::vector<std::pair<GemmCommPick, double>>& timed, double max_ratio) {
+  BRAID_REQUIRE(!timed.empty(), "choose_timed: no candidates");
+  size_t best = 0;
+  for (size_t i = 1; i < timed.size(); ++i)
+    if (timed[i].second < timed[best].second) best = i;
+  // A margin for the baseline, as GemmOverlap::tune's: a pick within noise of cuBLAS + NCCL is not worth its risk.
+  for (size_t i = 0; i < timed.size(); ++i)
+    if (timed[i].first == GemmCommPick{} && timed[best].second > max_ratio * timed[i].second) return i;
+  return best;
+}
+
 GemmCommPick default_pick(Collective coll, int world, int64_t m, int64_t n, int64_t k, bool peer_ok) {
   GemmCommPick p;
   p.schedule = Sched::kOwnerOrdered;
@@ -351,15 +362,9 @@ GemmCommPick AutoGemmComm::tune(const void* a, const void* b, void* out, cudaStr
   const std::vector<double> med =
       bench::tune_medians(team_, stream, std::max(1, opt_.reps), GemmOverlap::kTuneBatch, fns,
                           [&](size_t i) { cands[i]->check(); });
-  size_t best = 0;
   tuned_.clear();
-  for (size_t i = 0; i < cands.size(); ++i) {
-    tuned_.emplace_back(cands[i]->pick, med[i]);
-    if (med[i] < med[best]) best = i;
-  }
-  // A margin for the baseline, as GemmOverlap::tune's: a pick within noise of cuBLAS + NCCL is not worth its risk.
-  for (size_t i = 0; i < cands.size(); ++i)
-    if (cands[i]->pick == GemmCommPick{} && med[best] > opt_.max_ratio * med[i]) best = i;
+  for (size_t i = 0; i < cands.size(); ++i) tuned_.emplace_back(cands[i]->pick, med[i]);
+  const size_t best = choose_timed(tuned_, opt_.max_ratio);
   team_.synchronize(stream, "AutoGemmComm::tune");  // nothing of the losers is still queued
   cur_ = std::move(cands[best]);
   pick_ = cur_->pick;

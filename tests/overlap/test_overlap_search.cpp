@@ -522,6 +522,21 @@ TEST(GemmCommPick, LegalityAndRule) {
   EXPECT_EQ(default_pick(AR, 2, 4098 * 2, 8192, 4096, true), cub);  // 4098 rows: 4 chunks do not divide them
 }
 
+// tune()'s choice: the fastest, but cuBLAS + NCCL stays unless beaten by more than the margin (a23551e: at 4 ranks
+// a mis-timed tune picked owner ops at 0.66x of the baseline; the margin is the second guard).
+TEST(GemmCommPick, ChoiceKeepsTheBaselineWithinTheMargin) {
+  using S = GemmCommPick::Schedule;
+  const GemmCommPick seq{}, cub{S::kOwnerOrdered, OwnerGemm::kCublas, 1}, br{S::kOwnerOrdered, OwnerGemm::kBraid, 1};
+  EXPECT_EQ(choose_timed({{seq, 100.0}, {cub, 80.0}, {br, 90.0}}, 0.99), 1u);   // clearly faster
+  EXPECT_EQ(choose_timed({{seq, 100.0}, {cub, 99.5}}, 0.99), 0u);               // within 1%: the baseline
+  EXPECT_EQ(choose_timed({{seq, 100.0}, {cub, 99.0}}, 0.99), 1u);               // at the margin: kept
+  EXPECT_EQ(choose_timed({{cub, 99.5}, {seq, 100.0}}, 0.99), 1u);               // wherever the baseline stands
+  EXPECT_EQ(choose_timed({{seq, 100.0}, {cub, 120.0}}, 0.99), 0u);              // slower
+  EXPECT_EQ(choose_timed({{cub, 50.0}, {br, 40.0}}, 0.99), 1u);                 // no baseline timed: the fastest
+  EXPECT_EQ(choose_timed({{seq, 100.0}, {cub, 99.5}}, 1.0), 1u);                // no margin: the fastest
+  EXPECT_THROW(choose_timed({}, 0.99), braid::UsageError);
+}
+
 TEST(PickCache, TextLookupAndFiles) {
   using S = GemmCommPick::Schedule;
   PickCache c;
