@@ -70,15 +70,18 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (twenty-seventh session's end): 1c70662 ran on 2x H200 (test_overlap_mpi passes; AutoGemmComm RS and AR
-# sweeps). Not GPU-run: b376246 (bench field cublas_owner_block_first_us; AutoGemmComm's REQUIRE out != the flash
-# window), make run's job list. First call (4 GPUs, `nvidia-h100-x4`): `build test
-# measure-rs` with CTEST_R=test_overlap_mpi MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
-# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,4 --auto" (AutoGemmComm at 4 ranks); warm:
-# part 2/2, then `sweep-ar` with AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,4 --tune-candidates 6 --auto" (the
-# all-reduce rule is from 2 ranks only). At 2 ranks: the 12 last AR shapes at 1c70662 (AR_SHAPES: tail -12 of
-# sweep.txt), and CLOCK_LOG=1 measure-rs on 16384,8192,8192 and 8192,8192,8192 (the split's cost: one 8192-row block
-# took 1626 us inside the 16384-row row, 1363 as its own shape).
+# Next (twenty-eighth session's end): a23551e ran on 2x H200 (test_overlap_mpi, test_t3_mpi, test_harness; the RS
+# sweep with --auto, both halves). Not GPU-run: be7533a (tune()'s choice moved into choose_timed, CPU-tested; same
+# logic). First call, 4 GPUs when lent (`nvidia-h100-x4`): `build test measure-rs` with CTEST_R=test_overlap_mpi_np4
+# MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0
+# --pce-modes copies,stores --owner --owner-chunks 1,4 --auto" (at 26a9455 AutoGemmComm had 2 shapes below 0.97x
+# there: the tune fix must show at 4 ranks), then part 2/2 warm, then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner
+# --owner-chunks 1,4 --tune-candidates 6 --auto". At 2 ranks: `peers-tp` (torch on this commit's machine) beside a
+# measure-rs half. On 2x H100 (when served): all of it first, then `build test ar-1step`, `strands-smres`.
+# The twenty-eighth session's calls: 2x H200 `build test measure-rs sweep-ar` (test_overlap_mpi, 12 AR shapes, 2 RS
+# shapes with CLOCK_LOG) 7.7 min cold; 4x H200 `build test measure-rs` part 1/2 (CTEST_R=test_overlap_mpi: 2.6 min
+# of tests at 2 and 4 ranks) 7.7 min cold; 2x H200 `build test measure-rs` part 1/2 (CTEST_R='test_overlap_mpi$|
+# test_t3_mpi$|test_harness') 7.3 min cold; part 2/2 4 min warm.
 # The twenty-seventh session's calls (2x H200): `build test measure-rs` part 1/2 with --auto 5.8 min cold; part 2/2 +
 # peers-tp 4.1 min warm; full sweep-ar with --owner --auto > 7 min (48/50 shapes in 415 s); `build test measure-rs sweep-ar`
 # (2 RS shapes, ar-few) 5.1 min cold.
