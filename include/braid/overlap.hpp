@@ -758,8 +758,9 @@ class Decomposition {
 //   owner-<gemm>[-cN] OwnerOrderedRs (all-reduce: its all_reduce form) with cuBLAS's or braid's GEMM, N chunks per
 //                     block (no suffix: 1)
 // The choice comes from tune() (every candidate timed on the caller's inputs, the slowest rank's medians, the
-// fastest kept — cuBLAS + NCCL unless beaten by more than AutoOptions::max_ratio — and written to AutoOptions::picks), else from AutoOptions::picks (this collective and shape, or the
-// nearest M with the same world, N and K whose choice is legal for this M), else from the rule (default_pick):
+// fastest kept — cuBLAS + NCCL unless beaten by more than AutoOptions::max_ratio — and written to
+// AutoOptions::picks), else from AutoOptions::picks (this collective and shape, or the nearest M with the same
+// world, N and K whose choice is legal for this M), else from the rule (default_pick):
 // reduce-scatter: owner-cublas where legal and M / world >= 512 rows, else sequential (measured: on the 50-shape
 // sweep, 2x H200, owner-cublas alone was 1.058-1.77x of cuBLAS + NCCL; on 4x H200 0.975x or better from 512 rows per
 // rank, 0.80x at 256; docs/flashoverlap.md "Twenty-sixth session"); all-reduce: owner-cublas from 1024 rows per
@@ -847,8 +848,8 @@ class AutoGemmComm {
   // Builds every legal candidate (those that throw UnavailableError — no peer access, no stream memory operations —
   // are skipped), times them on (a, b) into `out` (an owner-ordered all-reduce into its own result: output() is
   // where a caller that wants no copy reads) (reps interleaved rounds, the slowest rank's medians: every rank
-  // picks alike), keeps choose_timed()'s pick, frees the rest and records the pick in opt.picks. Collective; synchronous;
-  // not capturable. Candidates coexist while timed: up to ~2 x M x N x 2 bytes each (all-reduce: 3).
+  // picks alike), keeps choose_timed()'s pick, frees the rest and records the pick in opt.picks. Collective;
+  // synchronous; not capturable. Candidates coexist while timed: up to ~2 x M x N x 2 bytes each (all-reduce: 3).
   GemmCommPick tune(const void* a, const void* b, void* out, cudaStream_t stream);
   const GemmCommPick& pick() const { return pick_; }
   Collective collective() const { return opt_.coll; }

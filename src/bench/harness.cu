@@ -202,7 +202,7 @@ std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int 
         const size_t i = (j + size_t(r)) % cands.size();  // rotated, as time_interleaved
         // The ranks start together and the batch is queued behind an idle kernel before the GPU reaches it: the
         // interval is the GPU's, not the host's launch rate or the ranks' skew after the last synchronize (without
-        // both, 4 ranks timed a 59-us cuBLAS + NCCL reduce-scatter at 137 us and an 8-launch owner op at 123, and
+        // both, 4 ranks timed a 59-us cuBLAS + NCCL reduce-scatter at 137 us and a 92-us owner-ordered op at 123, and
         // picked the slower one: twenty-eighth session, docs/flashoverlap.md).
         team.barrier();
         if (lead_us > 0) {
