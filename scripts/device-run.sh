@@ -424,17 +424,20 @@ if has ar-variant; then  # A/B of a compile-time all-reduce variant: VARIANT_DEF
     done
   done
 fi
-if has gemm-variant; then  # the plain GEMM with and without the epilogue's store branches, alternating, one machine:
-  # braid-nostores is gemm_sm90.cu compiled with BRAID_OVERLAP_EPILOGUE_STORES=0 (GEMM_SHAPES: a shapes file)
-  echo "== GEMM epilogue A/B: stores branches compiled in (base) / out (nostores) ($(date +%T))" | tee -a "$log"
-  bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu nostores BRAID_OVERLAP_EPILOGUE_STORES=0 \
+if has gemm-variant; then  # the plain GEMM, base build against a variant of gemm_sm90.cu, alternating, one machine:
+  # VARIANT_DEFS (default BRAID_OVERLAP_EPILOGUE_STORES=0, the store branches compiled out; e.g.
+  # BRAID_OVERLAP_STAGE_BF16=1, the bf16 epilogue stage), VARIANT_TAG its name; GEMM_SHAPES a shapes file. Every
+  # row verifies braid's GEMM against cuBLAS (bench tolerance), so the variant's output is checked too.
+  vt=${VARIANT_TAG:-nostores}
+  echo "== GEMM epilogue A/B: base / $vt (${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}) ($(date +%T))" | tee -a "$log"
+  bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu "$vt" ${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0} \
     > "$out/build-variant.log" 2>&1 || { tail -20 "$out/build-variant.log"; exit 1; }
   for round in 1 2; do
-    for v in base nostores; do
-      bin=build/braid; [[ $v == nostores ]] && bin=build/braid-nostores
+    for v in base "$vt"; do
+      bin=build/braid; [[ $v != base ]] && bin=build/braid-$vt
       echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
       BIN=$bin T=120 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 \
-        --json "$out/gemm-variant-$v-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \|" | tee -a "$log"
+        --json "$out/gemm-variant-$v-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||Failed" | tee -a "$log"
     done
   done
 fi
@@ -649,6 +652,20 @@ if has gemm-swizzle; then  # braid GEMM vs cuBLAS at large K under the scheduler
     # default: the H100 sweep's worst braid/cuBLAS shapes (N = 16384: 0.77-0.86x, 2c2b4ce) and two at large K
     shs=(); for sh in ${SWIZZLE_SHAPES:-16384,16384,4096 4096,16384,2048 2048,16384,4096 8192,16384,8192 8192,8192,14336 16384,8192,8192}; do shs+=(--shape "$sh"); done
     E="BRAID_GEMM_SWIZZLE=$sw" T=120 mpi bench gemm-rs "${shs[@]}" --iters 10 --json "$out/gemm-swizzle-$sw.jsonl" 2>&1 | tee -a "$log"
+  done
+fi
+if has gemm-layout; then  # braid's GEMM vs cuBLAS per tile config and scheduler raster (BRAID_GEMM_RASTER), on
+  # LAYOUT_SHAPES (default: the 12 shapes furthest below cuBLAS, bench/shapes/gemm-worst.txt); the rows' braid_vs_cublas
+  echo "== gemm-rs, tile x raster ($(date +%T))" | tee -a "$log"
+  for t in ${LAYOUT_TILES:-128x256 128x128}; do
+    for r in ${LAYOUT_RASTERS:-n m}; do
+      echo "-- tile $t raster $r" | tee -a "$log"
+      E="BRAID_GEMM_RASTER=$r" T=150 mpi bench gemm-rs --shapes "${LAYOUT_SHAPES:-bench/shapes/gemm-worst.txt}" --tile "$t" \
+        --no-tune --iters 10 --json "$out/gemm-layout-$t-$r.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||Fail" | tee -a "$log"
+      python3 -c "import json,math,sys; v=[json.loads(l)['braid_vs_cublas'] for l in open(sys.argv[1])]; \
+print('braid/cublas geomean %.3f min %.3f (%d shapes)' % (math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)))" \
+        "$out/gemm-layout-$t-$r.jsonl" 2>&1 | tee -a "$log"
+    done
   done
 fi
 if has peers-tp; then  # PyTorch async TP on the sweep shapes

@@ -32,6 +32,20 @@ int gemm_swizzle() {
   return s;
 }
 
+// BRAID_GEMM_RASTER=n|m: the persistent scheduler's raster (default n: AlongN, the order every measurement so far
+// used). An experiment's knob for braid's GEMM against cuBLAS (K = 1024 and M >> N shapes ran at 0.87-0.93x of it
+// on 2x H200, twenty-eighth session); FlashOverlap's kernel only (T3's keeps AlongN). plan() reads the raster the
+// kernel gets, so the wave groups and the execution-order model follow it.
+static bool gemm_raster_along_m() {
+  static const bool m = [] {
+    const char* e = std::getenv("BRAID_GEMM_RASTER");
+    const std::string v = e ? e : "n";
+    if (v != "n" && v != "m") throw UsageError("BRAID_GEMM_RASTER: n or m", __FILE__, __LINE__);
+    return v == "m";
+  }();
+  return m;
+}
+
 // The cap for one problem: gemm_swizzle(), lowered until the strips divide the tile grid
 // (swizzle_without_phantoms, mapping.cpp).
 static int swizzle_for(int tiles_m, int tiles_n, int cluster_m, int cluster_n) {
@@ -50,7 +64,7 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
     detail::SignalEpilogueParams epi{};
     epi.d = reinterpret_cast<__nv_bfloat16*>(16);  // not dereferenced
     const int swz = swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN);
-    auto args = Base::arguments(nullptr, nullptr, m, n, k, epi, sm_count, swz);
+    auto args = Base::arguments(nullptr, nullptr, m, n, k, epi, sm_count, swz, gemm_raster_along_m());
     auto params = GemmKernel::to_underlying_arguments(args, nullptr);
     const dim3 grid = GemmKernel::get_grid_shape(params);
     TileGrid g;
@@ -69,7 +83,7 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
   static void run(const void* a, const void* b, int m, int n, int k, const detail::SignalEpilogueParams& epi,
                   int sm_count, cudaStream_t stream) {
     const int swz = swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN);
-    Base::run(Base::arguments(a, b, m, n, k, epi, sm_count, swz), stream, "this GEMM");
+    Base::run(Base::arguments(a, b, m, n, k, epi, sm_count, swz, gemm_raster_along_m()), stream, "this GEMM");
   }
 };
 

@@ -41,6 +41,15 @@
 #define BRAID_OVERLAP_EPILOGUE_STORES 1
 #endif
 
+// BRAID_OVERLAP_STAGE_BF16=1 stages each tile in bf16 (staged_store_bf16: 128 columns per pass, half the passes,
+// barriers and shared-memory bytes of the fp32 stage) instead of fp32; the stored bits are the same (every path of
+// this epilogue rounds each accumulator to bf16 once). An experiment for braid's GEMM against cuBLAS at small K,
+// where the epilogue is a larger share of each tile (twenty-eighth session); A/B by the device script's
+// gemm-variant item (VARIANT_DEFS=BRAID_OVERLAP_STAGE_BF16=1). Default 0 until measured.
+#ifndef BRAID_OVERLAP_STAGE_BF16
+#define BRAID_OVERLAP_STAGE_BF16 0
+#endif
+
 namespace braid::overlap::detail {
 
 struct SignalEpilogueParams {
@@ -130,11 +139,14 @@ class SignalEpilogue {
   using StorePipelineState = cutlass::PipelineState<0>;
 
   static constexpr int kStageCols = 64;
+  static constexpr int kStageColsBf16 = BN < 128 ? BN : 128;
+  static constexpr bool kStageBf16 = BRAID_OVERLAP_STAGE_BF16 != 0;
   static constexpr int kBulkRows = BM / 2;  // remote rows a tile may send by bulk copies (2 ranks: half the tile)
   struct SharedStorage {
     union {
-      StageBuffer<BM, kStageCols> stage;   // fp32 passes (staged_store)
-      RowStage<kBulkRows, BN> rows;        // bf16 remote rows (store_parts_bulk)
+      StageBuffer<BM, kStageCols> stage;           // fp32 passes (staged_store)
+      StageBufferBf16<BM, kStageColsBf16> stage16;  // bf16 passes (staged_store_bf16, BRAID_OVERLAP_STAGE_BF16)
+      RowStage<kBulkRows, BN> rows;                // bf16 remote rows (store_parts_bulk)
     };
   };
   static_assert(sizeof(SharedStorage) <= 34 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
@@ -240,23 +252,27 @@ class SignalEpilogue {
     }
 
     __nv_bfloat16* d = params_.d;
-    staged_store<BM, BN, kStageCols, kThreads>(
-        smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int c, const float(&f)[8]) {
-          int64_t off;
-          __nv_bfloat16* dst = d;
-          if (a2a) {  // row r goes to its destination's segment (rows of one tile and dest are consecutive)
-            const int code = __ldg(row_code + r);
-            off = __ldg(dest_base + (code & 15)) + int64_t(code >> 4) * ld + c;
-            if (dest_ptrs != nullptr)  // this rank's or a peer's (NVLink) output
-              dst = reinterpret_cast<__nv_bfloat16*>(
-                  __ldg(reinterpret_cast<const unsigned long long*>(dest_ptrs) + (code & 15)));
-          } else {
-            off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
-            if (part_dst != nullptr)  // part r >> log2_sub belongs to that rank: its receive buffer, or our d
-              dst = reinterpret_cast<__nv_bfloat16*>(__ldg(part_dst + ((group << params_.log2_parts) | (r >> log2_sub))));
-          }
-          *reinterpret_cast<uint4*>(dst + off) = pack_bf16x8(f);  // 16-byte aligned: ld, BN, c % 8 == 0
-        });
+    // Columns c..c+7 of tile row r, as 8 floats (fp32 stage) or 8 packed bf16 (bf16 stage), to their destination.
+    auto emit = [&](int r, int c, const auto& v) {
+      int64_t off;
+      __nv_bfloat16* dst = d;
+      if (a2a) {  // row r goes to its destination's segment (rows of one tile and dest are consecutive)
+        const int code = __ldg(row_code + r);
+        off = __ldg(dest_base + (code & 15)) + int64_t(code >> 4) * ld + c;
+        if (dest_ptrs != nullptr)  // this rank's or a peer's (NVLink) output
+          dst = reinterpret_cast<__nv_bfloat16*>(
+              __ldg(reinterpret_cast<const unsigned long long*>(dest_ptrs) + (code & 15)));
+      } else {
+        off = base + int64_t(r >> log2_sub) * part_stride + int64_t(r & sub_mask) * ld + c;
+        if (part_dst != nullptr)  // part r >> log2_sub belongs to that rank: its receive buffer, or our d
+          dst = reinterpret_cast<__nv_bfloat16*>(__ldg(part_dst + ((group << params_.log2_parts) | (r >> log2_sub))));
+      }
+      *reinterpret_cast<uint4*>(dst + off) = as_bf16x8(v);  // 16-byte aligned: ld, BN, c % 8 == 0
+    };
+    if constexpr (kStageBf16)
+      staged_store_bf16<BM, BN, kStageColsBf16, kThreads>(smem_->stage16, accumulators, tCcD, thread_idx, emit);
+    else
+      staged_store<BM, BN, kStageCols, kThreads>(smem_->stage, accumulators, tCcD, thread_idx, emit);
 
     if (params_.counters != nullptr || params_.wave_log != nullptr) {
       // (2) all consumer threads' stores precede thread 0's release below.

@@ -39,10 +39,11 @@ struct Sm90PersistentGemm {
   static_assert(cute::size(typename GemmKernel::TiledMma{}) == 256, "cooperative: two consumer warpgroups");
   static_assert(GemmKernel::SharedStorageSize <= 232448, "over sm_90's 227 KiB of shared memory per block");
 
-  // Fixed scheduling (AlongN raster, the given swizzle) so that the host model of the execution order
-  // (overlap::execution_order) holds.
+  // Fixed scheduling (AlongN raster unless along_m, the given swizzle) so that the host model of the execution
+  // order (overlap::execution_order, which reads both from the kernel's params) holds.
   static typename Gemm::Arguments arguments(const void* a, const void* b, int m, int n, int k,
-                                            const typename Epilogue::Params& epi, int sm_count, int swizzle) {
+                                            const typename Epilogue::Params& epi, int sm_count, int swizzle,
+                                            bool along_m = false) {
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
     typename Gemm::Arguments args{};
@@ -63,7 +64,8 @@ struct Sm90PersistentGemm {
     args.hw_info.device_id = 0;
     args.hw_info.sm_count = sm_count;
     args.scheduler.max_swizzle_size = swizzle;
-    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
+    args.scheduler.raster_order = along_m ? cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM
+                                          : cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
     return args;
   }
 

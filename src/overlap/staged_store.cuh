@@ -74,6 +74,56 @@ CUTLASS_DEVICE void staged_store(StageBuffer<BM, kCols>& buf, Acc const& acc, Co
   }
 }
 
+// The bf16 form, for a destination that takes the bf16 value of each accumulator (no later fp32 add): each value is
+// rounded once, in registers, before staging — the same bits as staging fp32 and rounding after (pack_bf16x8) —
+// so a pass carries twice the columns for the same shared memory (kCols = 128 at 32 KiB for BM = 128): half the
+// passes and barriers, half the shared-memory bytes. Row r holds kCols bf16 = kCols/8 16-byte chunks, the chunk
+// index XOR-swizzled with (r & 7): a fragment write (8 rows x 16 bytes per warp instruction) and a row read (8
+// consecutive threads, 8 consecutive chunks) each hit 32 distinct banks.
+template <int BM, int kCols>
+struct StageBufferBf16 {
+  static_assert(kCols % 64 == 0 && kCols <= 256, "kCols: 64, 128, 192 or 256");
+  alignas(128) __nv_bfloat16 v[BM * kCols];  // (BM, kCols) bf16, swizzled 16-byte chunks
+
+  CUTLASS_DEVICE static int index(int r, int c) {  // element index of logical (r, c)
+    const int chunk = (c >> 3) ^ (r & 7);
+    return r * kCols + chunk * 8 + (c & 7);
+  }
+};
+
+// emit(r, c, uint4 v): columns c..c+7 of tile row r as 8 packed bf16 (c % 8 == 0). Synchronisation as
+// staged_store's (two CTA-scope barriers per pass).
+template <int BM, int BN, int kCols, int kThreads, class Acc, class Coords, class Emit>
+CUTLASS_DEVICE void staged_store_bf16(StageBufferBf16<BM, kCols>& buf, Acc const& acc, Coords const& tCcD, int tid,
+                                      Emit&& emit) {
+  using namespace cute;
+  static_assert(BN % kCols == 0, "BN must be a multiple of the pass width");
+  constexpr int kVecPerRow = kCols / 8;
+  constexpr int kVecs = BM * kVecPerRow;
+  static_assert(kVecs % kThreads == 0, "every thread emits the same number of vectors");
+  static_assert(decltype(size<0, 0>(acc))::value == 2, "expected GMMA accumulator layout (column pairs)");
+  CUTLASS_PRAGMA_UNROLL
+  for (int pass = 0; pass < BN / kCols; ++pass) {
+    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc); i += 2) {
+      const auto coord = tCcD(i);
+      const int r = get<0>(coord);
+      const int c = get<1>(coord) - pass * kCols;
+      if (c >= 0 && c < kCols)
+        *reinterpret_cast<__nv_bfloat162*>(&buf.v[StageBufferBf16<BM, kCols>::index(r, c)]) =
+            __floats2bfloat162_rn(float(acc(i)), float(acc(i + 1)));
+    }
+    cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    CUTLASS_PRAGMA_UNROLL
+    for (int it = 0; it < kVecs / kThreads; ++it) {
+      const int j = tid + it * kThreads;
+      const int r = j / kVecPerRow, c = (j % kVecPerRow) * 8;
+      emit(r, pass * kCols + c, *reinterpret_cast<const uint4*>(&buf.v[StageBufferBf16<BM, kCols>::index(r, c)]));
+    }
+  }
+}
+
 // 8 floats -> 8 bf16 (round to nearest even), packed for one 16-byte store.
 CUTLASS_DEVICE uint4 pack_bf16x8(const float (&f)[8]) {
   uint4 u;
@@ -84,6 +134,10 @@ CUTLASS_DEVICE uint4 pack_bf16x8(const float (&f)[8]) {
   t = __floats2bfloat162_rn(f[6], f[7]), u.w = *reinterpret_cast<uint32_t*>(&t);
   return u;
 }
+
+// The 16 bytes an emit stores, from either stage's payload.
+CUTLASS_DEVICE uint4 as_bf16x8(const float (&f)[8]) { return pack_bf16x8(f); }
+CUTLASS_DEVICE uint4 as_bf16x8(uint4 v) { return v; }
 
 // 8 bf16 packed in 16 bytes -> 8 floats.
 CUTLASS_DEVICE void unpack_bf16x8(uint4 u, float (&f)[8]) {
