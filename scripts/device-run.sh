@@ -78,6 +78,10 @@
 # there: the tune fix must show at 4 ranks), then part 2/2 warm, then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner
 # --owner-chunks 1,4 --tune-candidates 6 --auto". At 2 ranks: `peers-tp` (torch on this commit's machine) beside a
 # measure-rs half. On 2x H100 (when served): all of it first, then `build test ar-1step`, `strands-smres`.
+# braid's GEMM (issue 4 asks >= 95% of cuBLAS; 0.947x geomean, 25 of 50 shapes below 0.95 on 2x H200 at a23551e, the
+# worst at K = 1024): `gemm-layout` (tile x raster on bench/shapes/gemm-worst.txt; BRAID_GEMM_RASTER=m never ran) and
+# `gemm-variant` with VARIANT_TAG=stage16 VARIANT_DEFS=BRAID_OVERLAP_STAGE_BF16=1 GEMM_SHAPES=bench/shapes/gemm-worst.txt
+# (the bf16 epilogue stage, never ran; if faster, make it the default and run `build test`).
 # The twenty-eighth session's calls: 2x H200 `build test measure-rs sweep-ar` (test_overlap_mpi, 12 AR shapes, 2 RS
 # shapes with CLOCK_LOG) 7.7 min cold; 4x H200 `build test measure-rs` part 1/2 (CTEST_R=test_overlap_mpi: 2.6 min
 # of tests at 2 and 4 ranks) 7.7 min cold; 2x H200 `build test measure-rs` part 1/2 (CTEST_R='test_overlap_mpi$|
