@@ -41,7 +41,7 @@
 #define BRAID_OVERLAP_EPILOGUE_STORES 1
 #endif
 
-// BRAID_OVERLAP_STAGE_BF16=1 stages each tile in bf16 (staged_store_bf16: 128 columns per pass, half the passes,
+// BRAID_OVERLAP_STAGE_BF16=1 stages each tile in bf16 (StageBufferBf16: 128 columns per pass, half the passes,
 // barriers and shared-memory bytes of the fp32 stage) instead of fp32; the stored bits are the same (every path of
 // this epilogue rounds each accumulator to bf16 once). An experiment for braid's GEMM against cuBLAS at small K,
 // where the epilogue is a larger share of each tile (twenty-eighth session); A/B by the device script's
@@ -145,7 +145,7 @@ class SignalEpilogue {
   struct SharedStorage {
     union {
       StageBuffer<BM, kStageCols> stage;           // fp32 passes (staged_store)
-      StageBufferBf16<BM, kStageColsBf16> stage16;  // bf16 passes (staged_store_bf16, BRAID_OVERLAP_STAGE_BF16)
+      StageBufferBf16<BM, kStageColsBf16> stage16;  // bf16 passes (staged_store, BRAID_OVERLAP_STAGE_BF16)
       RowStage<kBulkRows, BN> rows;                // bf16 remote rows (store_parts_bulk)
     };
   };
@@ -270,9 +270,9 @@ class SignalEpilogue {
       *reinterpret_cast<uint4*>(dst + off) = as_bf16x8(v);  // 16-byte aligned: ld, BN, c % 8 == 0
     };
     if constexpr (kStageBf16)
-      staged_store_bf16<BM, BN, kStageColsBf16, kThreads>(smem_->stage16, accumulators, tCcD, thread_idx, emit);
+      staged_store<BM, BN, kThreads>(smem_->stage16, accumulators, tCcD, thread_idx, emit);
     else
-      staged_store<BM, BN, kStageCols, kThreads>(smem_->stage, accumulators, tCcD, thread_idx, emit);
+      staged_store<BM, BN, kThreads>(smem_->stage, accumulators, tCcD, thread_idx, emit);
 
     if (params_.counters != nullptr || params_.wave_log != nullptr) {
       // (2) all consumer threads' stores precede thread 0's release below.

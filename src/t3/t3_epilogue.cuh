@@ -225,8 +225,9 @@ class T3Epilogue {
     Tensor tCcD = thr_mma.partition_C(cD);
     static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
     const int64_t ld = p.n;
-    overlap::detail::staged_store<BM, BN, kStageCols, kThreads>(
-        smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int col, const float(&f)[8]) {
+    overlap::detail::staged_store<BM, BN, kThreads>(
+        smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int col, const overlap::detail::Floats8& f8) {
+          const float(&f)[8] = f8.f;
           const int64_t e = int64_t(r) * ld + col;  // 16-byte aligned: n % 256 == 0, col % 8 == 0
           float x[8] = {f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]};
           if (src != nullptr) {
