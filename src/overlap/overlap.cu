@@ -34,6 +34,13 @@ using detail::wait_value_entry_point;
 // rr = j % rows_per_tile (rows_per_tile = BM / parts); with `normal` (Mapping::normal), row j of x is
 // x[j * N ... j * N + N). 16-byte accesses; N % 8 == 0, BN % 8 == 0.
 constexpr int kNormThreads = 256;
+// The 16-byte vector v (columns 8v..8v+7) of row rr of m-block mb in the tile-scattered x (slot table as above).
+__device__ __forceinline__ const uint4* scattered_vec(const __nv_bfloat16* x, const int32_t* tile_slot, int mb, int rr,
+                                                      int v, int bn, int tiles_n, int rows_per_tile) {
+  const int col = v * 8, nb = col / bn, c = col % bn;
+  const int64_t s = tile_slot[mb * tiles_n + nb];
+  return reinterpret_cast<const uint4*>(x + (s * rows_per_tile + rr) * bn + c);
+}
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_gather_kernel(const __nv_bfloat16* __restrict__ x,
                                                                       const __nv_bfloat16* __restrict__ gamma,
                                                                       __nv_bfloat16* __restrict__ y,
@@ -45,9 +52,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_gather_kernel(const __nv
   const int vecs = n / 8;
   auto src = [&](int v) -> const uint4* {
     if (normal) return reinterpret_cast<const uint4*>(x + j * n) + v;  // Mapping::normal: row j is contiguous
-    const int col = v * 8, nb = col / bn, c = col % bn;
-    const int64_t s = tile_slot[mb * tiles_n + nb];
-    return reinterpret_cast<const uint4*>(x + (s * rows_per_tile + rr) * bn + c);
+    return scattered_vec(x, tile_slot, mb, rr, v, bn, tiles_n, rows_per_tile);
   };
   float ss = 0.f;
   for (int v = threadIdx.x; v < vecs; v += kNormThreads) {
@@ -90,11 +95,8 @@ __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfl
                                    int rows_per_tile) {
   const int64_t j = blockIdx.x;
   const int mb = static_cast<int>(j / rows_per_tile), rr = static_cast<int>(j % rows_per_tile);
-  for (int v = threadIdx.x; v < n / 8; v += blockDim.x) {
-    const int col = v * 8, nb = col / bn, c = col % bn;
-    const int64_t s = tile_slot[mb * tiles_n + nb];
-    reinterpret_cast<uint4*>(y + j * n)[v] = *reinterpret_cast<const uint4*>(x + (s * rows_per_tile + rr) * bn + c);
-  }
+  for (int v = threadIdx.x; v < n / 8; v += blockDim.x)
+    reinterpret_cast<uint4*>(y + j * n)[v] = *scattered_vec(x, tile_slot, mb, rr, v, bn, tiles_n, rows_per_tile);
 }
 
 __global__ void un_permute_rows_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, int64_t rows_per_rank,
