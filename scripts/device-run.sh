@@ -72,7 +72,9 @@
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
 # Next (twenty-eighth session's end): a23551e ran on 2x H200 (test_overlap_mpi, test_t3_mpi, test_harness; the RS
 # sweep with --auto, both halves). Not GPU-run: be7533a (tune()'s choice moved into choose_timed, CPU-tested; same
-# logic). First call, 4 GPUs when lent (`nvidia-h100-x4`): `build test measure-rs` with CTEST_R=test_overlap_mpi_np4
+# logic); 0507f93 (staged_store over either stage; the FlashOverlap and T3 kernels' default PTX instruction-identical);
+# a94d824 (gather_rows_kernel through scattered_vec: two hoisted conversions in its PTX; test_overlap_mpi runs it);
+# ac2c8a7's two GEMM experiments (default off). First call, 4 GPUs when lent (`nvidia-h100-x4`): `build test measure-rs` with CTEST_R=test_overlap_mpi_np4
 # MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0
 # --pce-modes copies,stores --owner --owner-chunks 1,4 --auto" (at 26a9455 AutoGemmComm had 2 shapes below 0.97x
 # there: the tune fix must show at 4 ranks), then part 2/2 warm, then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner
