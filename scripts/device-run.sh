@@ -442,8 +442,12 @@ if has gemm-variant; then  # the plain GEMM, base build against a variant of gem
     for v in base "$vt"; do
       bin=build/braid; [[ $v != base ]] && bin=build/braid-$vt
       echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
-      BIN=$bin T=120 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 \
+      # shellcheck disable=SC2086
+      BIN=$bin T=120 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 ${VARIANT_ARGS:-} \
         --json "$out/gemm-variant-$v-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||Failed" | tee -a "$log"
+      python3 -c "import json,math,sys; v=[json.loads(l)['braid_vs_cublas'] for l in open(sys.argv[1])]; \
+print('[%s] braid/cublas geomean %.3f min %.3f (%d shapes)' % (sys.argv[2], math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)))" \
+        "$out/gemm-variant-$v-r$round.jsonl" "$v" 2>&1 | tee -a "$log"
     done
   done
 fi
