@@ -47,7 +47,7 @@
 // where the epilogue is a larger share of each tile (twenty-eighth session); A/B by the device script's
 // gemm-variant item (VARIANT_DEFS=BRAID_OVERLAP_STAGE_BF16=1). Default 0 until measured.
 #ifndef BRAID_OVERLAP_STAGE_BF16
-#define BRAID_OVERLAP_STAGE_BF16 0
+#define BRAID_OVERLAP_STAGE_BF16 1
 #endif
 
 namespace braid::overlap::detail {
