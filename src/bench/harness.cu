@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -452,7 +453,10 @@ Context make_context(int argc, char** argv, int world) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   c.date = buf;
-  c.commit = BRAID_COMMIT;
+  // BRAID_COMMIT in the environment at run time wins over the one compiled in at configure time: a warm build
+  // folder is not reconfigured when the tree changes, and rows named the configure's commit (twenty-ninth session).
+  const char* env_commit = std::getenv("BRAID_COMMIT");
+  c.commit = env_commit != nullptr && *env_commit != '\0' ? env_commit : BRAID_COMMIT;
   std::string cmd;
   for (int i = 0; i < argc; ++i) {
     if (i) cmd += ' ';
