@@ -23,8 +23,8 @@ jobs=(
   "bench transitions --dtype bf16"
   "bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring-dma,t3-ring-cublas,t3-auto --shape 16384,8192,1024 --shape 8192,8192,4096 --shape 8192,8192,14336"
   "bench ag-gemm --algo sequential,t3 --shape 16384,8192,1024 --shape 8192,8192,4096"
-  "bench gemm-rs --transport symmetric,peer-copy-engine --owner --owner-chunks 1,4 --auto --shape 16384,8192,1024 --shape 8192,8192,2048"
-  "bench gemm-ar --transport peer-copy-engine --owner --owner-chunks 1,4 --auto --shape 16384,8192,1024 --shape 8192,8192,4096"
+  "bench gemm-rs --transport symmetric,peer-copy-engine --owner --owner-chunks 1,2,4 --auto --shape 16384,8192,1024 --shape 8192,8192,2048"
+  "bench gemm-ar --transport peer-copy-engine --owner --owner-chunks 1,2,4 --auto --shape 16384,8192,1024 --shape 8192,8192,4096"
   "bench layer --model llama3-70b --tp NGPU --seq 8192 --backward"  # NGPU: the process count
 )
 "$braid" info

@@ -37,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+#include "braid/t3.hpp"  // AutoGemmComm's T3 candidates (GemmCommPick::Schedule::kT3)
+
 namespace braid {
 class Team;
 class NcclWindow;
@@ -757,6 +759,9 @@ class Decomposition {
 //                     consumers read.
 //   owner-<gemm>[-cN] OwnerOrderedRs (all-reduce: its all_reduce form) with cuBLAS's or braid's GEMM, N chunks per
 //                     block (no suffix: 1)
+//   t3-<variant>      (reduce-scatter only) t3::GemmReduceScatter, AutoOptions::t3_variants (ring-cublas: cuBLAS per
+//                     region, received partials added by the next stage's GEMM; ring-dma: braid's T3 GEMM, every
+//                     hop by copy engines); timed by tune() only, never the rule's choice
 // The choice comes from tune() (every candidate timed on the caller's inputs, the slowest rank's medians, the
 // fastest kept — cuBLAS + NCCL unless beaten by more than AutoOptions::max_ratio — and written to
 // AutoOptions::picks), else from AutoOptions::picks (this collective and shape, or the nearest M with the same
@@ -772,19 +777,33 @@ class Decomposition {
 // rows, GemmOverlap::gather_rows, and the time includes that pass). All-reduce: `out` (M, N), every row, normal order
 // (output() names the buffer that saves a copy). run() is capturable; tune() is not.
 struct GemmCommPick {
-  enum class Schedule { kSequential, kFlashOverlap, kOwnerOrdered };
+  // kT3: reduce-scatter by one of T3's fused ops (braid/t3.hpp, t3::GemmReduceScatter): NCCL's output layout, its
+  // result in `out` (ring, ring-dma) or in its own symmetric buffer (ring-cublas, direct: AutoGemmComm::output()).
+  enum class Schedule { kSequential, kFlashOverlap, kOwnerOrdered, kT3 };
   Schedule schedule = Schedule::kSequential;
   OwnerGemm gemm = OwnerGemm::kCublas;  // kOwnerOrdered
   int chunks = 1;                       // kOwnerOrdered
+  t3::Variant t3_variant = t3::Variant::kRingCublas;  // kT3: kRing, kDirect, kRingDma or kRingCublas
+  static GemmCommPick t3_op(t3::Variant v) {
+    GemmCommPick p;
+    p.schedule = Schedule::kT3;
+    p.t3_variant = v;
+    return p;
+  }
   bool operator==(const GemmCommPick& o) const {
-    return schedule == o.schedule && (schedule != Schedule::kOwnerOrdered || (gemm == o.gemm && chunks == o.chunks));
+    if (schedule != o.schedule) return false;
+    if (schedule == Schedule::kOwnerOrdered) return gemm == o.gemm && chunks == o.chunks;
+    if (schedule == Schedule::kT3) return t3_variant == o.t3_variant;
+    return true;
   }
 };
-// "sequential", "flashoverlap", "owner-cublas", "owner-braid-c4", ... and back (UsageError on anything else).
+// "sequential", "flashoverlap", "owner-cublas", "owner-braid-c4", "t3-ring-cublas", ... and back (UsageError on
+// anything else).
 std::string pick_name(const GemmCommPick& p);
 GemmCommPick parse_pick(const std::string& name);
 // Whether a pick can run for this collective, shape and world (the divisibility OwnerOrderedRs needs; braid's GEMM
-// per block in 256-row steps with N % 256 == 0; flashoverlap for reduce-scatter only; the constructors check the rest).
+// per block in 256-row steps with N % 256 == 0; flashoverlap for reduce-scatter only; T3 for reduce-scatter at 2 to 8
+// ranks with M % (world * 256) == 0, N % 256 == 0, K % 64 == 0; the constructors check the rest).
 bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, int64_t n, int64_t k);
 // The rule used without a measurement (see above).
 GemmCommPick default_pick(Collective coll, int world, int64_t m, int64_t n, int64_t k, bool peer_ok);
@@ -823,7 +842,16 @@ struct AutoOptions {
   bool try_flash = true;
   bool try_owner = true;
   bool try_owner_braid = true;          // at the first of owner_chunks only
-  std::vector<int> owner_chunks{1, 4};  // cuBLAS at each (where legal)
+  // cuBLAS at each chunk count (where legal). 2 added in the twenty-ninth session: on 2x H100 (6df90f9, 12 shapes
+  // within 2x, bench/results/h100x2/owner-chunks-6df90f9.jsonl) the 2-chunk op won 4096x8192x1024 (182.1 us against
+  // 205.5 at 1 chunk, 209.9 at 4) and tied 16384x8192x2048; 1 chunk kept the other ten.
+  std::vector<int> owner_chunks{1, 2, 4};
+  // Reduce-scatter: T3's fused ops as candidates too (these variants; t3-auto's two). Added in the twenty-ninth
+  // session: on 2x H100 t3-auto's rows beat AutoGemmComm's pick on 13 of the 25 within-2x sweep shapes (25 of 50 in
+  // all; 6417c26 against e9566f7, two sessions' rows compared by speedup over each row's own cuBLAS + NCCL;
+  // docs/flashoverlap.md "Twenty-ninth session"). Not yet GPU-run as AutoGemmComm candidates.
+  bool try_t3 = true;
+  std::vector<t3::Variant> t3_variants{t3::Variant::kRingCublas, t3::Variant::kRingDma};
   PickCache* picks = nullptr;           // read at construction, written by tune()
   int reps = 5;                         // tune(): interleaved rounds
   double max_ratio = 0.99;              // tune(): another schedule beats cuBLAS + NCCL only at <= max_ratio x its median
@@ -858,7 +886,8 @@ class AutoGemmComm {
   // Original row (of the M rows of A·Bᵀ) of this rank's local output row j (all-reduce: j).
   int64_t original_row(int64_t j) const;
   // All-reduce over an owner-ordered schedule: its result buffer ((M, N), valid until the next run), which run() may
-  // be given as `out` to skip the final copy; null otherwise (any `out` then costs nothing extra).
+  // be given as `out` to skip the final copy; reduce-scatter over T3's ring-cublas or direct op: its symmetric result
+  // ((M / world, N)) likewise; null otherwise (any `out` then costs nothing extra).
   void* output() const;
   // The flashoverlap schedule's op while it is the pick (its mapping, rmsnorm()); null otherwise.
   GemmOverlap* flash() const;

@@ -184,8 +184,12 @@ class GemmReduceScatter {
   // from it and joins back. Not capturable in a CUDA graph yet (the landing/counter reset is, but
   // cudaMemcpyAsync between IPC peers inside graphs is untested).
   void run(const void* a, const void* b, void* out, cudaStream_t stream);
-  // Where the reduced rows are after run(): `out` (ring) or result() (direct).
+  // Where the reduced rows are after run(): `out` (ring, ring-dma) or the op's own symmetric buffer (direct,
+  // ring-cublas).
   const void* result() const;
+  // That own buffer ((M/world) x N bf16; the same for every run, so a caller may read it without a copy) for direct
+  // and ring-cublas, before any run too; null for the variants that write `out` (and kAuto, kSequential).
+  const void* own_result() const;
   // Throws TimeoutError if an in-kernel wait of this op timed out (after synchronizing the stream);
   // first releases every wait still queued on this rank (release_waits), so no stream stays blocked.
   void check_error() const;

@@ -14,6 +14,7 @@
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/runtime.hpp"
+#include "braid/t3.hpp"
 #include "shape_cache.hpp"
 
 namespace braid::overlap {
@@ -32,6 +33,8 @@ std::string pick_name(const GemmCommPick& p) {
       if (p.chunks != 1) s += "-c" + std::to_string(p.chunks);
       return s;
     }
+    case Sched::kT3:
+      return t3::variant_name(p.t3_variant);  // "t3-ring-cublas", ...
   }
   return "?";
 }
@@ -39,7 +42,8 @@ std::string pick_name(const GemmCommPick& p) {
 GemmCommPick parse_pick(const std::string& name) {
   const auto bad = [&] {
     return UsageError("unknown GEMM + reduce-scatter schedule '" + name +
-                          "' (sequential, flashoverlap, owner-cublas[-cN], owner-braid[-cN])",
+                          "' (sequential, flashoverlap, owner-cublas[-cN], owner-braid[-cN], t3-ring, t3-direct, "
+                          "t3-ring-dma, t3-ring-cublas)",
                       __FILE__, __LINE__);
   };
   GemmCommPick p;
@@ -48,6 +52,8 @@ GemmCommPick parse_pick(const std::string& name) {
     p.schedule = Sched::kFlashOverlap;
     return p;
   }
+  for (const t3::Variant v : {t3::Variant::kRing, t3::Variant::kDirect, t3::Variant::kRingDma, t3::Variant::kRingCublas})
+    if (name == t3::variant_name(v)) return GemmCommPick::t3_op(v);
   std::string rest;
   if (name.rfind("owner-cublas", 0) == 0) {
     p.gemm = OwnerGemm::kCublas;
@@ -73,6 +79,15 @@ GemmCommPick parse_pick(const std::string& name) {
 bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, int64_t n, int64_t k) {
   if (world < 1 || m <= 0 || n <= 0 || k <= 0 || m % world != 0) return false;
   if (p.schedule == Sched::kFlashOverlap) return coll == Collective::kReduceScatter;
+  if (p.schedule == Sched::kT3) {
+    // t3::GemmReduceScatter: 2 to 8 ranks, 2x1 clusters of 128x256 tiles in every rank's chunk, K in 64-steps (its
+    // constructor checks the regions; a UsageError there makes the candidate or the cached pick fall back)
+    const t3::Variant v = p.t3_variant;
+    const bool form = v == t3::Variant::kRing || v == t3::Variant::kDirect || v == t3::Variant::kRingDma ||
+                      v == t3::Variant::kRingCublas;
+    return form && coll == Collective::kReduceScatter && world >= 2 && world <= 8 && m % (int64_t(world) * 256) == 0 &&
+           n % 256 == 0 && k % 64 == 0;
+  }
   if (p.schedule != Sched::kOwnerOrdered) return true;
   // OwnerOrderedRs: N % 8 (16-byte rows for the sums), at most 16 ranks (the sum's sources), chunks dividing a block
   const int64_t rows = m / world;
@@ -180,6 +195,7 @@ struct AutoGemmComm::Schedule {
   std::unique_ptr<GemmOverlap> flash;   // kFlashOverlap
   std::unique_ptr<OwnerOrderedRs> owner;  // kOwnerOrdered
   std::unique_ptr<CublasGemm> cublas;   // kSequential
+  std::unique_ptr<t3::GemmReduceScatter> t3op;  // kT3
   void* d = nullptr;                    // kSequential, reduce-scatter: (M, N) bf16, the GEMM's output;
                                         // kFlashOverlap: (out_elems) bf16, its tile-scattered part
   Schedule() = default;
@@ -216,10 +232,26 @@ struct AutoGemmComm::Schedule {
       case Sched::kOwnerOrdered:
         owner->run(a, b, out, s);
         return;
+      case Sched::kT3: {
+        // ring, ring-dma: the rows land in `out`; ring-cublas, direct: in the op's own buffer (own_result()), copied
+        // unless `out` is that buffer (AutoGemmComm::output()).
+        t3op->run(a, b, out, s);
+        const void* r = t3op->result();
+        if (r != out)
+          BRAID_CUDA_CHECK(cudaMemcpyAsync(out, r, t3op->out_elems() * 2, cudaMemcpyDeviceToDevice, s));
+        return;
+      }
     }
+  }
+  // Where run() leaves the result without a copy when given it as `out`; null: any `out`.
+  void* own_output() const {
+    if (owner) return owner->result();
+    if (t3op) return const_cast<void*>(t3op->own_result());
+    return nullptr;
   }
   void check() const {
     if (flash) flash->check_error();
+    if (t3op) t3op->check_error();
   }
 };
 
@@ -249,13 +281,21 @@ std::unique_ptr<AutoGemmComm::Schedule> make_schedule(Team& team, int64_t m, int
     case Sched::kOwnerOrdered:
       s->owner = std::make_unique<OwnerOrderedRs>(team, m, n, k, p.gemm, p.chunks, opt.coll == Collective::kAllReduce);
       break;
+    case Sched::kT3: {
+      t3::RsOptions o;
+      o.variant = p.t3_variant;
+      o.m = m, o.n = n, o.k = k;
+      s->t3op = std::make_unique<t3::GemmReduceScatter>(team, o);
+      break;
+    }
   }
   return s;
 }
 
 // A pick as one number, for checking that every rank holds the same one.
 double pick_code(const GemmCommPick& p) {
-  return double(int(p.schedule)) * 1e6 + (p.schedule == Sched::kOwnerOrdered ? double(int(p.gemm)) * 1e5 + p.chunks : 0);
+  return double(int(p.schedule)) * 1e6 + (p.schedule == Sched::kOwnerOrdered ? double(int(p.gemm)) * 1e5 + p.chunks : 0) +
+         (p.schedule == Sched::kT3 ? double(int(p.t3_variant)) : 0);
 }
 
 }  // namespace
@@ -268,7 +308,8 @@ AutoGemmComm::AutoGemmComm(Team& team, int64_t m, int64_t n, int64_t k, const Au
   if (opt_.picks)
     if (const auto* e = opt_.picks->lookup(opt_.coll, W, m, n, k)) p = e->pick;
   if ((p.schedule == Sched::kFlashOverlap && !opt_.try_flash) ||
-      (p.schedule == Sched::kOwnerOrdered && (!opt_.try_owner || !team.peer_ok())))
+      (p.schedule == Sched::kOwnerOrdered && (!opt_.try_owner || !team.peer_ok())) ||
+      (p.schedule == Sched::kT3 && (!opt_.try_t3 || !team.peer_ok())))
     p = GemmCommPick{};
   // Every rank must build the same schedule (the constructors are collective): different pick files would hang.
   const double c = pick_code(p);
@@ -306,7 +347,7 @@ void AutoGemmComm::run(const void* a, const void* b, void* out, cudaStream_t str
 
 GemmOverlap* AutoGemmComm::flash() const { return cur_ ? cur_->flash.get() : nullptr; }
 
-void* AutoGemmComm::output() const { return cur_ && cur_->owner ? cur_->owner->result() : nullptr; }
+void* AutoGemmComm::output() const { return cur_ ? cur_->own_output() : nullptr; }
 
 int64_t AutoGemmComm::original_row(int64_t j) const {
   if (opt_.coll == Collective::kAllReduce) return j;
@@ -324,6 +365,8 @@ GemmCommPick AutoGemmComm::tune(const void* a, const void* b, void* out, cudaStr
       if (i == 0 && opt_.try_owner_braid)
         want.push_back(GemmCommPick{Sched::kOwnerOrdered, OwnerGemm::kBraid, opt_.owner_chunks[i]});
     }
+  if (opt_.try_t3 && opt_.coll == Collective::kReduceScatter && team_.peer_ok())
+    for (const t3::Variant v : opt_.t3_variants) want.push_back(GemmCommPick::t3_op(v));
   team_.synchronize(stream, "AutoGemmComm::tune");  // the current schedule's queued work is done
   std::vector<std::unique_ptr<Schedule>> cands;
   for (const GemmCommPick& p : want) {
@@ -353,10 +396,11 @@ GemmCommPick AutoGemmComm::tune(const void* a, const void* b, void* out, cudaStr
     }
   }
   std::vector<std::function<void()>> fns;
-  // Each candidate runs as a caller reading output() would run it: an owner-ordered all-reduce into its own
-  // symmetric result (run(out) with another `out` adds one copy of M x N; the tuning does not charge it).
+  // Each candidate runs as a caller reading output() would run it: an owner-ordered all-reduce, T3's ring-cublas and
+  // direct ops into their own symmetric results (run(out) with another `out` adds one copy of the result; the tuning
+  // does not charge it).
   for (auto& c : cands) {
-    void* dst = c->owner && c->owner->result() ? c->owner->result() : out;
+    void* dst = c->own_output() ? c->own_output() : out;
     fns.push_back([&, s = c.get(), dst] { s->run(team_, m_, n_, k_, a, b, dst, stream); });
   }
   const std::vector<double> med =

@@ -96,6 +96,8 @@ struct Args {
   // verified (reduce-scatter through original_row(); all-reduce every row) and timed in the compared rounds (`auto_*`
   // in the JSON). --picks: the picks are read from and written back to FILE (PickCache).
   bool auto_rs = false;
+  // --no-auto-t3: AutoGemmComm without T3's candidates (AutoOptions::try_t3 = false; the earlier sessions' rows).
+  bool auto_t3 = true;
   std::string picks;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
@@ -132,6 +134,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--pce-bulk") a.pce_bulk = true;
     else if (k == "--owner") a.owner = true;
     else if (k == "--auto") a.auto_rs = true;
+    else if (k == "--no-auto-t3") a.auto_t3 = false;
     else if (k == "--picks") a.picks = val();
     else if (k == "--owner-chunks") {
       a.owner_chunks_given = true;
@@ -797,6 +800,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         auto_dst = auto_buf->p;
       }
       if (a.owner_chunks_given) ao.owner_chunks = a.owner_chunks;
+      ao.try_t3 = a.auto_t3;
       if (pce && a.coll == Collective::kReduceScatter) {  // the flashoverlap candidate as the row's peer op was decided
         ao.flash = pce->op->options();
         ao.flash.cache = nullptr;
@@ -807,7 +811,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       ao.picks = &picks;
       autop = std::make_unique<AutoGemmComm>(team, sh.m, sh.n, sh.k, ao);
       autop->tune(A.p, B.p, auto_dst, s);
-      if (void* o = autop->output()) auto_dst = o;  // all-reduce over an owner-ordered pick: its result, no copy
+      if (void* o = autop->output()) auto_dst = o;  // an owner-ordered all-reduce's, T3 ring-cublas's result: no copy
       autop->run(A.p, B.p, auto_dst, s);
       team.synchronize(s, "AutoGemmComm check");
       const size_t elems = a.coll == Collective::kAllReduce ? mn : mn / W;
@@ -1087,7 +1091,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             .add("speedup_auto", t_seq / t_auto)
             .add("fraction_of_bound_auto", bound / t_auto)
             .add("auto_tuned", tu.str())
-            .add("auto_into_output", autop->output() != nullptr);
+            .add("auto_into_output", autop->output() != nullptr)
+            .add("auto_try_t3", a.auto_t3);
       }
       if (pce) {
         j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms)

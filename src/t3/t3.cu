@@ -221,6 +221,14 @@ GemmReduceScatter::~GemmReduceScatter() {
 
 const void* GemmReduceScatter::result() const { return active_ ? active_->result() : result_; }
 
+const void* GemmReduceScatter::own_result() const {
+  if (active_ || !landing_) return nullptr;
+  if (opt_.variant == Variant::kDirect) return landing_->local();  // run(): result_ = landing_->local()
+  if (opt_.variant == Variant::kRingCublas)  // run_cublas(): the last stage's slot
+    return landing_->local_as<uint16_t>() + int64_t(map_.world - 1) * map_.chunk_elems;
+  return nullptr;
+}
+
 Variant GemmReduceScatter::tune(const void* a, const void* b, void* out, cudaStream_t stream, int reps) {
   if (!active_) return opt_.variant;
   BRAID_REQUIRE(reps >= 1, "T3 tune: reps >= 1");

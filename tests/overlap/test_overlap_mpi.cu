@@ -340,8 +340,8 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
 
 // AutoGemmComm, reduce-scatter and all-reduce: every schedule it can pick gives rank r the rows original_row(j) of the
 // sum (all-reduce: every row) — by the rule (no pick), after tune() (its own pick), and each schedule forced through a
-// pick cache, eager and from a CUDA graph; an all-reduce over an owner-ordered schedule also into output(); the pick
-// cache round-trips through a file.
+// pick cache, eager and from a CUDA graph (T3's ring-cublas and ring-dma too, reduce-scatter); an all-reduce over an
+// owner-ordered schedule and T3's ring-cublas also into output(); the pick cache round-trips through a file.
 TEST(OverlapMpiAutoGemm, EverySchedulePicksTheRightRows) {
   braid::Team team(MPI_COMM_WORLD);
   if (!all_hopper(team)) GTEST_SKIP() << "the GEMMs are built for sm_90a only";
@@ -401,6 +401,9 @@ TEST(OverlapMpiAutoGemm, EverySchedulePicksTheRightRows) {
       for (const auto& [g, c] : {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kCublas, 2},
                                  std::pair{OwnerGemm::kBraid, 1}})
         all.push_back(GemmCommPick{GemmCommPick::Schedule::kOwnerOrdered, g, c});
+    if (rs && team.peer_ok() && W >= 2)  // T3's fused reduce-scatters (AutoOptions::t3_variants), graphs included
+      for (const braid::t3::Variant v : {braid::t3::Variant::kRingCublas, braid::t3::Variant::kRingDma})
+        all.push_back(GemmCommPick::t3_op(v));
     for (const GemmCommPick& p : all) {
       PickCache one;
       one.put({coll, W, m, n, k, p, 0});
@@ -408,7 +411,10 @@ TEST(OverlapMpiAutoGemm, EverySchedulePicksTheRightRows) {
       o.picks = &one;
       AutoGemmComm op(team, m, n, k, o);
       EXPECT_EQ(op.pick(), p) << pick_name(p);
-      EXPECT_EQ(op.output() != nullptr, !rs && p.schedule == GemmCommPick::Schedule::kOwnerOrdered) << pick_name(p);
+      // output(): an owner-ordered all-reduce's result; T3 ring-cublas's own reduce-scatter buffer.
+      const bool own = (!rs && p.schedule == GemmCommPick::Schedule::kOwnerOrdered) ||
+                       (p.schedule == GemmCommPick::Schedule::kT3 && p.t3_variant == braid::t3::Variant::kRingCublas);
+      EXPECT_EQ(op.output() != nullptr, own) << pick_name(p);
       check(op, false, "forced", out.p);
       check(op, true, "forced", out.p);
       if (op.output()) check(op, true, "forced", op.output());

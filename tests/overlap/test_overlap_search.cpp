@@ -470,15 +470,20 @@ TEST(GemmCommPick, NamesRoundTrip) {
                                 GemmCommPick{S::kOwnerOrdered, OwnerGemm::kCublas, 1},
                                 GemmCommPick{S::kOwnerOrdered, OwnerGemm::kCublas, 4},
                                 GemmCommPick{S::kOwnerOrdered, OwnerGemm::kBraid, 1},
-                                GemmCommPick{S::kOwnerOrdered, OwnerGemm::kBraid, 16}};
+                                GemmCommPick{S::kOwnerOrdered, OwnerGemm::kBraid, 16},
+                                GemmCommPick::t3_op(braid::t3::Variant::kRingCublas),
+                                GemmCommPick::t3_op(braid::t3::Variant::kRingDma),
+                                GemmCommPick::t3_op(braid::t3::Variant::kRing),
+                                GemmCommPick::t3_op(braid::t3::Variant::kDirect)};
   const std::vector<std::string> names{"sequential", "flashoverlap", "owner-cublas", "owner-cublas-c4", "owner-braid",
-                                       "owner-braid-c16"};
+                                       "owner-braid-c16", "t3-ring-cublas", "t3-ring-dma", "t3-ring", "t3-direct"};
   for (size_t i = 0; i < all.size(); ++i) {
     EXPECT_EQ(pick_name(all[i]), names[i]);
     EXPECT_EQ(parse_pick(names[i]), all[i]) << names[i];
   }
   for (const char* bad : {"", "owner", "owner-cublas-", "owner-cublas-c", "owner-cublas-c0", "owner-cublas-4",
-                          "owner-cublas-c4x", "owner-cublas-c12345", "owner-nccl", "flash", "Sequential"})
+                          "owner-cublas-c4x", "owner-cublas-c12345", "owner-nccl", "flash", "Sequential", "t3",
+                          "t3-auto", "t3-ring-", "t3-sequential", "ring-cublas"})
     EXPECT_THROW(parse_pick(bad), braid::UsageError) << bad;
 }
 
@@ -507,6 +512,20 @@ TEST(GemmCommPick, LegalityAndRule) {
   EXPECT_TRUE(pick_legal(cub4, AR, 2, 1024, 4096, 1024));
   EXPECT_FALSE(pick_legal(br2, AR, 2, 1536, 4096, 1024));
   EXPECT_TRUE(pick_legal(GemmCommPick{}, AR, 2, 1024, 4096, 1024));
+  // T3's fused reduce-scatters: 2 to 8 ranks, M in world x 256-row steps, N % 256, K % 64; never for all-reduce.
+  const GemmCommPick t3c = GemmCommPick::t3_op(braid::t3::Variant::kRingCublas),
+                     t3d = GemmCommPick::t3_op(braid::t3::Variant::kRingDma);
+  EXPECT_TRUE(pick_legal(t3c, RS, 2, 1024, 4096, 1024));
+  EXPECT_TRUE(pick_legal(t3d, RS, 4, 1024, 4096, 1024));           // 256 rows per rank
+  EXPECT_FALSE(pick_legal(t3c, RS, 4, 1536, 4096, 1024));          // 384 rows per rank
+  EXPECT_FALSE(pick_legal(t3c, RS, 2, 1024, 4096 + 128, 1024));    // N % 256
+  EXPECT_FALSE(pick_legal(t3c, RS, 2, 1024, 4096, 1000));          // K % 64
+  EXPECT_FALSE(pick_legal(t3c, RS, 1, 1024, 4096, 1024));          // a reduce-scatter over one rank
+  EXPECT_FALSE(pick_legal(t3c, RS, 16, 16 * 256, 4096, 1024));     // at most 8 ranks
+  EXPECT_FALSE(pick_legal(t3c, AR, 2, 1024, 4096, 1024));
+  EXPECT_FALSE(pick_legal(GemmCommPick::t3_op(braid::t3::Variant::kAuto), RS, 2, 1024, 4096, 1024));
+  EXPECT_FALSE(t3c == t3d);
+  EXPECT_FALSE(t3c == GemmCommPick{});
   // The rule: owner-cublas from 512 rows per rank with peer access, else the baseline.
   EXPECT_EQ(default_pick(RS, 2, 1024, 4096, 1024, true), cub);
   EXPECT_EQ(default_pick(RS, 4, 2048, 4096, 1024, true), cub);
@@ -593,8 +612,15 @@ TEST(PickCache, TextLookupAndFiles) {
         "reducescatter 0 4096 8192 1024 sequential\n", "reducescatter 2 4096 8192 1024 sequential fast\n",
         "reducescatter 2 -4 8192 1024 sequential\n", "2 4096 8192 1024 sequential\n",
         "allgather 2 4096 8192 1024 sequential\n", "allreduce 2 4096 8192 1024 flashoverlap\n",
-        "reducescatter 2 1020 8192 1024 owner-cublas-c4\n"})
+        "reducescatter 2 1020 8192 1024 owner-cublas-c4\n", "allreduce 2 4096 8192 1024 t3-ring-cublas\n",
+        "reducescatter 2 4096 8192 1000 t3-ring-dma\n"})
     EXPECT_THROW(PickCache().parse(bad), braid::UsageError) << bad;
+  // A T3 pick round-trips through the text.
+  PickCache t;
+  t.parse("reducescatter 2 8192 8192 1024 t3-ring-cublas 250\n");
+  ASSERT_NE(t.lookup(RS, 2, 8192, 8192, 1024), nullptr);
+  EXPECT_EQ(t.lookup(RS, 2, 8192, 8192, 1024)->pick, GemmCommPick::t3_op(braid::t3::Variant::kRingCublas));
+  EXPECT_NE(t.text().find("t3-ring-cublas"), std::string::npos);
 }
 
 }  // namespace
