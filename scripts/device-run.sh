@@ -70,20 +70,23 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (twenty-eighth session's end): a23551e ran on 2x H200 (test_overlap_mpi, test_t3_mpi, test_harness; the RS
-# sweep with --auto, both halves). Not GPU-run: be7533a (tune()'s choice moved into choose_timed, CPU-tested; same
-# logic); 0507f93 (staged_store over either stage; the FlashOverlap and T3 kernels' default PTX instruction-identical);
-# a94d824 (gather_rows_kernel through scattered_vec: two hoisted conversions in its PTX; test_overlap_mpi runs it);
-# ac2c8a7's two GEMM experiments (default off). First call, 4 GPUs when lent (`nvidia-h100-x4`): `build test measure-rs` with CTEST_R=test_overlap_mpi_np4
-# MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0
-# --pce-modes copies,stores --owner --owner-chunks 1,4 --auto" (at 26a9455 AutoGemmComm had 2 shapes below 0.97x
-# there: the tune fix must show at 4 ranks), then part 2/2 warm, then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner
-# --owner-chunks 1,4 --tune-candidates 6 --auto". At 2 ranks: `peers-tp` (torch on this commit's machine) beside a
-# measure-rs half. On 2x H100 (when served): all of it first, then `build test ar-1step`, `strands-smres`.
-# braid's GEMM (issue 4 asks >= 95% of cuBLAS; 0.947x geomean, 25 of 50 shapes below 0.95 on 2x H200 at a23551e, the
-# worst at K = 1024): `gemm-layout` (tile x raster on bench/shapes/gemm-worst.txt; BRAID_GEMM_RASTER=m never ran) and
-# `gemm-variant` with VARIANT_TAG=stage16 VARIANT_DEFS=BRAID_OVERLAP_STAGE_BF16=1 GEMM_SHAPES=bench/shapes/gemm-worst.txt
-# (the bf16 epilogue stage, never ran; if faster, make it the default and run `build test`).
+# Next (twenty-ninth session's end): on 2x H100, 621d197 / e9566f7 passed test_overlap_mpi, test_t3_mpi, test_harness;
+# the bf16 epilogue stage is the default (e9566f7); the RS sweep with --auto, torch, allreduce ran. Not GPU-run: the
+# T3 candidates of AutoGemmComm (GemmCommPick kT3, AutoOptions::try_t3/t3_variants, t3 own_result(), bench
+# --no-auto-t3; test_overlap_mpi forces both T3 picks eager and from graphs — T3 never ran captured before),
+# AutoOptions::owner_chunks {1, 2, 4} (c2 ran through the bench's --owner-chunks 1,2,4 --auto on 12 shapes), the
+# harness reading BRAID_COMMIT at run time. First call (2 GPUs): `build test measure-rs` with
+# CTEST_R='test_overlap_mpi$|test_t3_mpi$|test_overlap_search' MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine
+# MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto"
+# (if a T3 graph check fails: AutoOptions::try_t3 = false until fixed, and say so), then part 2/2 + peers-tp warm: on
+# H100 the within-2x figure with T3 candidates (1.364x without them; the two sessions' rows estimate 1.41x). 4 GPUs
+# when lent: the same with CTEST_R=test_overlap_mpi_np4 (AutoGemmComm at 4 ranks has not run since the a23551e fix).
+# Then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,2,4 --tune-candidates 6 --auto" on H100.
+# The twenty-ninth session's calls: a first call stopped at configure (no .deps in a fresh checkout: run
+# `bash scripts/setup.sh --stage` first); 2x H100 `build test gemm-variant gemm-layout` (CTEST_R 3 tests, 12 shapes x
+# 2 builds x 2 rounds, --no-tune) 9.3 min cold (gemm-layout reached 1 shape); `build test measure-rs` part 1/2 5 min
+# warm; part 2/2 + peers-tp 4.3 min warm; `allreduce` 43 s warm; a 64-MiB one-step run 10 s; `build` + 12 shapes with
+# --owner-chunks 1,2,4 --auto 3.7 min cold.
 # The twenty-eighth session's calls: 2x H200 `build test measure-rs sweep-ar` (test_overlap_mpi, 12 AR shapes, 2 RS
 # shapes with CLOCK_LOG) 7.7 min cold; 4x H200 `build test measure-rs` part 1/2 (CTEST_R=test_overlap_mpi: 2.6 min
 # of tests at 2 and 4 ranks) 7.7 min cold; 2x H200 `build test measure-rs` part 1/2 (CTEST_R='test_overlap_mpi$|
