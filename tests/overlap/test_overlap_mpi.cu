@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -293,7 +294,8 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
 }
 
 // OwnerOrderedRs: rank r's output is rows [r * M/W, ...) of the sum (NCCL's reduce-scatter layout), with cuBLAS's and
-// braid's GEMM per owner block, each peer block in one launch and in two chunks, eager (twice: the flags and the start
+// braid's GEMM per owner block, each peer block in one launch and in two chunks, pushed by copy engines or stored into
+// its owner by its GEMM (BRAID_OWNER_STORES), eager (twice: the flags and the start
 // barrier order the second run after the first) and replayed from a CUDA graph (three replays). With all_reduce every
 // rank ends with all M rows of the sum, in result() and copied into another buffer.
 TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
@@ -309,18 +311,23 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   const auto cases = {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1}, std::pair{OwnerGemm::kCublas, 2},
                       std::pair{OwnerGemm::kBraid, 2}};
   auto name = [](OwnerGemm g) { return g == OwnerGemm::kCublas ? "cuBLAS" : "braid"; };
-  for (const auto& [g, chunks] : cases) {
-    OwnerOrderedRs op(team, m, n, k, g, chunks);
-    eager_then_graph(
-        team, 5, 2, [&] { op.run(a.p, b.p, out.p, s); },
-        [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
-        [&](int rep) {
-          EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
-                                   kGemmRtol),
-                    0u)
-              << "rank " << rank << " reduce-scatter, gemm " << name(g) << " chunks " << chunks << " rep " << rep;
-        });
-  }
+  // Both ways a peer block leaves: copy-engine pushes (default) and the GEMM's own stores (BRAID_OWNER_STORES=1).
+  for (const char* stores : {"0", "1"})
+    for (const auto& [g, chunks] : cases) {
+      ASSERT_EQ(setenv("BRAID_OWNER_STORES", stores, 1), 0);
+      OwnerOrderedRs op(team, m, n, k, g, chunks);
+      unsetenv("BRAID_OWNER_STORES");
+      eager_then_graph(
+          team, 5, 2, [&] { op.run(a.p, b.p, out.p, s); },
+          [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
+          [&](int rep) {
+            EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
+                                     kGemmRtol),
+                      0u)
+                << "rank " << rank << " reduce-scatter, gemm " << name(g) << " chunks " << chunks << " stores "
+                << stores << " rep " << rep;
+          });
+    }
   for (const auto& [g, chunks] : cases) {
     OwnerOrderedRs op(team, m, n, k, g, chunks, /*all_reduce=*/true);
     ASSERT_TRUE(op.all_reduce());
