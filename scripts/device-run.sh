@@ -84,7 +84,10 @@
 # Then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,2,4 --tune-candidates 6 --auto" on H100. Also
 # `owner-stores` (BRAID_OWNER_STORES=1: the owner op's peer blocks stored by their GEMMs, not pushed; never ran —
 # test_overlap_mpi checks it, cuBLAS writing into peer memory included; if it wins on bench/shapes/owner-small.txt,
-# make it a per-op option and an AutoGemmComm candidate).
+# make it a per-op option and an AutoGemmComm candidate). Issue 3 on H100: INT4 one-step (98.3 us) ran no faster than
+# INT6 one-step (96.6) at 64 MiB, while on H200 it is 4% faster — the 16-value INT4 pull (default since the eighteenth
+# session) was tuned on H200: `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
+# STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M (phase stamps show quantize vs pull).
 # The twenty-ninth session's calls: a first call stopped at configure (no .deps in a fresh checkout: run
 # `bash scripts/setup.sh --stage` first); 2x H100 `build test gemm-variant gemm-layout` (CTEST_R 3 tests, 12 shapes x
 # 2 builds x 2 rounds, --no-tune) 9.3 min cold (gemm-layout reached 1 shape); `build test measure-rs` part 1/2 5 min
