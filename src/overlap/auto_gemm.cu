@@ -400,7 +400,8 @@ GemmCommPick AutoGemmComm::tune(const void* a, const void* b, void* out, cudaStr
   // direct ops into their own symmetric results (run(out) with another `out` adds one copy of the result; the tuning
   // does not charge it).
   for (auto& c : cands) {
-    void* dst = c->own_output() ? c->own_output() : out;
+    void* const own = c->own_output();
+    void* dst = own ? own : out;
     fns.push_back([&, s = c.get(), dst] { s->run(team_, m_, n_, k_, a, b, dst, stream); });
   }
   const std::vector<double> med =
