@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant owner-stores
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -81,13 +81,7 @@
 # (if a T3 graph check fails: AutoOptions::try_t3 = false until fixed, and say so), then part 2/2 + peers-tp warm: on
 # H100 the within-2x figure with T3 candidates (1.364x without them; the two sessions' rows estimate 1.41x). 4 GPUs
 # when lent: the same with CTEST_R=test_overlap_mpi_np4 (AutoGemmComm at 4 ranks has not run since the a23551e fix).
-# Then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,2,4 --tune-candidates 6 --auto" on H100. Also
-# `owner-stores` (BRAID_OWNER_STORES=1: the owner op's peer blocks stored by their GEMMs, not pushed; never ran —
-# test_overlap_mpi checks it, cuBLAS writing into peer memory included; if it wins on bench/shapes/owner-small.txt,
-# make it a per-op option and an AutoGemmComm candidate). Issue 3 on H100: INT4 one-step (98.3 us) ran no faster than
-# INT6 one-step (96.6) at 64 MiB, while on H200 it is 4% faster — the 16-value INT4 pull (default since the eighteenth
-# session) was tuned on H200: `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
-# STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M (phase stamps show quantize vs pull).
+# Then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,2,4 --tune-candidates 6 --auto" on H100.
 # The twenty-ninth session's calls: a first call stopped at configure (no .deps in a fresh checkout: run
 # `bash scripts/setup.sh --stage` first); 2x H100 `build test gemm-variant gemm-layout` (CTEST_R 3 tests, 12 shapes x
 # 2 builds x 2 rounds, --no-tune) 9.3 min cold (gemm-layout reached 1 shape); `build test measure-rs` part 1/2 5 min
@@ -684,18 +678,6 @@ if has gemm-layout; then  # braid's GEMM vs cuBLAS per tile config and scheduler
       python3 -c "import json,math,sys; v=[json.loads(l)['braid_vs_cublas'] for l in open(sys.argv[1])]; \
 print('braid/cublas geomean %.3f min %.3f (%d shapes)' % (math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)))" \
         "$out/gemm-layout-$t-$r.jsonl" 2>&1 | tee -a "$log"
-    done
-  done
-fi
-if has owner-stores; then  # OwnerOrderedRs: copy-engine pushes vs the GEMM's stores into the owners (BRAID_OWNER_STORES),
-  # alternating, two rounds, on OWNER_SHAPES (default bench/shapes/owner-small.txt); rows owner_cublas*_us / owner_braid_us
-  echo "== owner-ordered op: pushes vs GEMM stores ($(date +%T))" | tee -a "$log"
-  for round in 1 2; do
-    for v in 0 1; do
-      echo "-- BRAID_OWNER_STORES=$v round $round" | tee -a "$log"
-      E="BRAID_OWNER_STORES=$v" T=150 mpi bench gemm-rs --shapes "${OWNER_SHAPES:-bench/shapes/owner-small.txt}" \
-        --transport peer-copy-engine --no-tune --owner --owner-chunks 1,2 --iters 20 \
-        --json "$out/owner-stores-$v-r$round.jsonl" 2>&1 | grep -E "owner-ordered|Fail" | tee -a "$log"
     done
   done
 fi

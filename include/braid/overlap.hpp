@@ -649,9 +649,7 @@ class GemmAllToAll {
 // while the next block computes; its own block last; then the sum of its own block and the W - 1 received ones.
 // Exposed beyond the GEMM: the sum of M/W rows (and any push still running). FlashOverlap's tile-group mapping
 // puts every rank's rows in every group, so its last group always has a transfer to make after the GEMM; this
-// order has none. The GEMM per block: cuBLAS or braid's (OwnerGemm). BRAID_OWNER_STORES=1 (read at construction; an
-// experiment, default 0): each peer block's GEMM stores its rows straight into the owner's receive slot over NVLink
-// (no copy engine; the first GEMM then waits for the start barrier), then raises the owner's flag on the same stream.
+// order has none. The GEMM per block: cuBLAS or braid's (OwnerGemm).
 enum class OwnerGemm { kCublas, kBraid };
 
 class OwnerOrderedRs {
@@ -703,7 +701,6 @@ class OwnerOrderedRs {
   int sum_ctas_ = 0;
   cudaEvent_t end_ = nullptr;                          // recorded on the caller's stream at the end of run()
   bool ran_ = false;
-  bool stores_ = false;  // BRAID_OWNER_STORES=1 (overlap.cu): peer blocks stored into the owners by their GEMMs
   // No-hang contract: sets this rank's flags to 0xffffffff from a private stream, so every flag wait of this rank
   // passes and its streams drain (the run's output is then garbage). The destructor calls it when the last run has
   // not ended within the team's timeout (a peer failed).

@@ -231,6 +231,7 @@ class GemmReduceScatter {
   void* wait_value_ = nullptr, *write_value_ = nullptr;  // driver entry points
   unsigned wait_flags_ = 0;
   void* err_host_ = nullptr;
+  void* err_dev_ = nullptr;  // err_host_'s device address (mapped host memory), for the epilogue's timeouts
   int sm_count_ = 0;
   int swizzle_ = 1;                            // the T3 GEMM's scheduler swizzle (pick_swizzle)
   const void* result_ = nullptr;

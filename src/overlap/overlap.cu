@@ -957,17 +957,6 @@ void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, i
 }
 
 // ============================================ owner-ordered RS ============================================
-// BRAID_OWNER_STORES=1: the peers' blocks leave by the GEMM's own stores into the owners' receive slots instead of
-// copy-engine pushes after each launch (an experiment for the small within-2x shapes, where the push of M/W rows can
-// only start once the first block's GEMM ends; twenty-ninth session; default 0 until measured). The first GEMM then
-// waits for the start barrier.
-static bool owner_stores_requested() {
-  const char* e = std::getenv("BRAID_OWNER_STORES");
-  const std::string v = e ? e : "0";
-  if (v != "0" && v != "1") throw UsageError("BRAID_OWNER_STORES: 0 or 1", __FILE__, __LINE__);
-  return v == "1";
-}
-
 OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, OwnerGemm gemm, int chunks,
                                bool all_reduce)
     : team_(team), m_(m), n_(n), k_(k), kind_(gemm), chunks_(chunks) {
@@ -980,7 +969,6 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
     throw UnavailableError(std::string(what) + ": needs peer access between all ranks (" + team.peer_status() + ")",
                            __FILE__, __LINE__);
   const int64_t rows = m / W;
-  stores_ = owner_stores_requested();
   if (gemm == OwnerGemm::kBraid) {
     braid_ = std::make_unique<SignalGemm>(TileConfig::k128x256, 0);
     (void)braid_->plan(rows, n, k);           // throws UsageError if a block does not fit the tiles
@@ -1082,10 +1070,9 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   const size_t blk = size_t(rows) * size_t(n_), cel = size_t(crows) * size_t(n_);  // elements of a block, a chunk
   const auto* A = static_cast<const __nv_bfloat16*>(a);
   auto* D = static_cast<__nv_bfloat16*>(d_);
-  // rows [row0, row0 + count) of A·Bᵀ into dr ((count, N); default: the same rows of D)
-  auto gemm_rows = [&](int64_t row0, int64_t count, __nv_bfloat16* dr = nullptr) {
+  auto gemm_rows = [&](int64_t row0, int64_t count) {  // rows [row0, row0 + count) of D = A·Bᵀ
     const __nv_bfloat16* ar = A + size_t(row0) * size_t(k_);  // (count, K)
-    if (dr == nullptr) dr = D + size_t(row0) * size_t(n_);
+    __nv_bfloat16* dr = D + size_t(row0) * size_t(n_);         // (count, N)
     if (cublas_) {
       cublas_->run(ar, b, dr, count, n_, k_, stream);
     } else {
@@ -1094,9 +1081,7 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
       braid_->run(ar, b, count, n_, k_, e, stream);
     }
   };
-  // The reset and the start barrier run beside the first GEMM (on push_) where nothing before the pushes writes into a
-  // peer; with stores_ the first GEMM writes into a peer's receive slot, so it follows them on `stream`.
-  const bool beside = cublas_ != nullptr && !stores_;
+  const bool beside = cublas_ != nullptr;
   cudaStream_t setup = stream;
   if (beside) {
     BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
@@ -1110,13 +1095,6 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     const int q = (me + i) % W;
     for (int c = 0; c < chunks_; ++c) {
       const int64_t row0 = int64_t(q) * rows + int64_t(c) * crows;
-      if (stores_) {
-        // The GEMM's epilogue stores go straight into rank q's receive slot (NVLink); then q's flag, on `stream`:
-        // cuStreamWriteValue32 without NO_MEMORY_BARRIER fences the kernel's writes (system scope) before the flag.
-        gemm_rows(row0, crows, recv_->peer_as<__nv_bfloat16>(q) + size_t(me) * blk + size_t(c) * cel);
-        memops::stream_write(write_value_, stream, flags_->peer_as<uint32_t>(q) + me, uint32_t(c + 1));
-        continue;
-      }
       gemm_rows(row0, crows);
       cudaEvent_t ev = ev_[size_t(i - 1) * size_t(chunks_) + size_t(c)];
       BRAID_CUDA_CHECK(cudaEventRecord(ev, stream));

@@ -197,6 +197,8 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_CUDA_CHECK(cudaMemcpy(sigval_, &sigval_host_, 4, cudaMemcpyHostToDevice));
   BRAID_CUDA_CHECK(cudaHostAlloc(&err_host_, sizeof(detail::WaitError), cudaHostAllocMapped));
   std::memset(err_host_, 0, sizeof(detail::WaitError));
+  // Its device address once here, not in run(): run() may be under stream capture (no API call it need not make).
+  BRAID_CUDA_CHECK(cudaHostGetDevicePointer(&err_dev_, err_host_, 0));
   BRAID_CUDA_CHECK(cudaMemset(counters_->local(), 0, counters_->bytes()));
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   team.barrier();
@@ -355,7 +357,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
       p.dst_counters[i] = counters_->peer_as<uint32_t>(i);
     }
   }
-  BRAID_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.err), err_host_, 0));
+  p.err = static_cast<detail::WaitError*>(err_dev_);
   p.timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
   const auto* A = static_cast<const uint16_t*>(a);
   const bool persist = persist_b_requested() && ring;  // ring stages read B once per stage

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -43,6 +42,23 @@ std::vector<uint16_t> random_inputs_and_reference(braid::Team& team, void* a, vo
   return download_bf16(ref, m * n);
 }
 
+// One CUDA graph captured from `enqueue` on s (thread-local mode). If enqueue throws (a CUDA error inside the capture),
+// the capture is ended and its graph dropped before the exception goes on, so the stream is not left capturing and the
+// next test's CUDA calls do not fail in its place.
+cudaGraph_t capture_graph(cudaStream_t s, const std::function<void()>& enqueue) {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return nullptr;
+  try {
+    enqueue();
+  } catch (...) {
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a launch error recorded inside the capture is not left for the next test
+    throw;
+  }
+  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) return nullptr;
+  return graph;
+}
+
 // `reps` runs of `enqueue` on s: eager before rep `graph_from`, then replays of one CUDA graph captured from it;
 // `before(rep)` is enqueued ahead of each run and `check(rep)` called after each (synchronized) run.
 void eager_then_graph(braid::Team& team, int reps, int graph_from, const std::function<void()>& enqueue,
@@ -52,10 +68,8 @@ void eager_then_graph(braid::Team& team, int reps, int graph_from, const std::fu
   for (int rep = 0; rep < reps; ++rep) {
     before(rep);
     if (rep == graph_from) {
-      cudaGraph_t graph = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      enqueue();
-      ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+      cudaGraph_t graph = capture_graph(s, enqueue);
+      ASSERT_NE(graph, nullptr) << "stream capture failed";
       ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
       cudaGraphDestroy(graph);
     }
@@ -145,11 +159,11 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   const void* x = rs ? outp : op.reordered();
   cudaGraphExec_t exec = nullptr;
   if (c.graph) {
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    op.run(a.p, b.p, outp, s);
-    op.rmsnorm(x, gamma.p, y.p, 1e-6f, s);
-    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraph_t graph = capture_graph(s, [&] {
+      op.run(a.p, b.p, outp, s);
+      op.rmsnorm(x, gamma.p, y.p, 1e-6f, s);
+    });
+    ASSERT_NE(graph, nullptr) << "stream capture failed";
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     cudaGraphDestroy(graph);
   }
@@ -294,8 +308,7 @@ TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
 }
 
 // OwnerOrderedRs: rank r's output is rows [r * M/W, ...) of the sum (NCCL's reduce-scatter layout), with cuBLAS's and
-// braid's GEMM per owner block, each peer block in one launch and in two chunks, pushed by copy engines or stored into
-// its owner by its GEMM (BRAID_OWNER_STORES), eager (twice: the flags and the start
+// braid's GEMM per owner block, each peer block in one launch and in two chunks, eager (twice: the flags and the start
 // barrier order the second run after the first) and replayed from a CUDA graph (three replays). With all_reduce every
 // rank ends with all M rows of the sum, in result() and copied into another buffer.
 TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
@@ -311,23 +324,18 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   const auto cases = {std::pair{OwnerGemm::kCublas, 1}, std::pair{OwnerGemm::kBraid, 1}, std::pair{OwnerGemm::kCublas, 2},
                       std::pair{OwnerGemm::kBraid, 2}};
   auto name = [](OwnerGemm g) { return g == OwnerGemm::kCublas ? "cuBLAS" : "braid"; };
-  // Both ways a peer block leaves: copy-engine pushes (default) and the GEMM's own stores (BRAID_OWNER_STORES=1).
-  for (const char* stores : {"0", "1"})
-    for (const auto& [g, chunks] : cases) {
-      ASSERT_EQ(setenv("BRAID_OWNER_STORES", stores, 1), 0);
-      OwnerOrderedRs op(team, m, n, k, g, chunks);
-      unsetenv("BRAID_OWNER_STORES");
-      eager_then_graph(
-          team, 5, 2, [&] { op.run(a.p, b.p, out.p, s); },
-          [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
-          [&](int rep) {
-            EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
-                                     kGemmRtol),
-                      0u)
-                << "rank " << rank << " reduce-scatter, gemm " << name(g) << " chunks " << chunks << " stores "
-                << stores << " rep " << rep;
-          });
-    }
+  for (const auto& [g, chunks] : cases) {
+    OwnerOrderedRs op(team, m, n, k, g, chunks);
+    eager_then_graph(
+        team, 5, 2, [&] { op.run(a.p, b.p, out.p, s); },
+        [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
+        [&](int rep) {
+          EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
+                                   kGemmRtol),
+                    0u)
+              << "rank " << rank << " reduce-scatter, gemm " << name(g) << " chunks " << chunks << " rep " << rep;
+        });
+  }
   for (const auto& [g, chunks] : cases) {
     OwnerOrderedRs op(team, m, n, k, g, chunks, /*all_reduce=*/true);
     ASSERT_TRUE(op.all_reduce());
