@@ -775,8 +775,8 @@ class Decomposition {
 // being original row original_row(j) — rank * M/world + j for every schedule but flashoverlap, whose rows are
 // block-cyclic (rs_original_row; its rmsnorm() follows them; run() gathers the op's tile-scattered part into these
 // rows, GemmOverlap::gather_rows, and the time includes that pass). All-reduce: `out` (M, N), every row, normal order
-// (output() names the buffer that saves a copy). run() is capturable (a T3 pick's capture is checked by
-// test_overlap_mpi from the twenty-ninth session on, not yet GPU-run); tune() is not.
+// (output() names the buffer that saves a copy). run() is capturable (T3's ring-cublas and ring-dma picks replayed
+// from CUDA graphs in test_overlap_mpi, 2x H200, a426f8a); tune() is not.
 struct GemmCommPick {
   // kT3: reduce-scatter by one of T3's fused ops (braid/t3.hpp, t3::GemmReduceScatter): NCCL's output layout, its
   // result in `out` (ring, ring-dma) or in its own symmetric buffer (ring-cublas, direct: AutoGemmComm::output()).
