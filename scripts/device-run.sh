@@ -2,7 +2,7 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle peers-tp t3-cases t3-diag ncu-t3
+# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas peers-tp t3-cases t3-diag ncu-t3
 # strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
@@ -453,6 +453,15 @@ print('[%s] braid/cublas geomean %.3f min %.3f (%d shapes)' % (sys.argv[2], math
         "$out/gemm-variant-$v-r$round.jsonl" "$v" 2>&1 | tee -a "$log"
     done
   done
+fi
+if has gemm-cublas; then  # braid's GEMM against cuBLAS, timed interleaved (bench gemm-rs, --no-tune), on GEMM_SHAPES
+  echo "== braid GEMM vs cuBLAS, interleaved ($(date +%T))" | tee -a "$log"
+  # shellcheck disable=SC2086
+  T=300 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/gemm-largek.txt}" --iters 20 --no-tune ${GEMM_ARGS:-} \
+    --json "$out/gemm-cublas.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||Failed|rror" | tee -a "$log"
+  python3 -c "import json,math,sys; v=[json.loads(l)['braid_vs_cublas'] for l in open(sys.argv[1])]; \
+print('braid/cublas geomean %.3f min %.3f (%d shapes)' % (math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)))" \
+    "$out/gemm-cublas.jsonl" 2>&1 | tee -a "$log"
 fi
 if has ar-stamps; then  # one-step phase stamps (bench --phases) and A/B of kernels (STAMP_ALGOS, STAMP_MIN/MAX)
   onestep_ab ar-stamps "BRAID_AR_1STEP_RU=1 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=2 BRAID_AR_1STEP_ITERS=1073741824,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0,BRAID_AR_1STEP_RU=4" \
