@@ -70,18 +70,24 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (twenty-ninth session's end): on 2x H100, 621d197 / e9566f7 passed test_overlap_mpi, test_t3_mpi, test_harness;
-# the bf16 epilogue stage is the default (e9566f7); the RS sweep with --auto, torch, allreduce ran. Not GPU-run: the
-# T3 candidates of AutoGemmComm (GemmCommPick kT3, AutoOptions::try_t3/t3_variants, t3 own_result(), bench
-# --no-auto-t3; test_overlap_mpi forces both T3 picks eager and from graphs — T3 never ran captured before),
-# AutoOptions::owner_chunks {1, 2, 4} (c2 ran through the bench's --owner-chunks 1,2,4 --auto on 12 shapes), the
-# harness reading BRAID_COMMIT at run time. First call (2 GPUs): `build test measure-rs` with
-# CTEST_R='test_overlap_mpi$|test_t3_mpi$|test_overlap_search' MEASURE_PART=1/2 OVERLAP_TRANSPORT=peer-copy-engine
-# MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto"
-# (if a T3 graph check fails: AutoOptions::try_t3 = false until fixed, and say so), then part 2/2 + peers-tp warm: on
-# H100 the within-2x figure with T3 candidates (1.364x without them; the two sessions' rows estimate 1.41x). 4 GPUs
-# when lent: the same with CTEST_R=test_overlap_mpi_np4 (AutoGemmComm at 4 ranks has not run since the a23551e fix).
-# Then `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner --owner-chunks 1,2,4 --tune-candidates 6 --auto" on H100.
+# Next (thirtieth session's end): every call of the thirtieth session got 2x H200. Ran there: T3's ops as AutoGemmComm
+# candidates (whole RS sweep 1.341x, within 2x 1.481x), their graph capture (test_overlap_mpi, test_t3_mpi pass at
+# a426f8a), braid's GEMM vs cuBLAS timed interleaved (9df9a14, whole sweep 0.980x). Not GPU-run: the shared test
+# helper tests/common/capture.hpp (capture_graph) now used by test_allreduce_mpi, test_layer_gpu, test_overlap_gemm_gpu,
+# test_overlap_mpi, test_strands_mpi — first call: `build test` with CTEST_R='test_allreduce_mpi$|test_layer_gpu|
+# test_overlap_gemm_gpu|test_overlap_mpi$|test_strands_mpi' (or the full ctest). On 2x H100 (run
+# `if nvidia-smi -L | grep -q H100` in the command and pick the items by card): `build measure-rs` with
+# MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
+# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto" (the 25 within-2x shapes in one
+# call, ~4 min warm: issue 4's open criterion with T3's ops, 1.364x without them); then the whole sweep in halves (it
+# also gives braid's GEMM vs cuBLAS timed interleaved on H100); `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner
+# --owner-chunks 1,2,4 --tune-candidates 6 --auto"; issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1
+# BRAID_AR_1STEP_PULL16=0" STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M (on H200 the 16-value
+# pull wins, 84 vs 93.5 us; on H100 INT4 ran no faster than INT6). 4 GPUs when lent: CTEST_R=test_overlap_mpi_np4 and
+# measure-rs halves. The thirtieth session's calls (all 2x H200): `build test measure-rs` part 1/2 7.3 min cold; part
+# 2/2 + peers-tp 4.6 min warm; `owner-stores ar-stamps` 2.1 min warm; `build test` (2 tests) 3.1 min cold; `build
+# gemm-cublas` (11 large shapes) 3.5 min cold; gemm-cublas on 12 and on 32 shapes 49 s and 75 s warm. A call that
+# finds the wrong card and exits at once still costs ~35 s of held time.
 # The twenty-ninth session's calls: a first call stopped at configure (no .deps in a fresh checkout: run
 # `bash scripts/setup.sh --stage` first); 2x H100 `build test gemm-variant gemm-layout` (CTEST_R 3 tests, 12 shapes x
 # 2 builds x 2 rounds, --no-tune) 9.3 min cold (gemm-layout reached 1 shape); `build test measure-rs` part 1/2 5 min

@@ -9,6 +9,7 @@
 #include "braid/allreduce.hpp"
 #include "braid/dist.hpp"
 #include "braid/quant_ref.hpp"
+#include "capture.hpp"
 
 namespace {
 
@@ -457,16 +458,16 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   i4c.quant_impl = QuantImpl::kClassic;
   void* y4c = nullptr;
   cudaMalloc(&y4c, n * 2);
-  cudaGraph_t g;
   cudaGraphExec_t ge;
-  ASSERT_EQ(cudaStreamBeginCapture(s.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  reducer().run(x, y1, n, DType::kBF16, s.stream(), one);
-  reducer().run(x, y2, n, DType::kBF16, s.stream(), two);
-  reducer().run(x, y3, n, DType::kBF16, s.stream(), i8);
-  reducer().run(x, y1, n, DType::kBF16, s.stream(), ll);  // overwrites y1 with the same exact sum
-  reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);
-  reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);  // two pipelined launches in a row: both phases
-  ASSERT_EQ(cudaStreamEndCapture(s.stream(), &g), cudaSuccess);
+  cudaGraph_t g = braid::test::capture_graph(s.stream(), [&] {
+    reducer().run(x, y1, n, DType::kBF16, s.stream(), one);
+    reducer().run(x, y2, n, DType::kBF16, s.stream(), two);
+    reducer().run(x, y3, n, DType::kBF16, s.stream(), i8);
+    reducer().run(x, y1, n, DType::kBF16, s.stream(), ll);  // overwrites y1 with the same exact sum
+    reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);
+    reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);  // two pipelined launches in a row: both phases
+  });
+  ASSERT_NE(g, nullptr) << "stream capture failed";
   ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
   for (int rep = 0; rep < 5; ++rep) {
     const uint64_t seed = 900 + rep;
@@ -530,13 +531,13 @@ TEST(AllReduce, SymmetricBufferEqualsTheExactSum) {
         }
   {  // captured: one-shot by copy engines, one-shot, then two-shot in one graph, replayed on new data
     const size_t n = 300001;
-    cudaGraph_t g;
     cudaGraphExec_t ge;
-    ASSERT_EQ(cudaStreamBeginCapture(s.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kOneShotCE, y);
-    reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kOneShot, y);
-    reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kTwoShot);
-    ASSERT_EQ(cudaStreamEndCapture(s.stream(), &g), cudaSuccess);
+    cudaGraph_t g = braid::test::capture_graph(s.stream(), [&] {
+      reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kOneShotCE, y);
+      reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kOneShot, y);
+      reducer().run_symmetric(buf, n, DType::kBF16, s.stream(), ArAlgo::kTwoShot);
+    });
+    ASSERT_NE(g, nullptr) << "stream capture failed";
     ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
     for (int rep = 0; rep < 3; ++rep) {
       const uint64_t seed = 700 + rep;

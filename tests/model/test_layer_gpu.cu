@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "layer_check.hpp"
+#include "capture.hpp"
 #include "model/attention.hpp"  // src/model (internal)
 
 namespace {
@@ -263,11 +264,9 @@ TEST(AttentionGpu, CudnnDeterministicAndCapturable) {
   EXPECT_EQ(second.lse, first.lse);
   if (det) EXPECT_EQ(second.dqkv, first.dqkv) << "deterministic backward";
   // Captured into a CUDA graph (no allocation or synchronisation inside) and replayed: same results.
-  cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-  buf.run(fused, s);
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraph_t graph = braid::test::capture_graph(s, [&] { buf.run(fused, s); }, cudaStreamCaptureModeGlobal);
+  ASSERT_NE(graph, nullptr) << "stream capture failed";
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);

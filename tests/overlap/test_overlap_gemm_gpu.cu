@@ -10,6 +10,7 @@
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
 #include "braid/runtime.hpp"
+#include "capture.hpp"
 
 using namespace braid::overlap;
 
@@ -135,12 +136,12 @@ TEST(OverlapGemm, OneRankAllReduceAndRmsNormAlsoInAGraph) {
     fill_uniform_bf16(gamma.p, n, 33, 1.f, team.stream());
     CublasGemm cublas;
     cublas.run(a.p, b.p, ref.p, m, n, k, team.stream());
-    cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(team.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    op.run(a.p, b.p, nullptr, team.stream());
-    op.rmsnorm(op.reordered(), gamma.p, y.p, 1e-6f, team.stream());
-    ASSERT_EQ(cudaStreamEndCapture(team.stream(), &graph), cudaSuccess);
+    cudaGraph_t graph = braid::test::capture_graph(team.stream(), [&] {
+      op.run(a.p, b.p, nullptr, team.stream());
+      op.rmsnorm(op.reordered(), gamma.p, y.p, 1e-6f, team.stream());
+    });
+    ASSERT_NE(graph, nullptr) << "stream capture failed";
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int rep = 0; rep < 3; ++rep) {
       cudaMemset(y.p, 0, m * n * 2);

@@ -18,6 +18,7 @@
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
 #include "braid/runtime.hpp"
+#include "capture.hpp"
 
 using namespace braid::overlap;
 
@@ -42,23 +43,6 @@ std::vector<uint16_t> random_inputs_and_reference(braid::Team& team, void* a, vo
   return download_bf16(ref, m * n);
 }
 
-// One CUDA graph captured from `enqueue` on s (thread-local mode). If enqueue throws (a CUDA error inside the capture),
-// the capture is ended and its graph dropped before the exception goes on, so the stream is not left capturing and the
-// next test's CUDA calls do not fail in its place.
-cudaGraph_t capture_graph(cudaStream_t s, const std::function<void()>& enqueue) {
-  cudaGraph_t graph = nullptr;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return nullptr;
-  try {
-    enqueue();
-  } catch (...) {
-    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
-    cudaGetLastError();  // a launch error recorded inside the capture is not left for the next test
-    throw;
-  }
-  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) return nullptr;
-  return graph;
-}
-
 // `reps` runs of `enqueue` on s: eager before rep `graph_from`, then replays of one CUDA graph captured from it;
 // `before(rep)` is enqueued ahead of each run and `check(rep)` called after each (synchronized) run.
 void eager_then_graph(braid::Team& team, int reps, int graph_from, const std::function<void()>& enqueue,
@@ -68,7 +52,7 @@ void eager_then_graph(braid::Team& team, int reps, int graph_from, const std::fu
   for (int rep = 0; rep < reps; ++rep) {
     before(rep);
     if (rep == graph_from) {
-      cudaGraph_t graph = capture_graph(s, enqueue);
+      cudaGraph_t graph = braid::test::capture_graph(s, enqueue);
       ASSERT_NE(graph, nullptr) << "stream capture failed";
       ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
       cudaGraphDestroy(graph);
@@ -159,7 +143,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   const void* x = rs ? outp : op.reordered();
   cudaGraphExec_t exec = nullptr;
   if (c.graph) {
-    cudaGraph_t graph = capture_graph(s, [&] {
+    cudaGraph_t graph = braid::test::capture_graph(s, [&] {
       op.run(a.p, b.p, outp, s);
       op.rmsnorm(x, gamma.p, y.p, 1e-6f, s);
     });

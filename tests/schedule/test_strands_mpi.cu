@@ -17,6 +17,7 @@
 #include "braid/model.hpp"
 #include "braid/runtime.hpp"
 #include "braid/schedule/strands.hpp"
+#include "capture.hpp"
 
 namespace {
 
@@ -104,11 +105,9 @@ Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st
     case Variant::kStrands: ex->run(a, b); break;
     case Variant::kRoundRobin: sch::run_round_robin(a, b, s, st.extra, st.rr); break;
     case Variant::kGraph: {
-      cudaGraph_t g;
       cudaGraphExec_t ge;
-      EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      ex->run(a, b);
-      EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+      cudaGraph_t g = braid::test::capture_graph(s, [&] { ex->run(a, b); });
+      EXPECT_NE(g, nullptr) << "stream capture failed";
       EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
       for (int rep = 0; rep < 2; ++rep) EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);  // replay twice
       Env::world_->synchronize(s, "graph replay");
