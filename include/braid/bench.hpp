@@ -83,6 +83,10 @@ std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int 
                                  const std::vector<std::function<void()>>& cands,
                                  const std::function<void(size_t)>& check, int lead_us = 2000);
 
+// Enqueues on `stream` a one-thread kernel that idles `us` microseconds of GPU time (bounded): work enqueued after it
+// is queued before the GPU reaches it, so its timing excludes host launch latency.
+void gpu_idle(cudaStream_t stream, int us);
+
 // Median of time_iterations (the slowest rank per iteration) on the team's stream.
 double median_us(Team& team, const TimingOptions& opt, const std::function<void(int)>& fn);
 

@@ -677,6 +677,12 @@ class OwnerOrderedRs {
   bool all_reduce() const { return result_ != nullptr; }
   // all_reduce: the (M, N) bf16 result of the last run (pass it as run()'s out to skip the copy); else null.
   void* result() const;
+  // Diagnostics, for eager runs (not under capture): with profile on, run() records a timing event at each phase
+  // boundary — start, start barrier passed, each peer chunk's GEMM done and its push done (on the push stream), each
+  // own chunk's GEMM done, the peers' flags seen and the sum done, all-reduce gathers, end — and phases() gives each
+  // one's name and microseconds from the start of the last run, in the order recorded (after the run has finished).
+  void set_profile(bool on);
+  std::vector<std::pair<std::string, float>> phases() const;
 
  private:
   Team& team_;
@@ -701,6 +707,9 @@ class OwnerOrderedRs {
   int sum_ctas_ = 0;
   cudaEvent_t end_ = nullptr;                          // recorded on the caller's stream at the end of run()
   bool ran_ = false;
+  std::vector<cudaEvent_t> prof_ev_;                   // set_profile(true): timing events, one per phase boundary
+  std::vector<std::string> prof_names_;                // ... and their names, for the last run
+  size_t prof_n_ = 0;                                  // stamps recorded by the last run
   // No-hang contract: sets this rank's flags to 0xffffffff from a private stream, so every flag wait of this rank
   // passes and its streams drain (the run's output is then garbage). The destructor calls it when the last run has
   // not ended within the team's timeout (a peer failed).

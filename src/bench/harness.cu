@@ -127,6 +127,11 @@ __global__ void idle_for_ns(uint64_t ns) {
 }
 }  // namespace
 
+void gpu_idle(cudaStream_t stream, int us) {
+  idle_for_ns<<<1, 1, 0, stream>>>(uint64_t(us) * 1000);
+  BRAID_CHECK_LAUNCH();
+}
+
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn) {
   for (int i = 0; i < opt.warmup; ++i) fn(i);

@@ -86,6 +86,10 @@ struct Args {
   // {the peer op as decided, the owner-ordered ops}, by a separate timing before the compared rounds, is the row's
   // `pick`.
   bool owner = false;
+  // --owner-phases: with --owner, each owner-ordered op also run 20 times with its phase stamps
+  // (OwnerOrderedRs::set_profile), eager, each run after a barrier and a 500-us GPU lead; the median time of each
+  // phase boundary from the op's start is printed (rank 0 and the slowest rank) and written as `owner_phases_*`.
+  bool owner_phases = false;
   // --owner-chunks 1,4: the owner-ordered ops made with cuBLAS at each of these chunk counts (OwnerOrderedRs
   // chunks: each peer block's GEMM in that many launches, each pushed when done), with braid's GEMM at the first;
   // default 1.
@@ -133,6 +137,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--pce-stores") a.pce_stores = true;
     else if (k == "--pce-bulk") a.pce_bulk = true;
     else if (k == "--owner") a.owner = true;
+    else if (k == "--owner-phases") a.owner_phases = true;
     else if (k == "--auto") a.auto_rs = true;
     else if (k == "--no-auto-t3") a.auto_t3 = false;
     else if (k == "--picks") a.picks = val();
@@ -917,6 +922,40 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     std::vector<double> t_owner;
     for (size_t i = 0; i < owners.size(); ++i) t_owner.push_back(bench::summarize(cmp[owner_fn + i]).median_us);
     const double t_auto = autop ? bench::summarize(cmp[auto_fn]).median_us : 0.0;
+    // --owner-phases: per owner op, each phase boundary's median offset from the op's start (rank 0's, and the
+    // slowest rank's), as "name:us" pairs in run order.
+    std::vector<std::string> owner_phases(owners.size());
+    if (a.owner_phases)
+      for (size_t o = 0; o < owners.size(); ++o) {
+        OwnerOrderedRs& ow = *owners[o];
+        ow.set_profile(true);
+        std::vector<std::vector<double>> at;  // [phase][run]
+        std::vector<std::string> names;
+        for (int r = 0; r < 20; ++r) {
+          team.barrier();
+          bench::gpu_idle(s, 500);
+          ow.run(in.a(r), in.b(r), owner_out(ow), s);
+          team.synchronize(s, "owner phases");
+          const auto ph = ow.phases();
+          if (at.empty()) {
+            at.resize(ph.size());
+            for (const auto& p : ph) names.push_back(p.first);
+          }
+          BRAID_REQUIRE(ph.size() == at.size(), "owner phases: the stamps differ between runs");
+          for (size_t i = 0; i < ph.size(); ++i) at[i].push_back(ph[i].second);
+        }
+        ow.set_profile(false);
+        std::vector<double> med;
+        for (auto& v : at) med.push_back(bench::summarize(v).median_us);
+        const std::vector<double> slow = team.allreduce_max(med);
+        std::string txt;
+        for (size_t i = 0; i < med.size(); ++i) {
+          char buf[96];
+          std::snprintf(buf, sizeof buf, "%s%s:%.1f/%.1f", i ? "," : "", names[i].c_str(), med[i], slow[i]);
+          txt += buf;
+        }
+        owner_phases[o] = txt;
+      }
     const double t_seq = bench::summarize(cmp[0]).median_us, t_dec = bench::summarize(cmp[1]).median_us,
                  t_fo = bench::summarize(cmp[2]).median_us;
     for (size_t i = 0; i < others.size(); ++i) others[i].eager_us = bench::summarize(cmp[3 + i]).median_us;
@@ -998,6 +1037,10 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
         const double t_pick = pick < 0 ? pce->eager_us : t_owner[size_t(pick)];
         std::printf("; pick %s: %.1f us (%.3fx seq)\n", pick < 0 ? "peer op" : owner_name(*owners[size_t(pick)]).c_str(),
                     t_pick, t_seq / t_pick);
+        if (a.owner_phases)
+          for (size_t i = 0; i < owners.size(); ++i)
+            std::printf("         %s phases (us from its start, median over 20 runs, rank 0 / slowest rank): %s\n",
+                        owner_name(*owners[i]).c_str(), owner_phases[i].c_str());
       }
       if (autop) {
         std::printf("         auto (AutoGemmComm): %s %.1f us (%.3fx seq); tuned:", pick_name(autop->pick()).c_str(),
@@ -1110,6 +1153,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             std::string key = owner_name(*owners[i]);  // owner-cublas[-cN] -> owner_cublas[_cN]_us
             std::replace(key.begin(), key.end(), '-', '_');
             j.add(key + "_us", t_owner[i]).add(key + "_pre_us", pick_pre[i + 1]);
+            if (a.owner_phases) j.add("owner_phases_" + key.substr(6), owner_phases[i]);  // owner_phases_cublas[_cN]
           }
           const double t_pick = pick < 0 ? pce->eager_us : t_owner[size_t(pick)];
           j.add("pick", pick < 0 ? std::string("pce") : owner_name(*owners[size_t(pick)]))

@@ -1030,6 +1030,7 @@ OwnerOrderedRs::~OwnerOrderedRs() {
   for (auto e : ev_) cudaEventDestroy(e);
   for (auto e : own_ev_) cudaEventDestroy(e);
   for (auto e : sum_ev_) cudaEventDestroy(e);
+  for (auto e : prof_ev_) cudaEventDestroy(e);
   if (sum_) cudaStreamDestroy(sum_);
   if (fork_) cudaEventDestroy(fork_);
   if (ready_) cudaEventDestroy(ready_);
@@ -1062,6 +1063,30 @@ OwnerOrderedRs::~OwnerOrderedRs() {
 //      work on it (reads of the previous result included).
 void* OwnerOrderedRs::result() const { return result_ ? result_->local() : nullptr; }
 
+void OwnerOrderedRs::set_profile(bool on) {
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // no recorded stamp is pending when its event goes
+  for (auto e : prof_ev_) cudaEventDestroy(e);
+  prof_ev_.clear();
+  prof_names_.clear();
+  prof_n_ = 0;
+  if (!on) return;
+  // start, barrier, end, and per chunk: a GEMM and a push per peer block, the own GEMM, flags seen, sum, gathers
+  const size_t n = 4 + size_t(chunks_) * (2 * size_t(team_.size()) + 4);
+  prof_ev_.resize(n);
+  prof_names_.resize(n);
+  for (auto& e : prof_ev_) BRAID_CUDA_CHECK(cudaEventCreate(&e));
+}
+
+std::vector<std::pair<std::string, float>> OwnerOrderedRs::phases() const {
+  std::vector<std::pair<std::string, float>> v;
+  for (size_t i = 0; i < prof_n_; ++i) {
+    float ms = 0;
+    BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, prof_ev_[0], prof_ev_[i]));
+    v.emplace_back(prof_names_[i], ms * 1000.f);
+  }
+  return v;
+}
+
 void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
   BRAID_REQUIRE(out != nullptr, "OwnerOrderedRs::run: out");
   const int W = team_.size(), me = team_.rank();
@@ -1081,6 +1106,15 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
       braid_->run(ar, b, count, n_, k_, e, stream);
     }
   };
+  // set_profile(true): a timing event per phase boundary, on the stream that reaches it
+  prof_n_ = 0;
+  auto stamp = [&](const char* what, cudaStream_t s) {
+    if (prof_ev_.empty()) return;
+    BRAID_REQUIRE(prof_n_ < prof_ev_.size(), "OwnerOrderedRs: more phase stamps than events");
+    prof_names_[prof_n_] = what;
+    BRAID_CUDA_CHECK(cudaEventRecord(prof_ev_[prof_n_++], s));
+  };
+  stamp("start", stream);
   const bool beside = cublas_ != nullptr;
   cudaStream_t setup = stream;
   if (beside) {
@@ -1090,12 +1124,14 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   }
   BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * (ar ? 8 : 4), setup));
   memops::start_barrier(team_, slot_, setup);
+  stamp("barrier", setup);
   if (beside) BRAID_CUDA_CHECK(cudaEventRecord(ready_, push_));
   for (int i = 1; i < W; ++i) {
     const int q = (me + i) % W;
     for (int c = 0; c < chunks_; ++c) {
       const int64_t row0 = int64_t(q) * rows + int64_t(c) * crows;
       gemm_rows(row0, crows);
+      stamp("peer gemm", stream);
       cudaEvent_t ev = ev_[size_t(i - 1) * size_t(chunks_) + size_t(c)];
       BRAID_CUDA_CHECK(cudaEventRecord(ev, stream));
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, ev, 0));
@@ -1103,6 +1139,7 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
                                        D + size_t(row0) * size_t(n_), cel * 2, cudaMemcpyDefault, push_));
       // rank q's flag [me] = chunks of its block landed so far (stream order on push_: after this chunk's copy)
       memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + me, uint32_t(c + 1));
+      stamp("push", push_);
     }
   }
   const uint32_t* flags = flags_->local_as<uint32_t>();
@@ -1122,12 +1159,14 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
                                        cel * 2, cudaMemcpyDefault, push_));
       memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + W + me, uint32_t(c + 1));
     }
+    stamp("gather push", push_);
   };
   // On s: elements [e0, e0 + elems) of our block summed with the peers' (same offsets in their receive slots) into
   // sums + e0, after every peer's flag reached `landed` chunks.
   auto sum_rows = [&](size_t e0, size_t elems, uint32_t landed, cudaStream_t s) {
     for (int q = 0; q < W; ++q)
       if (q != me) memops::stream_wait(wait_value_, s, flags + q, landed, wait_flags_);
+    stamp("flags", s);
     SumSources src{};
     for (int q = 0; q < W; ++q)
       src.p[q] = reinterpret_cast<const uint4*>(q == me ? D + size_t(me) * blk + e0 : recv + size_t(q) * blk + e0);
@@ -1135,9 +1174,11 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     const int blocks = static_cast<int>(std::min<int64_t>(sum_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
     sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, s>>>(src, reinterpret_cast<uint4*>(sums + e0), vecs, W);
     BRAID_CHECK_LAUNCH();
+    stamp("sum", s);
   };
   if (chunks_ == 1) {  // our block in one launch, then its sum on `stream`
     gemm_rows(int64_t(me) * rows, rows);
+    stamp("own gemm", stream);
     if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));  // the reset precedes the waits below
     sum_rows(0, blk, 1u, stream);
     gather_chunk(0, stream);
@@ -1147,6 +1188,7 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, ready_, 0));  // the reset precedes the waits
     for (int c = 0; c < chunks_; ++c) {
       gemm_rows(int64_t(me) * rows + int64_t(c) * crows, crows);
+      stamp("own gemm", stream);
       cudaEvent_t ev = own_ev_[size_t(c)];
       BRAID_CUDA_CHECK(cudaEventRecord(ev, stream));
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, ev, 0));
@@ -1159,10 +1201,12 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   if (ar)  // every peer's block landed in our result_ (their second flags, after the copies on their push streams)
     for (int q = 0; q < W; ++q)
       if (q != me) memops::stream_wait(wait_value_, stream, flags + W + q, uint32_t(chunks_), wait_flags_);
+  if (ar) stamp("gathered", stream);
   BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), push_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
   if (ar && out != result_->local())
     BRAID_CUDA_CHECK(cudaMemcpyAsync(out, result_->local(), size_t(m_) * size_t(n_) * 2, cudaMemcpyDeviceToDevice, stream));
+  stamp("end", stream);
   BRAID_CUDA_CHECK(cudaEventRecord(end_, stream));
   ran_ = true;
 }

@@ -335,6 +335,31 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
                 << (dst == op.result() ? " into result()" : " copied out") << " rep " << rep;
           });
   }
+  // Phase stamps (set_profile): the same rows, and every boundary named in run order from "start" (0) to "end".
+  for (bool all_reduce : {false, true}) {
+    OwnerOrderedRs op(team, m, n, k, OwnerGemm::kCublas, 2, all_reduce);
+    op.set_profile(true);
+    void* dst = all_reduce ? op.result() : out.p;
+    ASSERT_EQ(cudaMemsetAsync(dst, 0xff, all_reduce ? mn * 2 : mn * 2 / W, s), cudaSuccess);
+    op.run(a.p, b.p, dst, s);
+    team.synchronize("stamped run");
+    if (all_reduce)
+      EXPECT_EQ(count_mismatch(r, download_bf16(dst, mn), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol), 0u);
+    else
+      EXPECT_EQ(count_mismatch(want, download_bf16(dst, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
+                0u);
+    const auto ph = op.phases();
+    // start, barrier, (peer gemm, push) per peer chunk, (own gemm, flags, sum[, gather push]) per own chunk,
+    // [gathered,] end
+    EXPECT_EQ(ph.size(), size_t(3 + 2 * 2 * (W - 1) + 2 * (all_reduce ? 4 : 3) + (all_reduce ? 1 : 0)));
+    ASSERT_FALSE(ph.empty());
+    EXPECT_EQ(ph.front().first, "start");
+    EXPECT_EQ(ph.front().second, 0.f);
+    EXPECT_EQ(ph.back().first, "end");
+    for (const auto& [what, us] : ph) EXPECT_GE(us, 0.f) << what;
+    op.set_profile(false);
+    EXPECT_TRUE(op.phases().empty());
+  }
 }
 
 // AutoGemmComm, reduce-scatter and all-reduce: every schedule it can pick gives rank r the rows original_row(j) of the
