@@ -2,7 +2,7 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases peers-tp t3-cases t3-diag ncu-t3
+# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3
 # strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
@@ -77,7 +77,8 @@
 # test_overlap_mpi, test_strands_mpi; OwnerOrderedRs::set_profile/phases and `bench gemm-rs --owner-phases` (checked
 # by test_overlap_mpi) — first call: `build test owner-phases` with CTEST_R='test_allreduce_mpi$|test_layer_gpu|
 # test_overlap_gemm_gpu|test_overlap_mpi$|test_strands_mpi' (or the full ctest); the phases show where the small
-# within-2x shapes lose ~15 us against their GEMMs + push + sum (on either card). On 2x H100 (run
+# within-2x shapes lose ~15 us against their GEMMs + push + sum (on either card); `t3-regions` (T3's ring ops on the
+# same shapes at 1, 2 and 4 regions: ring-cublas takes one region below 2048 rows per chunk, i.e. no pipelining there). On 2x H100 (run
 # `if nvidia-smi -L | grep -q H100` in the command and pick the items by card): `build measure-rs` with
 # MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
 # --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto" (the 25 within-2x shapes in one
@@ -468,6 +469,15 @@ if has owner-phases; then  # the owner-ordered op's phase boundaries (set_profil
   T=300 mpi bench gemm-rs --shapes "${PHASE_SHAPES:-bench/shapes/owner-small.txt}" --iters 20 --transport peer-copy-engine \
     --no-tune --owner --owner-chunks ${PHASE_CHUNKS:-1,2} --owner-phases ${PHASE_ARGS:-} --json "$out/owner-phases.jsonl" 2>&1 \
     | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||owner-ordered:|phases|Failed|rror" | tee -a "$log"
+fi
+if has t3-regions; then  # T3's ring ops on the small within-2x shapes at 1, 2, 4 regions per chunk (ring-cublas's default
+  # rule takes one region below 2048 rows per chunk, so its small shapes run unpipelined): whether smaller regions
+  # should become AutoGemmComm candidates. One run per region count, the same shapes, every row verified.
+  for rg in ${T3_REGIONS:-1 2 4}; do
+    echo "== t3-gemm-rs --regions $rg ($(date +%T))" | tee -a "$log"
+    T=150 mpi bench t3-gemm-rs --algo sequential,t3-ring-cublas,t3-ring-dma --shapes "${T3_REGION_SHAPES:-bench/shapes/owner-small.txt}" \
+      --regions "$rg" --iters 20 --json "$out/t3-regions-$rg.jsonl" 2>&1 | grep -vE "^#|^$" | tee -a "$log"
+  done
 fi
 if has gemm-cublas; then  # braid's GEMM against cuBLAS, timed interleaved (bench gemm-rs, --no-tune), on GEMM_SHAPES
   echo "== braid GEMM vs cuBLAS, interleaved ($(date +%T))" | tee -a "$log"
