@@ -76,7 +76,11 @@ namespace {
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s = "[";
   bool first = true;
-  for (int64_t v : d) s += (first ? "" : ",") + std::to_string(v), first = false;
+  for (int64_t v : d) {  // appended piece by piece (GCC 12's -Wrestrict misfires on `const char* + std::string&&`)
+    if (!first) s += ',';
+    s += std::to_string(v);
+    first = false;
+  }
   return s + "]";
 }
 

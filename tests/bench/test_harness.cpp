@@ -81,8 +81,9 @@ TEST(Harness, InterleaveOrderVariesFirstAndPredecessor) {
       for (size_t j = 1; j < n; ++j) preds[o[j]].insert(o[j - 1]);
     }
     EXPECT_EQ(firsts.size(), std::min<size_t>(n, 5)) << n;
-    if (n >= 3)
+    if (n >= 3) {
       for (size_t f = 0; f < n; ++f) EXPECT_GE(preds[f].size(), 2u) << "variant " << f << " of " << n;
+    }
   }
 }
 

@@ -250,7 +250,7 @@ TEST(StrandsPlan, TwoStrandPlacement) {
   const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
   dag.fwd = {op("f.p0", F), op("f.p1", F)};
   dag.bwd = {op("b.r1", B), op("b.r0", B)};  // the backward reads t1 last first, t0 last at its end
-  const std::vector<sch::SavedTensor> saved = {{"t0", 100, "f.p0", "b.r0"}, {"t1", 100, "f.p1", "b.r1"}};
+  const std::vector<sch::SavedTensor> saved = {{"t0", 100, "f.p0", "b.r0", {}}, {"t1", 100, "f.p1", "b.r1", {}}};
   using O = std::vector<std::pair<sch::Pass, int>>;
   // β's readers all before α's writers: one set. α first: two sets.
   EXPECT_DOUBLE_EQ(sch::two_strand_placement(dag, O{{B, 0}, {B, 1}, {F, 0}, {F, 1}}, saved).pool_bytes, 200);
@@ -589,7 +589,9 @@ TEST(StrandsPlan, PoolBoundedOrderSearch) {
                 sch::two_strand_pool_bound(dag, b1.order, sv) / one, sch::two_strand_pool_bound(dag, m1.order, sv) / one,
                 sch::two_strand_pool_bound(dag, r1.order, sv) / one, r1.makespan_us,
                 sch::corun_makespan_us(dag, b1.order, table), sch::corun_makespan_us(dag, m1.order, table));
-    if (std::isfinite(r1.makespan_us)) EXPECT_LE(sch::two_strand_pool_bound(dag, r1.order, sv), budget + 1e-6);
+    if (std::isfinite(r1.makespan_us)) {
+      EXPECT_LE(sch::two_strand_pool_bound(dag, r1.order, sv), budget + 1e-6);
+    }
   }
 }
 
