@@ -105,13 +105,14 @@ Snapshot run_unit(m::Layer& a, m::Layer& b, sch::StrandExecutor* ex, Streams& st
     case Variant::kStrands: ex->run(a, b); break;
     case Variant::kRoundRobin: sch::run_round_robin(a, b, s, st.extra, st.rr); break;
     case Variant::kGraph: {
-      cudaGraphExec_t ge;
+      cudaGraphExec_t ge = nullptr;
       cudaGraph_t g = braid::test::capture_graph(s, [&] { ex->run(a, b); });
       EXPECT_NE(g, nullptr) << "stream capture failed";
+      if (g == nullptr) break;  // the snapshot below then shows the missing run
       EXPECT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-      for (int rep = 0; rep < 2; ++rep) EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);  // replay twice
+      for (int rep = 0; rep < 2 && ge; ++rep) EXPECT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);  // replay twice
       Env::world_->synchronize(s, "graph replay");
-      cudaGraphExecDestroy(ge);
+      if (ge) cudaGraphExecDestroy(ge);
       cudaGraphDestroy(g);
       break;
     }
