@@ -81,7 +81,13 @@ double run_simgrid(const Network& net, const Schedule& s, bool verbose) {
 
   sg4::NetZone* zone = compat::full_zone(e);
   std::vector<sg4::Host*> hosts(net.nodes());
-  for (int i = 0; i < net.nodes(); ++i) hosts[i] = compat::host(zone, "n" + std::to_string(i), 1e9);
+  // Names built by appending: GCC 12's -Wrestrict misfires on `"n" + std::to_string(i)`.
+  const auto named = [](char c, int i) {
+    std::string s(1, c);
+    s += std::to_string(i);
+    return s;
+  };
+  for (int i = 0; i < net.nodes(); ++i) hosts[i] = compat::host(zone, named('n', i), 1e9);
   // Links are created on first use (a 1024-node grid has ~6000, most schedules touch fewer).
   std::vector<sg4::Link*> links(net.links().size(), nullptr);
   std::unordered_map<const sg4::Link*, double> latency;  // the real latency of each link
@@ -89,7 +95,7 @@ double run_simgrid(const Network& net, const Schedule& s, bool verbose) {
   const auto get_link = [&](int id, bool injection) {
     if (!links[id]) {
       const Network::Link& l = net.links()[id];
-      links[id] = compat::link(zone, "l" + std::to_string(id), l.bw, injection ? kNominalLatency : 0);
+      links[id] = compat::link(zone, named('l', id), l.bw, injection ? kNominalLatency : 0);
       latency[links[id]] = l.lat;
     }
     return links[id];
