@@ -25,7 +25,10 @@ int TopologySpec::nodes() const { return product(dims); }
 std::string TopologySpec::name() const {
   static const char* names[] = {"uniform", "mesh2d", "torus2d", "torus3d", "fattree"};
   std::string s = names[int(kind)];
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "x" : ":") + std::to_string(dims[i]);
+  for (size_t i = 0; i < dims.size(); ++i) {  // appended piece by piece (GCC 12 -Wrestrict false positive)
+    s += i ? 'x' : ':';
+    s += std::to_string(dims[i]);
+  }
   return s;
 }
 
