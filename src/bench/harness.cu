@@ -141,10 +141,7 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
     if (team) team->synchronize(stream, "benchmark warm-up");
     team->barrier();  // ranks start the timed loop together
   }
-  if (opt.lead_us > 0) {
-    idle_for_ns<<<1, 1, 0, stream>>>(uint64_t(opt.lead_us) * 1000);
-    BRAID_CUDA_CHECK(cudaGetLastError());
-  }
+  if (opt.lead_us > 0) gpu_idle(stream, opt.lead_us);
   for (int i = 0; i < opt.iters; ++i) {
     BRAID_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
     fn(opt.warmup + i);
@@ -211,10 +208,7 @@ std::vector<double> tune_medians(Team& team, cudaStream_t stream, int reps, int 
         // both, 4 ranks timed a 59-us cuBLAS + NCCL reduce-scatter at 137 us and a 92-us owner-ordered op at 123, and
         // picked the slower one: twenty-eighth session, docs/flashoverlap.md).
         team.barrier();
-        if (lead_us > 0) {
-          idle_for_ns<<<1, 1, 0, stream>>>(uint64_t(lead_us) * 1000);
-          BRAID_CUDA_CHECK(cudaGetLastError());
-        }
+        if (lead_us > 0) gpu_idle(stream, lead_us);
         BRAID_CUDA_CHECK(cudaEventRecord(e0, stream));
         for (int c = 0; c < batch; ++c) cands[i]();
         BRAID_CUDA_CHECK(cudaEventRecord(e1, stream));

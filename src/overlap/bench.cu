@@ -196,6 +196,7 @@ Args parse(int argc, char** argv) {
     } else throw UsageError("unknown option '" + k + "' for bench " + what, __FILE__, __LINE__);
   }
   if (a.shapes.empty()) throw UsageError("bench " + what + ": give --shape M,N,K or --shapes FILE", __FILE__, __LINE__);
+  if (a.owner_phases && !a.owner) throw UsageError("--owner-phases needs --owner", __FILE__, __LINE__);
   return a;
 }
 
