@@ -70,24 +70,26 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (thirtieth session's end): every call of the thirtieth session got 2x H200. Ran there: T3's ops as AutoGemmComm
-# candidates (whole RS sweep 1.341x, within 2x 1.481x), their graph capture (test_overlap_mpi, test_t3_mpi pass at
-# a426f8a), braid's GEMM vs cuBLAS timed interleaved (9df9a14, whole sweep 0.980x). Not GPU-run: the shared test
-# helper tests/common/capture.hpp (capture_graph) now used by test_allreduce_mpi, test_layer_gpu, test_overlap_gemm_gpu,
-# test_overlap_mpi, test_strands_mpi; OwnerOrderedRs::set_profile/phases and `bench gemm-rs --owner-phases` (checked
-# by test_overlap_mpi) — first call: `build test owner-phases` with CTEST_R='test_allreduce_mpi$|test_layer_gpu|
-# test_overlap_gemm_gpu|test_overlap_mpi$|test_strands_mpi' (or the full ctest); the phases show where the small
-# within-2x shapes lose ~15 us against their GEMMs + push + sum (on either card); `t3-regions` (T3's ring ops on the
-# same shapes at 1, 2 and 4 regions: ring-cublas takes one region below 2048 rows per chunk, i.e. no pipelining there). On 2x H100 (run
-# `if nvidia-smi -L | grep -q H100` in the command and pick the items by card): `build measure-rs` with
+# Next (thirty-first session's end): the 2-GPU kinds served 2x and 4x H200 again; one H100 came only as
+# `nvidia-h100-x1`. Ran at bb85931: the thirtieth session's unrun tests (pass, 2x H200), every _np4 test (pass, 4x
+# H200), owner-phases and t3-regions at 2 and 4 ranks, AutoGemmComm on 4 large shapes at 4 ranks, braid's GEMM vs cuBLAS
+# interleaved on one H100 (0.979x). Not GPU-run: pick_regions (ring-cublas takes 2 regions from 512 rows per chunk,
+# was 1 below 2048) — first call on any card: `build test t3-regions` with CTEST_R='test_t3|test_overlap_mpi$' and
+# T3_REGIONS=0 (0 = the default) beside T3_REGIONS="1 2". For issue 4's open H100 criterion ask `nvidia-h100-x4` as well
+# as `nvidia-h100-x2`: with NGPU=2 this script runs on two of a bigger host's cards (check `nvidia-smi topo -m` shows
+# NV18 between GPU0 and GPU1 and that the cards are H100), e.g. `if nvidia-smi -L | grep -q H100 && nvidia-smi topo
+# -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...; fi`. On 2x H100: `build measure-rs`
 # MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
-# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto" (the 25 within-2x shapes in one
-# call, ~4 min warm: issue 4's open criterion with T3's ops, 1.364x without them); then the whole sweep in halves (it
-# also gives braid's GEMM vs cuBLAS timed interleaved on H100); `sweep-ar` AR_MEASURE=1 AR_ARGS="--owner
-# --owner-chunks 1,2,4 --tune-candidates 6 --auto"; issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1
-# BRAID_AR_1STEP_PULL16=0" STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M (on H200 the 16-value
-# pull wins, 84 vs 93.5 us; on H100 INT4 ran no faster than INT6). 4 GPUs when lent: CTEST_R=test_overlap_mpi_np4 and
-# measure-rs halves. The thirtieth session's calls (all 2x H200): `build test measure-rs` part 1/2 7.3 min cold; part
+# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto" (25 shapes, ~4 min warm; 1.364x
+# at e9566f7 without T3's ops); then the whole sweep in halves, `sweep-ar`, issue 3's `ar-stamps` with
+# ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0" STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M
+# STAMP_MAX=64M. The ring-dma one-region slowdown (docs/t3.md) wants a look with `--regions 1` on 4096x8192x1024.
+# The thirty-first session's calls: 2x H200 `build test owner-phases t3-regions` (6 tests) 5.3 min cold; 4x H200 `build
+# test` (CTEST_R='_np4$', 5 tests) 7.4 min cold (build 2.4 min); t3-regions + owner-phases 35 s warm; t3-regions on 6
+# large shapes 56 s; measure-rs on 4 large shapes 61 s; a 2x H200 call that exited at once ~45 s held; 1x H100 `build
+# gemm-cublas` (50 shapes) 6.6 min cold (build 2.7 min); gemm-cublas again 2.8 min warm (38 shapes before DEADLINE=170).
+# Earlier (thirtieth session's end): Not GPU-run then, run since: tests/common/capture.hpp; OwnerOrderedRs::set_profile.
+# The thirtieth session's calls (all 2x H200): `build test measure-rs` part 1/2 7.3 min cold; part
 # 2/2 + peers-tp 4.6 min warm; `owner-stores ar-stamps` 2.1 min warm; `build test` (2 tests) 3.1 min cold; `build
 # gemm-cublas` (11 large shapes) 3.5 min cold; gemm-cublas on 12 and on 32 shapes 49 s and 75 s warm. A call that
 # finds the wrong card and exits at once still costs ~35 s of held time.
@@ -118,7 +120,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 log="$out/run.log"
 has() { [[ " $what " == *" $1 "* ]]; }
+# NGPU=2 on a bigger host: the first two GPUs only (CUDA_VISIBLE_DEVICES=0,1 for every rank and every script), e.g.
+# to run the 2-GPU criteria on 2 of a 4x H100 host's cards (check `nvidia-smi topo -m` shows NV18 between them).
 ngpu=$(nvidia-smi -L | wc -l)
+if [[ -n ${NGPU:-} ]] && (( NGPU < ngpu )); then
+  ngpu=$NGPU; export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $(( NGPU - 1 )))
+fi
 # Extra environment for one run: `E="NCCL_MAX_CTAS=16" mpi ...` (each NAME=VALUE is exported to every rank).
 # Every run also stops before DEADLINE (seconds since the script started; the device call's limit).
 t0=$SECONDS
@@ -470,9 +477,8 @@ if has owner-phases; then  # the owner-ordered op's phase boundaries (set_profil
     --no-tune --owner --owner-chunks ${PHASE_CHUNKS:-1,2} --owner-phases ${PHASE_ARGS:-} --json "$out/owner-phases.jsonl" 2>&1 \
     | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||owner-ordered:|phases|Failed|rror" | tee -a "$log"
 fi
-if has t3-regions; then  # T3's ring ops on the small within-2x shapes at 1, 2, 4 regions per chunk (ring-cublas's default
-  # rule takes one region below 2048 rows per chunk, so its small shapes run unpipelined): whether smaller regions
-  # should become AutoGemmComm candidates. One run per region count, the same shapes, every row verified.
+if has t3-regions; then  # T3's ring ops on the small within-2x shapes at 1, 2, 4 regions per chunk (T3_REGIONS; 0 = each
+  # variant's default, t3::pick_regions). One run per region count, the same shapes, every row verified.
   for rg in ${T3_REGIONS:-1 2 4}; do
     echo "== t3-gemm-rs --regions $rg ($(date +%T))" | tee -a "$log"
     T=150 mpi bench t3-gemm-rs --algo sequential,t3-ring-cublas,t3-ring-dma --shapes "${T3_REGION_SHAPES:-bench/shapes/owner-small.txt}" \
