@@ -157,6 +157,15 @@ int pick_swizzle(int chunk_mblocks, int cap);
 // is mb * tiles_n + nb of the whole problem.
 std::vector<int> tile_execution_order(const AddressMap& a, int swizzle);
 
+// Regions per chunk for a variant, chunk_rows (M / world) rows of n bf16 columns in bm-row blocks, when the
+// caller asked for `requested` (0: the variant's default). Defaults: ring-cublas (each region its own cuBLAS call)
+// 1 region below 512 rows per chunk, 2 from 512 to 2047, min(4, rows / 1024) from 2048 — measured at 2 and 4 ranks
+// on 2x/4x H200 (bb85931, bench/results/h200x{2,4}/t3-regions-*): at 512-1024 rows per chunk two regions beat one
+// on 13 of 15 shapes, by up to 1.35x (4-rank 4096x8192x4096 0.95x -> 1.28x of sequential); from 2048 rows two to
+// four are within a few percent. Every other variant: one region per ~8 MiB of chunk. Then at most
+// chunk_mblocks / 2 (whole 2x1 clusters), lowered until chunk_mblocks % (2 * regions) == 0.
+int pick_regions(Variant v, int64_t chunk_rows, int64_t n, int bm, int requested);
+
 // Throws UsageError unless M % (world * 2*bm * regions) == 0 (every region whole 2x1 clusters), N % bn.
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions);
 
@@ -164,7 +173,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
 struct RsOptions {
   Variant variant = Variant::kRing;
   int64_t m = 0, n = 0, k = 0;
-  int regions = 0;         // regions per chunk (0: one per ~8 MiB of chunk, at most chunk_mblocks/2)
+  int regions = 0;         // regions per chunk (0: the variant's default, pick_regions)
   int sm_count = 0;        // SMs of the persistent GEMM (0: all; nothing is left for communication)
   int swizzle = 0;         // cap on the T3 GEMM's scheduler swizzle (pick_swizzle); 0: BRAID_T3_SWIZZLE, else
                            // 8 (direct) or 1 (rings)

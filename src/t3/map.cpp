@@ -1,4 +1,5 @@
 // map.cpp — the T3 address map (remote_map / dma_map) and the ring schedule, host only.
+#include <algorithm>
 #include <string>
 
 #include "braid/errors.hpp"
@@ -47,6 +48,18 @@ std::vector<Launch> order_launches(const std::vector<int>& order, int64_t chunk_
     prev = c;
   }
   return v;
+}
+
+int pick_regions(Variant v, int64_t chunk_rows, int64_t n, int bm, int requested) {
+  BRAID_REQUIRE(chunk_rows > 0 && n > 0 && bm > 0 && chunk_rows % bm == 0, "pick_regions: bad chunk");
+  const int chunk_mblocks = int(chunk_rows / bm);
+  int want = requested;
+  if (want <= 0 && v == Variant::kRingCublas)
+    want = chunk_rows < 512 ? 1 : chunk_rows < 2048 ? 2 : int(std::min<int64_t>(4, chunk_rows / 1024));
+  if (want <= 0) want = int(std::max<int64_t>(1, chunk_rows * n * 2 / (int64_t(8) << 20)));
+  want = std::min(want, std::max(1, chunk_mblocks / 2));
+  while (want > 1 && chunk_mblocks % (2 * want) != 0) --want;
+  return want;
 }
 
 int pick_swizzle(int chunk_mblocks, int cap) {

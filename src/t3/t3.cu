@@ -130,13 +130,6 @@ int default_swizzle_cap(Variant variant) {
   return cap;
 }
 
-int pick_regions(int64_t chunk_bytes, int chunk_mblocks, int want) {
-  if (want <= 0) want = int(std::max<int64_t>(1, chunk_bytes / (int64_t(8) << 20)));
-  want = std::min(want, std::max(1, chunk_mblocks / 2));
-  while (want > 1 && chunk_mblocks % (2 * want) != 0) --want;
-  return want;
-}
-
 }  // namespace
 
 // ============================================ GEMM + RS ============================================
@@ -166,11 +159,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.k % 64 == 0, "T3: bad shape (K % 64)");
   BRAID_REQUIRE(opt.m % (int64_t(W) * 2 * detail::kBM) == 0, "T3: M must be a multiple of world*256");
   const int chunk_mblocks = int(opt.m / W / detail::kBM);
-  // cuBLAS regions are whole GEMM calls: fewer and larger (at most 4 per chunk, >= 1024 rows each).
-  const int want = opt.regions > 0 || opt.variant != Variant::kRingCublas
-                       ? opt.regions
-                       : int(std::max<int64_t>(1, std::min<int64_t>(4, opt.m / W / 1024)));
-  const int regions = pick_regions(opt.m / W * opt.n * 2, chunk_mblocks, want);
+  const int regions = pick_regions(opt.variant, opt.m / W, opt.n, detail::kBM, opt.regions);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
   swizzle_ = pick_swizzle(chunk_mblocks, opt.swizzle > 0 ? opt.swizzle : default_swizzle_cap(opt.variant));

@@ -206,6 +206,35 @@ TEST(T3Map, DirectDeliversEveryPartialOnce) {
   }
 }
 
+// Region defaults (pick_regions): ring-cublas two regions from 512 rows per chunk, up to four of >= 1024 rows from
+// 2048; the other variants one per ~8 MiB of chunk; always whole 2x1 clusters that divide the chunk; an explicit
+// request is kept where the chunk allows it.
+TEST(T3Map, PickRegionsDefaultsAndLimits) {
+  constexpr int bm = 128;
+  // ring-cublas, by rows per chunk
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 256, 8192, bm, 0), 1);    // 2 m-blocks: one cluster pair
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 512, 4096, bm, 0), 2);
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 1024, 8192, bm, 0), 2);   // was 1 (>= 1024 rows per region)
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 1536, 8192, bm, 0), 2);   // 12 m-blocks: 12 % 4 == 0
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 2048, 8192, bm, 0), 2);
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 3072, 8192, bm, 0), 3);   // 24 m-blocks: 24 % 6 == 0
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 4096, 16384, bm, 0), 4);
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 8192, 16384, bm, 0), 4);  // at most four
+  // ring-dma and the others: one per 8 MiB of bf16 chunk
+  EXPECT_EQ(pick_regions(Variant::kRingDma, 1024, 4096, bm, 0), 1);      // 8 MiB
+  EXPECT_EQ(pick_regions(Variant::kRingDma, 1024, 8192, bm, 0), 2);      // 16 MiB
+  EXPECT_EQ(pick_regions(Variant::kRingDma, 2048, 8192, bm, 0), 4);      // 32 MiB
+  EXPECT_EQ(pick_regions(Variant::kRingDma, 4096, 16384, bm, 0), 16);    // 128 MiB: 32 m-blocks allow 16
+  EXPECT_EQ(pick_regions(Variant::kDirect, 512, 4096, bm, 0), 1);
+  EXPECT_EQ(pick_regions(Variant::kRing, 256, 65536, bm, 0), 1);         // 32 MiB but one cluster pair
+  // explicit requests: kept, or lowered to whole clusters dividing the chunk
+  EXPECT_EQ(pick_regions(Variant::kRingCublas, 4096, 8192, bm, 1), 1);
+  EXPECT_EQ(pick_regions(Variant::kRingDma, 1024, 8192, bm, 4), 4);
+  EXPECT_EQ(pick_regions(Variant::kRingDma, 1024, 8192, bm, 8), 4);      // 8 m-blocks: at most 4
+  EXPECT_EQ(pick_regions(Variant::kRingDma, 1536, 8192, bm, 4), 3);      // 12 m-blocks: 12 % 8 != 0
+  EXPECT_THROW(pick_regions(Variant::kRingDma, 1000, 8192, bm, 0), braid::UsageError);
+}
+
 TEST(T3Map, PickSwizzleKeepsStripsInsideChunks) {
   EXPECT_EQ(pick_swizzle(4, 8), 2);    // strips of 4 m-blocks
   EXPECT_EQ(pick_swizzle(8, 8), 4);
