@@ -83,7 +83,9 @@
 # --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto" (25 shapes, ~4 min warm; 1.364x
 # at e9566f7 without T3's ops); then the whole sweep in halves, `sweep-ar`, issue 3's `ar-stamps` with
 # ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0" STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M
-# STAMP_MAX=64M. The ring-dma one-region slowdown (docs/t3.md) wants a look with `--regions 1` on 4096x8192x1024.
+# STAMP_MAX=64M. The ring-dma one-region slowdown (docs/t3.md): `t3-regions` with T3_REGIONS=1
+# T3_REGION_SHAPES=bench/shapes/t3-dma-onereg.txt, once plain and once with T3_REGION_ENV=BRAID_T3_POLL_NS=1000 (a sleep
+# after every poll of the epilogue's counter waits; not GPU-run).
 # Also not GPU-run: `bench gemm-rs` times braid's GEMM at its other tile too (braid_best_vs_cublas); on
 # `nvidia-h100-x1` (lent when the 2-GPU H100s are not): `build gemm-cublas` GEMM_SHAPES=bench/shapes/sweep.txt, then
 # `gemm-swizzle` with SWIZZLE_SHAPES="1024,4096,1024 1024,4096,4096 8192,4096,1024 4096,8192,1024 2048,4096,1024"
@@ -485,7 +487,7 @@ if has t3-regions; then  # T3's ring ops on the small within-2x shapes at 1, 2, 
   # variant's default, t3::pick_regions). One run per region count, the same shapes, every row verified.
   for rg in ${T3_REGIONS:-1 2 4}; do
     echo "== t3-gemm-rs --regions $rg ($(date +%T))" | tee -a "$log"
-    T=150 mpi bench t3-gemm-rs --algo sequential,t3-ring-cublas,t3-ring-dma --shapes "${T3_REGION_SHAPES:-bench/shapes/owner-small.txt}" \
+    E="${T3_REGION_ENV:-}" T=150 mpi bench t3-gemm-rs --algo sequential,t3-ring-cublas,t3-ring-dma --shapes "${T3_REGION_SHAPES:-bench/shapes/owner-small.txt}" \
       --regions "$rg" --iters 20 --json "$out/t3-regions-$rg.jsonl" 2>&1 | grep -vE "^#|^$" | tee -a "$log"
   done
 fi

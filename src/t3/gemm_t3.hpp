@@ -40,6 +40,8 @@ struct EpiParams {
   uint32_t* dst_counters[kMaxRanks] = {};  // direct: each rank's region counters
   WaitError* err = nullptr;       // device alias of the host-mapped record
   uint64_t timeout_ns = 0;
+  uint32_t poll_ns = 0;           // wait_counter: 0 = a 128-ns sleep every 256 polls; else a sleep this long after
+                                  // every poll (BRAID_T3_POLL_NS, an experiment)
 };
 
 // D rows [row_begin, row_begin + m) of the full problem: a points at A's row row_begin; the epilogue

@@ -64,6 +64,22 @@ bool persist_b_requested() {
   return on;
 }
 
+// BRAID_T3_POLL_NS=N (experiment, default unset = 0): the epilogue's counter waits sleep N ns (1-100000) after
+// every poll instead of 128 ns every 256 polls (EpiParams::poll_ns) — whether a whole grid polling one counter slows
+// the copy engine's writes into the same memory (ring-dma at one region, docs/t3.md).
+uint32_t poll_ns_requested() {
+  static const uint32_t ns = [] {
+    const char* e = std::getenv("BRAID_T3_POLL_NS");
+    if (e == nullptr || *e == 0) return 0u;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end != 0 || v < 0 || v > 100000)
+      throw UsageError(std::string("BRAID_T3_POLL_NS: 0-100000 (ns), got '") + e + "'", __FILE__, __LINE__);
+    return uint32_t(v);
+  }();
+  return ns;
+}
+
 // Sets (bytes > 0) or clears (bytes == 0) the persisting window on `s`.
 void persist_window(cudaStream_t s, const void* base, size_t bytes) {
   cudaStreamAttrValue v = {};
@@ -348,6 +364,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   }
   p.err = static_cast<detail::WaitError*>(err_dev_);
   p.timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);
+  p.poll_ns = poll_ns_requested();
   const auto* A = static_cast<const uint16_t*>(a);
   const bool persist = persist_b_requested() && ring;  // ring stages read B once per stage
   if (persist) persist_window(stream, b, size_t(m.n) * opt_.k * 2);

@@ -65,7 +65,9 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
-// Bounded acquire wait for counter >= expected (one thread).
+// Bounded acquire wait for counter >= expected (one thread). Polls back to back with a 128-ns sleep every 256
+// polls, or (p.poll_ns != 0) with a sleep of poll_ns after every poll: an experiment for ring-dma's slowdown
+// when the whole grid waits on one long copy (docs/t3.md, "Thirty-first session").
 __device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint32_t expected) {
   const uint32_t* c = p.counters + index;
   uint32_t seen = ld_relaxed_sys(c);
@@ -74,6 +76,7 @@ __device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint
     for (uint32_t it = 1;; ++it) {
       seen = ld_relaxed_sys(c);
       if (seen >= expected) break;
+      if (p.poll_ns != 0u) __nanosleep(p.poll_ns);
       if ((it & 255u) == 0u) {
         if (*reinterpret_cast<volatile uint32_t*>(&p.err->code) != 0u) return;  // someone timed out
         if (globaltimer() - start > p.timeout_ns) {
@@ -85,7 +88,7 @@ __device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint
           }
           return;
         }
-        __nanosleep(128);
+        if (p.poll_ns == 0u) __nanosleep(128);
       }
     }
   }
