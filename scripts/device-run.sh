@@ -73,15 +73,17 @@
 # Next (thirty-first session's end): the 2-GPU kinds served 2x and 4x H200 again; one H100 came only as
 # `nvidia-h100-x1`. Ran at bb85931: the thirtieth session's unrun tests (pass, 2x H200), every _np4 test (pass, 4x
 # H200), owner-phases and t3-regions at 2 and 4 ranks, AutoGemmComm on 4 large shapes at 4 ranks, braid's GEMM vs cuBLAS
-# interleaved on one H100 (0.979x). Not GPU-run: pick_regions (ring-cublas takes 2 regions from 512 rows per chunk,
-# was 1 below 2048) — first call on any card: `build test t3-regions` with CTEST_R='test_t3|test_overlap_mpi$' and
-# T3_REGIONS=0 (0 = the default) beside T3_REGIONS="1 2". For issue 4's open H100 criterion ask `nvidia-h100-x4` as well
+# interleaved on one H100 (0.979x). Not GPU-run: GemmPullRs ("cublas-pull": cuBLAS, then a reduce-scatter by the
+# SMs' pulls over NVLink, AutoGemmComm candidate with --pull) and pick_regions (ring-cublas takes 2 regions from 512
+# rows per chunk, was 1 below 2048) — first call on any card: `build test t3-regions measure-rs` with
+# CTEST_R='test_t3|test_overlap_mpi$|test_overlap_search', T3_REGIONS="0 1 2" (0 = the default), and
+# MEASURE_SHAPES=bench/shapes/owner-small.txt with MEASURE_ARGS as below plus --pull. For issue 4's open H100 criterion ask `nvidia-h100-x4` as well
 # as `nvidia-h100-x2`: with NGPU=2 this script runs on two of a bigger host's cards (check `nvidia-smi topo -m` shows
 # NV18 between GPU0 and GPU1 and that the cards are H100), e.g. `if nvidia-smi -L | grep -q H100 && nvidia-smi topo
 # -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...; fi`. On 2x H100: `build measure-rs`
 # MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
-# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto" (25 shapes, ~4 min warm; 1.364x
-# at e9566f7 without T3's ops); then the whole sweep in halves, `sweep-ar`, issue 3's `ar-stamps` with
+# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto --pull" (25 shapes, ~4 min warm;
+# 1.364x at e9566f7 without T3's ops; --pull once GemmPullRs has passed its test); then the whole sweep in halves, `sweep-ar`, issue 3's `ar-stamps` with
 # ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0" STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M
 # STAMP_MAX=64M. The ring-dma one-region slowdown (docs/t3.md): `t3-regions` with T3_REGIONS=1
 # T3_REGION_SHAPES=bench/shapes/t3-dma-onereg.txt, once plain and once with T3_REGION_ENV=BRAID_T3_POLL_NS=1000 (a sleep

@@ -716,6 +716,36 @@ class OwnerOrderedRs {
   void release_flags() const;
 };
 
+// ---- GEMM, then a reduce-scatter by pulls over peer memory (no overlap) ----
+// Each rank's GEMM (cuBLAS, all M rows, one launch) writes its (M, N) partial products into a symmetric buffer; a
+// start barrier (every rank's GEMM written: memops::start_barrier's contract); one kernel on every SM sums block `me`
+// of every rank's buffer — the peers' read by the SMs' loads over NVLink — in rank order into `out` (the owner-ordered
+// op's sum, sum_slices_kernel); an end barrier (no rank's next GEMM overwrites its buffer while a peer still reads
+// it). Nothing overlaps: what it can save over cuBLAS + NCCL is the collective's cost at the sizes where NCCL's
+// reduce-scatter is far from the link (2x H100, 6417c26: 8 MiB in 35.5 us, 16 MiB in 55.8 us — 118-150 GB/s per
+// direction — where the SMs' loads pull ~310 GB/s, Flash Communication's one-step). Written in the thirty-first
+// session after its device time: not GPU-run, so AutoGemmComm tries it only with AutoOptions::try_pull.
+// Requirements: peer access between all ranks (UnavailableError), M % world == 0, N % 8 == 0, world <= 16.
+// Every wait is a bounded barrier (a timeout becomes the team's DeviceError: check_error()).
+class GemmPullRs {
+ public:
+  GemmPullRs(Team& team, int64_t m, int64_t n, int64_t k);  // collective (symmetric buffer)
+  ~GemmPullRs();
+  GemmPullRs(const GemmPullRs&) = delete;
+  GemmPullRs& operator=(const GemmPullRs&) = delete;
+  // out: (M / world, N) bf16, 16-byte aligned: rows [me * M/W, ...) of the sum over ranks of A·Bᵀ. Capturable.
+  void run(const void* a, const void* b, void* out, cudaStream_t stream);
+  void check_error() const;  // a barrier that timed out (a peer failed): DeviceError
+
+ private:
+  Team& team_;
+  int64_t m_, n_, k_;
+  std::unique_ptr<CublasGemm> cublas_;
+  std::unique_ptr<SymmetricBuffer> d_;  // (M, N) bf16: this rank's partial products, read by every peer
+  int slot_ = -1;                       // both barriers' slot (epochs only grow: one slot serves both)
+  int sum_ctas_ = 0;
+};
+
 // Inverse of the reduce-scatter row order after an all-gather of every rank's y (world blocks of
 // M/world rows, rank-major): dst row mb*bm + p*sub + r <- src row p*(M/world) + mb*sub + r.
 void un_permute_rows(const void* src, void* dst, int64_t m, int64_t n, int bm, int world, cudaStream_t s);
@@ -771,6 +801,7 @@ class Decomposition {
 //   t3-<variant>      (reduce-scatter only) t3::GemmReduceScatter, AutoOptions::t3_variants (ring-cublas: cuBLAS per
 //                     region, received partials added by the next stage's GEMM; ring-dma: braid's T3 GEMM, every
 //                     hop by copy engines); timed by tune() only, never the rule's choice
+//   cublas-pull       (reduce-scatter only, with AutoOptions::try_pull) GemmPullRs; timed by tune() only
 // The choice comes from tune() (every candidate timed on the caller's inputs, the slowest rank's medians, the
 // fastest kept — cuBLAS + NCCL unless beaten by more than AutoOptions::max_ratio — and written to
 // AutoOptions::picks), else from AutoOptions::picks (this collective and shape, or the nearest M with the same
@@ -789,7 +820,8 @@ class Decomposition {
 struct GemmCommPick {
   // kT3: reduce-scatter by one of T3's fused ops (braid/t3.hpp, t3::GemmReduceScatter): NCCL's output layout, its
   // result in `out` (ring, ring-dma) or in its own symmetric buffer (ring-cublas, direct: AutoGemmComm::output()).
-  enum class Schedule { kSequential, kFlashOverlap, kOwnerOrdered, kT3 };
+  // kPull: GemmPullRs (reduce-scatter only; cuBLAS, then the SMs pull the peers' partials over NVLink).
+  enum class Schedule { kSequential, kFlashOverlap, kOwnerOrdered, kT3, kPull };
   Schedule schedule = Schedule::kSequential;
   OwnerGemm gemm = OwnerGemm::kCublas;  // kOwnerOrdered
   int chunks = 1;                       // kOwnerOrdered
@@ -807,8 +839,8 @@ struct GemmCommPick {
     return true;
   }
 };
-// "sequential", "flashoverlap", "owner-cublas", "owner-braid-c4", "t3-ring-cublas", ... and back (UsageError on
-// anything else).
+// "sequential", "flashoverlap", "owner-cublas", "owner-braid-c4", "t3-ring-cublas", "cublas-pull", ... and back
+// (UsageError on anything else).
 std::string pick_name(const GemmCommPick& p);
 GemmCommPick parse_pick(const std::string& name);
 // Whether a pick can run for this collective, shape and world (the divisibility OwnerOrderedRs needs; braid's GEMM
@@ -862,6 +894,9 @@ struct AutoOptions {
   // docs/flashoverlap.md "Twenty-ninth session"). Not yet GPU-run as AutoGemmComm candidates.
   bool try_t3 = true;
   std::vector<t3::Variant> t3_variants{t3::Variant::kRingCublas, t3::Variant::kRingDma};
+  // Reduce-scatter: GemmPullRs ("cublas-pull") as a candidate too. Off until it has run on the GPU (written after
+  // the thirty-first session's device time); `bench gemm-rs --auto --pull` turns it on.
+  bool try_pull = false;
   PickCache* picks = nullptr;           // read at construction, written by tune()
   int reps = 5;                         // tune(): interleaved rounds
   double max_ratio = 0.99;              // tune(): another schedule beats cuBLAS + NCCL only at <= max_ratio x its median

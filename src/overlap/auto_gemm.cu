@@ -35,6 +35,8 @@ std::string pick_name(const GemmCommPick& p) {
     }
     case Sched::kT3:
       return t3::variant_name(p.t3_variant);  // "t3-ring-cublas", ...
+    case Sched::kPull:
+      return "cublas-pull";
   }
   return "?";
 }
@@ -43,13 +45,17 @@ GemmCommPick parse_pick(const std::string& name) {
   const auto bad = [&] {
     return UsageError("unknown GEMM + reduce-scatter schedule '" + name +
                           "' (sequential, flashoverlap, owner-cublas[-cN], owner-braid[-cN], t3-ring, t3-direct, "
-                          "t3-ring-dma, t3-ring-cublas)",
+                          "t3-ring-dma, t3-ring-cublas, cublas-pull)",
                       __FILE__, __LINE__);
   };
   GemmCommPick p;
   if (name == "sequential") return p;
   if (name == "flashoverlap") {
     p.schedule = Sched::kFlashOverlap;
+    return p;
+  }
+  if (name == "cublas-pull") {
+    p.schedule = Sched::kPull;
     return p;
   }
   for (const t3::Variant v : {t3::Variant::kRing, t3::Variant::kDirect, t3::Variant::kRingDma, t3::Variant::kRingCublas})
@@ -79,6 +85,8 @@ GemmCommPick parse_pick(const std::string& name) {
 bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, int64_t n, int64_t k) {
   if (world < 1 || m <= 0 || n <= 0 || k <= 0 || m % world != 0) return false;
   if (p.schedule == Sched::kFlashOverlap) return coll == Collective::kReduceScatter;
+  // GemmPullRs: reduce-scatter, 2 to 16 ranks, 16-byte rows for the sum
+  if (p.schedule == Sched::kPull) return coll == Collective::kReduceScatter && world >= 2 && world <= 16 && n % 8 == 0;
   if (p.schedule == Sched::kT3) {
     // t3::GemmReduceScatter: 2 to 8 ranks, 2x1 clusters of 128x256 tiles in every rank's chunk, K in 64-steps (its
     // constructor checks the regions; a UsageError there makes the candidate or the cached pick fall back)
@@ -196,6 +204,7 @@ struct AutoGemmComm::Schedule {
   std::unique_ptr<OwnerOrderedRs> owner;  // kOwnerOrdered
   std::unique_ptr<CublasGemm> cublas;   // kSequential
   std::unique_ptr<t3::GemmReduceScatter> t3op;  // kT3
+  std::unique_ptr<GemmPullRs> pull;     // kPull
   void* d = nullptr;                    // kSequential, reduce-scatter: (M, N) bf16, the GEMM's output;
                                         // kFlashOverlap: (out_elems) bf16, its tile-scattered part
   Schedule() = default;
@@ -241,6 +250,9 @@ struct AutoGemmComm::Schedule {
           BRAID_CUDA_CHECK(cudaMemcpyAsync(out, r, t3op->out_elems() * 2, cudaMemcpyDeviceToDevice, s));
         return;
       }
+      case Sched::kPull:
+        pull->run(a, b, out, s);
+        return;
     }
   }
   // Where run() leaves the result without a copy when given it as `out`; null: any `out`.
@@ -252,6 +264,7 @@ struct AutoGemmComm::Schedule {
   void check() const {
     if (flash) flash->check_error();
     if (t3op) t3op->check_error();
+    if (pull) pull->check_error();
   }
 };
 
@@ -288,6 +301,9 @@ std::unique_ptr<AutoGemmComm::Schedule> make_schedule(Team& team, int64_t m, int
       s->t3op = std::make_unique<t3::GemmReduceScatter>(team, o);
       break;
     }
+    case Sched::kPull:
+      s->pull = std::make_unique<GemmPullRs>(team, m, n, k);
+      break;
   }
   return s;
 }
@@ -309,7 +325,8 @@ AutoGemmComm::AutoGemmComm(Team& team, int64_t m, int64_t n, int64_t k, const Au
     if (const auto* e = opt_.picks->lookup(opt_.coll, W, m, n, k)) p = e->pick;
   if ((p.schedule == Sched::kFlashOverlap && !opt_.try_flash) ||
       (p.schedule == Sched::kOwnerOrdered && (!opt_.try_owner || !team.peer_ok())) ||
-      (p.schedule == Sched::kT3 && (!opt_.try_t3 || !team.peer_ok())))
+      (p.schedule == Sched::kT3 && (!opt_.try_t3 || !team.peer_ok())) ||
+      (p.schedule == Sched::kPull && (!opt_.try_pull || !team.peer_ok())))
     p = GemmCommPick{};
   // Every rank must build the same schedule (the constructors are collective): different pick files would hang.
   const double c = pick_code(p);
@@ -367,6 +384,8 @@ GemmCommPick AutoGemmComm::tune(const void* a, const void* b, void* out, cudaStr
     }
   if (opt_.try_t3 && opt_.coll == Collective::kReduceScatter && team_.peer_ok())
     for (const t3::Variant v : opt_.t3_variants) want.push_back(GemmCommPick::t3_op(v));
+  if (opt_.try_pull && opt_.coll == Collective::kReduceScatter && team_.peer_ok())
+    want.push_back(GemmCommPick{Sched::kPull});
   team_.synchronize(stream, "AutoGemmComm::tune");  // the current schedule's queued work is done
   std::vector<std::unique_ptr<Schedule>> cands;
   for (const GemmCommPick& p : want) {

@@ -102,6 +102,7 @@ struct Args {
   bool auto_rs = false;
   // --no-auto-t3: AutoGemmComm without T3's candidates (AutoOptions::try_t3 = false; the earlier sessions' rows).
   bool auto_t3 = true;
+  bool auto_pull = false;  // --pull: GemmPullRs among AutoGemmComm's candidates (AutoOptions::try_pull)
   std::string picks;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
@@ -140,6 +141,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--owner-phases") a.owner_phases = true;
     else if (k == "--auto") a.auto_rs = true;
     else if (k == "--no-auto-t3") a.auto_t3 = false;
+    else if (k == "--pull") a.auto_pull = true;
     else if (k == "--picks") a.picks = val();
     else if (k == "--owner-chunks") {
       a.owner_chunks_given = true;
@@ -822,6 +824,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       }
       if (a.owner_chunks_given) ao.owner_chunks = a.owner_chunks;
       ao.try_t3 = a.auto_t3;
+      ao.try_pull = a.auto_pull;
       if (pce && a.coll == Collective::kReduceScatter) {  // the flashoverlap candidate as the row's peer op was decided
         ao.flash = pce->op->options();
         ao.flash.cache = nullptr;
@@ -1161,7 +1164,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             .add("fraction_of_bound_auto", bound / t_auto)
             .add("auto_tuned", tu.str())
             .add("auto_into_output", autop->output() != nullptr)
-            .add("auto_try_t3", a.auto_t3);
+            .add("auto_try_t3", a.auto_t3)
+            .add("auto_try_pull", a.auto_pull);
       }
       if (pce) {
         j.add("collective_pce_us", t_comm_pce).add("reserve_sms_pce", pce->op->options().reserve_sms)

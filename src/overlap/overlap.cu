@@ -1296,4 +1296,52 @@ void Decomposition::run(CublasGemm& gemm, Collective c, const void* a, const voi
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_s2, 0));
 }
 
+// ============================================ GemmPullRs ============================================
+// Ordering, per run (all on `stream`):
+//   1. the GEMM writes our partial products into d_ (every row; no peer reads d_ now: every peer passed our previous
+//      run's end barrier only after its sum had read our d_, and we reach this GEMM only after that barrier);
+//   2. start barrier: every write the stream ordered before it (the GEMM's) precedes every peer's work after its own
+//      barrier (memops::start_barrier), so their sums read our finished rows;
+//   3. the sum: block `me` of every rank's d_ (peers' through their IPC mappings) in rank order into out;
+//   4. end barrier: every rank's sum has read our d_ before any rank passes it, so our next run's GEMM (step 1) writes
+//      d_ only after every peer finished with it. Both barriers use one slot (epochs only grow; a barrier waits for
+//      each peer's epoch >= its own), and both are bounded (a timeout records the team's DeviceError).
+GemmPullRs::GemmPullRs(Team& team, int64_t m, int64_t n, int64_t k) : team_(team), m_(m), n_(n), k_(k) {
+  const int W = team.size();
+  BRAID_REQUIRE(m > 0 && n > 0 && k > 0 && m % W == 0 && n % 8 == 0, "GemmPullRs: M % world == 0, N % 8 == 0");
+  BRAID_REQUIRE(W <= kMaxSumSources, "GemmPullRs: at most 16 ranks");
+  if (!team.peer_ok())
+    throw UnavailableError("GEMM + pull reduce-scatter: needs peer access between all ranks (" + team.peer_status() +
+                               ")",
+                           __FILE__, __LINE__);
+  cublas_ = std::make_unique<CublasGemm>();
+  d_ = std::make_unique<SymmetricBuffer>(team, size_t(m) * size_t(n) * 2);  // collective
+  slot_ = team.reserve_slots(1);
+  int dev = 0, sms = 0, per_sm = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
+  sum_ctas_ = std::max(1, per_sm) * sms;
+}
+
+GemmPullRs::~GemmPullRs() = default;  // d_'s release synchronizes the device (SymmetricBuffer)
+
+void GemmPullRs::run(const void* a, const void* b, void* out, cudaStream_t stream) {
+  BRAID_REQUIRE(out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0, "GemmPullRs::run: out 16-byte aligned");
+  const int W = team_.size(), me = team_.rank();
+  const size_t blk = size_t(m_ / W) * size_t(n_);  // elements of one rank's block (M/W, N)
+  cublas_->run(a, b, d_->local(), m_, n_, k_, stream);
+  memops::start_barrier(team_, slot_, stream);
+  SumSources src{};
+  for (int q = 0; q < W; ++q)  // rank q's partial of our rows; q == me: local
+    src.p[q] = reinterpret_cast<const uint4*>(d_->peer_as<const __nv_bfloat16>(q) + size_t(me) * blk);
+  const int64_t vecs = static_cast<int64_t>(blk / 8);
+  const int blocks = static_cast<int>(std::min<int64_t>(sum_ctas_, (vecs + kSumThreads - 1) / kSumThreads));
+  sum_slices_kernel<<<std::max(1, blocks), kSumThreads, 0, stream>>>(src, static_cast<uint4*>(out), vecs, W);
+  BRAID_CHECK_LAUNCH();
+  memops::start_barrier(team_, slot_, stream);
+}
+
+void GemmPullRs::check_error() const { team_.check_device_error("GEMM + pull reduce-scatter barrier"); }
+
 }  // namespace braid::overlap

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -362,6 +363,34 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
   }
 }
 
+// GemmPullRs: rank r's output is rows [r * M/W, ...) of the sum (NCCL's reduce-scatter layout), eager (twice: the end
+// barrier orders the second run's GEMM after every peer's reads of the first) and replayed from a CUDA graph (three
+// replays), at two shapes (one with a block that is not a whole number of the sum kernel's grid strides).
+TEST(OverlapMpiPull, MatchesCublasPlusNccl) {
+  braid::Team team(MPI_COMM_WORLD);
+  if (!team.peer_ok()) GTEST_SKIP() << "no peer access: " << team.peer_status();
+  const int W = team.size(), rank = team.rank();
+  cudaStream_t s = team.stream();
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{512 * W, 2048, 1024},
+                                std::tuple<int64_t, int64_t, int64_t>{24 * W, 1032, 320}}) {
+    const int64_t mn = m * n;
+    Buf a(m * k * 2), b(n * k * 2), ref(mn * 2), out(mn * 2);
+    const auto r = random_inputs_and_reference(team, a.p, b.p, ref.p, m, n, k, 650);
+    const std::vector<uint16_t> want(r.begin() + int64_t(rank) * (mn / W), r.begin() + int64_t(rank + 1) * (mn / W));
+    GemmPullRs op(team, m, n, k);
+    eager_then_graph(
+        team, 5, 2, [&] { op.run(a.p, b.p, out.p, s); },
+        [&](int) { ASSERT_EQ(cudaMemsetAsync(out.p, 0xff, mn * 2 / W, s), cudaSuccess); },
+        [&](int rep) {
+          op.check_error();
+          EXPECT_EQ(count_mismatch(want, download_bf16(out.p, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W),
+                                   kGemmRtol),
+                    0u)
+              << "rank " << rank << " " << m << "x" << n << "x" << k << " rep " << rep;
+        });
+  }
+}
+
 // AutoGemmComm, reduce-scatter and all-reduce: every schedule it can pick gives rank r the rows original_row(j) of the
 // sum (all-reduce: every row) — by the rule (no pick), after tune() (its own pick), and each schedule forced through a
 // pick cache, eager and from a CUDA graph (T3's ring-cublas and ring-dma too, reduce-scatter); an all-reduce over an
@@ -428,11 +457,13 @@ TEST(OverlapMpiAutoGemm, EverySchedulePicksTheRightRows) {
     if (rs && team.peer_ok() && W >= 2)  // T3's fused reduce-scatters (AutoOptions::t3_variants), graphs included
       for (const braid::t3::Variant v : {braid::t3::Variant::kRingCublas, braid::t3::Variant::kRingDma})
         all.push_back(GemmCommPick::t3_op(v));
+    if (rs && team.peer_ok() && W >= 2) all.push_back(GemmCommPick{GemmCommPick::Schedule::kPull});  // try_pull below
     for (const GemmCommPick& p : all) {
       PickCache one;
       one.put({coll, W, m, n, k, p, 0});
       AutoOptions o = opt;
       o.picks = &one;
+      o.try_pull = true;
       AutoGemmComm op(team, m, n, k, o);
       EXPECT_EQ(op.pick(), p) << pick_name(p);
       // output(): an owner-ordered all-reduce's result; T3 ring-cublas's own reduce-scatter buffer.

@@ -474,16 +474,18 @@ TEST(GemmCommPick, NamesRoundTrip) {
                                 GemmCommPick::t3_op(braid::t3::Variant::kRingCublas),
                                 GemmCommPick::t3_op(braid::t3::Variant::kRingDma),
                                 GemmCommPick::t3_op(braid::t3::Variant::kRing),
-                                GemmCommPick::t3_op(braid::t3::Variant::kDirect)};
+                                GemmCommPick::t3_op(braid::t3::Variant::kDirect),
+                                GemmCommPick{S::kPull}};
   const std::vector<std::string> names{"sequential", "flashoverlap", "owner-cublas", "owner-cublas-c4", "owner-braid",
-                                       "owner-braid-c16", "t3-ring-cublas", "t3-ring-dma", "t3-ring", "t3-direct"};
+                                       "owner-braid-c16", "t3-ring-cublas", "t3-ring-dma", "t3-ring", "t3-direct",
+                                       "cublas-pull"};
   for (size_t i = 0; i < all.size(); ++i) {
     EXPECT_EQ(pick_name(all[i]), names[i]);
     EXPECT_EQ(parse_pick(names[i]), all[i]) << names[i];
   }
   for (const char* bad : {"", "owner", "owner-cublas-", "owner-cublas-c", "owner-cublas-c0", "owner-cublas-4",
                           "owner-cublas-c4x", "owner-cublas-c12345", "owner-nccl", "flash", "Sequential", "t3",
-                          "t3-auto", "t3-ring-", "t3-sequential", "ring-cublas"})
+                          "t3-auto", "t3-ring-", "t3-sequential", "ring-cublas", "pull", "cublas-pull-c2"})
     EXPECT_THROW(parse_pick(bad), braid::UsageError) << bad;
 }
 
@@ -526,6 +528,16 @@ TEST(GemmCommPick, LegalityAndRule) {
   EXPECT_FALSE(pick_legal(GemmCommPick::t3_op(braid::t3::Variant::kAuto), RS, 2, 1024, 4096, 1024));
   EXPECT_FALSE(t3c == t3d);
   EXPECT_FALSE(t3c == GemmCommPick{});
+  // GemmPullRs: reduce-scatter at 2 to 16 ranks, N % 8; never for all-reduce.
+  const GemmCommPick pull{S::kPull};
+  EXPECT_TRUE(pick_legal(pull, RS, 2, 1024, 4096, 1024));
+  EXPECT_TRUE(pick_legal(pull, RS, 4, 1536, 4104, 1000));          // any M % world, N % 8, any K
+  EXPECT_FALSE(pick_legal(pull, RS, 2, 1024, 4100, 1024));         // N % 8
+  EXPECT_FALSE(pick_legal(pull, RS, 1, 1024, 4096, 1024));
+  EXPECT_FALSE(pick_legal(pull, RS, 32, 32 * 64, 4096, 1024));     // at most 16 ranks
+  EXPECT_FALSE(pick_legal(pull, AR, 2, 1024, 4096, 1024));
+  EXPECT_FALSE(pull == GemmCommPick{});
+  EXPECT_FALSE(pull == t3c);
   // The rule: owner-cublas from 512 rows per rank with peer access, else the baseline.
   EXPECT_EQ(default_pick(RS, 2, 1024, 4096, 1024, true), cub);
   EXPECT_EQ(default_pick(RS, 4, 2048, 4096, 1024, true), cub);
