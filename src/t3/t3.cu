@@ -179,6 +179,7 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
   swizzle_ = pick_swizzle(chunk_mblocks, opt.swizzle > 0 ? opt.swizzle : default_swizzle_cap(opt.variant));
+  (void)poll_ns_requested();  // a bad BRAID_T3_POLL_NS fails here, not in a run() under stream capture
   const size_t slots = is_ring(opt.variant) ? size_t(W) : 1;
   landing_ = std::make_unique<SymmetricBuffer>(team, slots * size_t(map_.chunk_elems) * 2);
   counters_ = std::make_unique<SymmetricBuffer>(team, (size_t(map_.num_counters) * 4 + 255) / 256 * 256);
