@@ -512,9 +512,12 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     // (`braid_gemm_other_*`, `braid_best_vs_cublas`), the overlapped ops keep theirs.
     const TileConfig other_tile =
         op.options().tile == TileConfig::k128x256 ? TileConfig::k128x128 : TileConfig::k128x256;
-    std::unique_ptr<SignalGemm> braid_other;
-    if (sh.n % (other_tile == TileConfig::k128x256 ? 256 : 128) == 0 && sh.m % 256 == 0)  // 2x1 clusters of 128 rows
-      braid_other = std::make_unique<SignalGemm>(other_tile, 0);
+    std::unique_ptr<SignalGemm> braid_other = std::make_unique<SignalGemm>(other_tile, 0);
+    try {
+      (void)braid_other->plan(sh.m, sh.n, sh.k);  // the GEMM's own shape rules
+    } catch (const UsageError&) {
+      braid_other.reset();  // the shape does not tile at that configuration: no second row
+    }
 
     // cuBLAS + NCCL in sequence between symmetric windows (NCCL's symmetric-memory kernels): what a user
     // who registers windows would run without FlashOverlap, so the fair baseline of the symmetric transport.

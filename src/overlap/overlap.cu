@@ -214,6 +214,19 @@ SumSources strided_sources(const __nv_bfloat16* base, size_t chunk, int world) {
 
 ncclDataType_t kBf16 = ncclBfloat16;
 
+// The sum kernel's CTAs per SM at full occupancy (at least 1), and on every SM of the current device.
+int sum_blocks_per_sm() {
+  int per_sm = 0;
+  BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
+  return std::max(1, per_sm);
+}
+int sum_ctas_all_sms() {
+  int dev = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sum_blocks_per_sm() * sms;
+}
+
 }  // namespace
 
 const char* transport_name(Transport t) {
@@ -398,9 +411,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     // left free (the GEMM's CTAs fill every register file) every group's reduction waits for the GEMM's end,
     // so each may take every SM.
     if (ce) {
-      int per_sm = 0;
-      BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
-      per_sm = std::max(1, per_sm);
+      const int per_sm = sum_blocks_per_sm();
       ce_comm_ = wc;
       reduce_ctas_last_ = per_sm * sms;
       reduce_ctas_ = opt.reserve_sms > 0 ? per_sm * std::min(sms, opt.reserve_sms) : reduce_ctas_last_;
@@ -455,9 +466,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream && !pull_last && !stores;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&peer_ready_, cudaEventDisableTiming));
     peer_wait_flags_ = memops::remote_wait_flags();
-    int per_sm = 0;  // the sums' CTAs, as for NCCL's copy engines above
-    BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
-    per_sm = std::max(1, per_sm);
+    const int per_sm = sum_blocks_per_sm();  // the sums' CTAs, as for NCCL's copy engines above
     reduce_ctas_last_ = per_sm * sms;
     reduce_ctas_ = opt.reserve_sms > 0 ? per_sm * std::min(sms, opt.reserve_sms) : reduce_ctas_last_;
     if (stores) {  // the epilogue's tables: destinations per (group, part), filled by upload(); every rank's flags
@@ -1003,11 +1012,7 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   }
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
-  int dev = 0, sms = 0, per_sm = 0;
-  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
-  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
-  sum_ctas_ = std::max(1, per_sm) * sms;
+  sum_ctas_ = sum_ctas_all_sms();
 }
 
 void OwnerOrderedRs::release_flags() const {
@@ -1317,11 +1322,7 @@ GemmPullRs::GemmPullRs(Team& team, int64_t m, int64_t n, int64_t k) : team_(team
   cublas_ = std::make_unique<CublasGemm>();
   d_ = std::make_unique<SymmetricBuffer>(team, size_t(m) * size_t(n) * 2);  // collective
   slot_ = team.reserve_slots(1);
-  int dev = 0, sms = 0, per_sm = 0;
-  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
-  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sum_slices_kernel, kSumThreads, 0));
-  sum_ctas_ = std::max(1, per_sm) * sms;
+  sum_ctas_ = sum_ctas_all_sms();
 }
 
 GemmPullRs::~GemmPullRs() = default;  // d_'s release synchronizes the device (SymmetricBuffer)
