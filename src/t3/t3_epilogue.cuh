@@ -65,9 +65,9 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
-// Bounded acquire wait for counter >= expected (one thread). Polls back to back with a 128-ns sleep every 256
-// polls, or (p.poll_ns != 0) with a sleep of poll_ns after every poll: an experiment for ring-dma's slowdown
-// when the whole grid waits on one long copy (docs/t3.md, "Thirty-first session").
+// Bounded acquire wait for counter >= expected (one thread). Sleeps p.poll_ns after every poll (default 200 ns:
+// back-to-back polls by a whole grid waiting on one long copy slowed that copy 4-5x, docs/t3.md "Thirty-second
+// session"), or with p.poll_ns == 0 polls back to back with a 128-ns sleep every 256 polls.
 __device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint32_t expected) {
   const uint32_t* c = p.counters + index;
   uint32_t seen = ld_relaxed_sys(c);
