@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../model/layer_check.hpp"
@@ -188,7 +189,7 @@ sch::Plan interleaved_plan(const sch::Layer& dag) {
       p.steps.push_back({{}, st.bwd, 0});
       continue;
     }
-    p.steps.push_back(st);
+    p.steps.push_back(std::move(st));  // a move: GCC 13 misreads the copy as a memcpy over-read (-Wstringop-overread)
   }
   return p;
 }
