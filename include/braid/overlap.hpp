@@ -678,10 +678,9 @@ class OwnerOrderedRs {
   // all_reduce: the (M, N) bf16 result of the last run (pass it as run()'s out to skip the copy); else null.
   void* result() const;
   // Diagnostics, for eager runs (not under capture): with profile on, run() records a timing event at each phase
-  // boundary — start, the peers' credits seen (their previous runs have read our last pushes), each peer chunk's
-  // GEMM done and its push done (on the push stream), each own chunk's GEMM done, the peers' flags seen and the sum
-  // done, all-reduce gathers, end — and phases() gives each one's name and microseconds from the start of the last
-  // run, in the order recorded (after the run has finished).
+  // boundary — start, start barrier passed, each peer chunk's GEMM done and its push done (on the push stream), each
+  // own chunk's GEMM done, the peers' flags seen and the sum done, all-reduce gathers, end — and phases() gives each
+  // one's name and microseconds from the start of the last run, in the order recorded (after the run has finished).
   void set_profile(bool on);
   std::vector<std::pair<std::string, float>> phases() const;
 
@@ -693,20 +692,19 @@ class OwnerOrderedRs {
   std::unique_ptr<CublasGemm> cublas_;
   std::unique_ptr<SignalGemm> braid_;
   void* d_ = nullptr;                                  // (M, N) bf16: this rank's partial products, by block
-  std::unique_ptr<SymmetricBuffer> recv_, flags_;      // recv: W slots of (M/W, N); flags (words, by peer rank):
-                                                       // landed chunks, [all_reduce: gathered chunks,] recv credits,
-                                                       // [all_reduce: result credits] — W words each (run() explains)
+  std::unique_ptr<SymmetricBuffer> recv_, flags_;      // recv: W slots of (M/W, N); flags: W words (source rank),
+                                                       // all_reduce: W more (the gathered blocks, by source rank)
   std::unique_ptr<SymmetricBuffer> result_;            // all_reduce: (M, N)
   std::vector<cudaEvent_t> sum_ev_;                    // all_reduce: per own chunk, its sum done
+  int slot_ = -1;                                      // the start barrier's slot
   void *write_value_ = nullptr, *wait_value_ = nullptr;
   unsigned wait_flags_ = 0;
   cudaStream_t push_ = nullptr;                        // the copy-engine pushes
   std::vector<cudaEvent_t> ev_;                        // per peer chunk: its GEMM done; last: pushes done
-  cudaEvent_t fork_ = nullptr;                         // push_ joins the caller's stream at run()'s start
+  cudaEvent_t fork_ = nullptr, ready_ = nullptr;       // cuBLAS: the setup on push_ (run() step 1)
   cudaStream_t sum_ = nullptr;                         // chunks > 1: our block's chunk sums
   std::vector<cudaEvent_t> own_ev_;                    // chunks > 1: per own chunk its GEMM done; last: sums done
   int sum_ctas_ = 0;
-  size_t credits_ = 0;                                 // the first recv-credit word (W or 2W)
   cudaEvent_t end_ = nullptr;                          // recorded on the caller's stream at the end of run()
   bool ran_ = false;
   std::vector<cudaEvent_t> prof_ev_;                   // set_profile(true): timing events, one per phase boundary

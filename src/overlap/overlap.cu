@@ -991,21 +991,16 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
   const size_t bytes = size_t(m) * n * 2;
   BRAID_CUDA_CHECK(cudaMalloc(&d_, bytes));
   recv_ = std::make_unique<SymmetricBuffer>(team, bytes);                  // collective
-  // Flag words, W per kind (run() explains): landed, [gathered,] recv credits (start at 1: every receive slot is
-  // free), [result credits (start at 0: a peer's run raises it)].
-  credits_ = size_t(W) * (all_reduce ? 2 : 1);
-  const size_t flag_words = 2 * credits_;
+  const size_t flag_words = size_t(W) * (all_reduce ? 2 : 1);
   flags_ = std::make_unique<SymmetricBuffer>(team, flag_words * 4);       // collective
-  std::vector<uint32_t> init(flag_words, 0u);
-  for (size_t i = 0; i < size_t(W); ++i) init[credits_ + i] = 1u;
-  BRAID_CUDA_CHECK(cudaMemcpy(flags_->local(), init.data(), flag_words * 4, cudaMemcpyHostToDevice));
+  BRAID_CUDA_CHECK(cudaMemset(flags_->local(), 0, flag_words * 4));
   if (all_reduce) {
     result_ = std::make_unique<SymmetricBuffer>(team, bytes);              // collective
     sum_ev_.resize(size_t(chunks));
     for (auto& e : sum_ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
-  team.barrier();  // every rank's flags are initialised before any peer's run() writes them
+  slot_ = team.reserve_slots(1);
   BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&push_, cudaStreamNonBlocking));
   ev_.resize(size_t(W - 1) * size_t(chunks) + 1);
   for (auto& e : ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -1015,6 +1010,7 @@ OwnerOrderedRs::OwnerOrderedRs(Team& team, int64_t m, int64_t n, int64_t k, Owne
     own_ev_.resize(size_t(chunks) + 1);
     for (auto& e : own_ev_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
+  BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&end_, cudaEventDisableTiming));
   sum_ctas_ = sum_ctas_all_sms();
 }
@@ -1042,35 +1038,34 @@ OwnerOrderedRs::~OwnerOrderedRs() {
   for (auto e : prof_ev_) cudaEventDestroy(e);
   if (sum_) cudaStreamDestroy(sum_);
   if (fork_) cudaEventDestroy(fork_);
+  if (ready_) cudaEventDestroy(ready_);
   if (end_) cudaEventDestroy(end_);
   if (push_) cudaStreamDestroy(push_);
   cudaFree(d_);
 }
 
-// Ordering, per run (every step on `stream` unless named). No barrier kernel and no flag reset at the start: credits,
-// all stream memory operations (front-end work, no SM), so a push waits only for what it overwrites to be read.
-// Flag words at rank r, by peer q: landed[q] (chunks of q's block in r's receive slot q), all_reduce: gathered[q]
-// (chunks of q's block in r's result_), credit[q] (q's receive slot r is free for r's pushes; starts at 1), all_reduce:
-// rcredit[q] (q's result_ is free for r's gather pushes; starts at 0).
-//   1. all_reduce: raise every peer q's rcredit[me] (our result_ is free: the caller's earlier work on `stream`,
-//      reads of the previous result included, precedes the write). push_ joins `stream`; on push_, per peer q: wait
-//      credit[q] >= 1 (GEQ, with the remote-write flush), then write credit[q] = 0 (consumed);
+// Ordering, per run (every step on `stream` unless named):
+//   1. our flags reset, then the start barrier: every rank has finished its previous run (its sum read its receive
+//      buffer, its pushes landed), so no peer writes our receive buffer or flags before this point, and we write
+//      theirs only after it. With cuBLAS's GEMM (kernels that retire, so the barrier's one block finds an SM) both
+//      run on push_ after a fork from `stream`, beside the first block's GEMM, and `stream` waits for them (event
+//      `ready`) only before its flag waits in 4 (which must not read a flag the reset has not cleared yet); with
+//      braid's persistent GEMM (every SM until its end) both run on `stream` before the GEMM;
 //   2. peer block q = me + i (i = 1 .. W-1), in `chunks` row chunks: each chunk's GEMM, an event; on push_: wait for
 //      the event, copy the chunk into rank q's receive buffer (slot me, the chunk's rows), then write c + 1 into
-//      rank q's landed[me] (stream order on push_ puts the write after the chunk's copy and every earlier one);
+//      rank q's flag [me] (stream order on push_ puts the write after the chunk's copy and every earlier one);
 //   3. our own block's GEMM: one launch (chunks == 1), or `chunks` launches;
-//   4. chunks == 1: wait for every peer's landed[q] >= 1 (GEQ, flush), then sum our block and the W - 1 received slots
-//      in rank order into out. chunks > 1: chunk c's sum on sum_, after its GEMM (event) and every landed[q] >= c + 1,
-//      beside our next chunk's GEMM; `stream` joins sum_. Then, on `stream`: landed[q] = 0 for every q, and every
-//      peer q's credit[me] = 1 (our sums have read its slot). Stream order puts the reset before the credit (the
-//      write's default memory barrier), and q writes landed[me] again only after it saw that credit: no write of the
-//      next run is lost to the reset. Then join push_ (the next run's GEMM rewrites what the pushes read).
-//   all_reduce: the sums go into our block of result_; after chunk c's sum (event), push_ (having waited, before the
-//      first chunk's, for rcredit[q] >= 1 and written it to 0) copies it into the same rows of every peer's result_
-//      and writes c + 1 into that peer's gathered[me] (stream order on push_: after the copy); `stream` waits for
-//      every gathered[q] >= chunks (their blocks landed in ours), writes them back to 0 (a peer writes gathered[me]
-//      again only after our next run's rcredit), joins push_, then copies result_ into out unless out is result_.
-// A failed peer leaves a wait unsatisfied: the destructor's release_flags() (0xffffffff in every word) drains them.
+//   4. chunks == 1: wait for every peer's flag [q] (GEQ 1, with the remote-write flush), then sum our block and the
+//      W - 1 received slots in rank order into out. chunks > 1: chunk c's sum on sum_, after its GEMM (event) and
+//      every peer's flag >= c + 1, beside our next chunk's GEMM; `stream` joins sum_. Then join push_ (the next
+//      run's reset and barrier follow every push).
+//   all_reduce: the sums go into our block of result_; after chunk c's sum (event), push_ copies it into the same
+//      rows of every peer's result_ and writes c + 1 into that peer's second flag [W + me] (stream order on push_:
+//      after the copy); `stream` waits for every peer's second flag >= chunks (their blocks landed in ours) before
+//      the join of push_, then copies result_ into out unless out is result_. No rank writes a peer's result_ or
+//      flags before the next run's barrier, which every rank reaches only after its own run ended (its pushes
+//      joined, every peer's blocks landed), and a run's stream reaches the barrier only after the caller's earlier
+//      work on it (reads of the previous result included).
 void* OwnerOrderedRs::result() const { return result_ ? result_->local() : nullptr; }
 
 void OwnerOrderedRs::set_profile(bool on) {
@@ -1125,19 +1120,17 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     BRAID_CUDA_CHECK(cudaEventRecord(prof_ev_[prof_n_++], s));
   };
   stamp("start", stream);
-  uint32_t* const local = flags_->local_as<uint32_t>();
-  const size_t credit = credits_, rcredit = credits_ + size_t(W), gathered = size_t(W);  // word offsets
-  if (ar)  // our result_ is free for every peer's gather pushes of this run
-    for (int q = 0; q < W; ++q)
-      if (q != me) memops::stream_write(write_value_, stream, flags_->peer_as<uint32_t>(q) + rcredit + me, 1u);
-  BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
-  BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, fork_, 0));
-  for (int q = 0; q < W; ++q)  // every peer has read what our previous run pushed into its receive slot
-    if (q != me) {
-      memops::stream_wait(wait_value_, push_, local + credit + q, 1u, wait_flags_);
-      memops::stream_write(write_value_, push_, local + credit + q, 0u);
-    }
-  stamp("credits", push_);
+  const bool beside = cublas_ != nullptr;
+  cudaStream_t setup = stream;
+  if (beside) {
+    BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(push_, fork_, 0));
+    setup = push_;
+  }
+  BRAID_CUDA_CHECK(cudaMemsetAsync(flags_->local(), 0, size_t(W) * (ar ? 8 : 4), setup));
+  memops::start_barrier(team_, slot_, setup);
+  stamp("barrier", setup);
+  if (beside) BRAID_CUDA_CHECK(cudaEventRecord(ready_, push_));
   for (int i = 1; i < W; ++i) {
     const int q = (me + i) % W;
     for (int c = 0; c < chunks_; ++c) {
@@ -1167,13 +1160,9 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     const size_t off = size_t(me) * blk + size_t(c) * cel;
     for (int i = 1; i < W; ++i) {
       const int q = (me + i) % W;
-      if (c == 0) {  // q's result_ is free (its run has started: its caller read the previous result)
-        memops::stream_wait(wait_value_, push_, local + rcredit + q, 1u, wait_flags_);
-        memops::stream_write(write_value_, push_, local + rcredit + q, 0u);
-      }
       BRAID_CUDA_CHECK(cudaMemcpyAsync(result_->peer_as<__nv_bfloat16>(q) + off, result_->local_as<__nv_bfloat16>() + off,
                                        cel * 2, cudaMemcpyDefault, push_));
-      memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + gathered + me, uint32_t(c + 1));
+      memops::stream_write(write_value_, push_, flags_->peer_as<uint32_t>(q) + W + me, uint32_t(c + 1));
     }
     stamp("gather push", push_);
   };
@@ -1195,11 +1184,13 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
   if (chunks_ == 1) {  // our block in one launch, then its sum on `stream`
     gemm_rows(int64_t(me) * rows, rows);
     stamp("own gemm", stream);
+    if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_, 0));  // the reset precedes the waits below
     sum_rows(0, blk, 1u, stream);
     gather_chunk(0, stream);
   } else {
     // Our block in `chunks` launches too; chunk c's sum on sum_ after its GEMM (event) and the peers' chunk c
     // (flags >= c + 1), beside our next chunk's GEMM; `stream` joins sum_ at the end.
+    if (beside) BRAID_CUDA_CHECK(cudaStreamWaitEvent(sum_, ready_, 0));  // the reset precedes the waits
     for (int c = 0; c < chunks_; ++c) {
       gemm_rows(int64_t(me) * rows + int64_t(c) * crows, crows);
       stamp("own gemm", stream);
@@ -1212,18 +1203,10 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     BRAID_CUDA_CHECK(cudaEventRecord(own_ev_.back(), sum_));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, own_ev_.back(), 0));
   }
-  // Our sums have read every receive slot: the landed words back to 0, then each peer's credit (step 4).
-  for (int q = 0; q < W; ++q)
-    if (q != me) memops::stream_write(write_value_, stream, local + q, 0u);
-  for (int q = 0; q < W; ++q)
-    if (q != me) memops::stream_write(write_value_, stream, flags_->peer_as<uint32_t>(q) + credit + me, 1u);
-  if (ar) {  // every peer's block landed in our result_ (their gathered words, after the copies on their push streams)
+  if (ar)  // every peer's block landed in our result_ (their second flags, after the copies on their push streams)
     for (int q = 0; q < W; ++q)
-      if (q != me) memops::stream_wait(wait_value_, stream, flags + gathered + q, uint32_t(chunks_), wait_flags_);
-    for (int q = 0; q < W; ++q)
-      if (q != me) memops::stream_write(write_value_, stream, local + gathered + q, 0u);
-    stamp("gathered", stream);
-  }
+      if (q != me) memops::stream_wait(wait_value_, stream, flags + W + q, uint32_t(chunks_), wait_flags_);
+  if (ar) stamp("gathered", stream);
   BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), push_));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
   if (ar && out != result_->local())

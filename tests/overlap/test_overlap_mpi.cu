@@ -350,7 +350,7 @@ TEST(OverlapMpiOwnerOrdered, MatchesCublasPlusNccl) {
       EXPECT_EQ(count_mismatch(want, download_bf16(dst, mn / W), [](int64_t i) { return i; }, gemm_atol(k, W), kGemmRtol),
                 0u);
     const auto ph = op.phases();
-    // start, credits, (peer gemm, push) per peer chunk, (own gemm, flags, sum[, gather push]) per own chunk,
+    // start, barrier, (peer gemm, push) per peer chunk, (own gemm, flags, sum[, gather push]) per own chunk,
     // [gathered,] end
     EXPECT_EQ(ph.size(), size_t(3 + 2 * 2 * (W - 1) + 2 * (all_reduce ? 4 : 3) + (all_reduce ? 1 : 0)));
     ASSERT_FALSE(ph.empty());
