@@ -22,8 +22,8 @@ struct WaitError {
 
 enum : int { kModeRing = 0, kModeDirect = 1, kModeRingDma = 2 };
 
-// The counter waits' sleep after every poll, in ns (BRAID_T3_POLL_NS; t3.cu says why 200).
-inline constexpr uint32_t kDefaultPollNs = 200;
+// The counter waits' longest sleep between polls, in ns (they back off to it; BRAID_T3_POLL_NS; t3.cu says why).
+inline constexpr uint32_t kDefaultPollNs = 2000;
 
 // Everything the epilogue needs; the routing formulas mirror make_address_map() (map.cpp).
 struct EpiParams {
@@ -43,8 +43,8 @@ struct EpiParams {
   uint32_t* dst_counters[kMaxRanks] = {};  // direct: each rank's region counters
   WaitError* err = nullptr;       // device alias of the host-mapped record
   uint64_t timeout_ns = 0;
-  uint32_t poll_ns = kDefaultPollNs;  // wait_counter: the sleep after every poll; 0 = a 128-ns sleep every 256 polls
-                                      // (BRAID_T3_POLL_NS overrides; t3.cu)
+  uint32_t poll_ns = kDefaultPollNs;  // wait_counter: sleeps from 64 ns doubling to this between polls; 0 = a 128-ns
+                                      // sleep every 256 polls (BRAID_T3_POLL_NS overrides; t3.cu)
 };
 
 // D rows [row_begin, row_begin + m) of the full problem: a points at A's row row_begin; the epilogue

@@ -64,11 +64,12 @@ bool persist_b_requested() {
   return on;
 }
 
-// BRAID_T3_POLL_NS=N: the epilogue's counter waits sleep N ns (1-100000) after every poll; 0 = the old loop (a
-// 128-ns sleep every 256 polls). Default 200 (EpiParams::poll_ns): with the old loop a whole grid polling one
-// counter slowed the copy engine's writes behind it — ring-dma at one region on a 32-MiB chunk took 4.5x the
-// sequential time on 2x H200, and 1.08x faster than sequential with any sleep of 200-4000 ns after every poll; the
-// other region counts and ring-cublas read the same with 0, 200, 1000 and 4000 (docs/t3.md, "Thirty-second session").
+// BRAID_T3_POLL_NS=N: the epilogue's counter waits back off from a 64-ns sleep between polls, doubling, to N ns
+// (1-100000); 0 = the old loop (a 128-ns sleep every 256 polls). Default 2000 (EpiParams::poll_ns). With the old loop
+// a whole grid polling one counter slowed the copy engine's writes behind it: ring-dma at one region on a 32-MiB chunk
+// took 4.5x the sequential time on 2x H200; a fixed sleep after every poll fixed it on 4096x8192x1024 (1.08-1.09x
+// faster than sequential at 200-4000 ns), but 200 ns left 8192x8192x2048 at 0.85x where 1000 ns gave 1.06x, while on
+// the small shapes the longer sleeps cost up to 5% (docs/t3.md, "Thirty-second session").
 uint32_t poll_ns_requested() {
   static const uint32_t ns = [] {
     const char* e = std::getenv("BRAID_T3_POLL_NS");

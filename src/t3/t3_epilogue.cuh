@@ -65,19 +65,25 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
-// Bounded acquire wait for counter >= expected (one thread). Sleeps p.poll_ns after every poll (default 200 ns:
-// back-to-back polls by a whole grid waiting on one long copy slowed that copy 4-5x, docs/t3.md "Thirty-second
-// session"), or with p.poll_ns == 0 polls back to back with a 128-ns sleep every 256 polls.
+// Bounded acquire wait for counter >= expected (one thread). With p.poll_ns != 0 (default 2000) it backs off: a sleep
+// after every poll, 64 ns at first, doubled after each until p.poll_ns — a short wait is seen within ~100 ns, a long
+// one is polled every ~2 us (back-to-back polls by a whole grid waiting on one long copy slowed that copy 4-5x, and
+// a fixed 200-ns sleep left 8192x8192x2048 at 0.85x of sequential; docs/t3.md "Thirty-second session"). With
+// p.poll_ns == 0 the old loop: back-to-back polls with a 128-ns sleep every 256.
 __device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint32_t expected) {
   const uint32_t* c = p.counters + index;
   uint32_t seen = ld_relaxed_sys(c);
   if (seen < expected) {
     const uint64_t start = globaltimer();
+    uint32_t sleep_ns = 64u;
     for (uint32_t it = 1;; ++it) {
       seen = ld_relaxed_sys(c);
       if (seen >= expected) break;
-      if (p.poll_ns != 0u) __nanosleep(p.poll_ns);
-      if ((it & 255u) == 0u) {
+      if (p.poll_ns != 0u) {
+        __nanosleep(sleep_ns);
+        sleep_ns = sleep_ns * 2u < p.poll_ns ? sleep_ns * 2u : p.poll_ns;
+      }
+      if ((it & 255u) == 0u || p.poll_ns != 0u) {
         if (*reinterpret_cast<volatile uint32_t*>(&p.err->code) != 0u) return;  // someone timed out
         if (globaltimer() - start > p.timeout_ns) {
           if (atomicCAS(&p.err->code, 0u, 1u) == 0u) {
