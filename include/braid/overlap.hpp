@@ -723,8 +723,9 @@ class OwnerOrderedRs {
 // op's sum, sum_slices_kernel); an end barrier (no rank's next GEMM overwrites its buffer while a peer still reads
 // it). Nothing overlaps: what it can save over cuBLAS + NCCL is the collective's cost at the sizes where NCCL's
 // reduce-scatter is far from the link (2x H100, 6417c26: 8 MiB in 35.5 us, 16 MiB in 55.8 us — 118-150 GB/s per
-// direction — where the SMs' loads pull ~310 GB/s, Flash Communication's one-step). Written in the thirty-first
-// session after its device time: not GPU-run, so AutoGemmComm tries it only with AutoOptions::try_pull.
+// direction — where the SMs' loads pull ~310 GB/s, Flash Communication's one-step). GPU-run since the thirty-second
+// session (2x H200: its test passes; 1.08-1.22x faster than cuBLAS + NCCL on the ten small within-2x shapes, picked
+// by AutoGemmComm on the smallest); an AutoGemmComm candidate unless AutoOptions::try_pull is off.
 // Requirements: peer access between all ranks (UnavailableError), M % world == 0, N % 8 == 0, world <= 16.
 // Every wait is a bounded barrier (a timeout becomes the team's DeviceError: check_error()).
 class GemmPullRs {
@@ -801,7 +802,7 @@ class Decomposition {
 //   t3-<variant>      (reduce-scatter only) t3::GemmReduceScatter, AutoOptions::t3_variants (ring-cublas: cuBLAS per
 //                     region, received partials added by the next stage's GEMM; ring-dma: braid's T3 GEMM, every
 //                     hop by copy engines); timed by tune() only, never the rule's choice
-//   cublas-pull       (reduce-scatter only, with AutoOptions::try_pull) GemmPullRs; timed by tune() only
+//   cublas-pull       (reduce-scatter only, AutoOptions::try_pull) GemmPullRs; timed by tune() only
 // The choice comes from tune() (every candidate timed on the caller's inputs, the slowest rank's medians, the
 // fastest kept — cuBLAS + NCCL unless beaten by more than AutoOptions::max_ratio — and written to
 // AutoOptions::picks), else from AutoOptions::picks (this collective and shape, or the nearest M with the same
@@ -894,9 +895,9 @@ struct AutoOptions {
   // docs/flashoverlap.md "Twenty-ninth session"). Not yet GPU-run as AutoGemmComm candidates.
   bool try_t3 = true;
   std::vector<t3::Variant> t3_variants{t3::Variant::kRingCublas, t3::Variant::kRingDma};
-  // Reduce-scatter: GemmPullRs ("cublas-pull") as a candidate too. Off until it has run on the GPU (written after
-  // the thirty-first session's device time); `bench gemm-rs --auto --pull` turns it on.
-  bool try_pull = false;
+  // Reduce-scatter: GemmPullRs ("cublas-pull") as a candidate too (GPU-run since the thirty-second session; `bench
+  // gemm-rs --auto --no-auto-pull` leaves it out).
+  bool try_pull = true;
   PickCache* picks = nullptr;           // read at construction, written by tune()
   int reps = 5;                         // tune(): interleaved rounds
   double max_ratio = 0.99;              // tune(): another schedule beats cuBLAS + NCCL only at <= max_ratio x its median

@@ -102,7 +102,7 @@ struct Args {
   bool auto_rs = false;
   // --no-auto-t3: AutoGemmComm without T3's candidates (AutoOptions::try_t3 = false; the earlier sessions' rows).
   bool auto_t3 = true;
-  bool auto_pull = false;  // --pull: GemmPullRs among AutoGemmComm's candidates (AutoOptions::try_pull)
+  bool auto_pull = true;  // GemmPullRs among AutoGemmComm's candidates (AutoOptions::try_pull); --no-auto-pull: not
   std::string picks;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
   bool probe_pce = false;
@@ -141,7 +141,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--owner-phases") a.owner_phases = true;
     else if (k == "--auto") a.auto_rs = true;
     else if (k == "--no-auto-t3") a.auto_t3 = false;
-    else if (k == "--pull") a.auto_pull = true;
+    else if (k == "--pull") a.auto_pull = true;  // the default since the thirty-second session; kept for old commands
+    else if (k == "--no-auto-pull") a.auto_pull = false;
     else if (k == "--picks") a.picks = val();
     else if (k == "--owner-chunks") {
       a.owner_chunks_given = true;
