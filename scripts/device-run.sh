@@ -70,28 +70,25 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (thirty-first session's end): the 2-GPU kinds served 2x and 4x H200 again; one H100 came only as
-# `nvidia-h100-x1`. Ran at bb85931: the thirtieth session's unrun tests (pass, 2x H200), every _np4 test (pass, 4x
-# H200), owner-phases and t3-regions at 2 and 4 ranks, AutoGemmComm on 4 large shapes at 4 ranks, braid's GEMM vs cuBLAS
-# interleaved on one H100 (0.979x). Not GPU-run: GemmPullRs ("cublas-pull": cuBLAS, then a reduce-scatter by the
-# SMs' pulls over NVLink, AutoGemmComm candidate with --pull) and pick_regions (ring-cublas takes 2 regions from 512
-# rows per chunk, was 1 below 2048) — first call on any card: `build test t3-regions measure-rs` with
-# CTEST_R='test_t3|test_overlap_mpi$|test_overlap_search', T3_REGIONS="0 1 2" (0 = the default), and
-# MEASURE_SHAPES=bench/shapes/owner-small.txt with MEASURE_ARGS as below plus --pull. For issue 4's open H100 criterion ask `nvidia-h100-x4` as well
-# as `nvidia-h100-x2`: with NGPU=2 this script runs on two of a bigger host's cards (check `nvidia-smi topo -m` shows
-# NV18 between GPU0 and GPU1 and that the cards are H100), e.g. `if nvidia-smi -L | grep -q H100 && nvidia-smi topo
-# -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...; fi`. On 2x H100: `build measure-rs`
-# MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6
-# --pce-reserves 16,0 --pce-modes copies,stores --owner --owner-chunks 1,2,4 --auto --pull" (25 shapes, ~4 min warm;
-# 1.364x at e9566f7 without T3's ops; --pull once GemmPullRs has passed its test); then the whole sweep in halves, `sweep-ar`, issue 3's `ar-stamps` with
-# ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0" STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M
-# STAMP_MAX=64M. The ring-dma one-region slowdown (docs/t3.md): `t3-regions` with T3_REGIONS=1
-# T3_REGION_SHAPES=bench/shapes/t3-dma-onereg.txt, once plain and once with T3_REGION_ENV=BRAID_T3_POLL_NS=1000 (a sleep
-# after every poll of the epilogue's counter waits; not GPU-run).
-# Also not GPU-run: `bench gemm-rs` times braid's GEMM at its other tile too (braid_best_vs_cublas); on
-# `nvidia-h100-x1` (lent when the 2-GPU H100s are not): `build gemm-cublas` GEMM_SHAPES=bench/shapes/sweep.txt, then
-# `gemm-swizzle` with SWIZZLE_SHAPES="1024,4096,1024 1024,4096,4096 8192,4096,1024 4096,8192,1024 2048,4096,1024"
-# (the five shapes below 0.95x of cuBLAS on both cards).
+# Next (thirty-second session's end): only `nvidia-h200` and `nvidia-h200-x2` were lent, so nothing has run on H100
+# since bb85931. GPU-run this session (2x H200): GemmPullRs (test passes; now a default AutoGemmComm candidate,
+# `--no-auto-pull` leaves it out), t3::pick_regions as the default, the T3 counter waits' backoff (ea707a2: the
+# ring-dma one-region slowdown was the polling). On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
+# two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
+# nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
+# fi`): `build test measure-rs` with CTEST_R='test_overlap_mpi$|test_t3_mpi$', MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt
+# OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores
+# --owner --owner-chunks 1,2,4 --auto" (25 shapes, ~4 min warm; issue 4's open criterion, 1.364x at e9566f7 without
+# T3's ops or the pull); then the whole sweep in halves, `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-ring-dma,t3-auto
+# T3_AG=0), `sweep-ar`, issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
+# STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M. On `nvidia-h100-x1` (if lent): `build gemm-swizzle`
+# with SWIZZLE_SHAPES="1024,4096,1024 1024,4096,4096 8192,4096,1024 4096,8192,1024 2048,4096,1024" (the five shapes
+# below 0.95x of cuBLAS on both cards).
+# The thirty-second session's calls (2x H200): `build test t3-regions measure-rs` (4 tests, 3 region counts, 10 shapes
+# with --auto --pull) 4.3 min cold; t3-regions alone 14 s warm (4 shapes, 1 region, twice); 4 fixed sleeps x 3 region
+# counts x 10 shapes 58 s warm; `build test owner-phases t3-regions` + measure-rs (10 shapes) 5.1 min cold; `build
+# test t3-regions` (test_t3_mpi, 3 + 2 + 1 region runs) 3.2 min cold, 1.4 min warm; `sweep-t3` (4 algos, 50 shapes,
+# T3_AG=0) 2.2 min warm.
 # The thirty-first session's calls: 2x H200 `build test owner-phases t3-regions` (6 tests) 5.3 min cold; 4x H200 `build
 # test` (CTEST_R='_np4$', 5 tests) 7.4 min cold (build 2.4 min); t3-regions + owner-phases 35 s warm; t3-regions on 6
 # large shapes 56 s; measure-rs on 4 large shapes 61 s; a 2x H200 call that exited at once ~45 s held; 1x H100 `build
