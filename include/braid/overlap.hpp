@@ -724,7 +724,7 @@ class OwnerOrderedRs {
 // it). Nothing overlaps: what it can save over cuBLAS + NCCL is the collective's cost at the sizes where NCCL's
 // reduce-scatter is far from the link (2x H100, 6417c26: 8 MiB in 35.5 us, 16 MiB in 55.8 us — 118-150 GB/s per
 // direction — where the SMs' loads pull ~310 GB/s, Flash Communication's one-step). GPU-run since the thirty-second
-// session (2x H200: its test passes; 1.08-1.22x faster than cuBLAS + NCCL on the ten small within-2x shapes, picked
+// session (2x H200: its test passes; 1.07-1.22x faster than cuBLAS + NCCL on the ten small within-2x shapes, picked
 // by AutoGemmComm on the smallest); an AutoGemmComm candidate unless AutoOptions::try_pull is off.
 // Requirements: peer access between all ranks (UnavailableError), M % world == 0, N % 8 == 0, world <= 16.
 // Every wait is a bounded barrier (a timeout becomes the team's DeviceError: check_error()).
@@ -892,7 +892,8 @@ struct AutoOptions {
   // Reduce-scatter: T3's fused ops as candidates too (these variants; t3-auto's two). Added in the twenty-ninth
   // session: on 2x H100 t3-auto's rows beat AutoGemmComm's pick on 13 of the 25 within-2x sweep shapes (25 of 50 in
   // all; 6417c26 against e9566f7, two sessions' rows compared by speedup over each row's own cuBLAS + NCCL;
-  // docs/flashoverlap.md "Twenty-ninth session"). Not yet GPU-run as AutoGemmComm candidates.
+  // docs/flashoverlap.md "Twenty-ninth session"). GPU-run as candidates since the thirtieth session (2x H200: 1.341x
+  // on the whole sweep, within 2x 1.481x; not yet on H100).
   bool try_t3 = true;
   std::vector<t3::Variant> t3_variants{t3::Variant::kRingCublas, t3::Variant::kRingDma};
   // Reduce-scatter: GemmPullRs ("cublas-pull") as a candidate too (GPU-run since the thirty-second session; `bench
