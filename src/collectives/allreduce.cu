@@ -8,6 +8,7 @@
 #include "allreduce_kernels.cuh"
 #include "allreduce_pipelined.cuh"
 #include "braid/allreduce.hpp"
+#include "braid/env.hpp"
 #include "braid/quant.hpp"
 
 namespace braid {
@@ -171,10 +172,18 @@ ArAlgo pick_from_table(const std::vector<TuningRow>& table, int world, DType dty
 AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg) {
   BRAID_REQUIRE(cfg_.threads == 512, "AllReducer: kernels are built for 512 threads per block");
   // Tuning knobs for experiments (documented in docs/flash-communication.md).
-  if (const char* e = std::getenv("BRAID_AR_QUANT_BLOCKS")) cfg_.quant_blocks = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_TWOSHOT_BLOCKS")) cfg_.twoshot_blocks = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_ONESHOT_BLOCKS")) cfg_.oneshot_blocks = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_LL_BLOCKS")) cfg_.ll_blocks = std::atoi(e);
+  // Parsed strictly (braid/env.hpp): a malformed or out-of-range value is a UsageError naming the knob.
+  constexpr int64_t kMaxBlocks = 1 << 16, kBig = int64_t(1) << 40;
+  auto env_int = [](const char* name, int64_t lo, int64_t hi, auto& field) {
+    if (const auto v = env::integer(name, lo, hi)) field = static_cast<std::remove_reference_t<decltype(field)>>(*v);
+  };
+  auto env_flag = [](const char* name, bool& field) {
+    if (const auto v = env::flag(name)) field = *v;
+  };
+  env_int("BRAID_AR_QUANT_BLOCKS", 1, kMaxBlocks, cfg_.quant_blocks);
+  env_int("BRAID_AR_TWOSHOT_BLOCKS", 1, kMaxBlocks, cfg_.twoshot_blocks);
+  env_int("BRAID_AR_ONESHOT_BLOCKS", 1, kMaxBlocks, cfg_.oneshot_blocks);
+  env_int("BRAID_AR_LL_BLOCKS", 1, kMaxBlocks, cfg_.ll_blocks);
   if (const char* e = std::getenv("BRAID_AR_SYMM_LAYOUT")) {
     const std::string m = e;
     BRAID_REQUIRE(m == "blocked" || m == "interleaved", "BRAID_AR_SYMM_LAYOUT must be blocked or interleaved");
@@ -187,19 +196,24 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.symm_pair_oneshot = m == "oneshot" || m == "both";
     cfg_.symm_pair_twoshot = m == "twoshot" || m == "both";
   }
-  if (const char* e = std::getenv("BRAID_AR_QUANT_PAIR")) cfg_.quant_pair_sources = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_QUANT_PREFETCH")) cfg_.quant_prefetch = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_1STEP_ITERS")) cfg_.onestep_step_iters[0] = cfg_.onestep_step_iters[1] = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_LAG")) cfg_.onestep_lag = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_RU")) cfg_.onestep_reduce_unroll = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_WIDE")) cfg_.onestep_wide_pull[0] = cfg_.onestep_wide_pull[1] = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_1STEP_PULL16")) cfg_.onestep_pull16[0] = cfg_.onestep_pull16[1] = std::atoi(e) != 0;
-  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT"))
-    cfg_.onestep_split_iters[0] = cfg_.onestep_split_iters[1] = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_MIN"))
-    cfg_.onestep_split_min_elems[0] = cfg_.onestep_split_min_elems[1] = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_1STEP_SPLIT_PULLERS"))
-    cfg_.onestep_split_puller_every[0] = cfg_.onestep_split_puller_every[1] = std::atoi(e);
+  env_flag("BRAID_AR_QUANT_PAIR", cfg_.quant_pair_sources);
+  env_flag("BRAID_AR_QUANT_PREFETCH", cfg_.quant_prefetch);
+  // The one-step knobs set both entries of their two-element arrays.
+  auto env_int2 = [](const char* name, int64_t lo, int64_t hi, auto& pair) {
+    if (const auto v = env::integer(name, lo, hi))
+      pair[0] = pair[1] = static_cast<std::remove_reference_t<decltype(pair[0])>>(*v);
+  };
+  auto env_flag2 = [](const char* name, bool (&pair)[2]) {
+    if (const auto v = env::flag(name)) pair[0] = pair[1] = *v;
+  };
+  env_int2("BRAID_AR_1STEP_ITERS", 0, 1 << 30, cfg_.onestep_step_iters);
+  env_int("BRAID_AR_1STEP_LAG", 1, 1 << 20, cfg_.onestep_lag);
+  env_int("BRAID_AR_1STEP_RU", 1, 4, cfg_.onestep_reduce_unroll);
+  env_flag2("BRAID_AR_1STEP_WIDE", cfg_.onestep_wide_pull);
+  env_flag2("BRAID_AR_1STEP_PULL16", cfg_.onestep_pull16);
+  env_int2("BRAID_AR_1STEP_SPLIT", 0, 1 << 30, cfg_.onestep_split_iters);
+  env_int2("BRAID_AR_1STEP_SPLIT_MIN", 0, kBig, cfg_.onestep_split_min_elems);
+  env_int2("BRAID_AR_1STEP_SPLIT_PULLERS", 1, kMaxBlocks, cfg_.onestep_split_puller_every);
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
                     cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1,
                 "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0, onestep_split_puller_every "
@@ -209,21 +223,21 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
                      cfg_.onestep_reduce_unroll == 4),
                 "AllReducer: onestep_step_iters (BRAID_AR_1STEP_ITERS) must be >= 0, onestep_lag (BRAID_AR_1STEP_LAG) "
                 ">= 1, onestep_reduce_unroll (BRAID_AR_1STEP_RU) 1, 2 or 4");
-  if (const char* e = std::getenv("BRAID_AR_ONESHOT_MIN_VECS")) cfg_.oneshot_min_vecs = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_TWOSHOT_MIN_VECS")) cfg_.twoshot_min_vecs = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_LL_MIN_VECS")) cfg_.ll_min_vecs = std::strtoull(e, nullptr, 10);
-  if (const char* e = std::getenv("BRAID_AR_CE_CHUNK_BYTES")) cfg_.ce_chunk_bytes = std::strtoull(e, nullptr, 10);
+  env_int("BRAID_AR_ONESHOT_MIN_VECS", 1, kBig, cfg_.oneshot_min_vecs);
+  env_int("BRAID_AR_TWOSHOT_MIN_VECS", 1, kBig, cfg_.twoshot_min_vecs);
+  env_int("BRAID_AR_LL_MIN_VECS", 1, kBig, cfg_.ll_min_vecs);
+  env_int("BRAID_AR_CE_CHUNK_BYTES", 0, kBig, cfg_.ce_chunk_bytes);
   BRAID_REQUIRE(cfg_.ce_piece_elems >= ar::kVec, "AllReducer: ce_piece_elems must hold at least one vector");
   BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0 && cfg_.ll_blocks > 0,
                 "AllReducer: block counts (BRAID_AR_*_BLOCKS) must be positive");
   BRAID_REQUIRE(cfg_.oneshot_min_vecs > 0 && cfg_.twoshot_min_vecs > 0 && cfg_.ll_min_vecs > 0,
                 "AllReducer: minimum vectors per block (BRAID_AR_*_MIN_VECS) must be positive");
-  if (const char* e = std::getenv("BRAID_AR_TWOSHOT_UNROLL")) cfg_.twoshot_unroll = std::atoi(e);
+  env_int("BRAID_AR_TWOSHOT_UNROLL", 0, 4, cfg_.twoshot_unroll);
   BRAID_REQUIRE(cfg_.twoshot_unroll == 0 || cfg_.twoshot_unroll == 1 || cfg_.twoshot_unroll == 2 ||
                     cfg_.twoshot_unroll == 4,
                 "AllReducer: twoshot_unroll (BRAID_AR_TWOSHOT_UNROLL) must be 0 (by size), 1, 2 or 4");
-  if (const char* e = std::getenv("BRAID_AR_PIPE_BLOCKS")) cfg_.quant_pipe_blocks = std::atoi(e);
-  if (const char* e = std::getenv("BRAID_AR_PIPE_MIN_ROUNDS")) cfg_.quant_pipe_min_rounds = std::atoi(e);
+  env_int("BRAID_AR_PIPE_BLOCKS", 1, kMaxBlocks, cfg_.quant_pipe_blocks);
+  env_int("BRAID_AR_PIPE_MIN_ROUNDS", 1, 1 << 20, cfg_.quant_pipe_min_rounds);
   if (const char* e = std::getenv("BRAID_AR_QUANT_IMPL")) {
     if (!parse_quant_impl(e, &cfg_.quant_impl))
       throw UsageError(std::string("BRAID_AR_QUANT_IMPL must be classic or pipelined, not '") + e + "'", __FILE__,

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 
 #if BRAID_HAVE_CUDNN
@@ -42,8 +43,7 @@ const char* impl_name(Impl i) {
 #if BRAID_HAVE_CUDNN
 namespace {
 bool deterministic_from_env() {
-  const char* e = std::getenv("BRAID_ATTN_DETERMINISTIC");
-  return !(e && std::string(e) == "0");
+  return env::flag("BRAID_ATTN_DETERMINISTIC").value_or(true);
 }
 std::string shape_text(const kernels::AttnShape& a) {
   return "B " + std::to_string(a.B) + ", S " + std::to_string(a.S) + ", heads " + std::to_string(a.hq) + "/" +

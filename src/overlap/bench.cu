@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "braid/bench.hpp"
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
@@ -227,10 +228,7 @@ struct MeasureBuffers {
 
 // BRAID_OVERLAP_CE_TAIL=0: --measure times the copy-engine reduce-scatter's transfer and sum as one curve
 // (the model before the tail; for A/B runs), although run() issues the sums off the chain either way.
-bool ce_tail_model() {
-  const char* e = std::getenv("BRAID_OVERLAP_CE_TAIL");
-  return !(e && std::string(e) == "0");
-}
+bool ce_tail_model() { return env::flag("BRAID_OVERLAP_CE_TAIL").value_or(true); }
 
 // Measures the inputs of the predictive search for this shape (NCCL latency curve over the sizes a
 // group can have, GEMM time per wave with the SMs left to NCCL).
@@ -274,10 +272,7 @@ MeasuredInputs measure_inputs(Team& team, const Args& a, const Shape& sh, GemmOv
   // once — as the communication chain's earliest start where run() meets beside the GEMM
   // (SearchInputs::comm_start_us), else before the first wave (first_wave_extra_us).
   // BRAID_OVERLAP_PEER_SETUP=0: kept in the curve (the twenty-second session's first measurements; A/B runs).
-  static const bool setup_split = [] {
-    const char* e = std::getenv("BRAID_OVERLAP_PEER_SETUP");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool setup_split = env::flag("BRAID_OVERLAP_PEER_SETUP").value_or(true);
   double t_setup = 0;
   if (op.options().transport == Transport::kPeerCopyEngine && setup_split) {
     t_setup = median_us(team, a.timing, [&](int) { op.transport_collective(size_t(team.size()) * 8, scratch_out,
@@ -602,7 +597,10 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           // BRAID_OVERLAP_TUNE_REF=tuned: tune()'s alone (the 757c1f8 rule, for A/B runs).
           static const bool tuned_ref_only = [] {
             const char* e = std::getenv("BRAID_OVERLAP_TUNE_REF");
-            return e && std::string(e) == "tuned";
+            const std::string v = e ? e : "";
+            if (!v.empty() && v != "tuned" && v != "min")
+              throw UsageError("BRAID_OVERLAP_TUNE_REF: tuned or min, got '" + v + "'", __FILE__, __LINE__);
+            return v == "tuned";
           }();
           const double ref = tuned_ref_only || mi.in.sequential_us <= 0 ? ct.sequential_us
                                                                         : std::min(ct.sequential_us, mi.in.sequential_us);

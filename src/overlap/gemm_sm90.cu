@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "cute/tensor.hpp"
@@ -24,8 +25,7 @@ namespace braid::overlap {
 // execution order (execution_order) follows it through TileGrid::log_swizzle.
 int gemm_swizzle() {
   static const int s = [] {
-    const char* e = std::getenv("BRAID_GEMM_SWIZZLE");
-    const int v = e ? std::atoi(e) : 8;
+    const int v = int(env::integer("BRAID_GEMM_SWIZZLE", 1, 8).value_or(8));
     if (v != 1 && v != 2 && v != 4 && v != 8) throw UsageError("BRAID_GEMM_SWIZZLE: 1, 2, 4 or 8", __FILE__, __LINE__);
     return v;
   }();

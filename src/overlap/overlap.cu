@@ -15,6 +15,7 @@
 #include <string>
 
 #include "braid/bench.hpp"
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
@@ -458,7 +459,10 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     // always before the GEMM (the first GPU-run form; for A/B runs).
     static const bool barrier_on_stream = [] {
       const char* e = std::getenv("BRAID_OVERLAP_PEER_BARRIER");
-      return e && std::string(e) == "stream";
+      const std::string v = e ? e : "";
+      if (!v.empty() && v != "stream" && v != "comm")
+        throw UsageError("BRAID_OVERLAP_PEER_BARRIER: stream or comm, got '" + v + "'", __FILE__, __LINE__);
+      return v == "stream";
     }();
     // Pulling the last group from the peers' d_ needs the barrier before our GEMM rewrites d_ (see run()).
     // Stores: peers write our receive buffer from their GEMM's first tile on, so the barrier (after which they
@@ -485,10 +489,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   // BRAID_OVERLAP_CE_SUM_STREAM=0: the sums on the comm stream, in line with the all-to-alls (for A/B runs).
-  static const bool sum_stream = [] {
-    const char* e = std::getenv("BRAID_OVERLAP_CE_SUM_STREAM");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool sum_stream = env::flag("BRAID_OVERLAP_CE_SUM_STREAM").value_or(true);
   if ((ce_comm_ && opt.coll == Collective::kReduceScatter && sum_stream) || peer) {
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&sum_, cudaStreamNonBlocking));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&join_sum_, cudaEventDisableTiming));
@@ -691,7 +692,10 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   // between the GEMM and NCCL with no dependency).
   static const std::string debug = [] {
     const char* e = std::getenv("BRAID_OVERLAP_DEBUG");
-    return std::string(e ? e : "");
+    const std::string v = e ? e : "";
+    if (!v.empty() && v != "nocomm" && v != "nowait")
+      throw UsageError("BRAID_OVERLAP_DEBUG: nocomm or nowait, got '" + v + "'", __FILE__, __LINE__);
+    return v;
   }();
   for (int g = 0; g < G; ++g) {
     const uint32_t expected = static_cast<uint32_t>(map_.tiles_in_group(g));

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "braid/bench.hpp"
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/runtime.hpp"
@@ -57,10 +58,7 @@ bool signal_by_copy() {
 // the sequential baseline included (the carve-out takes L2 from everything): t3-auto 1.27-1.49x instead of
 // 1.6-1.9x on the large shapes. Kept as an opt-in experiment; not a default.
 bool persist_b_requested() {
-  static const bool on = [] {
-    const char* e = std::getenv("BRAID_T3_PERSIST_B");
-    return e != nullptr && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env::flag("BRAID_T3_PERSIST_B").value_or(false);
   return on;
 }
 
@@ -72,13 +70,7 @@ bool persist_b_requested() {
 // the small shapes the longer sleeps cost up to 5% (docs/t3.md, "Thirty-second session").
 uint32_t poll_ns_requested() {
   static const uint32_t ns = [] {
-    const char* e = std::getenv("BRAID_T3_POLL_NS");
-    if (e == nullptr || *e == 0) return detail::kDefaultPollNs;
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (*end != 0 || v < 0 || v > 100000)
-      throw UsageError(std::string("BRAID_T3_POLL_NS: 0-100000 (ns), got '") + e + "'", __FILE__, __LINE__);
-    return uint32_t(v);
+    return uint32_t(env::integer("BRAID_T3_POLL_NS", 0, 100000).value_or(detail::kDefaultPollNs));
   }();
   return ns;
 }
@@ -141,12 +133,11 @@ int device_sms() {
 // while ring-dma slows down by up to 3.6x where a strip spans all regions of a chunk (the own-chunk tiles
 // then wait for every landing region at once) — docs/t3.md.
 int default_swizzle_cap(Variant variant) {
-  const char* e = std::getenv("BRAID_T3_SWIZZLE");
-  if (e == nullptr || *e == 0) return variant == Variant::kDirect ? 8 : 1;
-  const int cap = std::atoi(e);
-  if (cap != 1 && cap != 2 && cap != 4 && cap != 8)
-    throw UsageError(std::string("BRAID_T3_SWIZZLE: 1, 2, 4 or 8, got '") + e + "'", __FILE__, __LINE__);
-  return cap;
+  const auto v = env::integer("BRAID_T3_SWIZZLE", 1, 8);
+  if (!v) return variant == Variant::kDirect ? 8 : 1;
+  if (*v != 1 && *v != 2 && *v != 4 && *v != 8)
+    throw UsageError("BRAID_T3_SWIZZLE: 1, 2, 4 or 8, got " + std::to_string(*v), __FILE__, __LINE__);
+  return int(*v);
 }
 
 }  // namespace
