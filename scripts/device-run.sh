@@ -73,7 +73,8 @@
 # Next (thirty-second session's end): only `nvidia-h200` and `nvidia-h200-x2` were lent, so nothing has run on H100
 # since bb85931. GPU-run this session (2x H200): GemmPullRs (test passes; now a default AutoGemmComm candidate,
 # `--no-auto-pull` leaves it out), t3::pick_regions as the default, the T3 counter waits' backoff (ea707a2: the
-# ring-dma one-region slowdown was the polling). On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
+# ring-dma one-region slowdown was the polling). Not GPU-run: 4ec1391, strict parsing of the BRAID_* knobs
+# (braid/env.hpp; valid values take the old paths) — the first call's `build test` should run the whole ctest. On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
 # fi`): `build test measure-rs` with CTEST_R='test_overlap_mpi$|test_t3_mpi$', MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt
