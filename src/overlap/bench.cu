@@ -595,13 +595,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           // above the rows' sequential time on every shape (8-17% at the ~50-80 us ones), while its overlap
           // matched the rows', so a short op could pass 0.99x and run 0.93-0.95x in its row (docs/flashoverlap.md).
           // BRAID_OVERLAP_TUNE_REF=tuned: tune()'s alone (the 757c1f8 rule, for A/B runs).
-          static const bool tuned_ref_only = [] {
-            const char* e = std::getenv("BRAID_OVERLAP_TUNE_REF");
-            const std::string v = e ? e : "";
-            if (!v.empty() && v != "tuned" && v != "min")
-              throw UsageError("BRAID_OVERLAP_TUNE_REF: tuned or min, got '" + v + "'", __FILE__, __LINE__);
-            return v == "tuned";
-          }();
+          static const bool tuned_ref_only =
+              env::choice("BRAID_OVERLAP_TUNE_REF", {"min", "tuned"}).value_or("min") == "tuned";
           const double ref = tuned_ref_only || mi.in.sequential_us <= 0 ? ct.sequential_us
                                                                         : std::min(ct.sequential_us, mi.in.sequential_us);
           ct.reference_us = ref;

@@ -457,13 +457,8 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     // The flag reset and start barrier run on the comm stream beside the GEMM's first waves when the GEMM
     // leaves SMs free (its 32-thread block needs one), else before the GEMM. BRAID_OVERLAP_PEER_BARRIER=stream:
     // always before the GEMM (the first GPU-run form; for A/B runs).
-    static const bool barrier_on_stream = [] {
-      const char* e = std::getenv("BRAID_OVERLAP_PEER_BARRIER");
-      const std::string v = e ? e : "";
-      if (!v.empty() && v != "stream" && v != "comm")
-        throw UsageError("BRAID_OVERLAP_PEER_BARRIER: stream or comm, got '" + v + "'", __FILE__, __LINE__);
-      return v == "stream";
-    }();
+    static const bool barrier_on_stream =
+        env::choice("BRAID_OVERLAP_PEER_BARRIER", {"comm", "stream"}).value_or("comm") == "stream";
     // Pulling the last group from the peers' d_ needs the barrier before our GEMM rewrites d_ (see run()).
     // Stores: peers write our receive buffer from their GEMM's first tile on, so the barrier (after which they
     // may) runs before our GEMM too.
@@ -690,13 +685,7 @@ void GemmOverlap::run(const void* a, const void* b, void* out, cudaStream_t stre
   // Diagnostics only (results are wrong in these modes): BRAID_OVERLAP_DEBUG=nocomm skips the
   // collectives (GEMM + signals + waits alone), =nowait issues them without waiting (contention
   // between the GEMM and NCCL with no dependency).
-  static const std::string debug = [] {
-    const char* e = std::getenv("BRAID_OVERLAP_DEBUG");
-    const std::string v = e ? e : "";
-    if (!v.empty() && v != "nocomm" && v != "nowait")
-      throw UsageError("BRAID_OVERLAP_DEBUG: nocomm or nowait, got '" + v + "'", __FILE__, __LINE__);
-    return v;
-  }();
+  static const std::string debug = env::choice("BRAID_OVERLAP_DEBUG", {"nocomm", "nowait"}).value_or("");
   for (int g = 0; g < G; ++g) {
     const uint32_t expected = static_cast<uint32_t>(map_.tiles_in_group(g));
     // peer_stores: nothing moves on comm_; the sums wait for the counter themselves (run_peer_copy_group).

@@ -20,30 +20,17 @@
 #include <sstream>
 #include <string>
 
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "shape_cache.hpp"
 
 namespace braid::overlap {
 
-namespace {
-// The number in environment variable `name`, or `fallback` when unset; UsageError(`what`) unless it
-// parses whole and `ok` accepts it.
-template <class Ok>
-double env_number(const char* name, double fallback, Ok ok, const char* what) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  char* end = nullptr;
-  const double v = std::strtod(e, &end);
-  if (end == e || *end || !ok(v)) throw UsageError(std::string(name) + ": " + what, __FILE__, __LINE__);
-  return v;
-}
-}  // namespace
-
 // BRAID_OVERLAP_MAX_RATIO in (0, 1]: the fallback's threshold (SearchInputs::max_ratio), default 0.97.
 double SearchInputs::default_max_ratio() {
   static const double r =
-      env_number("BRAID_OVERLAP_MAX_RATIO", 0.97, [](double v) { return v > 0 && v <= 1; }, "a number in (0, 1]");
+      env::number("BRAID_OVERLAP_MAX_RATIO", 0.97, [](double v) { return v > 0 && v <= 1; }, "a number in (0, 1]");
   return r;
 }
 
@@ -75,7 +62,7 @@ std::vector<std::pair<std::string, double>> parse_overlap_table(const std::strin
 
 double default_comm_stretch(Transport t) {
   static const double env =
-      env_number("BRAID_OVERLAP_COMM_STRETCH", -1.0, [](double v) { return v >= 0; }, "a number >= 0");
+      env::number("BRAID_OVERLAP_COMM_STRETCH", -1.0, [](double v) { return v >= 0; }, "a number >= 0");
   if (env >= 0) return env;
   static const auto table = parse_overlap_table(kOverlapTable);
   for (const auto& [name, v] : table)

@@ -38,4 +38,25 @@ std::optional<bool> flag(const char* name) {
   return *v != 0;
 }
 
+std::optional<std::string> choice(const char* name, std::initializer_list<const char*> allowed) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == 0) return std::nullopt;
+  std::string list;
+  for (const char* a : allowed) {
+    if (std::string(a) == e) return std::string(e);
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  throw UsageError(std::string(name) + ": one of " + list + ", got '" + e + "'", __FILE__, __LINE__);
+}
+
+std::optional<double> real(const char* name) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == 0) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(e, &end);
+  if (end == e || *end != 0)
+    throw UsageError(std::string(name) + ": expected a number, got '" + e + "'", __FILE__, __LINE__);
+  return v;
+}
+
 }  // namespace braid::env

@@ -70,4 +70,31 @@ TEST_F(Env, FlagIsZeroOrOne) {
   }
 }
 
+TEST_F(Env, ChoiceIsOneOfTheWords) {
+  unsetenv(kName);
+  EXPECT_FALSE(braid::env::choice(kName, {"a", "bb"}).has_value());
+  set("bb");
+  EXPECT_EQ(braid::env::choice(kName, {"a", "bb"}), "bb");
+  set("b");
+  try {
+    (void)braid::env::choice(kName, {"a", "bb"});
+    ADD_FAILURE() << "accepted 'b'";
+  } catch (const braid::UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a, bb"), std::string::npos) << what;
+  }
+}
+
+TEST_F(Env, NumberParsesWholeAndChecksItsRange) {
+  auto in_unit = [](double v) { return v > 0 && v <= 1; };
+  unsetenv(kName);
+  EXPECT_DOUBLE_EQ(braid::env::number(kName, 0.97, in_unit, "in (0, 1]"), 0.97);
+  set("0.5");
+  EXPECT_DOUBLE_EQ(braid::env::number(kName, 0.97, in_unit, "in (0, 1]"), 0.5);
+  for (const char* bad : {"1.5", "0", "0.5x", "x"}) {
+    set(bad);
+    EXPECT_THROW((void)braid::env::number(kName, 0.97, in_unit, "in (0, 1]"), braid::UsageError) << bad;
+  }
+}
+
 }  // namespace
