@@ -470,8 +470,10 @@ if has gemm-variant; then  # the plain GEMM, base build against a variant of gem
       # shellcheck disable=SC2086
       BIN=$bin T=120 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 ${VARIANT_ARGS:-} \
         --json "$out/gemm-variant-$v-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||Failed" | tee -a "$log"
-      python3 -c "import json,math,sys; v=[json.loads(l)['braid_vs_cublas'] for l in open(sys.argv[1])]; \
-print('[%s] braid/cublas geomean %.3f min %.3f (%d shapes)' % (sys.argv[2], math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)))" \
+      python3 -c "import json,math,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; \
+g=lambda v: math.exp(sum(map(math.log, v)) / len(v)); \
+[print('[%s] %s geomean %.3f min %.3f below 0.95: %d (%d shapes)' % (sys.argv[2], k, g(v), min(v), sum(x < 0.95 for x in v), len(v))) \
+ for k in ('braid_vs_cublas', 'braid_best_vs_cublas') for v in [[r[k] for r in rs if k in r]] if v]" \
         "$out/gemm-variant-$v-r$round.jsonl" "$v" 2>&1 | tee -a "$log"
     done
   done
