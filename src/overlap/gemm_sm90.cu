@@ -7,7 +7,6 @@
 
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "braid/env.hpp"
 #include "braid/errors.hpp"
@@ -56,9 +55,9 @@ static int swizzle_for(int tiles_m, int tiles_n, int cluster_m, int cluster_n) {
 namespace {
 
 // One kernel per tile configuration: the shared composition (sm90_gemm.cuh) with the signalling epilogue.
-template <int BM, int BN, int BK, int CM, int CN, class Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
-struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN, Schedule> {
-  using Base = detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN, Schedule>;
+template <int BM, int BN, int BK, int CM, int CN>
+struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN> {
+  using Base = detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN>;
   using GemmKernel = typename Base::GemmKernel;
 
   static TileGrid plan(int m, int n, int k, int sm_count) {
@@ -73,7 +72,7 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
     g.bn = BN;
     g.tiles_m = m / BM;
     g.tiles_n = n / BN;
-    g.ctas = static_cast<int>(grid.x * grid.y * grid.z) * Base::kWorkersPerCta;  // workers (sm90_gemm.cuh)
+    g.ctas = static_cast<int>(grid.x * grid.y * grid.z);
     g.cluster_m = CM;
     g.cluster_n = CN;
     g.raster_along_m = params.scheduler.raster_order_ == cutlass::gemm::kernel::detail::RasterOrder::AlongM;
@@ -88,18 +87,9 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
   }
 };
 
-// BRAID_GEMM_PINGPONG=1 (an experiment's compile-time switch, scripts/build-variant.sh): the 128x128 tile with the
-// ping-pong schedule (each consumer warpgroup a whole tile, one's epilogue under the other's main loop) instead of
-// cooperative; for the short GEMMs (K = 1024) that stay below 0.95x of cuBLAS at either tile.
-#ifndef BRAID_GEMM_PINGPONG
-#define BRAID_GEMM_PINGPONG 0
-#endif
-
 // The instantiation table (TileConfig order).
 using K128x256 = Kernel<128, 256, 64, 2, 1>;
-using K128x128 = Kernel<128, 128, 64, 2, 1,
-                        std::conditional_t<BRAID_GEMM_PINGPONG != 0, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative>>;
+using K128x128 = Kernel<128, 128, 64, 2, 1>;
 
 // One dispatch point from the runtime TileConfig to the template.
 #define BRAID_OVERLAP_DISPATCH(cfg, K, ...)                                     \

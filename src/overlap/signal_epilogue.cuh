@@ -50,15 +50,6 @@
 #define BRAID_OVERLAP_STAGE_BF16 1
 #endif
 
-// BRAID_OVERLAP_BULK_STORE=1 (default 0; an experiment's compile-time switch for scripts/build-variant.sh): tiles in
-// the normal or reordered layout (not all-to-all rows, not parts stored into their owners) leave through a padded
-// bf16 row stage (RowStage<BM, 128>, 34 KiB) by asynchronous bulk copies, one 256-byte row segment per consumer
-// thread per pass (store_tile_bulk below), instead of the consumer threads' 16-byte st.global from the swizzled
-// stage; without a counter to release, the last pass's copies stay in flight under the next tile's main loop.
-#ifndef BRAID_OVERLAP_BULK_STORE
-#define BRAID_OVERLAP_BULK_STORE 0
-#endif
-
 namespace braid::overlap::detail {
 
 struct SignalEpilogueParams {
@@ -117,8 +108,6 @@ __device__ __forceinline__ void bulk_copy_s2g(void* gmem, const void* smem, uint
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-// Only the reads of the shared-memory source are complete (the stage may be rewritten); the writes may be in flight.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
@@ -153,20 +142,14 @@ class SignalEpilogue {
   static constexpr int kStageColsBf16 = BN < 128 ? BN : 128;
   static constexpr bool kStageBf16 = BRAID_OVERLAP_STAGE_BF16 != 0;
   static constexpr int kBulkRows = BM / 2;  // remote rows a tile may send by bulk copies (2 ranks: half the tile)
-  static constexpr bool kBulkStore = BRAID_OVERLAP_BULK_STORE != 0;
-  static constexpr int kBulkCols = BN < 128 ? BN : 128;  // columns per pass of store_tile_bulk
   struct SharedStorage {
     union {
       StageBuffer<BM, kStageCols> stage;           // fp32 passes (staged_store)
       StageBufferBf16<BM, kStageColsBf16> stage16;  // bf16 passes (staged_store, BRAID_OVERLAP_STAGE_BF16)
       RowStage<kBulkRows, BN> rows;                // bf16 remote rows (store_parts_bulk)
-#if BRAID_OVERLAP_BULK_STORE
-      RowStage<BM, kBulkCols> tile_rows;           // bf16 tile rows, one pass (store_tile_bulk)
-#endif
     };
   };
   static_assert(sizeof(SharedStorage) <= 34 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
-  static_assert(BN % kBulkCols == 0 && (2 * kBulkCols) % 16 == 0, "bulk rows: whole passes of 16-byte multiples");
   using TensorStorage = SharedStorage;
   using TensorMapStorage = SharedStorage;
   using PipelineStorage = typename LoadPipeline::SharedStorage;
@@ -268,14 +251,6 @@ class SignalEpilogue {
       return cute::make_tuple(load_state, store_state);
     }
 
-    bool bulk = false;  // this tile's copies are in flight (store_tile_bulk)
-    static_assert(!kBulkStore || kThreads >= BM, "store_tile_bulk: one issuing thread per tile row");
-    if constexpr (kBulkStore) {
-      if (!a2a && part_dst == nullptr) {
-        store_tile_bulk(accumulators, tCcD, thread_idx, base, part_stride, ld, log2_sub, sub_mask);
-        bulk = true;
-      }
-    }
     __nv_bfloat16* d = params_.d;
     // Columns c..c+7 of tile row r, as 8 floats (fp32 stage) or 8 packed bf16 (bf16 stage), to their destination.
     auto emit = [&](int r, int c, const auto& v) {
@@ -294,20 +269,12 @@ class SignalEpilogue {
       }
       *reinterpret_cast<uint4*>(dst + off) = as_bf16x8(v);  // 16-byte aligned: ld, BN, c % 8 == 0
     };
-    if (bulk) {
-    } else if constexpr (kStageBf16) {
+    if constexpr (kStageBf16)
       staged_store<BM, BN, kThreads>(smem_->stage16, accumulators, tCcD, thread_idx, emit);
-    } else {
+    else
       staged_store<BM, BN, kThreads>(smem_->stage, accumulators, tCcD, thread_idx, emit);
-    }
 
     if (params_.counters != nullptr || params_.wave_log != nullptr) {
-      // (1') bulk copies: each issuing thread waits for its copies' writes and orders them (async proxy) before
-      // its later generic operations; the barrier below then carries them into thread 0's release.
-      if (bulk && params_.counters != nullptr && thread_idx < BM) {
-        bulk_wait_all();
-        fence_proxy_async_global();
-      }
       // (2) all consumer threads' stores precede thread 0's release below.
       cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
       if (thread_idx == 0) {
@@ -333,52 +300,10 @@ class SignalEpilogue {
   CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadPipelineState load_state, StorePipeline,
                                  StorePipelineState store_state, Ts&&...) {
     finish_bulk();  // the last tile's bulk copies, then its owners' flags
-    if (kBulkStore && tid_ < BM) bulk_wait_all();  // store_tile_bulk's last copies (no-op without any)
     return cute::make_tuple(load_state, store_state);
   }
 
  private:
-  // The tile in the normal or reordered layout by bulk copies (BRAID_OVERLAP_BULK_STORE). Per pass of kBulkCols
-  // columns: the issuing threads wait until the previous pass's (or tile's) copies have read the stage, barrier,
-  // every consumer thread writes its bf16 column pairs of the pass into the padded rows (conflict-free: a warp's
-  // 8 rows x 4 words land on 32 distinct banks at a row stride of 68 words), fence.proxy.async.shared::cta,
-  // barrier, then thread r < BM copies row r's segment (2 * kBulkCols bytes, 16-byte aligned: ld, base, BN % 8 == 0)
-  // to its place and commits it as its own bulk group. Completion of the writes: store()'s (1') before a release,
-  // store_tail before the CTA exits.
-  template <class Acc, class Coords>
-  CUTLASS_DEVICE void store_tile_bulk(Acc const& acc, Coords const& tCcD, int tid, int64_t base, int64_t part_stride,
-                                      int64_t ld, int log2_sub, int sub_mask) {
-#if BRAID_OVERLAP_BULK_STORE
-    using namespace cute;
-    using Rows = RowStage<BM, kBulkCols>;
-    static_assert(sizeof(Rows) <= sizeof(SharedStorage), "row stage");
-    __nv_bfloat16* rows = smem_->tile_rows.v;
-    CUTLASS_PRAGMA_UNROLL
-    for (int pass = 0; pass < BN / kBulkCols; ++pass) {
-      if (tid < BM) bulk_wait_read();
-      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(acc); i += 2) {
-        const auto coord = tCcD(i);
-        const int r = get<0>(coord), c = get<1>(coord) - pass * kBulkCols;
-        if (c >= 0 && c < kBulkCols)
-          *reinterpret_cast<__nv_bfloat162*>(rows + r * Rows::kStride + c) =
-              __floats2bfloat162_rn(float(acc(i)), float(acc(i + 1)));
-      }
-      fence_proxy_async_shared();
-      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-      if (tid < BM) {
-        const int64_t off = base + int64_t(tid >> log2_sub) * part_stride + int64_t(tid & sub_mask) * ld +
-                            int64_t(pass) * kBulkCols;
-        bulk_copy_s2g(params_.d + off, rows + tid * Rows::kStride, uint32_t(2 * kBulkCols));
-        bulk_commit();
-      }
-    }
-#else
-    (void)acc, (void)tCcD, (void)tid, (void)base, (void)part_stride, (void)ld, (void)log2_sub, (void)sub_mask;
-#endif
-  }
-
   // The previous tile's bulk copies (if any): complete (contract above, step 3), then thread 0 adds 1 to each
   // owner's flag for (that tile's group, this rank). Every consumer thread calls it (named barrier inside).
   CUTLASS_DEVICE void finish_bulk() {

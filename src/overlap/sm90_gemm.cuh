@@ -1,15 +1,14 @@
 // sm90_gemm.cuh — the one CUTLASS 3.x kernel composition braid's GEMMs share (FlashOverlap's
 // gemm_sm90.cu and T3's gemm_t3.cu differ only in their collective epilogue): bf16 A (M,K) row-major
 // times B (N,K) row-major ("TN"), fp32 accumulation, TMA loads with multicast over a CM x CN cluster,
-// wgmma, warp-specialized cooperative (two consumer warpgroups per tile) or ping-pong (Schedule below),
-// persistent static scheduler raster along N. The main loop gets every stage that the epilogue's shared storage leaves.
+// wgmma, warp-specialized cooperative (two consumer warpgroups per tile), persistent static scheduler
+// raster along N. The main loop gets every stage that the epilogue's shared storage leaves.
 // Include only from a CUTLASS translation unit (each instantiation costs minutes of compile time).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <string>
-#include <type_traits>
 
 #include "braid/errors.hpp"
 #include "cute/tensor.hpp"
@@ -21,16 +20,8 @@
 
 namespace braid::overlap::detail {
 
-// Schedule: cutlass::gemm::KernelTmaWarpSpecializedCooperative (two consumer warpgroups share each tile) or
-// KernelTmaWarpSpecializedPingpong (each consumer warpgroup owns a whole tile; the two alternate main loop and
-// epilogue, so one's epilogue runs under the other's wgmma). Ping-pong changes the scheduler's walk: consumer 0 of
-// CTA c takes work items c, c + 2G, ..., consumer 1 c + G, c + 3G, ... (G = grid size), i.e. 2G workers — plan()s
-// report kWorkersPerCta x grid as TileGrid::ctas so that the host model of the execution order follows.
-template <class Epilogue, int BM, int BN, int BK, int CM, int CN,
-          class Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative>
+template <class Epilogue, int BM, int BN, int BK, int CM, int CN>
 struct Sm90PersistentGemm {
-  static constexpr bool kPingpong = std::is_same_v<Schedule, cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
-  static constexpr int kWorkersPerCta = kPingpong ? 2 : 1;
   using Element = cutlass::bfloat16_t;
   using TileShape = cute::Shape<cute::Int<BM>, cute::Int<BN>, cute::Int<BK>>;
   using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
@@ -39,14 +30,13 @@ struct Sm90PersistentGemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, 8, Element,
       cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      Schedule>::CollectiveOp;
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                           cutlass::gemm::PersistentScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
   // The epilogue's shared-memory stage (32 KiB) must not cost the main loop a pipeline stage.
   static_assert(BN != 256 || Mainloop::DispatchPolicy::Stages >= 4, "128x256x64 main loop needs 4 stages");
-  static_assert(cute::size(typename GemmKernel::TiledMma{}) == (kPingpong ? 128 : 256),
-                "cooperative: two consumer warpgroups per tile; ping-pong: one");
+  static_assert(cute::size(typename GemmKernel::TiledMma{}) == 256, "cooperative: two consumer warpgroups");
   static_assert(GemmKernel::SharedStorageSize <= 232448, "over sm_90's 227 KiB of shared memory per block");
 
   // Fixed scheduling (AlongN raster unless along_m, the given swizzle) so that the host model of the execution
