@@ -87,6 +87,44 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
   }
 };
 
+// BRAID_GEMM_STOCK_EPILOGUE=1 (a diagnostic's compile-time switch for scripts/build-variant.sh, default 0: CI never
+// compiles it): SignalGemm::run sends plain GEMMs (normal layout, no counter, no log, no stores elsewhere) to the same
+// main loop and scheduler with CUTLASS's own TMA-store epilogue (CollectiveBuilder, EpilogueScheduleAuto), so that a
+// timing against cuBLAS tells the epilogue's share of braid's gap from the main loop's. The overlapped ops keep
+// braid's epilogue.
+#ifndef BRAID_GEMM_STOCK_EPILOGUE
+#define BRAID_GEMM_STOCK_EPILOGUE 0
+#endif
+#if BRAID_GEMM_STOCK_EPILOGUE
+}  // namespace
+}  // namespace braid::overlap
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+namespace braid::overlap {
+namespace {
+template <int BM, int BN, int BK, int CM, int CN>
+struct StockKernel {
+  using TileShape = cute::Shape<cute::Int<BM>, cute::Int<BN>, cute::Int<BK>>;
+  using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
+  using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor, 8,
+      cutlass::bfloat16_t, cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+  using Base = detail::Sm90PersistentGemm<Epi, BM, BN, BK, CM, CN>;
+  static void run(const void* a, const void* b, int m, int n, int k, __nv_bfloat16* d, int64_t ldd, int sm_count,
+                  cudaStream_t stream) {
+    typename Epi::Arguments ea{};
+    ea.thread.alpha = 1.f;
+    ea.thread.beta = 0.f;
+    ea.ptr_C = nullptr;
+    ea.ptr_D = reinterpret_cast<cutlass::bfloat16_t*>(d);
+    cute::get<0>(ea.dD) = ldd;
+    cute::get<2>(ea.dD) = int64_t(m) * ldd;
+    const int swz = swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN);
+    Base::run(Base::arguments(a, b, m, n, k, ea, sm_count, swz, gemm_raster_along_m()), stream, "the stock GEMM");
+  }
+};
+#endif
+
 // The instantiation table (TileConfig order).
 using K128x256 = Kernel<128, 256, 64, 2, 1>;
 using K128x128 = Kernel<128, 128, 64, 2, 1>;
@@ -131,6 +169,10 @@ SignalGemm::SignalGemm(TileConfig cfg, int sm_count) : cfg_(cfg), sm_count_(sm_c
   BRAID_REQUIRE(cfg == TileConfig::k128x256 || cfg == TileConfig::k128x128, "SignalGemm: pick a tile config");
   if (sm_count_ <= 0) sm_count_ = device_sm_count();
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::preload());  // no lazy load inside a run (sm90_gemm.cuh)
+#if BRAID_GEMM_STOCK_EPILOGUE
+  StockKernel<128, 256, 64, 2, 1>::Base::preload();
+  StockKernel<128, 128, 64, 2, 1>::Base::preload();
+#endif
 }
 SignalGemm::~SignalGemm() = default;
 
@@ -191,6 +233,16 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     p.part_rank = e.part_rank;
     p.part_bulk = e.part_bulk && (e.parts - 1) * (g.bm / e.parts) <= g.bm / 2 ? 1 : 0;
   }
+#if BRAID_GEMM_STOCK_EPILOGUE
+  if (e.counters == nullptr && e.wave_log == nullptr && e.tile_slot == nullptr && e.a2a_row_code == nullptr &&
+      e.part_dst == nullptr) {
+    if (cfg_ == TileConfig::k128x256)
+      StockKernel<128, 256, 64, 2, 1>::run(a, b, int(m), int(n), int(k), p.d, p.ldd, sm_count_, stream);
+    else
+      StockKernel<128, 128, 64, 2, 1>::run(a, b, int(m), int(n), int(k), p.d, p.ldd, sm_count_, stream);
+    return;
+  }
+#endif
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
 }
 

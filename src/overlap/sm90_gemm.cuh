@@ -42,7 +42,7 @@ struct Sm90PersistentGemm {
   // Fixed scheduling (AlongN raster unless along_m, the given swizzle) so that the host model of the execution
   // order (overlap::execution_order, which reads both from the kernel's params) holds.
   static typename Gemm::Arguments arguments(const void* a, const void* b, int m, int n, int k,
-                                            const typename Epilogue::Params& epi, int sm_count, int swizzle,
+                                            const typename Epilogue::Arguments& epi, int sm_count, int swizzle,
                                             bool along_m = false) {
     using StrideA = typename GemmKernel::StrideA;
     using StrideB = typename GemmKernel::StrideB;
