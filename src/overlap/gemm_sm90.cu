@@ -11,6 +11,7 @@
 #include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
+#include "braid/stream_memops.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "signal_epilogue.cuh"
@@ -137,6 +138,27 @@ using K128x128 = Kernel<128, 128, 64, 2, 1>;
     default: throw UsageError("unknown tile config", __FILE__, __LINE__);      \
   }
 
+#if BRAID_OVERLAP_TMA_STORE
+// cuTensorMapEncodeTiled (CUDA 12 ABI) through the runtime's entry-point query: libcuda is never linked.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The epilogue's store map (signal_epilogue.cuh, SignalEpilogueParams::tma_d): d as (rows, cols) bf16 with row
+// stride ld elements, boxes of 64 columns x box_rows rows, 128-byte swizzle.
+void encode_store_map(CUtensorMap* map, void* d, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows) {
+  static void* fn = memops::required_entry_point("cuTensorMapEncodeTiled", "the GEMM's TMA-store epilogue");
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {ld * 2};
+  const cuuint32_t box[2] = {64, box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult rc = reinterpret_cast<EncodeTiledFn>(fn)(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, d, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+}
+#endif
+
 int device_sm_count() {
   int dev = 0, sms = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
@@ -233,6 +255,16 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     p.part_rank = e.part_rank;
     p.part_bulk = e.part_bulk && (e.parts - 1) * (g.bm / e.parts) <= g.bm / 2 ? 1 : 0;
   }
+#if BRAID_OVERLAP_TMA_STORE
+  if (e.a2a_row_code == nullptr && e.part_dst == nullptr) {  // the layouts store_tile_tma writes
+    p.tma_store = 1;
+    if (e.tile_slot == nullptr)
+      encode_store_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), uint32_t(g.bm));
+    else  // reordered: (M*N/BN, BN) rows of BN, boxes of one part's rows
+      encode_store_map(&p.tma_d, p.d, uint64_t(m) * uint64_t(n) / uint64_t(g.bn), uint64_t(g.bn), uint64_t(g.bn),
+                       uint32_t(g.bm >> lp));
+  }
+#endif
 #if BRAID_GEMM_STOCK_EPILOGUE
   if (e.counters == nullptr && e.wave_log == nullptr && e.tile_slot == nullptr && e.a2a_row_code == nullptr &&
       e.part_dst == nullptr) {

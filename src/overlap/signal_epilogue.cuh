@@ -50,6 +50,20 @@
 #define BRAID_OVERLAP_STAGE_BF16 1
 #endif
 
+// BRAID_OVERLAP_TMA_STORE=1 (default 0, compile-time, for a same-call A/B with scripts/build-variant.sh): tiles in the
+// normal or reordered layout (not all-to-all rows, not parts stored into their owners) leave by TMA tensor stores
+// from a stage of 64-column panels in the 128-byte swizzle (store_tile_tma), one thread issuing a few 16-KiB boxes
+// per pass, instead of every consumer thread's 16-byte st.global. Why: on one H200 (75286f1) CUTLASS's own TMA-store
+// epilogue on braid's main loop and scheduler ran plain GEMMs at 0.979x of cuBLAS (geomean, 17 shapes, 1 below 0.95x)
+// where braid's epilogue ran 0.961x (7 below): the gap to cuBLAS is mostly the epilogue's stores.
+#ifndef BRAID_OVERLAP_TMA_STORE
+#define BRAID_OVERLAP_TMA_STORE 0
+#endif
+#if BRAID_OVERLAP_TMA_STORE
+#include <cuda.h>  // CUtensorMap
+static_assert(alignof(CUtensorMap) >= 64, "TMA needs its tensor map 64-byte aligned");
+#endif
+
 namespace braid::overlap::detail {
 
 struct SignalEpilogueParams {
@@ -81,6 +95,14 @@ struct SignalEpilogueParams {
   // remote rows of a tile fit the stage ((parts - 1) * BM / parts <= BM / 2, i.e. 2 ranks) and every
   // part_dst entry is 16-byte aligned.
   int part_bulk;
+#if BRAID_OVERLAP_TMA_STORE
+  // Nonzero: store_tile_tma through tma_d, a 2-D bf16 tensor map of the destination in the 128-byte swizzle with a
+  // box of 64 columns x (BM >> log2_parts) rows: the normal layout as (M rows, N columns, row stride ldd), the
+  // reordered one as (M*N/BN rows, BN columns). The kernel reads it in its parameter space (__grid_constant__),
+  // where TMA needs it (64-byte aligned).
+  int tma_store;
+  CUtensorMap tma_d;  // the type carries TMA's alignment (>= 64 bytes)
+#endif
 };
 
 __device__ __forceinline__ void signal_add_release_gpu(uint32_t* p, uint32_t v) {
@@ -108,6 +130,8 @@ __device__ __forceinline__ void bulk_copy_s2g(void* gmem, const void* smem, uint
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Only the reads of the shared-memory source are complete (the stage may be rewritten); the writes may be in flight.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
@@ -142,11 +166,16 @@ class SignalEpilogue {
   static constexpr int kStageColsBf16 = BN < 128 ? BN : 128;
   static constexpr bool kStageBf16 = BRAID_OVERLAP_STAGE_BF16 != 0;
   static constexpr int kBulkRows = BM / 2;  // remote rows a tile may send by bulk copies (2 ranks: half the tile)
+  static constexpr bool kTmaStore = BRAID_OVERLAP_TMA_STORE != 0;
+  static constexpr int kTmaPassCols = BN < 128 ? BN : 128;  // columns per pass of store_tile_tma: 64-column panels
   struct SharedStorage {
     union {
       StageBuffer<BM, kStageCols> stage;           // fp32 passes (staged_store)
       StageBufferBf16<BM, kStageColsBf16> stage16;  // bf16 passes (staged_store, BRAID_OVERLAP_STAGE_BF16)
       RowStage<kBulkRows, BN> rows;                // bf16 remote rows (store_parts_bulk)
+#if BRAID_OVERLAP_TMA_STORE
+      alignas(1024) StageBufferBf16<BM, 64> panels[kTmaPassCols / 64];  // (BM, 64) bf16, 128-byte swizzle (store_tile_tma)
+#endif
     };
   };
   static_assert(sizeof(SharedStorage) <= 34 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
@@ -179,9 +208,17 @@ class SignalEpilogue {
   CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(CtaTileMNK) { return 1; }
   template <class CtaTileMNK>
   CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) { return 1; }
-  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
+#if BRAID_OVERLAP_TMA_STORE
+    if (params.tma_store != 0) cute::prefetch_tma_descriptor(&params.tma_d);
+#else
+    (void)params;
+#endif
+  }
 
-  CUTLASS_HOST_DEVICE SignalEpilogue(Params const& params, TensorStorage& smem) : params_(params), smem_(&smem) {}
+  // `params` is the kernel's own (parameter space): store_tile_tma hands TMA the address of its tensor map.
+  CUTLASS_HOST_DEVICE SignalEpilogue(Params const& params, TensorStorage& smem)
+      : params_(params), kparams_(&params), smem_(&smem) {}
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
 
@@ -251,6 +288,11 @@ class SignalEpilogue {
       return cute::make_tuple(load_state, store_state);
     }
 
+    bool tma = false;  // this tile left by TMA stores (store_tile_tma)
+#if BRAID_OVERLAP_TMA_STORE
+    tma = params_.tma_store != 0 && !a2a && part_dst == nullptr;
+    if (tma) store_tile_tma(accumulators, tCcD, thread_idx, mb, nb, base, part_stride);
+#endif
     __nv_bfloat16* d = params_.d;
     // Columns c..c+7 of tile row r, as 8 floats (fp32 stage) or 8 packed bf16 (bf16 stage), to their destination.
     auto emit = [&](int r, int c, const auto& v) {
@@ -269,6 +311,20 @@ class SignalEpilogue {
       }
       *reinterpret_cast<uint4*>(dst + off) = as_bf16x8(v);  // 16-byte aligned: ld, BN, c % 8 == 0
     };
+    if (tma) {
+      // The tile's data are thread 0's TMA stores: it waits for their writes (not only their reads of the stage),
+      // orders them (async proxy) before its own later generic operations, then releases as below; no barrier.
+      if (thread_idx == 0 && (params_.counters != nullptr || params_.wave_log != nullptr)) {
+        if (params_.counters != nullptr) {
+          bulk_wait_all();
+          fence_proxy_async_global();
+        }
+        if (params_.wave_log != nullptr) params_.wave_log[tile] = iteration_;
+        if (params_.counters != nullptr) signal_add_release_gpu(params_.counters + group, 1u);
+      }
+      ++iteration_;
+      return cute::make_tuple(load_state, store_state);
+    }
     if constexpr (kStageBf16)
       staged_store<BM, BN, kThreads>(smem_->stage16, accumulators, tCcD, thread_idx, emit);
     else
@@ -300,10 +356,57 @@ class SignalEpilogue {
   CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadPipelineState load_state, StorePipeline,
                                  StorePipelineState store_state, Ts&&...) {
     finish_bulk();  // the last tile's bulk copies, then its owners' flags
+    if (kTmaStore && tid_ == 0) bulk_wait_all();  // store_tile_tma's last boxes (no-op where none were issued)
     return cute::make_tuple(load_state, store_state);
   }
 
  private:
+#if BRAID_OVERLAP_TMA_STORE
+  // The tile by TMA tensor stores (BRAID_OVERLAP_TMA_STORE). Per pass of kTmaPassCols columns: thread 0 waits until
+  // the previous pass's (or tile's) boxes have read the stage (wait_group.read), barrier; every consumer thread writes
+  // its bf16 column pairs into the 64-column panels, whose layout (row r at r * 128 bytes, 16-byte chunk j at
+  // j ^ (r & 7), panels 1024-byte aligned) is the tensor map's 128-byte swizzle, conflict-free for the fragment writes
+  // (a warp's 8 rows x 16 bytes hit 32 banks); fence.proxy.async.shared::cta (the generic writes before the async
+  // proxy's reads), barrier; thread 0 issues one box per (panel, part) — rows p * sub .. of the panel to the part's
+  // place — and commits them as one bulk group. Completion: store()'s release path (wait_group 0), store_tail.
+  template <class Acc, class Coords>
+  CUTLASS_DEVICE void store_tile_tma(Acc const& acc, Coords const& tCcD, int tid, int mb, int nb, int64_t base,
+                                     int64_t part_stride) {
+    using namespace cute;
+    using Panel = StageBufferBf16<BM, 64>;
+    static_assert(sizeof(Panel) % 1024 == 0 && alignof(SharedStorage) >= 1024, "panels: whole 1024-byte swizzle atoms");
+    constexpr int kPanels = kTmaPassCols / 64;
+    const bool normal = params_.tile_slot == nullptr;
+    const int log2_parts = normal ? 0 : params_.log2_parts;
+    const int parts = 1 << log2_parts;
+    const int sub = BM >> log2_parts;
+    CUTLASS_PRAGMA_UNROLL
+    for (int pass = 0; pass < BN / kTmaPassCols; ++pass) {
+      if (tid == 0) bulk_wait_read();
+      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(acc); i += 2) {
+        const auto coord = tCcD(i);
+        const int r = get<0>(coord), c = get<1>(coord) - pass * kTmaPassCols;
+        if (c >= 0 && c < kTmaPassCols) smem_->panels[c >> 6].put(r, c & 63, float(acc(i)), float(acc(i + 1)));
+      }
+      fence_proxy_async_shared();
+      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      if (tid == 0) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int q = 0; q < kPanels; ++q) {
+          const int col = (normal ? nb * BN : 0) + pass * kTmaPassCols + q * 64;
+          for (int p = 0; p < parts; ++p) {
+            const int row = normal ? mb * BM : int((base + int64_t(p) * part_stride) / BN);
+            SM90_TMA_STORE_2D::copy(&kparams_->tma_d, smem_->panels[q].v + p * sub * 64, col, row);
+          }
+        }
+        bulk_commit();
+      }
+    }
+  }
+#endif
+
   // The previous tile's bulk copies (if any): complete (contract above, step 3), then thread 0 adds 1 to each
   // owner's flag for (that tile's group, this rank). Every consumer thread calls it (named barrier inside).
   CUTLASS_DEVICE void finish_bulk() {
@@ -374,6 +477,7 @@ class SignalEpilogue {
   }
 
   Params params_;
+  Params const* kparams_;  // the kernel's parameters (the tensor map's address for TMA)
   SharedStorage* smem_;
   int iteration_ = 0;
   int threads_ = 0;     // consumer threads (size(TiledMma)), set by store()
