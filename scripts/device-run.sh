@@ -460,23 +460,31 @@ if has ar-variant; then  # A/B of a compile-time all-reduce variant: VARIANT_DEF
     done
   done
 fi
-if has gemm-variant; then  # the plain GEMM, base build against a variant of gemm_sm90.cu, alternating, one machine:
-  # VARIANT_DEFS (default BRAID_OVERLAP_EPILOGUE_STORES=0, the store branches compiled out; e.g.
-  # BRAID_OVERLAP_STAGE_BF16=1, the bf16 epilogue stage), VARIANT_TAG its name; GEMM_SHAPES a shapes file. Every
-  # row verifies braid's GEMM against cuBLAS (bench tolerance), so the variant's output is checked too.
-  vt=${VARIANT_TAG:-nostores}
-  echo "== GEMM epilogue A/B: base / $vt (${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}) ($(date +%T))" | tee -a "$log"
-  bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu "$vt" ${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0} \
-    > "$out/build-variant.log" 2>&1 || { tail -20 "$out/build-variant.log"; exit 1; }
+if has gemm-variant; then  # the plain GEMM, base build against variants of gemm_sm90.cu, alternating, one machine:
+  # VARIANTS="tag:DEF[,DEF...] ..." (e.g. "tma1:BRAID_OVERLAP_TMA_STORE=1 tma2:BRAID_OVERLAP_TMA_STORE=2"), or one
+  # variant as VARIANT_TAG + VARIANT_DEFS (default nostores: BRAID_OVERLAP_EPILOGUE_STORES=0); GEMM_SHAPES a shapes
+  # file, VARIANT_ROUNDS rounds (default 2). Every row verifies braid's GEMM against cuBLAS (bench tolerance) and the
+  # FlashOverlap op against cuBLAS + NCCL, so each variant's output is checked too.
+  variants=${VARIANTS:-"${VARIANT_TAG:-nostores}:$(tr ' ' ',' <<< "${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}")"}
+  tags=()
+  for spec in $variants; do
+    vt=${spec%%:*}; defs=${spec#*:}
+    echo "== GEMM epilogue A/B: base / $vt (${defs//,/ }) ($(date +%T))" | tee -a "$log"
+    # shellcheck disable=SC2086
+    bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu "$vt" ${defs//,/ } \
+      > "$out/build-variant-$vt.log" 2>&1 || { tail -20 "$out/build-variant-$vt.log"; exit 1; }
+    tags+=("$vt")
+  done
   for round in $(seq 1 "${VARIANT_ROUNDS:-2}"); do
-    for v in base "$vt"; do
-      bin=build/braid; [[ $v != base ]] && bin=build/braid-$vt
+    for v in base "${tags[@]}"; do
+      bin=build/braid; [[ $v != base ]] && bin=build/braid-$v
       echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
       # shellcheck disable=SC2086
       BIN=$bin T=120 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 ${VARIANT_ARGS:-} \
         --json "$out/gemm-variant-$v-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||Failed" | tee -a "$log"
       python3 -c "import json,math,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; \
 g=lambda v: math.exp(sum(map(math.log, v)) / len(v)); \
+print('[%s] every row correct: %s' % (sys.argv[2], all(r.get('correct') for r in rs))); \
 [print('[%s] %s geomean %.3f min %.3f below 0.95: %d (%d shapes)' % (sys.argv[2], k, g(v), min(v), sum(x < 0.95 for x in v), len(v))) \
  for k in ('braid_vs_cublas', 'braid_best_vs_cublas') for v in [[r[k] for r in rs if k in r]] if v]" \
         "$out/gemm-variant-$v-r$round.jsonl" "$v" 2>&1 | tee -a "$log"

@@ -56,6 +56,10 @@
 // per pass, instead of every consumer thread's 16-byte st.global. Why: on one H200 (75286f1) CUTLASS's own TMA-store
 // epilogue on braid's main loop and scheduler ran plain GEMMs at 0.979x of cuBLAS (geomean, 17 shapes, 1 below 0.95x)
 // where braid's epilogue ran 0.961x (7 below): the gap to cuBLAS is mostly the epilogue's stores.
+// BRAID_OVERLAP_TMA_STORE=2: the same stores one 64-column panel at a time through the two panels in turn, so that
+// the boxes of one panel are read by TMA while the threads write the other (the stage waits for all but the last
+// bulk group instead of all), at twice the barriers of mode 1. Not GPU-run yet. CMake: -DBRAID_OVERLAP_TMA_STORE=N
+// builds everything with mode N (the tests included).
 #ifndef BRAID_OVERLAP_TMA_STORE
 #define BRAID_OVERLAP_TMA_STORE 0
 #endif
@@ -132,6 +136,8 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Only the reads of the shared-memory source are complete (the stage may be rewritten); the writes may be in flight.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// The same for all but the most recent bulk group (groups complete in commit order).
+__device__ __forceinline__ void bulk_wait_read_but1() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
@@ -380,6 +386,37 @@ class SignalEpilogue {
     const int log2_parts = normal ? 0 : params_.log2_parts;
     const int parts = 1 << log2_parts;
     const int sub = BM >> log2_parts;
+#if BRAID_OVERLAP_TMA_STORE == 2
+    // Panel j of the tile (columns 64j..64j+63) through buffer j % kPanels. Before writing buffer b, the group that
+    // last read it is the one committed kPanels panels ago (this tile's, or the previous tile's last panels: BN / 64
+    // is a multiple of kPanels), so all but the kPanels - 1 most recent groups must have finished reading.
+    static_assert((BN / 64) % kPanels == 0, "the panels alternate across tiles");
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < BN / 64; ++j) {
+      const int q = j % kPanels;
+      if (tid == 0) {
+        if constexpr (kPanels == 2) bulk_wait_read_but1();
+        else bulk_wait_read();
+      }
+      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(acc); i += 2) {
+        const auto coord = tCcD(i);
+        const int r = get<0>(coord), c = get<1>(coord) - j * 64;
+        if (c >= 0 && c < 64) smem_->panels[q].put(r, c, float(acc(i)), float(acc(i + 1)));
+      }
+      fence_proxy_async_shared();
+      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      if (tid == 0) {
+        const int col = (normal ? nb * BN : 0) + j * 64;
+        for (int p = 0; p < parts; ++p) {
+          const int row = normal ? mb * BM : int((base + int64_t(p) * part_stride) / BN);
+          SM90_TMA_STORE_2D::copy(&kparams_->tma_d, smem_->panels[q].v + p * sub * 64, col, row);
+        }
+        bulk_commit();
+      }
+    }
+#else
     CUTLASS_PRAGMA_UNROLL
     for (int pass = 0; pass < BN / kTmaPassCols; ++pass) {
       if (tid == 0) bulk_wait_read();
@@ -404,6 +441,7 @@ class SignalEpilogue {
         bulk_commit();
       }
     }
+#endif
   }
 #endif
 
