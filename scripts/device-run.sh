@@ -70,11 +70,15 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (thirty-second session's end): only `nvidia-h200` and `nvidia-h200-x2` were lent, so nothing has run on H100
-# since bb85931. GPU-run this session (2x H200): GemmPullRs (test passes; now a default AutoGemmComm candidate,
-# `--no-auto-pull` leaves it out), t3::pick_regions as the default, the T3 counter waits' backoff (ea707a2: the
-# ring-dma one-region slowdown was the polling). Not GPU-run: 4ec1391, strict parsing of the BRAID_* knobs
-# (braid/env.hpp; valid values take the old paths) — the first call's `build test` should run the whole ctest. On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
+# Next (thirty-third session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second and
+# thirty-third sessions). All code is GPU-run except BRAID_OVERLAP_TMA_STORE=2 (default off). First call on any 2-GPU
+# card, cold (CMAKE_FLAGS applies to a fresh build directory only): the suite with the TMA-store epilogue, then the
+# A/B of both modes, e.g. `CMAKE_FLAGS=-DBRAID_OVERLAP_TMA_STORE=1 CTEST_R='test_overlap|test_t3' ... build test`
+# (then mode 2 the same way, or `cmake -B build -DBRAID_OVERLAP_TMA_STORE=2 && make build` on the warm machine), and on
+# the default build `VARIANTS="tma1:BRAID_OVERLAP_TMA_STORE=1 tma2:BRAID_OVERLAP_TMA_STORE=2" GEMM_SHAPES=bench/shapes/sweep.txt
+# VARIANT_ARGS=--no-tune VARIANT_ROUNDS=1 ... build gemm-variant` (50 shapes x 3 builds ~5 min warm); if a mode wins
+# everywhere and the suite passes with it, make it the default (signal_epilogue.cuh and CMakeLists.txt).
+# On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
 # fi`): `build test measure-rs` with CTEST_R='test_overlap_mpi$|test_t3_mpi$', MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt
@@ -82,9 +86,11 @@
 # --owner --owner-chunks 1,2,4 --auto" (25 shapes, ~4 min warm; issue 4's open criterion, 1.364x at e9566f7 without
 # T3's ops or the pull); then the whole sweep in halves, `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-ring-dma,t3-auto
 # T3_AG=0), `sweep-ar`, issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
-# STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M. On `nvidia-h100-x1` (if lent): `build gemm-swizzle`
-# with SWIZZLE_SHAPES="1024,4096,1024 1024,4096,4096 8192,4096,1024 4096,8192,1024 2048,4096,1024" (the five shapes
-# below 0.95x of cuBLAS on both cards).
+# STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M. On `nvidia-h100-x1` (if lent): `build gemm-variant`
+# with the TMA modes on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
+# The thirty-third session's calls: 2x H200 `build test gemm-variant` (full ctest, one variant, 10 shapes x 2 rounds)
+# 6.8 min cold; one H200 `build gemm-variant` (17 shapes x 2 rounds) 7.1-8.3 min cold; 2x H200 `build gemm-variant`
+# with BUILD_TARGET=braid (no tests built), 10 shapes, one round: 3.6 min cold. The device budget counts the cold start.
 # The thirty-second session's calls (2x H200): `build test t3-regions measure-rs` (4 tests, 3 region counts, 10 shapes
 # with --auto --pull) 4.3 min cold; t3-regions alone 14 s warm (4 shapes, 1 region, twice); 4 fixed sleeps x 3 region
 # counts x 10 shapes 58 s warm; `build test owner-phases t3-regions` + measure-rs (10 shapes) 5.1 min cold; `build
