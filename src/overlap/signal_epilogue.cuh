@@ -387,7 +387,7 @@ class SignalEpilogue {
     const int parts = 1 << log2_parts;
     const int sub = BM >> log2_parts;
 #if BRAID_OVERLAP_TMA_STORE == 2
-    // Panel j of the tile (columns 64j..64j+63) through buffer j % kPanels. Before writing buffer b, the group that
+    // Panel j of the tile (columns 64j..64j+63) through buffer q = j % kPanels. Before writing buffer q, the group that
     // last read it is the one committed kPanels panels ago (this tile's, or the previous tile's last panels: BN / 64
     // is a multiple of kPanels), so all but the kPanels - 1 most recent groups must have finished reading.
     static_assert((BN / 64) % kPanels == 0, "the panels alternate across tiles");
