@@ -71,13 +71,14 @@
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
 # Next (thirty-third session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second and
-# thirty-third sessions). All code is GPU-run except BRAID_OVERLAP_TMA_STORE=2 (default off). First call on any 2-GPU
-# card, cold (CMAKE_FLAGS applies to a fresh build directory only): the suite with the TMA-store epilogue, then the
-# A/B of both modes, e.g. `CMAKE_FLAGS=-DBRAID_OVERLAP_TMA_STORE=1 CTEST_R='test_overlap|test_t3' ... build test`
-# (then mode 2 the same way, or `cmake -B build -DBRAID_OVERLAP_TMA_STORE=2 && make build` on the warm machine), and on
-# the default build `VARIANTS="tma1:BRAID_OVERLAP_TMA_STORE=1 tma2:BRAID_OVERLAP_TMA_STORE=2" GEMM_SHAPES=bench/shapes/sweep.txt
-# VARIANT_ARGS=--no-tune VARIANT_ROUNDS=1 ... build gemm-variant` (50 shapes x 3 builds ~5 min warm); if a mode wins
-# everywhere and the suite passes with it, make it the default (signal_epilogue.cuh and CMakeLists.txt).
+# thirty-third sessions). All code is GPU-run except BRAID_OVERLAP_TMA_STORE=2 and =3 (default off). First call on any
+# 2-GPU card, cold: the A/B of the three TMA-store modes on the default build, `VARIANTS="tma1:BRAID_OVERLAP_TMA_STORE=1
+# tma2:BRAID_OVERLAP_TMA_STORE=2 tma3:BRAID_OVERLAP_TMA_STORE=3" GEMM_SHAPES=bench/shapes/gemm-short.txt
+# VARIANT_ARGS=--no-tune VARIANT_ROUNDS=2 ... build gemm-variant` (every row verified; ~4 builds x 25 s per round), then
+# the best on bench/shapes/sweep.txt; then the suite built with it (CMAKE_FLAGS=-DBRAID_OVERLAP_TMA_STORE=N applies to
+# a fresh build directory only: on a warm machine `cmake -B build -DBRAID_OVERLAP_TMA_STORE=N && make build`) with
+# CTEST_R='test_overlap|test_t3'; if it wins everywhere and the suite passes, make it the default (signal_epilogue.cuh
+# and CMakeLists.txt).
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;

@@ -58,8 +58,10 @@
 // where braid's epilogue ran 0.961x (7 below): the gap to cuBLAS is mostly the epilogue's stores.
 // BRAID_OVERLAP_TMA_STORE=2: the same stores one 64-column panel at a time through the two panels in turn, so that
 // the boxes of one panel are read by TMA while the threads write the other (the stage waits for all but the last
-// bulk group instead of all), at twice the barriers of mode 1. Not GPU-run yet. CMake: -DBRAID_OVERLAP_TMA_STORE=N
-// builds everything with mode N (the tests included).
+// bulk group instead of all), at twice the barriers of mode 1. BRAID_OVERLAP_TMA_STORE=3: mode 2 with the panels
+// written by stmatrix (four 8x8 bf16 matrices per instruction: 4 instructions per thread and panel instead of 16
+// 4-byte stores), as CUTLASS's own epilogue writes its stage. Modes 2 and 3 are not GPU-run yet. CMake:
+// -DBRAID_OVERLAP_TMA_STORE=N builds everything with mode N (the tests included).
 #ifndef BRAID_OVERLAP_TMA_STORE
 #define BRAID_OVERLAP_TMA_STORE 0
 #endif
@@ -136,6 +138,19 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Only the reads of the shared-memory source are complete (the stage may be rewritten); the writes may be in flight.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// Four 8x8 b16 matrices to shared memory (stmatrix.x4): lane L gives the address of row L % 8 of matrix L / 8 (16
+// bytes, 16-byte aligned); register k of every lane holds its two elements of matrix k in the mma C-fragment layout
+// (row lane / 4, columns 2 * (lane % 4) + {0, 1}).
+__device__ __forceinline__ void stmatrix_x4(void* smem_row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(r0), "r"(r1), "r"(r2),
+               "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
 // The same for all but the most recent bulk group (groups complete in commit order).
 __device__ __forceinline__ void bulk_wait_read_but1() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
@@ -386,7 +401,19 @@ class SignalEpilogue {
     const int log2_parts = normal ? 0 : params_.log2_parts;
     const int parts = 1 << log2_parts;
     const int sub = BM >> log2_parts;
-#if BRAID_OVERLAP_TMA_STORE == 2
+#if BRAID_OVERLAP_TMA_STORE >= 2
+#if BRAID_OVERLAP_TMA_STORE == 3
+    // The accumulator fragment of sm90 wgmma (one atom of 64 x BN per warpgroup, MMA_M = MMA_N = 1): value index
+    // i = j + 2h + 4g holds row (warp's first row) + 8h + lane / 4, column 8g + 2 (lane % 4) + j — the GMMA C layout
+    // (value strides 1 column, 8 rows, 8 columns). Lane L addresses row L % 8 of matrix L / 8, the matrices of a pair
+    // of column groups (g, g + 1) being (h, g) = (0, g), (1, g), (0, g + 1), (1, g + 1).
+    static_assert(decltype(rank(acc))::value == 3 && decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1 &&
+                      decltype(size<0, 0>(acc))::value == 2 && decltype(size<0, 1>(acc))::value == 2 &&
+                      decltype(size<0, 2>(acc))::value == BN / 8,
+                  "stmatrix path: one 64xBN GMMA atom per warpgroup");
+    const int lane = tid & 31;
+    const int arow = int(get<0>(tCcD(0))) - (lane >> 2) + ((lane >> 3) & 1) * 8 + (lane & 7);  // this lane's address row
+#endif
     // Panel j of the tile (columns 64j..64j+63) through buffer q = j % kPanels. Before writing buffer q, the group that
     // last read it is the one committed kPanels panels ago (this tile's, or the previous tile's last panels: BN / 64
     // is a multiple of kPanels), so all but the kPanels - 1 most recent groups must have finished reading.
@@ -399,12 +426,25 @@ class SignalEpilogue {
         else bulk_wait_read();
       }
       cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+#if BRAID_OVERLAP_TMA_STORE == 3
+      char* panel = reinterpret_cast<char*>(smem_->panels[q].v);
+      CUTLASS_PRAGMA_UNROLL
+      for (int gg = 0; gg < 4; ++gg) {  // column groups g, g + 1 of the panel's 8
+        const int g = 8 * j + 2 * gg;
+        const int chunk = (2 * gg + (lane >> 4)) ^ (arow & 7);  // the 128-byte swizzle
+        stmatrix_x4(panel + arow * 128 + chunk * 16, pack_bf16x2(float(acc(4 * g)), float(acc(4 * g + 1))),
+                    pack_bf16x2(float(acc(4 * g + 2)), float(acc(4 * g + 3))),
+                    pack_bf16x2(float(acc(4 * g + 4)), float(acc(4 * g + 5))),
+                    pack_bf16x2(float(acc(4 * g + 6)), float(acc(4 * g + 7))));
+      }
+#else
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(acc); i += 2) {
         const auto coord = tCcD(i);
         const int r = get<0>(coord), c = get<1>(coord) - j * 64;
         if (c >= 0 && c < 64) smem_->panels[q].put(r, c, float(acc(i)), float(acc(i + 1)));
       }
+#endif
       fence_proxy_async_shared();
       cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
       if (tid == 0) {
