@@ -184,17 +184,10 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   env_int("BRAID_AR_TWOSHOT_BLOCKS", 1, kMaxBlocks, cfg_.twoshot_blocks);
   env_int("BRAID_AR_ONESHOT_BLOCKS", 1, kMaxBlocks, cfg_.oneshot_blocks);
   env_int("BRAID_AR_LL_BLOCKS", 1, kMaxBlocks, cfg_.ll_blocks);
-  if (const char* e = std::getenv("BRAID_AR_SYMM_LAYOUT")) {
-    const std::string m = e;
-    BRAID_REQUIRE(m == "blocked" || m == "interleaved", "BRAID_AR_SYMM_LAYOUT must be blocked or interleaved");
-    cfg_.symm_interleaved = m == "interleaved";
-  }
-  if (const char* e = std::getenv("BRAID_AR_SYMM_BATCH")) {
-    const std::string m = e;
-    BRAID_REQUIRE(m == "none" || m == "oneshot" || m == "twoshot" || m == "both",
-                  "BRAID_AR_SYMM_BATCH must be none, oneshot, twoshot or both");
-    cfg_.symm_pair_oneshot = m == "oneshot" || m == "both";
-    cfg_.symm_pair_twoshot = m == "twoshot" || m == "both";
+  if (const auto m = env::choice("BRAID_AR_SYMM_LAYOUT", {"blocked", "interleaved"})) cfg_.symm_interleaved = *m == "interleaved";
+  if (const auto m = env::choice("BRAID_AR_SYMM_BATCH", {"none", "oneshot", "twoshot", "both"})) {
+    cfg_.symm_pair_oneshot = *m == "oneshot" || *m == "both";
+    cfg_.symm_pair_twoshot = *m == "twoshot" || *m == "both";
   }
   env_flag("BRAID_AR_QUANT_PAIR", cfg_.quant_pair_sources);
   env_flag("BRAID_AR_QUANT_PREFETCH", cfg_.quant_prefetch);

@@ -23,12 +23,8 @@ bool cudnn_built() {
 }
 
 Impl impl_from_env() {
-  const char* e = std::getenv("BRAID_ATTN");
-  const std::string v = e ? e : "";
-  if (v.empty() || v == "auto") return Impl::kAuto;
-  if (v == "naive") return Impl::kNaive;
-  if (v == "cudnn") return Impl::kCudnn;
-  throw UsageError("BRAID_ATTN='" + v + "': expected auto, cudnn or naive", __FILE__, __LINE__);
+  const std::string v = env::choice("BRAID_ATTN", {"auto", "cudnn", "naive"}).value_or("auto");
+  return v == "naive" ? Impl::kNaive : v == "cudnn" ? Impl::kCudnn : Impl::kAuto;
 }
 
 const char* impl_name(Impl i) {

@@ -5,7 +5,6 @@
 // costs minutes of CI compile time).
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "braid/env.hpp"
@@ -38,12 +37,7 @@ int gemm_swizzle() {
 // on 2x H200, twenty-eighth session); FlashOverlap's kernel only (T3's keeps AlongN). plan() reads the raster the
 // kernel gets, so the wave groups and the execution-order model follow it.
 static bool gemm_raster_along_m() {
-  static const bool m = [] {
-    const char* e = std::getenv("BRAID_GEMM_RASTER");
-    const std::string v = e ? e : "n";
-    if (v != "n" && v != "m") throw UsageError("BRAID_GEMM_RASTER: n or m", __FILE__, __LINE__);
-    return v == "m";
-  }();
+  static const bool m = env::choice("BRAID_GEMM_RASTER", {"n", "m"}).value_or("n") == "m";
   return m;
 }
 

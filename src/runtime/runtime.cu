@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "braid/env.hpp"
 #include "braid/runtime.hpp"
 #include "braid/signal_device.cuh"
 
@@ -170,11 +171,7 @@ void Team::init(TeamOptions opt) {
     view_.num_slots = opt_.signal_slots;
     view_.timeout_ns = static_cast<uint64_t>(opt_.timeout_s * 1e9);
     view_.barrier_mode = 1;  // "release" (2x H100: one-shot 64 KiB 10.7 -> 6.9 us; docs/flash-communication.md)
-    if (const char* e = std::getenv("BRAID_BARRIER")) {
-      const std::string m = e;
-      if (m == "fence") view_.barrier_mode = 0;
-      else if (m != "release") throw UsageError("BRAID_BARRIER: fence or release, not '" + m + "'", __FILE__, __LINE__);
-    }
+    if (env::choice("BRAID_BARRIER", {"fence", "release"}).value_or("release") == "fence") view_.barrier_mode = 0;
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include "../model/kernels.cuh"
 #include "braid/overlap/verify.hpp"
+#include "braid/env.hpp"
 #include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/model.hpp"
@@ -95,10 +96,7 @@ m::ModelConfig model_of(const Args& a, Team& team, m::Parallel* par, const char*
 // whole compute kernel (what a separate communication stream allows and round-robin's mixed streams do
 // not). Default: normal priority, like every other stream.
 bool link_priority_high() {
-  const char* e = std::getenv("BRAID_STRANDS_LINK_PRIORITY");
-  if (e == nullptr || *e == 0 || std::strcmp(e, "normal") == 0) return false;
-  if (std::strcmp(e, "high") == 0) return true;
-  throw UsageError(std::string("BRAID_STRANDS_LINK_PRIORITY: high or normal, got '") + e + "'", __FILE__, __LINE__);
+  return env::choice("BRAID_STRANDS_LINK_PRIORITY", {"normal", "high"}).value_or("normal") == "high";
 }
 
 // Three non-blocking streams (and round-robin's second), destroyed with the holder.

@@ -41,10 +41,7 @@ void* entry_point(const char* name) { return memops::required_entry_point(name, 
 // value from a device word (same stream, after the data copy) — the fallback if the driver refuses
 // stream memory operations on peer memory.
 bool signal_by_copy() {
-  const char* e = std::getenv("BRAID_T3_SIGNAL");
-  if (e == nullptr || std::strcmp(e, "memop") == 0 || *e == 0) return false;
-  if (std::strcmp(e, "copy") == 0) return true;
-  throw UsageError(std::string("BRAID_T3_SIGNAL: memop or copy, got '") + e + "'", __FILE__, __LINE__);
+  return env::choice("BRAID_T3_SIGNAL", {"memop", "copy"}).value_or("memop") == "copy";
 }
 
 // BRAID_T3_PERSIST_B=1 (experiment, default off): the ring stages (ring-cublas, ring-dma, ring) keep B
