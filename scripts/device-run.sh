@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant
+# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -474,13 +474,17 @@ if has gemm-variant; then  # the plain GEMM, base build against variants of gemm
   # FlashOverlap op against cuBLAS + NCCL, so each variant's output is checked too.
   variants=${VARIANTS:-"${VARIANT_TAG:-nostores}:$(tr ' ' ',' <<< "${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}")"}
   tags=()
-  for spec in $variants; do
+  for spec in $variants; do  # the variants' compiles at once (one translation unit each, separate folders)
     vt=${spec%%:*}; defs=${spec#*:}
     echo "== GEMM epilogue A/B: base / $vt (${defs//,/ }) ($(date +%T))" | tee -a "$log"
+    rm -f "build/braid-$vt"
     # shellcheck disable=SC2086
-    bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu "$vt" ${defs//,/ } \
-      > "$out/build-variant-$vt.log" 2>&1 || { tail -20 "$out/build-variant-$vt.log"; exit 1; }
+    bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu "$vt" ${defs//,/ } > "$out/build-variant-$vt.log" 2>&1 &
     tags+=("$vt")
+  done
+  wait
+  for vt in "${tags[@]}"; do
+    [[ -x build/braid-$vt ]] || { echo "variant $vt did not build" | tee -a "$log"; tail -20 "$out/build-variant-$vt.log"; exit 1; }
   done
   for round in $(seq 1 "${VARIANT_ROUNDS:-2}"); do
     for v in base "${tags[@]}"; do
@@ -497,6 +501,23 @@ print('[%s] every row correct: %s' % (sys.argv[2], all(r.get('correct') for r in
         "$out/gemm-variant-$v-r$round.jsonl" "$v" 2>&1 | tee -a "$log"
     done
   done
+fi
+if has tma-suite; then  # the FlashOverlap and T3 tests with each TMA-store mode of the GEMM epilogue (TMA_MODES, default
+  # "1 2 3"; TMA_CTEST_R, default test_overlap|test_t3). The mode is gemm_sm90.cu's definition alone (CMakeLists.txt), so
+  # each mode recompiles that file and relinks; the build directory goes back to the default (0) at the end.
+  for m in ${TMA_MODES:-1 2 3}; do
+    echo "== ctest with BRAID_OVERLAP_TMA_STORE=$m ($(date +%T))" | tee -a "$log"
+    if ! { cmake -B build -DBRAID_OVERLAP_TMA_STORE="$m" && cmake --build build -j 32; } >> "$out/build-tma.log" 2>&1; then
+      echo "build failed (mode $m)" | tee -a "$log"; tail -20 "$out/build-tma.log" | tee -a "$log"; continue
+    fi
+    echo "---- mode $m" >> "$out/ctest-tma.log"
+    (cd build && timeout "$(left)" ctest --output-on-failure --timeout 200 -R "${TMA_CTEST_R:-test_overlap|test_t3}" \
+      -E "np4|np8" > "$out/ctest-tma-$m.part" 2>&1)
+    echo "ctest rc=$? (mode $m)" | tee -a "$log"
+    grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest-tma-$m.part" | tee -a "$log"
+    cat "$out/ctest-tma-$m.part" >> "$out/ctest-tma.log"; rm -f "$out/ctest-tma-$m.part"
+  done
+  { cmake -B build -DBRAID_OVERLAP_TMA_STORE=0 && cmake --build build -j 32; } >> "$out/build-tma.log" 2>&1
 fi
 if has owner-phases; then  # the owner-ordered op's phase boundaries (set_profile) on the small within-2x shapes
   echo "== owner-ordered op: phase stamps ($(date +%T))" | tee -a "$log"
