@@ -17,7 +17,10 @@ cd "$build"
 compile=$(ninja -t commands "$obj" | tail -1)
 [[ $compile == *" -c "* ]] || { echo "build-variant: no compile command for $obj" >&2; exit 1; }
 defs=""
-for d in "$@"; do defs+=" -D$d"; done
+for d in "$@"; do  # a definition the build already passes (e.g. BRAID_OVERLAP_TMA_STORE=3) is replaced, not repeated
+  defs+=" -D$d"
+  compile=$(sed -E "s/ -D${d%%=*}(=[^ ]*)?( |$)/\2/g" <<< "$compile")
+done
 member=$(basename "$obj")
 # The same command with the extra definitions, writing into the variant folder (no dependency file);
 # refuse to run anything that would still write BUILD's own object.

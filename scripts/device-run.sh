@@ -154,9 +154,9 @@ mpi() {
 }
 if has build; then
   echo "== build ($(date +%T))" | tee -a "$log"
-  # A warm machine's build directory may hold another epilogue mode (tma-suite cut short): back to BUILD_TMA (default 0).
-  if grep -q "^BRAID_OVERLAP_TMA_STORE:STRING=[123]" build/CMakeCache.txt 2>/dev/null || [[ -n ${BUILD_TMA:-} ]]; then
-    [[ -f build/CMakeCache.txt ]] && cmake -B build -DBRAID_OVERLAP_TMA_STORE="${BUILD_TMA:-0}" > /dev/null
+  # A warm machine's build directory may hold another epilogue mode (tma-suite cut short): back to BUILD_TMA (default 3).
+  if [[ -f build/CMakeCache.txt ]] && ! grep -q "^BRAID_OVERLAP_TMA_STORE:STRING=${BUILD_TMA:-3}$" build/CMakeCache.txt; then
+    cmake -B build -DBRAID_OVERLAP_TMA_STORE="${BUILD_TMA:-3}" > /dev/null
   fi
   if [[ -n ${BUILD_TARGET:-} ]]; then  # only these targets (e.g. braid: no tests), for a short call
     # shellcheck disable=SC2086
@@ -508,7 +508,7 @@ print('[%s] every row correct: %s' % (sys.argv[2], all(r.get('correct') for r in
 fi
 if has tma-suite; then  # the FlashOverlap and T3 tests with each TMA-store mode of the GEMM epilogue (TMA_MODES, default
   # "1 2 3"; TMA_CTEST_R, default test_overlap|test_t3). The mode is gemm_sm90.cu's definition alone (CMakeLists.txt), so
-  # each mode recompiles that file and relinks; the build directory goes back to the default (0) at the end.
+  # each mode recompiles that file and relinks; the build directory goes back to the default (3) at the end.
   for m in ${TMA_MODES:-1 2 3}; do
     echo "== ctest with BRAID_OVERLAP_TMA_STORE=$m ($(date +%T))" | tee -a "$log"
     if ! { cmake -B build -DBRAID_OVERLAP_TMA_STORE="$m" && cmake --build build -j 32; } >> "$out/build-tma.log" 2>&1; then
@@ -521,7 +521,7 @@ if has tma-suite; then  # the FlashOverlap and T3 tests with each TMA-store mode
     grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest-tma-$m.part" | tee -a "$log"
     cat "$out/ctest-tma-$m.part" >> "$out/ctest-tma.log"; rm -f "$out/ctest-tma-$m.part"
   done
-  { cmake -B build -DBRAID_OVERLAP_TMA_STORE=0 && cmake --build build -j 32; } >> "$out/build-tma.log" 2>&1
+  { cmake -B build -DBRAID_OVERLAP_TMA_STORE=3 && cmake --build build -j 32; } >> "$out/build-tma.log" 2>&1
 fi
 if has owner-phases; then  # the owner-ordered op's phase boundaries (set_profile) on the small within-2x shapes
   echo "== owner-ordered op: phase stamps ($(date +%T))" | tee -a "$log"

@@ -250,7 +250,10 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     p.part_bulk = e.part_bulk && (e.parts - 1) * (g.bm / e.parts) <= g.bm / 2 ? 1 : 0;
   }
 #if BRAID_OVERLAP_TMA_STORE
-  if (e.a2a_row_code == nullptr && e.part_dst == nullptr) {  // the layouts store_tile_tma writes
+  // The layouts store_tile_tma writes, where TMA can address D (16-byte base, row stride a multiple of 16 bytes);
+  // anything else takes the st.global path of the same epilogue.
+  if (e.a2a_row_code == nullptr && e.part_dst == nullptr && reinterpret_cast<uintptr_t>(p.d) % 16 == 0 &&
+      (e.tile_slot != nullptr || p.ldd % 8 == 0)) {
     p.tma_store = 1;
     if (e.tile_slot == nullptr)
       encode_store_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), uint32_t(g.bm));

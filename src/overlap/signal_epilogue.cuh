@@ -63,7 +63,7 @@
 // 4-byte stores), as CUTLASS's own epilogue writes its stage. Modes 2 and 3 are not GPU-run yet. CMake:
 // -DBRAID_OVERLAP_TMA_STORE=N builds everything with mode N (the tests included).
 #ifndef BRAID_OVERLAP_TMA_STORE
-#define BRAID_OVERLAP_TMA_STORE 0
+#define BRAID_OVERLAP_TMA_STORE 3
 #endif
 #if BRAID_OVERLAP_TMA_STORE
 #include <cuda.h>  // CUtensorMap
