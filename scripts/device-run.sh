@@ -70,15 +70,13 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (thirty-third session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second and
-# thirty-third sessions). All code is GPU-run except BRAID_OVERLAP_TMA_STORE=2 and =3 (default off). First call on any
-# 2-GPU card, cold: the A/B of the three TMA-store modes on the default build, `VARIANTS="tma1:BRAID_OVERLAP_TMA_STORE=1
-# tma2:BRAID_OVERLAP_TMA_STORE=2 tma3:BRAID_OVERLAP_TMA_STORE=3" GEMM_SHAPES=bench/shapes/gemm-short.txt
-# VARIANT_ARGS=--no-tune VARIANT_ROUNDS=2 ... build gemm-variant` (every row verified; ~4 builds x 25 s per round), then
-# the best on bench/shapes/sweep.txt; then the suite built with it (CMAKE_FLAGS=-DBRAID_OVERLAP_TMA_STORE=N applies to
-# a fresh build directory only: on a warm machine `cmake -B build -DBRAID_OVERLAP_TMA_STORE=N && make build`) with
-# CTEST_R='test_overlap|test_t3'; if it wins everywhere and the suite passes, make it the default (signal_epilogue.cuh
-# and CMakeLists.txt).
+# Next (thirty-fourth session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second to
+# thirty-fourth sessions). The GEMM epilogue's TMA-store mode 3 is the default from f2c8c3b (whole suite passed with it
+# on 2x H200 at d50960c). Not GPU-run: the corrected OverlapGemm.StridedOutputAndRefusedLayouts and the host check of
+# D's alignment (gemm_sm90.cu). First call on any card: `build test` (CTEST_R=test_overlap_gemm_gpu is enough on one
+# GPU), then mode 3 against mode 0 on bench/shapes/sweep.txt: `VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0"
+# GEMM_SHAPES=bench/shapes/sweep.txt VARIANT_ARGS=--no-tune VARIANT_ROUNDS=1` (gemm-variant runs each binary under
+# T=${VARIANT_T:-120} per run: VARIANT_T=240, or the sweep in halves).
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
@@ -88,7 +86,12 @@
 # T3's ops or the pull); then the whole sweep in halves, `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-ring-dma,t3-auto
 # T3_AG=0), `sweep-ar`, issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
 # STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M. On `nvidia-h100-x1` (if lent): `build gemm-variant`
-# with the TMA modes on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
+# with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
+# The thirty-fourth session's calls (2x H200): `build gemm-variant tma-suite` (full build, 3 variants compiled at once,
+# 10 shapes x 4 binaries, then tests per mode) hit 600 s after mode 2's tests (full build ~2 min, variants 36 s, each
+# 10-shape run ~10 s, a mode's test_overlap|test_t3 ~1.3 min + its relink); warm `build gemm-variant tma-suite` (2
+# variants, TMA_MODES=3) 7.7 min; `gemm-variant` 3 rounds 2 min warm; `build test` (BUILD_TMA=3, 27 entries) 4.2 min.
+# The device tool returns at most 8 files and bundles nothing if the call hits its limit: keep DEADLINE below it.
 # The thirty-third session's calls: 2x H200 `build test gemm-variant` (full ctest, one variant, 10 shapes x 2 rounds)
 # 6.8 min cold; one H200 `build gemm-variant` (17 shapes x 2 rounds) 7.1-8.3 min cold; 2x H200 `build gemm-variant`
 # with BUILD_TARGET=braid (no tests built), 10 shapes, one round: 3.6 min cold. The device budget counts the cold start.
@@ -474,8 +477,8 @@ fi
 if has gemm-variant; then  # the plain GEMM, base build against variants of gemm_sm90.cu, alternating, one machine:
   # VARIANTS="tag:DEF[,DEF...] ..." (e.g. "tma1:BRAID_OVERLAP_TMA_STORE=1 tma2:BRAID_OVERLAP_TMA_STORE=2"), or one
   # variant as VARIANT_TAG + VARIANT_DEFS (default nostores: BRAID_OVERLAP_EPILOGUE_STORES=0); GEMM_SHAPES a shapes
-  # file, VARIANT_ROUNDS rounds (default 2). Every row verifies braid's GEMM against cuBLAS (bench tolerance) and the
-  # FlashOverlap op against cuBLAS + NCCL, so each variant's output is checked too.
+  # file, VARIANT_ROUNDS rounds (default 2), VARIANT_T seconds per run (default 120). Every row verifies braid's GEMM
+  # against cuBLAS (bench tolerance) and the FlashOverlap op against cuBLAS + NCCL, so each variant's output is checked.
   variants=${VARIANTS:-"${VARIANT_TAG:-nostores}:$(tr ' ' ',' <<< "${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}")"}
   tags=()
   for spec in $variants; do  # the variants' compiles at once (one translation unit each, separate folders)
@@ -495,7 +498,7 @@ if has gemm-variant; then  # the plain GEMM, base build against variants of gemm
       bin=build/braid; [[ $v != base ]] && bin=build/braid-$v
       echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
       # shellcheck disable=SC2086
-      BIN=$bin T=120 mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 ${VARIANT_ARGS:-} \
+      BIN=$bin T=${VARIANT_T:-120} mpi bench gemm-rs --shapes "${GEMM_SHAPES:-bench/shapes/a2a-few.txt}" --iters 20 ${VARIANT_ARGS:-} \
         --json "$out/gemm-variant-$v-r$round.jsonl" 2>&1 | grep -E "^ +[0-9]+ +[0-9]+ +[0-9]+ \||Failed" | tee -a "$log"
       python3 -c "import json,math,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; \
 g=lambda v: math.exp(sum(map(math.log, v)) / len(v)); \

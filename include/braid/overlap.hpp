@@ -133,7 +133,7 @@ int64_t rs_original_row(const Mapping& m, int part, int64_t j);
 // thread does `red.release.gpu.global.add.u32 counters[group], 1`. See docs/flashoverlap.md.
 struct EpilogueArgs {
   void* d = nullptr;                    // bf16 output (normal or reordered layout)
-  int64_t ldd = 0;                      // normal mode leading dimension (elements); 0: N
+  int64_t ldd = 0;                      // normal mode leading dimension (elements, >= N, % 8 == 0); 0: N
   const int32_t* tile_slot = nullptr;   // device; null: normal layout (no reordering)
   const int32_t* tile_group = nullptr;  // device
   const int32_t* group_first = nullptr; // device

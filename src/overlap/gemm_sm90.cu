@@ -218,7 +218,9 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
   detail::SignalEpilogueParams p{};
   p.d = static_cast<__nv_bfloat16*>(e.d);
   p.ldd = e.ldd > 0 ? e.ldd : n;
-  BRAID_REQUIRE(p.ldd % 2 == 0 && reinterpret_cast<uintptr_t>(e.d) % 4 == 0, "GEMM: D must be 4-byte aligned");
+  // Both store paths write 16 bytes at a time (st.global.v4, TMA boxes): SignalEpilogue::can_implement's terms.
+  BRAID_REQUIRE(p.ldd >= n && p.ldd % 8 == 0 && reinterpret_cast<uintptr_t>(e.d) % 16 == 0,
+                "GEMM: D must be 16-byte aligned with a row stride (ldd) >= N and a multiple of 8 elements");
   p.tile_slot = e.tile_slot;
   p.tile_group = e.tile_group;
   p.group_first = e.group_first;
@@ -250,10 +252,7 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     p.part_bulk = e.part_bulk && (e.parts - 1) * (g.bm / e.parts) <= g.bm / 2 ? 1 : 0;
   }
 #if BRAID_OVERLAP_TMA_STORE
-  // The layouts store_tile_tma writes, where TMA can address D (16-byte base, row stride a multiple of 16 bytes);
-  // anything else takes the st.global path of the same epilogue.
-  if (e.a2a_row_code == nullptr && e.part_dst == nullptr && reinterpret_cast<uintptr_t>(p.d) % 16 == 0 &&
-      (e.tile_slot != nullptr || p.ldd % 8 == 0)) {
+  if (e.a2a_row_code == nullptr && e.part_dst == nullptr) {  // the layouts store_tile_tma writes
     p.tma_store = 1;
     if (e.tile_slot == nullptr)
       encode_store_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), uint32_t(g.bm));

@@ -50,19 +50,22 @@
 #define BRAID_OVERLAP_STAGE_BF16 1
 #endif
 
-// BRAID_OVERLAP_TMA_STORE=1 (default 0, compile-time, for a same-call A/B with scripts/build-variant.sh): tiles in the
-// normal or reordered layout (not all-to-all rows, not parts stored into their owners) leave by TMA tensor stores
-// from a stage of 64-column panels in the 128-byte swizzle (store_tile_tma), one thread issuing a few 16-KiB boxes
-// per pass, instead of every consumer thread's 16-byte st.global. Why: on one H200 (75286f1) CUTLASS's own TMA-store
-// epilogue on braid's main loop and scheduler ran plain GEMMs at 0.979x of cuBLAS (geomean, 17 shapes, 1 below 0.95x)
-// where braid's epilogue ran 0.961x (7 below): the gap to cuBLAS is mostly the epilogue's stores.
-// BRAID_OVERLAP_TMA_STORE=2: the same stores one 64-column panel at a time through the two panels in turn, so that
-// the boxes of one panel are read by TMA while the threads write the other (the stage waits for all but the last
-// bulk group instead of all), at twice the barriers of mode 1. BRAID_OVERLAP_TMA_STORE=3: mode 2 with the panels
-// written by stmatrix (four 8x8 bf16 matrices per instruction: 4 instructions per thread and panel instead of 16
-// 4-byte stores), as CUTLASS's own epilogue writes its stage. Modes 2 and 3 are not GPU-run yet. CMake:
+// BRAID_OVERLAP_TMA_STORE (compile-time; default 3; 0 the st.global path; A/B with scripts/build-variant.sh). Mode 1:
+// tiles in the normal or reordered layout (not all-to-all rows, not parts stored into their owners) leave by TMA tensor
+// stores from a stage of 64-column panels in the 128-byte swizzle (store_tile_tma), one thread issuing a few 16-KiB
+// boxes per pass, instead of every consumer thread's 16-byte st.global. Why: on one H200 (75286f1) CUTLASS's own
+// TMA-store epilogue on braid's main loop and scheduler ran plain GEMMs at 0.979x of cuBLAS (geomean, 17 shapes, 1
+// below 0.95x) where braid's epilogue ran 0.961x (7 below): the gap to cuBLAS is mostly the epilogue's stores.
+// BRAID_OVERLAP_TMA_STORE=2: the same stores one 64-column panel at a time through the two panels in turn, so that the
+// boxes of one panel are read by TMA while the threads write the other (the stage waits for all but the last bulk group
+// instead of all), at twice the barriers of mode 1. BRAID_OVERLAP_TMA_STORE=3: mode 2 with the panels written by
+// stmatrix (four 8x8 bf16 matrices per instruction: 4 instructions per thread and panel instead of 16 4-byte stores),
+// as CUTLASS's own epilogue writes its stage. Measured on 2x H200 (thirty-fourth session, ten short shapes, three
+// alternating rounds, --no-tune): braid/cuBLAS geomean 0.966 (mode 3), 0.964 (2), 0.958 (1, one round) against 0.954
+// (0); the 128x256 shapes 1-3% faster, the 128x128 ones within +-0.6%, the FlashOverlap op unchanged; the whole test
+// suite passes with mode 3 (and test_overlap*/test_t3* with mode 2), hence the default. CMake:
 // -DBRAID_OVERLAP_TMA_STORE=N builds everything with mode N (the tests included).
-#ifndef BRAID_OVERLAP_TMA_STORE
+#ifndef BRAID_OVERLAP_TMA_STORE  // CMakeLists.txt passes it (cache variable, default 3)
 #define BRAID_OVERLAP_TMA_STORE 3
 #endif
 #if BRAID_OVERLAP_TMA_STORE

@@ -70,41 +70,41 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmVsCublas,
                                            Case{TileConfig::k128x128, 512, 384, 320},
                                            Case{TileConfig::k128x128, 2048, 4096, 2048}));
 
-// D with a row stride (ldd) and base the TMA-store epilogue can or cannot address: ldd % 8 == 0 on a 16-byte base
-// takes the TMA stores, ldd % 8 != 0 or an 8-byte-aligned base the st.global path; all must equal cuBLAS and leave
-// the padding between rows untouched.
-TEST(OverlapGemm, StridedAndMisalignedOutput) {
+// D with a row stride (ldd > N): the TMA-store epilogue's tensor map and the stores must honour it, equal cuBLAS and
+// leave the padding between rows untouched. A D the 16-byte stores cannot address (ldd % 8 != 0, an 8-byte-aligned
+// base) is refused with a UsageError, not written wrongly.
+TEST(OverlapGemm, StridedOutputAndRefusedLayouts) {
   REQUIRE_HOPPER();
-  const int64_t m = 256, n = 512, k = 128;
-  Buf a(m * k * 2), b(n * k * 2), ref(m * n * 2);
+  const int64_t m = 256, n = 512, k = 128, ldd = n + 64;
+  Buf a(m * k * 2), b(n * k * 2), ref(m * n * 2), d(m * ldd * 2);
   fill_uniform_bf16(a.p, m * k, 21, 1.f, 0);
   fill_uniform_bf16(b.p, n * k, 22, 1.f, 0);
   CublasGemm cublas;
   cublas.run(a.p, b.p, ref.p, m, n, k, 0);
   const auto r = download_bf16(ref.p, m * n);
-  struct Out { int64_t ldd, offset; };  // offset in elements from a 256-byte-aligned allocation
   for (TileConfig cfg : {TileConfig::k128x256, TileConfig::k128x128}) {
-    for (Out o : {Out{n + 64, 0}, Out{n + 4, 0}, Out{n + 8, 4}}) {
-      const int64_t elems = o.offset + m * o.ldd;
-      Buf d(elems * 2);
-      cudaMemset(d.p, 0xff, elems * 2);  // NaN pattern: unwritten elements fail, padding must stay NaN
-      SignalGemm gemm(cfg);
-      EpilogueArgs e;
-      e.d = static_cast<char*>(d.p) + o.offset * 2;
-      e.ldd = o.ldd;
-      gemm.run(a.p, b.p, m, n, k, e, 0);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto got = download_bf16(d.p, elems);
-      int64_t first = -1;
-      EXPECT_EQ(count_mismatch(r, got, [&](int64_t i) { return o.offset + (i / n) * o.ldd + i % n; },
-                               gemm_atol(k, 1), kGemmRtol, &first),
-                0u)
-          << tile_config_name(cfg) << " ldd " << o.ldd << " offset " << o.offset << ": first wrong " << first;
-      size_t touched = 0;
-      for (int64_t row = 0; row < m; ++row)
-        for (int64_t col = n; col < o.ldd; ++col) touched += !std::isnan(bf16_to_float(got[o.offset + row * o.ldd + col]));
-      EXPECT_EQ(touched, 0u) << tile_config_name(cfg) << " ldd " << o.ldd << ": padding written";
-    }
+    cudaMemset(d.p, 0xff, m * ldd * 2);  // NaN pattern: unwritten elements fail, padding must stay NaN
+    SignalGemm gemm(cfg);
+    EpilogueArgs e;
+    e.d = d.p;
+    e.ldd = ldd;
+    gemm.run(a.p, b.p, m, n, k, e, 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = download_bf16(d.p, m * ldd);
+    int64_t first = -1;
+    EXPECT_EQ(count_mismatch(r, got, [&](int64_t i) { return (i / n) * ldd + i % n; }, gemm_atol(k, 1), kGemmRtol,
+                             &first),
+              0u)
+        << tile_config_name(cfg) << ": first wrong " << first;
+    size_t touched = 0;
+    for (int64_t row = 0; row < m; ++row)
+      for (int64_t col = n; col < ldd; ++col) touched += !std::isnan(bf16_to_float(got[row * ldd + col]));
+    EXPECT_EQ(touched, 0u) << tile_config_name(cfg) << ": padding written";
+    e.ldd = n + 4;
+    EXPECT_THROW(gemm.run(a.p, b.p, m, n, k, e, 0), braid::UsageError) << "ldd % 8 != 0";
+    e.ldd = ldd;
+    e.d = static_cast<char*>(d.p) + 8;
+    EXPECT_THROW(gemm.run(a.p, b.p, m, n, k, e, 0), braid::UsageError) << "8-byte-aligned D";
   }
 }
 
