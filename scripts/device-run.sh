@@ -72,11 +72,12 @@
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
 # Next (thirty-fourth session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second to
 # thirty-fourth sessions). The GEMM epilogue's TMA-store mode 3 is the default from f2c8c3b (whole suite passed with it
-# on 2x H200 at d50960c). Not GPU-run: the corrected OverlapGemm.StridedOutputAndRefusedLayouts and the host check of
-# D's alignment (gemm_sm90.cu). First call on any card: `build test` (CTEST_R=test_overlap_gemm_gpu is enough on one
-# GPU), then mode 3 against mode 0 on bench/shapes/sweep.txt: `VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0"
-# GEMM_SHAPES=bench/shapes/sweep.txt VARIANT_ARGS=--no-tune VARIANT_ROUNDS=1` (gemm-variant runs each binary under
-# T=${VARIANT_T:-120} per run: VARIANT_T=240, or the sweep in halves).
+# on 2x H200 at d50960c; modes 1 and 2 were removed after, leaving mode 3's code token for token). Not GPU-run: the
+# corrected OverlapGemm.StridedOutputAndRefusedLayouts and the host check of D's alignment (gemm_sm90.cu). First call on
+# any card: `build test` (CTEST_R=test_overlap_gemm_gpu is enough on one GPU), then mode 3 against mode 0 on
+# bench/shapes/sweep.txt: `VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" GEMM_SHAPES=bench/shapes/sweep.txt
+# VARIANT_ARGS=--no-tune VARIANT_ROUNDS=1` (gemm-variant runs each binary under T=${VARIANT_T:-120} per run:
+# VARIANT_T=240, or the sweep in halves).
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
@@ -475,8 +476,8 @@ if has ar-variant; then  # A/B of a compile-time all-reduce variant: VARIANT_DEF
   done
 fi
 if has gemm-variant; then  # the plain GEMM, base build against variants of gemm_sm90.cu, alternating, one machine:
-  # VARIANTS="tag:DEF[,DEF...] ..." (e.g. "tma1:BRAID_OVERLAP_TMA_STORE=1 tma2:BRAID_OVERLAP_TMA_STORE=2"), or one
-  # variant as VARIANT_TAG + VARIANT_DEFS (default nostores: BRAID_OVERLAP_EPILOGUE_STORES=0); GEMM_SHAPES a shapes
+  # VARIANTS="tag:DEF[,DEF...] ..." (e.g. "st0:BRAID_OVERLAP_TMA_STORE=0 nost:BRAID_OVERLAP_EPILOGUE_STORES=0"), or
+  # one variant as VARIANT_TAG + VARIANT_DEFS (default nostores: BRAID_OVERLAP_EPILOGUE_STORES=0); GEMM_SHAPES a shapes
   # file, VARIANT_ROUNDS rounds (default 2), VARIANT_T seconds per run (default 120). Every row verifies braid's GEMM
   # against cuBLAS (bench tolerance) and the FlashOverlap op against cuBLAS + NCCL, so each variant's output is checked.
   variants=${VARIANTS:-"${VARIANT_TAG:-nostores}:$(tr ' ' ',' <<< "${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}")"}
@@ -509,10 +510,10 @@ print('[%s] every row correct: %s' % (sys.argv[2], all(r.get('correct') for r in
     done
   done
 fi
-if has tma-suite; then  # the FlashOverlap and T3 tests with each TMA-store mode of the GEMM epilogue (TMA_MODES, default
-  # "1 2 3"; TMA_CTEST_R, default test_overlap|test_t3). The mode is gemm_sm90.cu's definition alone (CMakeLists.txt), so
+if has tma-suite; then  # the FlashOverlap and T3 tests with each store mode of the GEMM epilogue (TMA_MODES, default
+  # "0": the non-default one; TMA_CTEST_R, default test_overlap|test_t3). The mode is gemm_sm90.cu's definition alone (CMakeLists.txt), so
   # each mode recompiles that file and relinks; the build directory goes back to the default (3) at the end.
-  for m in ${TMA_MODES:-1 2 3}; do
+  for m in ${TMA_MODES:-0}; do
     echo "== ctest with BRAID_OVERLAP_TMA_STORE=$m ($(date +%T))" | tee -a "$log"
     if ! { cmake -B build -DBRAID_OVERLAP_TMA_STORE="$m" && cmake --build build -j 32; } >> "$out/build-tma.log" 2>&1; then
       echo "build failed (mode $m)" | tee -a "$log"; tail -20 "$out/build-tma.log" | tee -a "$log"; continue

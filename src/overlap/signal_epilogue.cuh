@@ -50,23 +50,23 @@
 #define BRAID_OVERLAP_STAGE_BF16 1
 #endif
 
-// BRAID_OVERLAP_TMA_STORE (compile-time; default 3; 0 the st.global path; A/B with scripts/build-variant.sh). Mode 1:
-// tiles in the normal or reordered layout (not all-to-all rows, not parts stored into their owners) leave by TMA tensor
-// stores from a stage of 64-column panels in the 128-byte swizzle (store_tile_tma), one thread issuing a few 16-KiB
-// boxes per pass, instead of every consumer thread's 16-byte st.global. Why: on one H200 (75286f1) CUTLASS's own
-// TMA-store epilogue on braid's main loop and scheduler ran plain GEMMs at 0.979x of cuBLAS (geomean, 17 shapes, 1
-// below 0.95x) where braid's epilogue ran 0.961x (7 below): the gap to cuBLAS is mostly the epilogue's stores.
-// BRAID_OVERLAP_TMA_STORE=2: the same stores one 64-column panel at a time through the two panels in turn, so that the
-// boxes of one panel are read by TMA while the threads write the other (the stage waits for all but the last bulk group
-// instead of all), at twice the barriers of mode 1. BRAID_OVERLAP_TMA_STORE=3: mode 2 with the panels written by
-// stmatrix (four 8x8 bf16 matrices per instruction: 4 instructions per thread and panel instead of 16 4-byte stores),
-// as CUTLASS's own epilogue writes its stage. Measured on 2x H200 (thirty-fourth session, ten short shapes, three
-// alternating rounds, --no-tune): braid/cuBLAS geomean 0.966 (mode 3), 0.964 (2), 0.958 (1, one round) against 0.954
-// (0); the 128x256 shapes 1-3% faster, the 128x128 ones within +-0.6%, the FlashOverlap op unchanged; the whole test
-// suite passes with mode 3 (and test_overlap*/test_t3* with mode 2), hence the default. CMake:
-// -DBRAID_OVERLAP_TMA_STORE=N builds everything with mode N (the tests included).
-#ifndef BRAID_OVERLAP_TMA_STORE  // CMakeLists.txt passes it (cache variable, default 3)
+// BRAID_OVERLAP_TMA_STORE (compile-time; CMakeLists.txt passes the cache variable, default 3; 0 the st.global path of
+// staged_store for every tile; A/B with scripts/build-variant.sh). Mode 3: tiles in the normal or reordered layout (not
+// all-to-all rows, not parts stored into their owners) leave by TMA tensor stores (store_tile_tma): one 64-column panel
+// at a time, written by stmatrix into two shared-memory panels in turn (the 128-byte swizzle), so that TMA reads one
+// panel while the threads write the other, one thread issuing the boxes. Why: on one H200 (75286f1) CUTLASS's own
+// TMA-store epilogue on braid's main loop and scheduler ran plain GEMMs at 0.979x of cuBLAS (geomean, 17 shapes) where
+// the st.global epilogue ran 0.961x: the gap to cuBLAS was mostly the epilogue's stores. Measured on 2x H200
+// (thirty-fourth session, ten short shapes, four alternating rounds, --no-tune): braid/cuBLAS geomean 0.966 against
+// 0.954 for mode 0; the 128x256 shapes 0.5-2.7% faster, the 128x128 ones within 0.3%, the FlashOverlap op unchanged;
+// the whole test suite passes with it. Two intermediate modes, measured in the same calls and removed since: 1 (both
+// panels written, then their boxes: 0.958) and 2 (panels in turn, written by 4-byte stores: 0.963-0.964);
+// docs/flashoverlap.md "Thirty-fourth session".
+#ifndef BRAID_OVERLAP_TMA_STORE
 #define BRAID_OVERLAP_TMA_STORE 3
+#endif
+#if BRAID_OVERLAP_TMA_STORE != 0 && BRAID_OVERLAP_TMA_STORE != 3
+#error "BRAID_OVERLAP_TMA_STORE: 0 (st.global) or 3 (TMA stores from stmatrix-written panels)"
 #endif
 #if BRAID_OVERLAP_TMA_STORE
 #include <cuda.h>  // CUtensorMap
@@ -191,7 +191,7 @@ class SignalEpilogue {
   static constexpr bool kStageBf16 = BRAID_OVERLAP_STAGE_BF16 != 0;
   static constexpr int kBulkRows = BM / 2;  // remote rows a tile may send by bulk copies (2 ranks: half the tile)
   static constexpr bool kTmaStore = BRAID_OVERLAP_TMA_STORE != 0;
-  static constexpr int kTmaPassCols = BN < 128 ? BN : 128;  // columns per pass of store_tile_tma: 64-column panels
+  static constexpr int kTmaPassCols = BN < 128 ? BN : 128;  // store_tile_tma's panels: kTmaPassCols / 64 of 64 columns
   struct SharedStorage {
     union {
       StageBuffer<BM, kStageCols> stage;           // fp32 passes (staged_store)
@@ -386,13 +386,13 @@ class SignalEpilogue {
 
  private:
 #if BRAID_OVERLAP_TMA_STORE
-  // The tile by TMA tensor stores (BRAID_OVERLAP_TMA_STORE). Per pass of kTmaPassCols columns: thread 0 waits until
-  // the previous pass's (or tile's) boxes have read the stage (wait_group.read), barrier; every consumer thread writes
-  // its bf16 column pairs into the 64-column panels, whose layout (row r at r * 128 bytes, 16-byte chunk j at
-  // j ^ (r & 7), panels 1024-byte aligned) is the tensor map's 128-byte swizzle, conflict-free for the fragment writes
-  // (a warp's 8 rows x 16 bytes hit 32 banks); fence.proxy.async.shared::cta (the generic writes before the async
-  // proxy's reads), barrier; thread 0 issues one box per (panel, part) — rows p * sub .. of the panel to the part's
-  // place — and commits them as one bulk group. Completion: store()'s release path (wait_group 0), store_tail.
+  // The tile by TMA tensor stores (BRAID_OVERLAP_TMA_STORE). Per 64-column panel of the tile, through the panel
+  // buffers in turn: thread 0 waits until the group that last read this buffer has read it (wait_group.read),
+  // barrier; every consumer thread writes its bf16 columns by stmatrix into the buffer, whose layout (row r at r * 128
+  // bytes, 16-byte chunk j at j ^ (r & 7), 1024-byte aligned) is the tensor map's 128-byte swizzle;
+  // fence.proxy.async.shared::cta (the generic writes before the async proxy's reads), barrier; thread 0 issues one
+  // box per part — rows p * sub .. of the panel to the part's place — and commits them as one bulk group.
+  // Completion: store()'s release path (wait_group 0), store_tail.
   template <class Acc, class Coords>
   CUTLASS_DEVICE void store_tile_tma(Acc const& acc, Coords const& tCcD, int tid, int mb, int nb, int64_t base,
                                      int64_t part_stride) {
@@ -404,8 +404,6 @@ class SignalEpilogue {
     const int log2_parts = normal ? 0 : params_.log2_parts;
     const int parts = 1 << log2_parts;
     const int sub = BM >> log2_parts;
-#if BRAID_OVERLAP_TMA_STORE >= 2
-#if BRAID_OVERLAP_TMA_STORE == 3
     // The accumulator fragment of sm90 wgmma (one atom of 64 x BN per warpgroup, MMA_M = MMA_N = 1): value index
     // i = j + 2h + 4g holds row (warp's first row) + 8h + lane / 4, column 8g + 2 (lane % 4) + j — the GMMA C layout
     // (value strides 1 column, 8 rows, 8 columns). Lane L addresses row L % 8 of matrix L / 8, the matrices of a pair
@@ -416,7 +414,6 @@ class SignalEpilogue {
                   "stmatrix path: one 64xBN GMMA atom per warpgroup");
     const int lane = tid & 31;
     const int arow = int(get<0>(tCcD(0))) - (lane >> 2) + ((lane >> 3) & 1) * 8 + (lane & 7);  // this lane's address row
-#endif
     // Panel j of the tile (columns 64j..64j+63) through buffer q = j % kPanels. Before writing buffer q, the group that
     // last read it is the one committed kPanels panels ago (this tile's, or the previous tile's last panels: BN / 64
     // is a multiple of kPanels), so all but the kPanels - 1 most recent groups must have finished reading.
@@ -429,7 +426,6 @@ class SignalEpilogue {
         else bulk_wait_read();
       }
       cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-#if BRAID_OVERLAP_TMA_STORE == 3
       char* panel = reinterpret_cast<char*>(smem_->panels[q].v);
       CUTLASS_PRAGMA_UNROLL
       for (int gg = 0; gg < 4; ++gg) {  // column groups g, g + 1 of the panel's 8
@@ -440,14 +436,6 @@ class SignalEpilogue {
                     pack_bf16x2(float(acc(4 * g + 4)), float(acc(4 * g + 5))),
                     pack_bf16x2(float(acc(4 * g + 6)), float(acc(4 * g + 7))));
       }
-#else
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(acc); i += 2) {
-        const auto coord = tCcD(i);
-        const int r = get<0>(coord), c = get<1>(coord) - j * 64;
-        if (c >= 0 && c < 64) smem_->panels[q].put(r, c, float(acc(i)), float(acc(i + 1)));
-      }
-#endif
       fence_proxy_async_shared();
       cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
       if (tid == 0) {
@@ -459,32 +447,6 @@ class SignalEpilogue {
         bulk_commit();
       }
     }
-#else
-    CUTLASS_PRAGMA_UNROLL
-    for (int pass = 0; pass < BN / kTmaPassCols; ++pass) {
-      if (tid == 0) bulk_wait_read();
-      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(acc); i += 2) {
-        const auto coord = tCcD(i);
-        const int r = get<0>(coord), c = get<1>(coord) - pass * kTmaPassCols;
-        if (c >= 0 && c < kTmaPassCols) smem_->panels[c >> 6].put(r, c & 63, float(acc(i)), float(acc(i + 1)));
-      }
-      fence_proxy_async_shared();
-      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-      if (tid == 0) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int q = 0; q < kPanels; ++q) {
-          const int col = (normal ? nb * BN : 0) + pass * kTmaPassCols + q * 64;
-          for (int p = 0; p < parts; ++p) {
-            const int row = normal ? mb * BM : int((base + int64_t(p) * part_stride) / BN);
-            SM90_TMA_STORE_2D::copy(&kparams_->tma_d, smem_->panels[q].v + p * sub * 64, col, row);
-          }
-        }
-        bulk_commit();
-      }
-    }
-#endif
   }
 #endif
 
