@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 
@@ -678,6 +679,18 @@ void Layer::place_saved(void* base, const std::vector<std::pair<std::string, siz
       m.mem_act -= std::min(m.mem_act, std::max<size_t>(f.bytes, 1));
     }
   }
+}
+
+void Layer::place_input(void* x) {
+  Impl& m = *impl_;
+  BRAID_REQUIRE(x != nullptr && reinterpret_cast<uintptr_t>(x) % 256 == 0, "layer: place_input needs 256-byte aligned memory");
+  auto it = std::find(m.allocations.begin(), m.allocations.end(), static_cast<void*>(m.x));
+  if (it != m.allocations.end()) {  // (placed before: nothing of ours to free)
+    BRAID_CUDA_CHECK(cudaFree(m.x));
+    m.allocations.erase(it);
+    m.mem_act -= std::min(m.mem_act, size_t(m.Tl * m.H) * sizeof(bf16));
+  }
+  m.x = static_cast<bf16*>(x);
 }
 
 void Layer::add_grads(const Layer& other, cudaStream_t s) {

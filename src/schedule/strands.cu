@@ -323,4 +323,125 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
 
 SharedActivationPool::~SharedActivationPool() { cudaFree(base); }
 
+// ---- StrandStack -------------------------------------------------------------------------------------
+
+namespace {
+size_t round256(size_t n) { return (n + 255) / 256 * 256; }
+}  // namespace
+
+StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers) : a_(a), b_(b), layers_(layers) {
+  BRAID_REQUIRE(layers >= 1, "strand stack: needs at least one layer");
+  BRAID_REQUIRE(&a != &b, "strand stack: needs two layer objects");
+  BRAID_REQUIRE(!a.config().moe(),
+                "strand stack: dense layers only (an MoE layer keeps its forward's routing counts on the host, one copy "
+                "per layer object)");
+  BRAID_REQUIRE(a.accumulates_grads() && b.accumulates_grads(),
+                "strand stack: both layers must accumulate their weight gradients (the stack's layers add up)");
+  const auto layout = a.saved_layout(), lb = b.saved_layout();
+  BRAID_REQUIRE(layout == lb && a.local_tokens() == b.local_tokens() && a.config().hidden == b.config().hidden,
+                "strand stack: the two layers must have one configuration");
+  size_t off = 0;
+  for (const auto& [name, n] : layout) offsets_.push_back({name, off}), off += round256(n);
+  io_bytes_ = size_t(a.local_tokens()) * size_t(a.config().hidden) * 2;  // bf16 [local_tokens, hidden]
+  x_offset_ = off;
+  slot_bytes_ = off + round256(io_bytes_);
+  const size_t pool_bytes = slot_bytes_ * size_t(slots());
+  BRAID_CUDA_CHECK(cudaMalloc(&pool_, pool_bytes));
+  for (auto& o : io_)
+    for (auto& p : o) BRAID_CUDA_CHECK(cudaMalloc(&p, round256(io_bytes_)));
+  extra_bytes_ = 4 * round256(io_bytes_);
+  BRAID_CUDA_CHECK(cudaMemset(pool_, 0, pool_bytes));
+  for (auto& o : io_)
+    for (auto& p : o) BRAID_CUDA_CHECK(cudaMemset(p, 0, round256(io_bytes_)));
+  place(0, 0), place(1, 0);  // the objects free their own saved sets and x (no work is queued yet)
+  reset();
+}
+
+StrandStack::~StrandStack() {
+  cudaFree(pool_);
+  for (auto& o : io_)
+    for (auto p : o) cudaFree(p);
+}
+
+void StrandStack::reset() {
+  for (auto& h : held_) h.assign(size_t(layers_), -1);
+  free_.clear();
+  for (int k = slots() - 1; k >= 0; --k) free_.push_back(k);  // slot 0 is taken first
+  turn_ = 0;
+}
+
+void StrandStack::place(int o, int slot) {
+  char* base = pool_ + size_t(slot) * slot_bytes_;
+  obj(o).place_saved(base, offsets_);
+  obj(o).place_input(base + x_offset_);
+}
+
+void StrandStack::prep_forward(int o, int l, cudaStream_t s) {
+  BRAID_REQUIRE(!free_.empty() && held_[o][size_t(l)] < 0, "strand stack: no free slot for a forward (internal error)");
+  const int slot = free_.back();
+  free_.pop_back();
+  held_[o][size_t(l)] = slot;
+  // The layer's input: the micro-batch's for layer 0, else the previous layer's output (y, written by the
+  // previous unit, which ended on s).
+  const void* src = l == 0 ? io_[o][0] : obj(o).y();
+  place(o, slot);
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(pool_ + size_t(slot) * slot_bytes_ + x_offset_, src, io_bytes_,
+                                   cudaMemcpyDeviceToDevice, s));
+}
+
+void StrandStack::prep_backward(int o, int l, cudaStream_t s) {
+  const int slot = held_[o][size_t(l)];
+  BRAID_REQUIRE(slot >= 0, "strand stack: a backward of a layer whose forward did not run (internal error)");
+  place(o, slot);
+  // The layer's output gradient: the micro-batch's for the top layer, else the layer above's dx.
+  const void* src = l == layers_ - 1 ? io_[o][1] : obj(o).dx();
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(obj(o).dy(), src, io_bytes_, cudaMemcpyDeviceToDevice, s));
+}
+
+void StrandStack::release(int o, int l) {
+  free_.push_back(held_[o][size_t(l)]);
+  held_[o][size_t(l)] = -1;
+}
+
+void StrandStack::forward(int o, cudaStream_t s) {
+  BRAID_REQUIRE(o == 0 || o == 1, "strand stack: object 0 or 1");
+  for (int l = 0; l < layers_; ++l) {
+    prep_forward(o, l, s);
+    obj(o).forward(s);
+  }
+  turn_ = 1 - o;  // o holds every layer: its backward comes next, beside the other's forward
+}
+
+void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, model::Layer&)>& unit) {
+  const int f = turn_, b = 1 - turn_;
+  for (int l = 0; l < layers_; ++l)
+    BRAID_REQUIRE(held_[b][size_t(l)] >= 0 && held_[f][size_t(l)] < 0,
+                  "strand stack: a pass needs one object holding every layer (forward() first)");
+  for (int i = 0; i < layers_; ++i) {
+    const int j = layers_ - 1 - i;
+    prep_forward(f, i, s);
+    prep_backward(b, j, s);
+    unit(obj(f), obj(b));
+    release(b, j);  // its slot is taken by the next unit's forward, enqueued after this unit on s
+  }
+  turn_ = b;
+}
+
+void StrandStack::pass_single(cudaStream_t s) {
+  const int f = turn_, b = 1 - turn_;
+  for (int l = 0; l < layers_; ++l)
+    BRAID_REQUIRE(held_[b][size_t(l)] >= 0 && held_[f][size_t(l)] < 0,
+                  "strand stack: a pass needs one object holding every layer (forward() first)");
+  for (int j = layers_ - 1; j >= 0; --j) {
+    prep_backward(b, j, s);
+    obj(b).backward(s);
+    release(b, j);
+  }
+  for (int i = 0; i < layers_; ++i) {
+    prep_forward(f, i, s);
+    obj(f).forward(s);
+  }
+  turn_ = b;
+}
+
 }  // namespace braid::schedule

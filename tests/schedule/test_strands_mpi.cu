@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -334,6 +335,134 @@ void strands_equal_single(bool moe) {
 
 TEST(StrandsMpi, DenseStrandsEqualSingleStrand) { strands_equal_single(false); }
 TEST(StrandsMpi, MoEStrandsEqualSingleStrand) { strands_equal_single(true); }
+
+// A stack of layers (StrandStack): its one-strand-at-a-time pass equals the same micro-batches through
+// separate layer objects (one per layer and micro-batch, the same shared weights and accumulating
+// gradients) bit for bit, and two strands (round-robin, and the dependency-ready two-link executor, eagerly)
+// equal it bit for bit, over two passes with the roles swapped: the slot rotation hands every backward the
+// set its forward wrote.
+TEST(StrandsMpi, StackOfLayersTwoStrandsEqualOneAtATime) {
+  const int rank = Env::world_->rank(), tp = Env::world_->size();
+  const auto c = shape(false);
+  const m::Parallel par{tp, true};
+  constexpr int L = 3;
+  const size_t n = size_t(c.tokens()) * c.hidden;
+  // micro-batch a (x, dy), micro-batch b (x, dy), b's next micro-batch (x)
+  const std::vector<double> xa = m::random_values(n, 72, 1.0), dya = m::random_values(n, 73, 1.0),
+                            xb = m::random_values(n, 74, 1.0), dyb = m::random_values(n, 75, 1.0),
+                            xb2 = m::random_values(n, 76, 1.0);
+  const auto w = m::init_weights(c, 71);
+  Streams st;
+  cudaStream_t s = st.s.compute;
+  auto put = [&](void* dst, const std::vector<double>& v, const m::Layer& l) {
+    const size_t rows = size_t(l.local_tokens()), H = size_t(c.hidden);
+    const auto h = layer_check::to_bits(v, size_t(rank) * rows * H, rows * H);
+    ASSERT_EQ(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  auto copy = [&](void* dst, const void* src, const m::Layer& l) {
+    ASSERT_EQ(cudaMemcpyAsync(dst, src, size_t(l.local_tokens()) * c.hidden * 2, cudaMemcpyDeviceToDevice, s),
+              cudaSuccess);
+  };
+  const size_t nl = size_t(n / size_t(tp));
+  Snapshot ref;  // ya: a's top output, dxb: b's bottom dx, gb: gradients after pass 1; dxa, gsum, yb: after pass 2
+  {  // separate layer objects: A[l] for micro-batch a, B[l] for b, all sharing one weight and gradient copy
+    m::Layer owner(c, par, *Env::comm_a_);
+    owner.load_weights(w);
+    owner.set_accumulate_grads(true);
+    std::vector<std::unique_ptr<m::Layer>> A, B;
+    for (int l = 0; l < L; ++l) {
+      A.push_back(std::make_unique<m::Layer>(owner, *Env::comm_a_, m::Layer::Share::kAll));
+      B.push_back(std::make_unique<m::Layer>(owner, *Env::comm_a_, m::Layer::Share::kAll));
+    }
+    auto fwd = [&](std::vector<std::unique_ptr<m::Layer>>& S, const std::vector<double>& x) {
+      put(S[0]->x(), x, *S[0]);
+      for (int l = 0; l < L; ++l) {
+        if (l > 0) copy(S[size_t(l)]->x(), S[size_t(l) - 1]->y(), *S[0]);
+        S[size_t(l)]->forward(s);
+      }
+    };
+    auto bwd = [&](std::vector<std::unique_ptr<m::Layer>>& S, const std::vector<double>& dy) {
+      put(S[L - 1]->dy(), dy, *S[0]);
+      for (int l = L - 1; l >= 0; --l) {
+        if (l < L - 1) copy(S[size_t(l)]->dy(), S[size_t(l) + 1]->dx(), *S[0]);
+        S[size_t(l)]->backward(s);
+      }
+    };
+    owner.zero_grads(s);
+    fwd(B, xb);
+    fwd(A, xa);
+    bwd(B, dyb);
+    Env::world_->synchronize(s, "separate layers, pass 1");
+    ref.ya = bits(A[L - 1]->y(), nl);
+    ref.dxb = bits(B[0]->dx(), nl);
+    ref.gb = owner.download_grads();
+    fwd(B, xb2);
+    bwd(A, dya);
+    Env::world_->synchronize(s, "separate layers, pass 2");
+    ref.dxa = bits(A[0]->dx(), nl);
+    ref.gsum = owner.download_grads();
+    ref.yb = bits(B[L - 1]->y(), nl);
+  }
+  m::Layer a(c, par, *Env::comm_a_);
+  a.load_weights(w);
+  a.set_accumulate_grads(true);
+  m::Layer b(a, *Env::comm_b_, m::Layer::Share::kAll);
+  b.share_interfaces(a);
+  const size_t act_before = a.memory().activations;
+  sch::StrandStack stack(a, b, L);
+  EXPECT_LT(a.memory().activations, act_before);  // the saved set and x moved into the slots
+  EXPECT_EQ(stack.slots(), L + 1);
+  const sch::Layer dag = sch::strand_layer(c, par);
+  const sch::PairTable table = sch::synthetic_pair_table(dag);
+  sch::PairCost cost(dag, table);
+  const sch::Plan searched = sch::search_plan(cost);
+  const sch::Layer dd = sch::dep_ready_layer(sch::two_link_layer(dag));
+  sch::StrandExecutor ex(dd, sch::whole_pass_plan(dd, searched), st.s);
+  auto run = [&](const std::function<void()>& one_pass) {
+    stack.reset();
+    put(stack.input(0), xa, a);
+    put(stack.dout(0), dya, a);
+    put(stack.input(1), xb, a);
+    put(stack.dout(1), dyb, a);
+    a.zero_grads(s);
+    stack.forward(1, s);
+    EXPECT_EQ(stack.forward_object(), 0);
+    one_pass();
+    Env::world_->synchronize(s, "stack pass 1");
+    Snapshot r;
+    r.ya = bits(a.y(), nl);
+    r.dxb = bits(b.dx(), nl);
+    r.gb = a.download_grads();
+    put(stack.input(1), xb2, a);
+    one_pass();
+    Env::world_->synchronize(s, "stack pass 2");
+    EXPECT_EQ(stack.forward_object(), 0);
+    r.dxa = bits(a.dx(), nl);
+    r.gsum = a.download_grads();
+    r.yb = bits(b.y(), nl);
+    return r;
+  };
+  auto same = [&](const Snapshot& got, const std::string& what) {
+    EXPECT_TRUE(ref.ya == got.ya) << what << ": a's top y";
+    EXPECT_TRUE(ref.dxb == got.dxb) << what << ": b's bottom dx";
+    EXPECT_TRUE(ref.dxa == got.dxa) << what << ": a's bottom dx";
+    EXPECT_TRUE(ref.yb == got.yb) << what << ": b's next top y";
+    for (const auto& f : m::field_names(c)) {
+      EXPECT_TRUE(*m::field(ref.gb, f) == *m::field(got.gb, f)) << what << ": pass-1 d" << f;
+      EXPECT_TRUE(*m::field(ref.gsum, f) == *m::field(got.gsum, f)) << what << ": pass-2 d" << f;
+    }
+  };
+  same(run([&] { stack.pass_single(s); }), "stack, one strand at a time");
+  same(run([&] { stack.pass(s, [&](m::Layer& f, m::Layer& bw) { sch::run_round_robin(f, bw, s, st.extra, st.rr); }); }),
+       "stack, round-robin");
+  same(run([&] { stack.pass(s, [&](m::Layer& f, m::Layer& bw) { ex.run(f, bw); }); }),
+       "stack, dependency-ready two-link strands");
+  same(run([&] { stack.pass(s, [&](m::Layer& f, m::Layer& bw) { ex.run(f, bw); }); }),
+       "stack, dependency-ready two-link strands again");
+  stack.reset();
+  EXPECT_THROW(stack.pass_single(s), braid::Error);  // a pass needs one object holding every layer
+}
 
 TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();

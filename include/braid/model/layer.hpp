@@ -133,6 +133,12 @@ class Layer {
   // must order its writes after the layer's last reads (schedule::two_strand_placement and the strand
   // executor's memory waits do that for two strands).
   void place_saved(void* base, const std::vector<std::pair<std::string, size_t>>& offsets);
+  // Uses caller-owned device memory as x ([local_tokens(), hidden] bf16, 256-byte aligned): the input the
+  // forward reads and the backward reads again (norm1). Frees the layer's own x the first time (memory()
+  // stops counting it; synchronizes the device then), and only moves a host pointer after that, so a
+  // stack of layers can rotate one layer object's input (and, with place_saved, its saved activations)
+  // through slots between operators (schedule::StrandStack). Contents are not copied.
+  void place_input(void* x);
 
   // Device bf16 buffers, [local_tokens(), hidden] row-major.
   void* x() const;

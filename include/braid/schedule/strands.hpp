@@ -33,6 +33,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -238,6 +239,80 @@ struct SharedActivationPool {
   ~SharedActivationPool();
   SharedActivationPool(const SharedActivationPool&) = delete;
   SharedActivationPool& operator=(const SharedActivationPool&) = delete;
+};
+
+/// DHelix over a stack of layers, as a model stage runs it: strand f's forward through layers 0..L-1
+/// beside strand b's backward through layers L-1..0, one unit per layer (f's layer i with b's layer
+/// L-1-i), roles swapped every pass. The L layers are the two layer objects `a` and `b` (one weight copy,
+/// shared: a real stack's per-layer weights would only add to both sides of the memory comparison);
+/// what differs per layer — the saved activations and the layer input x, a "slot" — lives in a pool of
+/// L+1 slots that the objects' pointers rotate through (model::Layer::place_saved / place_input) before
+/// each layer runs. b's backward of layer j frees its slot at the end of its unit and f's forward of the
+/// next layer takes it, so two strands hold L+1 slots where one strand holds L: the memory a stack of
+/// two micro-batches costs over one is one layer's saved set, however long the stack.
+///
+///   model::Layer a(cfg, par, comm_a);  a.init_random_weights(17);  a.set_accumulate_grads(true);
+///   model::Layer b(a, comm_b, model::Layer::Share::kAll);  b.share_interfaces(a);  // (SP layers)
+///   StrandStack stack(a, b, 16);
+///   fill stack.input(o) and stack.dout(o) for o = 0, 1;  a.zero_grads(s);
+///   stack.forward(1, s);                                   // b's micro-batch: its forward ran earlier
+///   stack.pass(s, [&](model::Layer& f, model::Layer& bw) { ex.run(f, bw); });  // a forward || b backward
+///   stack.pass(s, ...);                                    // b's next micro-batch forward || a backward
+///
+/// Ordering: everything is enqueued on `s`, and `unit` must be stream-ordered on it (StrandExecutor::run,
+/// run_round_robin and run_single_strand are): a unit's work ends before the next unit's copies and
+/// operators start, so a freed slot is rewritten only after its last reader. Between units the stack
+/// copies f's output y into the next layer's slot x (f's input(o) for layer 0) and b's dx into b's dy
+/// (dout(o) for the top layer) on `s`. Results equal the same micro-batches run one strand at a time
+/// (pass_single) bit for bit: the same kernels on the same data, each backward accumulating its layers'
+/// weight gradients in the same order. Dense layers only (an MoE layer keeps the forward's routing counts
+/// on the host, one copy per layer object). Both layers must accumulate their gradients (Share::kAll or
+/// set_accumulate_grads): the L layers' contributions add up in the one gradient copy.
+class StrandStack {
+ public:
+  StrandStack(model::Layer& a, model::Layer& b, int layers);
+  ~StrandStack();
+  StrandStack(const StrandStack&) = delete;
+  StrandStack& operator=(const StrandStack&) = delete;
+
+  int layers() const { return layers_; }
+  int slots() const { return layers_ + 1; }
+  /// One slot: a saved set and x, each 256-byte aligned.
+  size_t slot_bytes() const { return slot_bytes_; }
+  /// Object o's (0: a, 1: b) micro-batch input to layer 0 and output gradient of the top layer,
+  /// [local_tokens, hidden] bf16, owned by the stack (counted in extra_bytes()).
+  void* input(int o) const { return io_[o][0]; }
+  void* dout(int o) const { return io_[o][1]; }
+  /// Bytes the stack allocates besides the slots (the four buffers above).
+  size_t extra_bytes() const { return extra_bytes_; }
+  /// The object whose forward the next pass runs (the other one holds every layer's slot).
+  int forward_object() const { return turn_; }
+
+  /// Object o's forward alone through every layer; o must hold no slot (setup: the first backward's sets).
+  void forward(int o, cudaStream_t s);
+  /// One pass of two strands: unit(f, b) per layer, f = forward_object(); then the roles swap.
+  void pass(cudaStream_t s, const std::function<void(model::Layer& fwd, model::Layer& bwd)>& unit);
+  /// The same work one strand at a time (Megatron-style): b's whole backward, then f's whole forward (at
+  /// most L slots held); then the roles swap.
+  void pass_single(cudaStream_t s);
+  /// Forgets every slot (contents are kept, nothing is enqueued): for a new setup with forward().
+  void reset();
+
+ private:
+  model::Layer& obj(int o) { return o == 0 ? a_ : b_; }
+  void place(int o, int slot);
+  void prep_forward(int o, int l, cudaStream_t s);
+  void prep_backward(int o, int l, cudaStream_t s);
+  void release(int o, int l);
+
+  model::Layer &a_, &b_;
+  int layers_ = 0, turn_ = 0;
+  size_t slot_bytes_ = 0, x_offset_ = 0, extra_bytes_ = 0, io_bytes_ = 0;
+  std::vector<std::pair<std::string, size_t>> offsets_;
+  char* pool_ = nullptr;
+  void* io_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+  std::vector<int> held_[2];  // held_[o][l]: the slot of object o's layer l, or -1
+  std::vector<int> free_;     // free slots (a stack: the last freed is taken first)
 };
 
 /// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
