@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite
+# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -334,6 +334,23 @@ if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smr
   [[ ${SMRES_NVLINK:-16} != 0 ]] && T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 \
     --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph \
     --gemm-sm-reserve ${SMRES_NVLINK:-16} --json "$out/strands-smres-nvlink.jsonl" 2>&1 | tee -a "$log"
+fi
+if has strands-stack; then  # DHelix over a stack of layers (StrandStack, bench strands --layers): its test, then the
+  # 70B layer throttled (STRANDS_THROTTLE, default 1 CTA: the committed pair table) and on NVLink (STACK_NVLINK=1), for
+  # each of STACK_LAYERS (default 20), GEMMs leaving SMRES_THROTTLED (4) SMs in the -smres variants.
+  echo "== strands stack ($(date +%T))" | tee -a "$log"
+  (cd build && timeout 150 ctest --output-on-failure --timeout 120 -R "test_strands_mpi" > "$out/ctest-strands.log" 2>&1)
+  grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
+  thr=${STRANDS_THROTTLE:-1}; pairs=()
+  [[ $thr == 1 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt)
+  for nl in ${STACK_LAYERS:-20}; do
+    T=${STACK_T:-240} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle $thr --layers $nl \
+      --iters ${STACK_ITERS:-3} --rounds ${STACK_ROUNDS:-2} --warmup 1 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} \
+      ${pairs[@]+"${pairs[@]}"} --json "$out/strands-stack.jsonl" 2>&1 | tee -a "$log"
+    [[ ${STACK_NVLINK:-0} == 1 ]] && T=${STACK_T:-240} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --layers $nl \
+      --iters ${STACK_ITERS:-3} --rounds ${STACK_ROUNDS:-2} --warmup 1 --no-graph --gemm-sm-reserve ${SMRES_NVLINK:-16} \
+      --pairs bench/results/h200x2/strands-pairs-llama3-70b-92f3048.txt --json "$out/strands-stack.jsonl" 2>&1 | tee -a "$log"
+  done
 fi
 if has pipeline; then  # DHelix PP executor: W-shaped vs 1F1B vs no pipelining, one stage per rank, verified
   echo "== bench pipeline ($(date +%T))" | tee -a "$log"

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -34,6 +35,7 @@ struct Args {
   int rounds = 5;     // interleaved passes over the core variants (time_interleaved)
   int decompose = 4;  // chunks of the intra-batch decomposition baseline (0: not timed)
   int gemm_sm_reserve = 0;  // > 0: also time variants whose GEMMs leave this many SMs free (-smres)
+  int layers = 1;           // > 1: the stack of that many layers (StrandStack) instead of the one-layer variants
   bool graph = true, verify = true;
 };
 
@@ -67,10 +69,12 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--no-graph") a.graph = false;
     else if (k == "--no-verify") a.verify = false;
     else if (k == "--decompose") a.decompose = std::stoi(val());
+    else if (k == "--layers") a.layers = std::stoi(val());
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
-  if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1)
-    throw UsageError(std::string(who) + ": --iters/--profile-iters must be >= 1, --warmup >= 0", __FILE__, __LINE__);
+  if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1 || a.layers < 1)
+    throw UsageError(std::string(who) + ": --iters/--profile-iters/--rounds/--layers must be >= 1, --warmup >= 0",
+                     __FILE__, __LINE__);
   if (a.a2a_link != "local" && a.a2a_link != "cross")
     throw UsageError(std::string(who) + ": --a2a-link must be local or cross", __FILE__, __LINE__);
   return a;
@@ -405,6 +409,298 @@ m::ModelConfig small_of(const m::ModelConfig& big) {
 
 }  // namespace
 
+namespace {
+
+struct Variant {
+  std::string name;
+  double us;
+  double mem;      // device bytes the variant needs (allocator accounting)
+  int rounds = 0;  // > 0: timed interleaved with the core variants over this many passes
+};
+
+// The link bandwidth the run reached, then the table (root) and a JSON row per variant. vs[0] is the
+// reference (single strand); `rr_name` the round-robin row the "vs rr" column divides by; one_set the
+// reference's memory; `context` prints the lines between the link lines and the table (root only).
+void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Parallel& p, const bench::Context& ctx,
+            Streams& st, m::Comm& comm_a, m::Comm& comm_b, int64_t local_tokens, const std::vector<Variant>& vs,
+            double compute_us, double comm_us, double one_set, const std::string& rr_name, int layers,
+            const std::string& plan_source, const Plan& plan, bool ok,
+            const std::function<void(double, double)>& context) {
+  const bool root = team.rank() == 0;
+  cudaStream_t s = st.s.compute;
+  const bench::TimingOptions opt{a.warmup, a.iters};
+  auto med = [&](const std::function<void(int)>& fn) {
+    return bench::summarize(bench::time_iterations(&team, s, opt, fn)).median_us;
+  };
+  // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.
+  const size_t ag_count = size_t(local_tokens) * c.hidden;
+  void *ag_in = nullptr, *ag_out = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&ag_in, ag_count * 2));
+  BRAID_CUDA_CHECK(cudaMalloc(&ag_out, ag_count * 2 * p.tp));
+  const double ag_us = med([&](int) { comm_a.all_gather(ag_in, ag_out, ag_count, m::DType::kBF16, s); });
+  // ... and two at once, one per communicator on two streams, as round-robin's strands run them: with the
+  // throttle each communicator has its own CTAs, so the pair may move more than one link's worth (a real
+  // slow link would be shared). Reported as the pair's aggregate bandwidth (both all-gathers' bytes).
+  void *ag_in2 = nullptr, *ag_out2 = nullptr;
+  BRAID_CUDA_CHECK(cudaMalloc(&ag_in2, ag_count * 2));
+  BRAID_CUDA_CHECK(cudaMalloc(&ag_out2, ag_count * 2 * p.tp));
+  const double ag2_us = med([&](int) {
+    BRAID_CUDA_CHECK(cudaEventRecord(st.rr[0], s));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(st.extra, st.rr[0], 0));
+    comm_b.all_gather(ag_in2, ag_out2, ag_count, m::DType::kBF16, st.extra);
+    comm_a.all_gather(ag_in, ag_out, ag_count, m::DType::kBF16, s);
+    BRAID_CUDA_CHECK(cudaEventRecord(st.rr[1], st.extra));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, st.rr[1], 0));
+  });
+  BRAID_CUDA_CHECK(cudaFree(ag_in));
+  BRAID_CUDA_CHECK(cudaFree(ag_out));
+  BRAID_CUDA_CHECK(cudaFree(ag_in2));
+  BRAID_CUDA_CHECK(cudaFree(ag_out2));
+  const double ag_bytes = double(ag_count) * 2 * p.tp;
+  const double algbw = ag_bytes / (ag_us * 1e-6) / 1e9, busbw = algbw * (p.tp - 1) / p.tp;
+  const double busbw2 = 2 * ag_bytes / (ag2_us * 1e-6) / 1e9 * (p.tp - 1) / p.tp;
+
+  const double flops = layers * (m::layer_model_flops(c, m::Phase::kForward) + m::layer_model_flops(c, m::Phase::kBackward)) / p.tp;
+  const double single_us = vs[0].us;
+  const double exposed_single = std::max(0.0, single_us - compute_us);
+  const double rr_us = [&] {
+    for (const auto& v : vs)
+      if (v.name == rr_name) return v.us;
+    return 0.0;
+  }();
+  if (root) {
+    std::printf("# %s, %s, tokens per micro-batch %lld, throttle %s: all-gather of %.1f MiB %.1f us = %.1f GB/s algbw, "
+                "%.1f GB/s busbw\n",
+                c.name.c_str(), strand_parallel_tag(c, p).c_str(), (long long)c.tokens(),
+                a.throttle > 0 ? (std::to_string(a.throttle) + " CTAs").c_str() : "off", ag_bytes / 1048576.0, ag_us,
+                algbw, busbw);
+    std::printf("# two all-gathers at once (comm a and comm b on two streams, as round-robin runs them): %.1f us, "
+                "%.1f GB/s aggregate busbw (%.2fx one)\n",
+                ag2_us, busbw2, busbw > 0 ? busbw2 / busbw : 0.0);
+    context(compute_us, comm_us);
+    std::printf("%-20s %10s %12s %7s %12s %8s %9s %9s %9s\n", "variant", "time(us)", "tokens/s", "MFU", "exposed(us)",
+                "hidden", "vs single", "vs rr", "mem(MiB)");
+  }
+  for (const auto& v : vs) {
+    const double exposed = std::max(0.0, v.us - compute_us);
+    const double hidden = exposed_single > 0 ? 1.0 - exposed / exposed_single : 0.0;
+    // a unit (a stack's pass) moves one micro-batch's forward and another's backward through the layer (the stack)
+    const double tok_s = double(c.tokens()) / (v.us * 1e-6);
+    const double mfu = flops / (v.us * 1e-6) / kPeakFlops;
+    if (root) {
+      std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %8.3fx %8.3fx %9.1f\n", v.name.c_str(), v.us, tok_s,
+                  100 * mfu, exposed, 100 * hidden, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0, v.mem / 1048576.0);
+      bench::Json j;
+      j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
+      j.add("layers", layers).add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle)
+          .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds)
+          .add("gemm_sm_reserve", v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "-smres") == 0 ? a.gemm_sm_reserve : 0);
+      j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
+      j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
+      j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
+      j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
+      j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
+      j.add("plan_steps", plan.steps.size()).add("verified", ok);
+      j.add_context(ctx);
+      bench::append_jsonl(a.json, j.str());
+    }
+  }
+}
+
+
+// ---- the stack (--layers L > 1) ---------------------------------------------------------------------------
+
+// The strand executors the stack runs, by the one-layer variant's name: the two-link orders that hid the most
+// with two full activation sets in the one-layer runs (docs/dhelix.md), on `base` (the layer's DAG, the
+// small or the timed shape). `plan_file`: the searched plan; `orders2`: the two-link issue orders.
+std::unique_ptr<StrandExecutor> stack_executor(const std::string& name, const Layer& base, const PlanFile& plan_file,
+                                               const std::vector<std::pair<std::string, PlanFile>>& orders2,
+                                               const StrandStreams& streams) {
+  const Layer two = two_link_layer(base);
+  if (name == "strands-whole-2link-dag") {
+    const Layer d = dep_ready_layer(two);
+    return std::make_unique<StrandExecutor>(d, whole_pass_plan(d, from_plan_file(base, plan_file)), streams);
+  }
+  for (const auto& [n, pf] : orders2) {
+    if (n == name) return std::make_unique<StrandExecutor>(two, from_plan_file(two, pf), streams);
+    if (n + "-dag" == name) {
+      const Layer d = dep_ready_layer(two);
+      return std::make_unique<StrandExecutor>(d, from_plan_file(d, pf), streams);
+    }
+  }
+  return nullptr;  // that order was not searched (no two-link orders)
+}
+
+const char* const kStackOrders[] = {"strands-whole-2link-dag", "strands-best-order-2link",
+                                    "strands-best-order-sinks-2link-dag"};
+
+// DHelix over a stack of a.layers layers (StrandStack): verified on the small shape (3 layers) against the
+// same micro-batches one strand at a time, then single strand, round-robin and the strand executors timed
+// interleaved, a pass each (one micro-batch's forward through the stack beside another's backward).
+int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Parallel& p, const bench::Context& ctx,
+                Streams& st, m::Comm& comm_a, m::Comm& comm_b, const Layer& dag, const PlanFile& plan_file,
+                const std::vector<std::pair<std::string, PlanFile>>& orders2, const std::string& plan_source,
+                const Plan& plan) {
+  const bool root = team.rank() == 0;
+  cudaStream_t s = st.s.compute;
+  const bool io = p.sp && p.tp > 1;  // y/dy/dx shared by the two objects (Layer::share_interfaces)
+  namespace k = model::kernels;
+  auto fill = [&](void* ptr, const m::Layer& l, uint64_t seed, float lo, float hi) {
+    k::fill_uniform(static_cast<k::bf16*>(ptr), size_t(l.local_tokens()) * l.config().hidden, seed, lo, hi, s);
+  };
+  // Both objects' micro-batches: inputs in [-1, 1], output gradients in [-1e-2, 1e-2] (as fill_inputs).
+  auto fill_stack = [&](StrandStack& sk, const m::Layer& l, uint64_t seed) {
+    for (int o = 0; o < 2; ++o) {
+      fill(sk.input(o), l, seed + 10 * o, -1.f, 1.f);
+      fill(sk.dout(o), l, seed + 10 * o + 1, -1e-2f, 1e-2f);
+    }
+  };
+  bool ok = true;
+  if (a.verify) {
+    const m::ModelConfig sc = small_of(c);
+    const int lv = std::min(a.layers, 3);
+    m::Layer va(sc, p, comm_a);
+    va.init_random_weights(5);
+    va.set_accumulate_grads(true);
+    m::Layer vb(va, comm_b, m::Layer::Share::kAll);
+    if (io) vb.share_interfaces(va);
+    StrandStack vstack(va, vb, lv);
+    const Layer vdag = strand_layer(sc, p, links_of(a));
+    const size_t n = size_t(va.local_tokens()) * sc.hidden;
+    // Two passes from the same start: a's forward beside b's backward, then b's next micro-batch forward
+    // beside a's backward. The snapshot: a's top output, b's bottom dx and the gradients after the first;
+    // a's bottom dx, the gradients (both micro-batches, accumulated) and b's top output after the second.
+    auto sequence = [&](const std::function<void()>& one_pass) {
+      vstack.reset();
+      fill_stack(vstack, va, 11);
+      va.zero_grads(s);
+      vstack.forward(1, s);
+      one_pass();
+      team.synchronize(s, "stack verification pass");
+      Snapshot r;
+      r.ya = bits_of(va.y(), n);
+      r.dxb = bits_of(vb.dx(), n);
+      r.gb = va.download_grads();
+      fill(vstack.input(1), va, 41, -1.f, 1.f);  // b's next micro-batch
+      one_pass();
+      team.synchronize(s, "stack verification pass 2");
+      r.dxa = bits_of(va.dx(), n);
+      r.gsum = va.download_grads();
+      r.yb2 = bits_of(vb.y(), n);
+      return r;
+    };
+    const Snapshot ref = sequence([&] { vstack.pass_single(s); });
+    auto check_bits = [&](const std::string& what, const Snapshot& got) {
+      const double diff = team.allreduce_max(double(strands_differences(ref, got, sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s, stack of %d layers, two passes): %s vs one strand at a time: %.0f differing "
+                    "values (bitwise) -> %s\n",
+                    sc.name.c_str(), lv, what.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    };
+    check_bits("stack-round-robin", sequence([&] {
+                 vstack.pass(s, [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.extra, st.rr); });
+               }));
+    for (const char* name : kStackOrders) {
+      auto ex = stack_executor(name, vdag, plan_file, orders2, st.s);
+      if (!ex) continue;
+      check_bits(std::string("stack-") + name, sequence([&] { vstack.pass(s, [&](m::Layer& f, m::Layer& b) { ex->run(f, b); }); }));
+    }
+    if (a.gemm_sm_reserve > 0) {  // GEMMs on fewer SMs: cuBLAS may pick other kernels (relative L2, not bits)
+      const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
+      auto ex = stack_executor(kStackOrders[0], vdag, plan_file, orders2, st.s);
+      va.set_gemm_sm_target(sms), vb.set_gemm_sm_target(sms);
+      const Snapshot got = sequence([&] { vstack.pass(s, [&](m::Layer& f, m::Layer& b) { ex->run(f, b); }); });
+      va.set_gemm_sm_target(0), vb.set_gemm_sm_target(0);
+      ok = l2_verdict(team, root, ref, got, sc,
+                      std::string("stack-") + kStackOrders[0] + " with GEMMs on " + std::to_string(sms) + " SMs",
+                      "one strand at a time") &&
+           ok;
+    }
+    if (!ok) return 3;
+  }
+
+  // ---- timing: the stack at the timed shape ----
+  m::Layer sa(c, p, comm_a);
+  sa.init_random_weights(17);
+  sa.set_accumulate_grads(true);
+  m::Layer sb(sa, comm_b, m::Layer::Share::kAll);
+  if (io) sb.share_interfaces(sa);
+  StrandStack stack(sa, sb, a.layers);
+  fill_stack(stack, sa, 101 + 100 * uint64_t(team.rank()));
+  sa.zero_grads(s);
+  stack.forward(1, s);
+  team.synchronize(s, "stack warm-up");
+  const bench::TimingOptions opt{a.warmup, a.iters};
+  auto med = [&](const std::function<void(int)>& fn) {
+    return bench::summarize(bench::time_iterations(&team, s, opt, fn)).median_us;
+  };
+  // Memory by the allocator's accounting, as the one-layer variants: one strand needs one layer object,
+  // L slots and one micro-batch input and output gradient; two strands both objects and L + 1 slots.
+  const double L = a.layers, slot = double(stack.slot_bytes()), extra = double(stack.extra_bytes()) / 2;
+  const double mem_single = double(sa.memory().total()) + L * slot + extra;
+  const double mem_two = double(sa.memory().total()) + double(sb.memory().total()) + (L + 1) * slot + extra;
+  // Communication alone (every collective of a layer's forward and backward, one at a time) times L.
+  double comm_us = 0;
+  for (const auto ph : {m::Phase::kForward, m::Phase::kBackward}) {
+    m::Layer& l = ph == m::Phase::kForward ? sa : sb;
+    const auto& ops = l.ops(ph);
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].kind == m::OpKind::kComm) comm_us += L * med([&](int) { l.run_op(ph, i, s); });
+  }
+  const double compute_us =
+      med([&](int) { stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); }); });
+  const int gemm_sms = gemm_sms_leaving(a.gemm_sm_reserve);
+  auto reserved = [&](const std::function<void()>& f) {
+    sa.set_gemm_sm_target(gemm_sms), sb.set_gemm_sm_target(gemm_sms);
+    f();
+    sa.set_gemm_sm_target(0), sb.set_gemm_sm_target(0);
+  };
+  std::vector<std::unique_ptr<StrandExecutor>> exs;
+  std::vector<std::string> names;
+  std::vector<std::function<void(int)>> fns;
+  std::vector<double> mems;
+  auto add = [&](const std::string& name, std::function<void(int)> fn, double mem) {
+    names.push_back(name), fns.push_back(std::move(fn)), mems.push_back(mem);
+  };
+  auto rr = [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.extra, st.rr); };
+  add("stack-single-strand", [&](int) { stack.pass_single(s); }, mem_single);
+  add("stack-round-robin", [&](int) { stack.pass(s, rr); }, mem_two);
+  if (a.gemm_sm_reserve > 0)
+    add("stack-round-robin-smres", [&](int) { reserved([&] { stack.pass(s, rr); }); }, mem_two);
+  for (const char* name : kStackOrders) {
+    auto ex = stack_executor(name, dag, plan_file, orders2, st.s);
+    if (!ex) continue;
+    StrandExecutor* e = ex.get();
+    exs.push_back(std::move(ex));
+    auto unit = [&, e](m::Layer& f, m::Layer& b) { e->run(f, b); };
+    add(std::string("stack-") + name, [&, unit](int) { stack.pass(s, unit); }, mem_two);
+    if (a.gemm_sm_reserve > 0 && std::string(name) != "strands-best-order-sinks-2link-dag")
+      add(std::string("stack-") + name + "-smres", [&, unit](int) { reserved([&] { stack.pass(s, unit); }); }, mem_two);
+  }
+  const auto t = bench::time_interleaved(&team, s, opt, a.rounds, fns);
+  std::vector<Variant> vs;
+  for (size_t i = 0; i < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], a.rounds});
+  if (root)
+    std::printf("# interleaved timing: %d rounds over %zu variants, %d passes each\n", a.rounds, fns.size(), a.iters);
+  report(team, a, c, p, ctx, st, comm_a, comm_b, sa.local_tokens(), vs, compute_us, comm_us, mem_single,
+         "stack-round-robin", a.layers, plan_source, plan, ok, [&](double compute, double comm) {
+           std::printf("# stack of %d layers (one weight copy shared by the layers; StrandStack): a pass = one micro-batch's "
+                       "forward through the stack + another's backward; compute only %.1f us, collectives alone %.1f "
+                       "us; strands' link streams at %s priority\n",
+                       a.layers, compute, comm, link_priority_high() ? "high" : "normal");
+           std::printf("# memory: layer object a %.1f MiB (weights %.1f, gradients %.1f, its other buffers and "
+                       "workspace), b %.1f MiB; slot (saved set + x) %.1f MiB; one strand %d slots, two strands %d; "
+                       "micro-batch input and output gradient %.1f MiB; two strands / one: %.4fx\n",
+                       sa.memory().total() / 1048576.0, sa.memory().weights / 1048576.0, sa.memory().grads / 1048576.0,
+                       sb.memory().total() / 1048576.0, slot / 1048576.0, a.layers, a.layers + 1, extra / 1048576.0,
+                       mem_two / mem_single);
+         });
+  team.synchronize(s, "bench strands (stack) end");
+  return ok ? 0 : 3;
+}
+}  // namespace
+
 int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
   const Args a = parse(argc, argv, "bench strands");
   m::Parallel p;
@@ -412,6 +708,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const bool root = team.rank() == 0;
   const bool moe = c.moe();
   const bool graph = a.graph && !moe;  // an MoE forward synchronises the host (dropless counts)
+  if (a.layers > 1 && moe)
+    throw UsageError("bench strands: --layers needs a dense model (StrandStack: an MoE layer keeps its routing counts "
+                     "on the host per layer object)", __FILE__, __LINE__);
   const double mem0 = bench::device_used_bytes();
   auto comm_a = a.throttle > 0 ? m::make_nccl_comm_split(team, a.throttle) : m::make_nccl_comm(team);
   const double mem_comm_a = bench::device_used_bytes();
@@ -582,6 +881,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     int(i) == arena ? " (the arena variants' order: smallest pool)" : "");
     }
   }
+
+  if (a.layers > 1)  // the stack instead of the one-layer variants
+    return bench_stack(team, a, c, p, ctx, st, *comm_a, *comm_b, dag, plan_file, order_plans2, plan_source, plan);
 
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;
@@ -788,12 +1090,6 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       if (ops[i].kind == m::OpKind::kComm) comm_us += med([&](int) { l.run_op(ph, i, s); });
   }
   const double compute_us = med([&](int) { run_compute_only(la, lb, s); });
-  struct Variant {
-    std::string name;
-    double us;
-    double mem;  // device bytes the variant needs (allocator accounting)
-    int rounds = 0;  // > 0: timed interleaved with the core variants over this many passes
-  };
   const double one_set = double(la.memory().total());
   const double two_sets = one_set + double(lb.memory().total());
   std::vector<Variant> vs;
@@ -1018,85 +1314,18 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   }
   const double mem_peak = bench::device_used_bytes();
 
-  // Link bandwidth actually reached: one all-gather of the layer's AG size on comm_a.
-  const size_t ag_count = size_t(la.local_tokens()) * c.hidden;
-  void *ag_in = nullptr, *ag_out = nullptr;
-  BRAID_CUDA_CHECK(cudaMalloc(&ag_in, ag_count * 2));
-  BRAID_CUDA_CHECK(cudaMalloc(&ag_out, ag_count * 2 * p.tp));
-  const double ag_us = med([&](int) { comm_a->all_gather(ag_in, ag_out, ag_count, m::DType::kBF16, s); });
-  // ... and two at once, one per communicator on two streams, as round-robin's strands run them: with the
-  // throttle each communicator has its own CTAs, so the pair may move more than one link's worth (a real
-  // slow link would be shared). Reported as the pair's aggregate bandwidth (both all-gathers' bytes).
-  void *ag_in2 = nullptr, *ag_out2 = nullptr;
-  BRAID_CUDA_CHECK(cudaMalloc(&ag_in2, ag_count * 2));
-  BRAID_CUDA_CHECK(cudaMalloc(&ag_out2, ag_count * 2 * p.tp));
-  const double ag2_us = med([&](int) {
-    BRAID_CUDA_CHECK(cudaEventRecord(st.rr[0], s));
-    BRAID_CUDA_CHECK(cudaStreamWaitEvent(st.extra, st.rr[0], 0));
-    comm_b->all_gather(ag_in2, ag_out2, ag_count, m::DType::kBF16, st.extra);
-    comm_a->all_gather(ag_in, ag_out, ag_count, m::DType::kBF16, s);
-    BRAID_CUDA_CHECK(cudaEventRecord(st.rr[1], st.extra));
-    BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, st.rr[1], 0));
-  });
-  BRAID_CUDA_CHECK(cudaFree(ag_in));
-  BRAID_CUDA_CHECK(cudaFree(ag_out));
-  BRAID_CUDA_CHECK(cudaFree(ag_in2));
-  BRAID_CUDA_CHECK(cudaFree(ag_out2));
-  const double ag_bytes = double(ag_count) * 2 * p.tp;
-  const double algbw = ag_bytes / (ag_us * 1e-6) / 1e9, busbw = algbw * (p.tp - 1) / p.tp;
-  const double busbw2 = 2 * ag_bytes / (ag2_us * 1e-6) / 1e9 * (p.tp - 1) / p.tp;
-
-  const double flops = (m::layer_model_flops(c, m::Phase::kForward) + m::layer_model_flops(c, m::Phase::kBackward)) / p.tp;
-  const double single_us = vs[0].us;
-  const double exposed_single = std::max(0.0, single_us - compute_us);
-  const double rr_us = [&] {
-    for (const auto& v : vs)
-      if (v.name == "round-robin") return v.us;
-    return 0.0;
-  }();
-  if (root) {
-    std::printf("# %s, %s, tokens per micro-batch %lld, throttle %s: all-gather of %.1f MiB %.1f us = %.1f GB/s algbw, "
-                "%.1f GB/s busbw\n",
-                c.name.c_str(), strand_parallel_tag(c, p).c_str(), (long long)c.tokens(),
-                a.throttle > 0 ? (std::to_string(a.throttle) + " CTAs").c_str() : "off", ag_bytes / 1048576.0, ag_us,
-                algbw, busbw);
-    std::printf("# two all-gathers at once (comm a and comm b on two streams, as round-robin runs them): %.1f us, "
-                "%.1f GB/s aggregate busbw (%.2fx one)\n",
-                ag2_us, busbw2, busbw > 0 ? busbw2 / busbw : 0.0);
-    std::printf("# unit = one micro-batch forward (strand a) + one backward (strand b); compute only %.1f us, "
-                "collectives alone %.1f us; strands' link streams at %s priority\n",
-                compute_us, comm_us, link_priority_high() ? "high" : "normal");
-    std::printf("# memory: weights %.1f MiB, activation set + grads a %.1f MiB, b %.1f MiB; cudaMemGetInfo: comm a "
-                "%+.1f MiB, comm b %+.1f MiB, layer a %+.1f MiB, layer b %+.1f MiB, after timing %+.1f MiB\n",
-                la.memory().weights / 1048576.0, (la.memory().total() - la.memory().weights) / 1048576.0,
-                lb.memory().total() / 1048576.0, (mem_comm_a - mem0) / 1048576.0, (mem_comm_b - mem_comm_a) / 1048576.0,
-                (mem_a - mem_comm_b) / 1048576.0, (mem_b - mem_a) / 1048576.0, (mem_peak - mem_b) / 1048576.0);
-    std::printf("%-20s %10s %12s %7s %12s %8s %9s %9s %9s\n", "variant", "time(us)", "tokens/s", "MFU", "exposed(us)",
-                "hidden", "vs single", "vs rr", "mem(MiB)");
-  }
-  for (const auto& v : vs) {
-    const double exposed = std::max(0.0, v.us - compute_us);
-    const double hidden = exposed_single > 0 ? 1.0 - exposed / exposed_single : 0.0;
-    const double tok_s = double(c.tokens()) / (v.us * 1e-6);
-    const double mfu = flops / (v.us * 1e-6) / kPeakFlops;
-    if (root) {
-      std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %8.3fx %8.3fx %9.1f\n", v.name.c_str(), v.us, tok_s,
-                  100 * mfu, exposed, 100 * hidden, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0, v.mem / 1048576.0);
-      bench::Json j;
-      j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
-      j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle)
-          .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds)
-          .add("gemm_sm_reserve", v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "-smres") == 0 ? a.gemm_sm_reserve : 0);
-      j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
-      j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
-      j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
-      j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
-      j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
-      j.add("plan_steps", plan.steps.size()).add("verified", ok);
-      j.add_context(ctx);
-      bench::append_jsonl(a.json, j.str());
-    }
-  }
+  report(team, a, c, p, ctx, st, *comm_a, *comm_b, la.local_tokens(), vs, compute_us, comm_us, one_set, "round-robin", 1,
+         plan_source, plan, ok, [&](double compute, double comm) {
+           std::printf("# unit = one micro-batch forward (strand a) + one backward (strand b); compute only %.1f us, "
+                       "collectives alone %.1f us; strands' link streams at %s priority\n",
+                       compute, comm, link_priority_high() ? "high" : "normal");
+           std::printf("# memory: weights %.1f MiB, activation set + grads a %.1f MiB, b %.1f MiB; cudaMemGetInfo: comm "
+                       "a %+.1f MiB, comm b %+.1f MiB, layer a %+.1f MiB, layer b %+.1f MiB, after timing %+.1f MiB\n",
+                       la.memory().weights / 1048576.0, (la.memory().total() - la.memory().weights) / 1048576.0,
+                       lb.memory().total() / 1048576.0, (mem_comm_a - mem0) / 1048576.0,
+                       (mem_comm_b - mem_comm_a) / 1048576.0, (mem_a - mem_comm_b) / 1048576.0,
+                       (mem_b - mem_a) / 1048576.0, (mem_peak - mem_b) / 1048576.0);
+         });
   team.synchronize(s, "bench strands end");
   return 0;
 }
