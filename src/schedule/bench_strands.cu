@@ -648,8 +648,6 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     for (size_t i = 0; i < ops.size(); ++i)
       if (ops[i].kind == m::OpKind::kComm) comm_us += L * med([&](int) { l.run_op(ph, i, s); });
   }
-  const double compute_us =
-      med([&](int) { stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); }); });
   const int gemm_sms = gemm_sms_leaving(a.gemm_sm_reserve);
   auto reserved = [&](const std::function<void()>& f) {
     sa.set_gemm_sm_target(gemm_sms), sb.set_gemm_sm_target(gemm_sms);
@@ -683,6 +681,13 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   for (size_t i = 0; i < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], a.rounds});
   if (root)
     std::printf("# interleaved timing: %d rounds over %zu variants, %d passes each\n", a.rounds, fns.size(), a.iters);
+  // Compute only, after the timed passes: a compute-only pass skips the all-gathers, so its GEMMs read
+  // whatever the gathered buffers of their slots hold. Measured first, those were the pool's zeros for
+  // half the slots, and GEMMs on zeros run faster (lower power): 15.1 against 16.8 ms per layer on the
+  // throttled 70B layer (2x H200), which made exposed communication look larger. Now every slot holds a
+  // real pass's data, as the one-layer bench's layers do when it measures compute only.
+  const double compute_us =
+      med([&](int) { stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); }); });
   report(team, a, c, p, ctx, st, comm_a, comm_b, sa.local_tokens(), vs, compute_us, comm_us, mem_single,
          "stack-round-robin", a.layers, plan_source, plan, ok, [&](double compute, double comm) {
            std::printf("# stack of %d layers (one weight copy shared by the layers; StrandStack): a pass = one micro-batch's "
