@@ -676,18 +676,20 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     if (a.gemm_sm_reserve > 0 && std::string(name) != "strands-best-order-sinks-2link-dag")
       add(std::string("stack-") + name + "-smres", [&, unit](int) { reserved([&] { stack.pass(s, unit); }); }, mem_two);
   }
+  // Compute only (what exposed communication is measured against), timed interleaved with the variants, last
+  // in the list: a compute-only pass skips the all-gathers, so its GEMMs read whatever the gathered buffers
+  // of their slots hold. Timed on its own before the variants, those were the pool's zeros and the pass ran
+  // 15.1 ms per layer (GEMMs on zeros draw less power); timed on its own after them, on a GPU warm from the
+  // passes, 17.8 ms (throttled 70B layer, 2x H200, 36872c0). Interleaved, it runs on real data in the
+  // variants' thermal state; not a row of the table.
+  add("compute-only", [&](int) { stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); }); }, 0);
   const auto t = bench::time_interleaved(&team, s, opt, a.rounds, fns);
   std::vector<Variant> vs;
-  for (size_t i = 0; i < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], a.rounds});
+  for (size_t i = 0; i + 1 < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], a.rounds});
+  const double compute_us = bench::summarize(t.back()).median_us;
   if (root)
-    std::printf("# interleaved timing: %d rounds over %zu variants, %d passes each\n", a.rounds, fns.size(), a.iters);
-  // Compute only, after the timed passes: a compute-only pass skips the all-gathers, so its GEMMs read
-  // whatever the gathered buffers of their slots hold. Measured first, those were the pool's zeros for
-  // half the slots, and GEMMs on zeros run faster (lower power): 15.1 against 16.8 ms per layer on the
-  // throttled 70B layer (2x H200), which made exposed communication look larger. Now every slot holds a
-  // real pass's data, as the one-layer bench's layers do when it measures compute only.
-  const double compute_us =
-      med([&](int) { stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); }); });
+    std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d passes each\n", a.rounds,
+                vs.size(), a.iters);
   report(team, a, c, p, ctx, st, comm_a, comm_b, sa.local_tokens(), vs, compute_us, comm_us, mem_single,
          "stack-round-robin", a.layers, plan_source, plan, ok, [&](double compute, double comm) {
            std::printf("# stack of %d layers (one weight copy shared by the layers; StrandStack): a pass = one micro-batch's "
