@@ -336,23 +336,31 @@ if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smr
     --gemm-sm-reserve ${SMRES_NVLINK:-16} --json "$out/strands-smres-nvlink.jsonl" 2>&1 | tee -a "$log"
 fi
 if has strands-stack; then  # DHelix over a stack of layers (StrandStack, bench strands --layers): its test (STACK_TEST=1),
-  # then the 70B layer at each NCCL CTA cap of STACK_THROTTLES (default "1 0"; 0 = NVLink; 1 and 0 use committed pair
-  # tables, any other cap profiles its own and writes it under $out), for each of STACK_LAYERS (default 20); GEMMs leave
-  # SMRES_THROTTLED (4) SMs throttled and SMRES_NVLINK (16) on NVLink in the -smres variants.
+  # then each of STACK_MODELS (default llama3-70b; mixtral-8x7b runs with --ep 2) at each NCCL CTA cap of STACK_THROTTLES
+  # (default "1 0"; 0 = NVLink; the 70B layer at 1 and 0 uses committed pair tables, every other case profiles its own
+  # and writes it under $out), for each of STACK_LAYERS (default 20); GEMMs leave SMRES_THROTTLED (4) SMs throttled and
+  # SMRES_NVLINK (16) on NVLink in the -smres variants.
   echo "== strands stack ($(date +%T))" | tee -a "$log"
   if [[ ${STACK_TEST:-1} == 1 ]]; then
     (cd build && timeout 150 ctest --output-on-failure --timeout 120 -R "test_strands_mpi" > "$out/ctest-strands.log" 2>&1)
     grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
   fi
-  for nl in ${STACK_LAYERS:-20}; do
-    for thr in ${STACK_THROTTLES:-1 0}; do
-      pairs=(--out "$out/strands-pairs-llama3-70b-throttle$thr.txt"); res=${SMRES_THROTTLED:-4}
-      [[ $thr == 1 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt)
-      [[ $thr == 0 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-92f3048.txt) && res=${SMRES_NVLINK:-16}
-      echo "-- stack of $nl layers, NCCL CTAs ${thr/#0/unlimited} ($(date +%T))" | tee -a "$log"
-      T=${STACK_T:-240} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle $thr --layers $nl \
-        --iters ${STACK_ITERS:-3} --rounds ${STACK_ROUNDS:-2} --warmup 1 --no-graph --gemm-sm-reserve $res "${pairs[@]}" \
-        --json "$out/strands-stack.jsonl" 2>&1 | grep -vE "^ +[0-9]+ |^# (budgeted|best issue|co-run|pool-bounded|static two|ideal|executor model)" | tee -a "$log"
+  for model in ${STACK_MODELS:-llama3-70b}; do
+    ep=(); [[ $model == mixtral* ]] && ep=(--ep 2)
+    for nl in ${STACK_LAYERS:-20}; do
+      for thr in ${STACK_THROTTLES:-1 0}; do
+        pairs=(--out "$out/strands-pairs-$model-throttle$thr.txt"); res=${SMRES_THROTTLED:-4}
+        [[ $thr == 0 ]] && res=${SMRES_NVLINK:-16}
+        if [[ $model == llama3-70b ]]; then
+          [[ $thr == 1 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt)
+          [[ $thr == 0 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-92f3048.txt)
+        fi
+        echo "-- $model, stack of $nl layers, NCCL CTAs ${thr/#0/unlimited} ($(date +%T))" | tee -a "$log"
+        T=${STACK_T:-240} mpi bench strands --model $model --tp 2 ${ep[@]+"${ep[@]}"} --seq 4096 --throttle $thr --layers $nl \
+          --iters ${STACK_ITERS:-3} --rounds ${STACK_ROUNDS:-2} --warmup 1 --no-graph --gemm-sm-reserve $res "${pairs[@]}" \
+          --json "$out/strands-stack.jsonl" 2>&1 |
+          grep -vE "^ +[0-9]+ |^# (budgeted|best issue|co-run|pool-bounded|static two|ideal|executor model)" | tee -a "$log"
+      done
     done
   done
 fi

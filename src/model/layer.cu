@@ -815,6 +815,20 @@ void Layer::forward(cudaStream_t stream) {
 void Layer::backward(cudaStream_t stream) {
   for (auto& f : impl_->fn[1]) f(stream);
 }
+Layer::Routing Layer::routing() const {
+  const Impl& m = *impl_;
+  BRAID_REQUIRE(!m.counts_pending, "layer: routing() before the forward's dispatch was enqueued");
+  return Routing{m.sc, m.sd, m.rc, m.rd, m.expert_rows, m.R};
+}
+
+void Layer::set_routing(const Routing& r) {
+  Impl& m = *impl_;
+  BRAID_REQUIRE(r.sc.size() == m.sc.size() && r.sd.size() == m.sd.size() && r.rc.size() == m.rc.size() &&
+                    r.rd.size() == m.rd.size() && r.expert_rows.size() == m.expert_rows.size() && r.rows <= m.Rmax,
+                "layer: set_routing needs a routing of this layer's configuration");
+  m.sc = r.sc, m.sd = r.sd, m.rc = r.rc, m.rd = r.rd, m.expert_rows = r.expert_rows, m.R = r.rows;
+}
+
 std::vector<int64_t> Layer::local_expert_rows() const { return impl_->expert_rows; }
 std::vector<int> Layer::local_routes() const {
   const Impl& m = *impl_;

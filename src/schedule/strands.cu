@@ -332,9 +332,6 @@ size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers) : a_(a), b_(b), layers_(layers) {
   BRAID_REQUIRE(layers >= 1, "strand stack: needs at least one layer");
   BRAID_REQUIRE(&a != &b, "strand stack: needs two layer objects");
-  BRAID_REQUIRE(!a.config().moe(),
-                "strand stack: dense layers only (an MoE layer keeps its forward's routing counts on the host, one copy "
-                "per layer object)");
   BRAID_REQUIRE(a.accumulates_grads() && b.accumulates_grads(),
                 "strand stack: both layers must accumulate their weight gradients (the stack's layers add up)");
   const auto layout = a.saved_layout(), lb = b.saved_layout();
@@ -365,6 +362,7 @@ StrandStack::~StrandStack() {
 
 void StrandStack::reset() {
   for (auto& h : held_) h.assign(size_t(layers_), -1);
+  for (auto& r : routes_) r.assign(size_t(layers_), {});
   free_.clear();
   for (int k = slots() - 1; k >= 0; --k) free_.push_back(k);  // slot 0 is taken first
   turn_ = 0;
@@ -393,10 +391,13 @@ void StrandStack::prep_backward(int o, int l, cudaStream_t s) {
   const int slot = held_[o][size_t(l)];
   BRAID_REQUIRE(slot >= 0, "strand stack: a backward of a layer whose forward did not run (internal error)");
   place(o, slot);
+  obj(o).set_routing(routes_[o][size_t(l)]);  // MoE: the counts its forward found (empty for a dense layer)
   // The layer's output gradient: the micro-batch's for the top layer, else the layer above's dx.
   const void* src = l == layers_ - 1 ? io_[o][1] : obj(o).dx();
   BRAID_CUDA_CHECK(cudaMemcpyAsync(obj(o).dy(), src, io_bytes_, cudaMemcpyDeviceToDevice, s));
 }
+
+void StrandStack::keep_routing(int o, int l) { routes_[o][size_t(l)] = obj(o).routing(); }
 
 void StrandStack::release(int o, int l) {
   free_.push_back(held_[o][size_t(l)]);
@@ -408,6 +409,7 @@ void StrandStack::forward(int o, cudaStream_t s) {
   for (int l = 0; l < layers_; ++l) {
     prep_forward(o, l, s);
     obj(o).forward(s);
+    keep_routing(o, l);
   }
   turn_ = 1 - o;  // o holds every layer: its backward comes next, beside the other's forward
 }
@@ -422,6 +424,7 @@ void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, m
     prep_forward(f, i, s);
     prep_backward(b, j, s);
     unit(obj(f), obj(b));
+    keep_routing(f, i);
     release(b, j);  // its slot is taken by the next unit's forward, enqueued after this unit on s
   }
   turn_ = b;
@@ -440,6 +443,7 @@ void StrandStack::pass_single(cudaStream_t s) {
   for (int i = 0; i < layers_; ++i) {
     prep_forward(f, i, s);
     obj(f).forward(s);
+    keep_routing(f, i);
   }
   turn_ = b;
 }

@@ -336,14 +336,14 @@ void strands_equal_single(bool moe) {
 TEST(StrandsMpi, DenseStrandsEqualSingleStrand) { strands_equal_single(false); }
 TEST(StrandsMpi, MoEStrandsEqualSingleStrand) { strands_equal_single(true); }
 
-// A stack of layers (StrandStack): its one-strand-at-a-time pass equals the same micro-batches through
+// A stack of layers (StrandStack), dense and MoE: its one-strand-at-a-time pass equals the same micro-batches through
 // separate layer objects (one per layer and micro-batch, the same shared weights and accumulating
 // gradients) bit for bit, and two strands (round-robin, and the dependency-ready two-link executor, eagerly)
 // equal it bit for bit, over two passes with the roles swapped: the slot rotation hands every backward the
 // set its forward wrote.
-TEST(StrandsMpi, StackOfLayersTwoStrandsEqualOneAtATime) {
+void stack_equal_one_at_a_time(bool moe) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
-  const auto c = shape(false);
+  const auto c = shape(moe);
   const m::Parallel par{tp, true};
   constexpr int L = 3;
   const size_t n = size_t(c.tokens()) * c.hidden;
@@ -443,7 +443,8 @@ TEST(StrandsMpi, StackOfLayersTwoStrandsEqualOneAtATime) {
     r.yb = bits(b.y(), nl);
     return r;
   };
-  auto same = [&](const Snapshot& got, const std::string& what) {
+  auto same = [&](const Snapshot& got, const std::string& how) {
+    const std::string what = std::string(moe ? "moe " : "dense ") + how;
     EXPECT_TRUE(ref.ya == got.ya) << what << ": a's top y";
     EXPECT_TRUE(ref.dxb == got.dxb) << what << ": b's bottom dx";
     EXPECT_TRUE(ref.dxa == got.dxa) << what << ": a's bottom dx";
@@ -463,6 +464,10 @@ TEST(StrandsMpi, StackOfLayersTwoStrandsEqualOneAtATime) {
   stack.reset();
   EXPECT_THROW(stack.pass_single(s), braid::Error);  // a pass needs one object holding every layer
 }
+
+TEST(StrandsMpi, StackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(false); }
+// MoE: each layer's host-side routing (Layer::routing) is kept per layer and put back before its backward.
+TEST(StrandsMpi, MoEStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true); }
 
 TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();

@@ -151,6 +151,19 @@ class Layer {
   void forward(cudaStream_t stream);
   void backward(cudaStream_t stream);
 
+  // MoE: the host-side routing of the last forward that its backward reads (the all-to-all counts and
+  // displacements, rows per local expert, rows received), taken after the forward's operators were
+  // enqueued (its dispatch waits for the counts on the host). A stack of MoE layers run through one layer
+  // object (schedule::StrandStack) keeps one per layer and puts it back before that layer's backward; the
+  // device-side routing (prob, route, pos, the row maps) is among the saved tensors. Empty for a dense layer.
+  struct Routing {
+    std::vector<size_t> sc, sd, rc, rd;  // all-to-all send/receive counts and displacements (elements)
+    std::vector<int64_t> expert_rows;    // rows per local expert
+    int64_t rows = 0;                    // rows received
+  };
+  Routing routing() const;
+  void set_routing(const Routing& r);
+
   // MoE: rows each local expert received in the last forward (host copy), E/tp entries.
   std::vector<int64_t> local_expert_rows() const;
   // MoE: the experts each local token was routed to in the last forward, [local_tokens(), top_k]

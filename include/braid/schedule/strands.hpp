@@ -39,6 +39,7 @@
 
 #include "braid/bench.hpp"
 #include "braid/model/config.hpp"
+#include "braid/model/layer.hpp"
 #include "braid/schedule/ops.hpp"
 #include "braid/schedule/pairing.hpp"
 #include "braid/schedule/profile.hpp"
@@ -265,9 +266,10 @@ struct SharedActivationPool {
 /// copies f's output y into the next layer's slot x (f's input(o) for layer 0) and b's dx into b's dy
 /// (dout(o) for the top layer) on `s`. Results equal the same micro-batches run one strand at a time
 /// (pass_single) bit for bit: the same kernels on the same data, each backward accumulating its layers'
-/// weight gradients in the same order. Dense layers only (an MoE layer keeps the forward's routing counts
-/// on the host, one copy per layer object). Both layers must accumulate their gradients (Share::kAll or
-/// set_accumulate_grads): the L layers' contributions add up in the one gradient copy.
+/// weight gradients in the same order. MoE layers too: the forward's host-side routing
+/// (model::Layer::routing) is kept per layer after its forward is enqueued and put back before its
+/// backward. Both layers must accumulate their gradients (Share::kAll or set_accumulate_grads): the L
+/// layers' contributions add up in the one gradient copy.
 class StrandStack {
  public:
   StrandStack(model::Layer& a, model::Layer& b, int layers);
@@ -304,6 +306,7 @@ class StrandStack {
   void prep_forward(int o, int l, cudaStream_t s);
   void prep_backward(int o, int l, cudaStream_t s);
   void release(int o, int l);
+  void keep_routing(int o, int l);  // after object o's forward of layer l was enqueued
 
   model::Layer &a_, &b_;
   int layers_ = 0, turn_ = 0;
@@ -312,6 +315,7 @@ class StrandStack {
   char* pool_ = nullptr;
   void* io_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   std::vector<int> held_[2];  // held_[o][l]: the slot of object o's layer l, or -1
+  std::vector<model::Layer::Routing> routes_[2];  // routes_[o][l]: object o's layer l's forward routing (MoE)
   std::vector<int> free_;     // free slots (a stack: the last freed is taken first)
 };
 
