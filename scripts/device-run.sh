@@ -70,14 +70,14 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (thirty-fourth session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second to
-# thirty-fourth sessions). The GEMM epilogue's TMA-store mode 3 is the default from f2c8c3b (whole suite passed with it
-# on 2x H200 at d50960c; modes 1 and 2 were removed after, leaving mode 3's code token for token). Not GPU-run: the
-# corrected OverlapGemm.StridedOutputAndRefusedLayouts and the host check of D's alignment (gemm_sm90.cu). First call on
-# any card: `build test` (CTEST_R=test_overlap_gemm_gpu is enough on one GPU), then mode 3 against mode 0 on
-# bench/shapes/sweep.txt: `VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" GEMM_SHAPES=bench/shapes/sweep.txt
-# VARIANT_ARGS=--no-tune VARIANT_ROUNDS=1` (gemm-variant runs each binary under T=${VARIANT_T:-120} per run:
-# VARIANT_T=240, or the sweep in halves).
+# Next (thirty-fifth session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second to
+# thirty-fifth sessions). Ran this session: the corrected OverlapGemm test (one H200, passes); mode 3 against 0 on 30 of
+# the sweep's 50 shapes (one H200: 0.989 against 0.978); the 70B stack of 20 layers (2x H200: 1.043x memory, 69.5-70.8%
+# hidden at 1 CTA). Not GPU-run (7777fac): the MoE stack (Layer::routing, StrandStack keeping it per layer, the test
+# MoEStackOfLayersTwoStrandsEqualOneAtATime) and the one-layer bench's compute-only unit timed interleaved. First call on
+# any 2-GPU card: `build strands-stack` with STACK_MODELS="mixtral-8x7b llama3-70b" STACK_THROTTLES="2 1" (the test runs
+# first; ~4.5 min cold for the 70B alone at two caps). The rest of the GEMM sweep A/B: GEMM_SHAPES=a file of the 20
+# shapes after the first 30 of bench/shapes/sweep.txt, VARIANT_T=300, one round per call.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
@@ -86,8 +86,14 @@
 # --owner --owner-chunks 1,2,4 --auto" (25 shapes, ~4 min warm; issue 4's open criterion, 1.364x at e9566f7 without
 # T3's ops or the pull); then the whole sweep in halves, `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-ring-dma,t3-auto
 # T3_AG=0), `sweep-ar`, issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
-# STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M. On `nvidia-h100-x1` (if lent): `build gemm-variant`
+# STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M, and `strands-stack` (issue 9 on the acceptance
+# card: STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES="1 2"). On `nvidia-h100-x1` (if lent): `build gemm-variant`
 # with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
+# The thirty-fifth session's calls: one H200 `build test gemm-variant` (BUILD_TARGET="braid test_overlap_gemm_gpu",
+# sweep, 2 rounds at VARIANT_T=150) 9.4 min cold, the sweep cut at 37/30 shapes per binary; 2x H200 `build
+# strands-stack` (BUILD_TARGET="braid test_strands_mpi", test + 70B stack at 1 CTA and NVLink) 3.5 min cold (build 2.4
+# min); `build strands-stack` (BUILD_TARGET=braid, three caps incl. a 2-CTA profile) 3.9 min cold; `strands-stack` at
+# two caps, 3 rounds, 60 s warm.
 # The thirty-fourth session's calls (2x H200): `build gemm-variant tma-suite` (full build, 3 variants compiled at once,
 # 10 shapes x 4 binaries, then tests per mode) hit 600 s after mode 2's tests (full build ~2 min, variants 36 s, each
 # 10-shape run ~10 s, a mode's test_overlap|test_t3 ~1.3 min + its relink); warm `build gemm-variant tma-suite` (2
