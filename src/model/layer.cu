@@ -815,6 +815,7 @@ void Layer::forward(cudaStream_t stream) {
 void Layer::backward(cudaStream_t stream) {
   for (auto& f : impl_->fn[1]) f(stream);
 }
+
 Layer::Routing Layer::routing() const {
   const Impl& m = *impl_;
   BRAID_REQUIRE(!m.counts_pending, "layer: routing() before the forward's dispatch was enqueued");

@@ -507,7 +507,6 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
   }
 }
 
-
 // ---- the stack (--layers L > 1) ---------------------------------------------------------------------------
 
 // The strand executors the stack runs, by the one-layer variant's name: the two-link orders that hid the most

@@ -269,7 +269,8 @@ struct SharedActivationPool {
 /// weight gradients in the same order. MoE layers too: the forward's host-side routing
 /// (model::Layer::routing) is kept per layer after its forward is enqueued and put back before its
 /// backward. Both layers must accumulate their gradients (Share::kAll or set_accumulate_grads): the L
-/// layers' contributions add up in the one gradient copy.
+/// layers' contributions add up in the one gradient copy. The two layers' saved tensors and x then point
+/// into the stack's pool: the layers must not run after the stack is gone.
 class StrandStack {
  public:
   StrandStack(model::Layer& a, model::Layer& b, int layers);
