@@ -678,7 +678,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   // Compute only (what exposed communication is measured against), timed interleaved with the variants, last
   // in the list: a compute-only pass skips the all-gathers, so its GEMMs read whatever the gathered buffers
   // of their slots hold. Timed on its own before the variants, those were the pool's zeros and the pass ran
-  // 15.1 ms per layer (GEMMs on zeros draw less power); timed on its own after them, on a GPU warm from the
+  // 15.1 ms per layer (GEMMs on zero inputs run faster); timed on its own after them, on a GPU warm from the
   // passes, 17.8 ms (throttled 70B layer, 2x H200, 36872c0). Interleaved, it runs on real data in the
   // variants' thermal state; not a row of the table.
   add("compute-only", [&](int) { stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); }); }, 0);
