@@ -418,6 +418,27 @@ struct Variant {
   int rounds = 0;  // > 0: timed interleaved with the core variants over this many passes
 };
 
+// Variants timed interleaved (bench::time_interleaved: `rounds` passes over all of them in turn, so that clock,
+// thermal or link drift hits them alike), with the compute-only run that exposed communication is measured
+// against timed among them, last: the same data and thermal state as the variants; not a row.
+struct Interleaved {
+  std::vector<std::string> names;
+  std::vector<std::function<void(int)>> fns;
+  std::vector<double> mems;
+  void add(const std::string& name, std::function<void(int)> fn, double mem) {
+    names.push_back(name), fns.push_back(std::move(fn)), mems.push_back(mem);
+  }
+  // Appends every variant's median to `vs`; returns compute only's.
+  double time(Team& team, cudaStream_t s, const bench::TimingOptions& opt, int rounds,
+              std::function<void(int)> compute_only, std::vector<Variant>& vs) {
+    fns.push_back(std::move(compute_only));
+    const auto t = bench::time_interleaved(&team, s, opt, rounds, fns);
+    fns.pop_back();
+    for (size_t i = 0; i < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], rounds});
+    return bench::summarize(t.back()).median_us;
+  }
+};
+
 // The link bandwidth the run reached, then the table (root) and a JSON row per variant. vs[0] is the
 // reference (single strand); `rr_name` the round-robin row the "vs rr" column divides by; one_set the
 // reference's memory; `context` prints the lines between the link lines and the table (root only).
@@ -654,38 +675,30 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     sa.set_gemm_sm_target(0), sb.set_gemm_sm_target(0);
   };
   std::vector<std::unique_ptr<StrandExecutor>> exs;
-  std::vector<std::string> names;
-  std::vector<std::function<void(int)>> fns;
-  std::vector<double> mems;
-  auto add = [&](const std::string& name, std::function<void(int)> fn, double mem) {
-    names.push_back(name), fns.push_back(std::move(fn)), mems.push_back(mem);
-  };
+  Interleaved iv;
   auto rr = [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.extra, st.rr); };
-  add("stack-single-strand", [&](int) { stack.pass_single(s); }, mem_single);
-  add("stack-round-robin", [&](int) { stack.pass(s, rr); }, mem_two);
+  iv.add("stack-single-strand", [&](int) { stack.pass_single(s); }, mem_single);
+  iv.add("stack-round-robin", [&](int) { stack.pass(s, rr); }, mem_two);
   if (a.gemm_sm_reserve > 0)
-    add("stack-round-robin-smres", [&](int) { reserved([&] { stack.pass(s, rr); }); }, mem_two);
+    iv.add("stack-round-robin-smres", [&](int) { reserved([&] { stack.pass(s, rr); }); }, mem_two);
   for (const char* name : kStackOrders) {
     auto ex = stack_executor(name, dag, plan_file, orders2, st.s);
     if (!ex) continue;
     StrandExecutor* e = ex.get();
     exs.push_back(std::move(ex));
     auto unit = [&, e](m::Layer& f, m::Layer& b) { e->run(f, b); };
-    add(std::string("stack-") + name, [&, unit](int) { stack.pass(s, unit); }, mem_two);
+    iv.add(std::string("stack-") + name, [&, unit](int) { stack.pass(s, unit); }, mem_two);
     if (a.gemm_sm_reserve > 0 && std::string(name) != "strands-best-order-sinks-2link-dag")
-      add(std::string("stack-") + name + "-smres", [&, unit](int) { reserved([&] { stack.pass(s, unit); }); }, mem_two);
+      iv.add(std::string("stack-") + name + "-smres", [&, unit](int) { reserved([&] { stack.pass(s, unit); }); }, mem_two);
   }
-  // Compute only (what exposed communication is measured against), timed interleaved with the variants, last
-  // in the list: a compute-only pass skips the all-gathers, so its GEMMs read whatever the gathered buffers
-  // of their slots hold. Timed on its own before the variants, those were the pool's zeros and the pass ran
-  // 15.1 ms per layer (GEMMs on zero inputs run faster); timed on its own after them, on a GPU warm from the
-  // passes, 17.8 ms (throttled 70B layer, 2x H200, 36872c0). Interleaved, it runs on real data in the
-  // variants' thermal state; not a row of the table.
-  add("compute-only", [&](int) { stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); }); }, 0);
-  const auto t = bench::time_interleaved(&team, s, opt, a.rounds, fns);
+  // Compute only, interleaved (Interleaved::time): a compute-only pass skips the all-gathers, so its GEMMs read
+  // whatever the gathered buffers of their slots hold. Timed on its own before the variants, those were the
+  // pool's zeros and the pass ran 15.1 ms per layer (GEMMs on zero inputs run faster); timed on its own after
+  // them, on a GPU warm from the passes, 17.8 ms (throttled 70B layer, 2x H200, 36872c0).
   std::vector<Variant> vs;
-  for (size_t i = 0; i + 1 < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], a.rounds});
-  const double compute_us = bench::summarize(t.back()).median_us;
+  const double compute_us = iv.time(team, s, opt, a.rounds, [&](int) {
+    stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); });
+  }, vs);
   if (root)
     std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d passes each\n", a.rounds,
                 vs.size(), a.iters);
@@ -1114,14 +1127,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   StrandExecutor ex_dep2(dag_dep2, whole_pass_plan(dag_dep2, plan), st.s);
   std::vector<std::unique_ptr<StrandExecutor>> order_ex;
   {
-    std::vector<std::string> names;
-    std::vector<std::function<void(int)>> fns;
-    std::vector<double> mems;
-    auto add = [&](const std::string& name, std::function<void(int)> fn, double mem) {
-      names.push_back(name), fns.push_back(std::move(fn)), mems.push_back(mem);
-    };
-    add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
-    add("round-robin", [&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }, two_sets);
+    Interleaved iv;
+    iv.add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
+    iv.add("round-robin", [&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }, two_sets);
     // GEMMs that leave SMs free for the collectives beside them (cublasSetSmCountTarget on both layers'
     // handles for the variant's run only), for round-robin and the best strands variants alike.
     const int gemm_sms = gemm_sms_leaving(a.gemm_sm_reserve);
@@ -1131,22 +1139,22 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       la.set_gemm_sm_target(0), lb.set_gemm_sm_target(0);
     };
     if (a.gemm_sm_reserve > 0) {
-      add("round-robin-smres", [&](int) { reserved([&] { run_round_robin(la, lb, s, st.extra, st.rr); }); }, two_sets);
-      add("strands-whole-2link-dag-smres", [&](int) { reserved([&] { ex_dep2.run(la, lb); }); }, two_sets);
+      iv.add("round-robin-smres", [&](int) { reserved([&] { run_round_robin(la, lb, s, st.extra, st.rr); }); }, two_sets);
+      iv.add("strands-whole-2link-dag-smres", [&](int) { reserved([&] { ex_dep2.run(la, lb); }); }, two_sets);
     }
-    add("strands", [&](int) { ex.run(la, lb); }, two_sets);
-    add("strands-whole", [&](int) { ex_whole.run(la, lb); }, two_sets);
-    add("strands-whole-2link", [&](int) { ex2.run(la, lb); }, two_sets);
-    add("strands-whole-dag", [&](int) { ex_dep.run(la, lb); }, two_sets);
-    add("strands-whole-2link-dag", [&](int) { ex_dep2.run(la, lb); }, two_sets);
+    iv.add("strands", [&](int) { ex.run(la, lb); }, two_sets);
+    iv.add("strands-whole", [&](int) { ex_whole.run(la, lb); }, two_sets);
+    iv.add("strands-whole-2link", [&](int) { ex2.run(la, lb); }, two_sets);
+    iv.add("strands-whole-dag", [&](int) { ex_dep.run(la, lb); }, two_sets);
+    iv.add("strands-whole-2link-dag", [&](int) { ex_dep2.run(la, lb); }, two_sets);
     for (const auto& [name, pf] : order_plans2) {
       order_ex.push_back(std::make_unique<StrandExecutor>(dag2, from_plan_file(dag2, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
-      add(name, [&, e](int) { e->run(la, lb); }, two_sets);
+      iv.add(name, [&, e](int) { e->run(la, lb); }, two_sets);
     }
     if (a.gemm_sm_reserve > 0 && !order_ex.empty()) {  // order_ex[0]: strands-best-order-2link
       StrandExecutor* e = order_ex[0].get();
-      add(order_plans2[0].first + "-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
+      iv.add(order_plans2[0].first + "-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
     }
     // -opcap: only the GEMMs that the plan's model runs beside the other strand's collectives leave the
     // SMs (gemms_beside_collectives); the others take every SM.
@@ -1156,7 +1164,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         order_ex.push_back(std::make_unique<StrandExecutor>(d, pl, st.s));
         order_ex.back()->set_gemm_caps(cf, cb, gemm_sms);
         StrandExecutor* e = order_ex.back().get();
-        add(name + "-opcap", [&, e](int) { e->run(la, lb); }, two_sets);
+        iv.add(name + "-opcap", [&, e](int) { e->run(la, lb); }, two_sets);
         if (root)
           std::printf("# %s-opcap: %d forward and %d backward GEMMs beside a collective in the model, capped at %d "
                       "SMs\n",
@@ -1171,18 +1179,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       if (name == "strands-best-order-sinks-2link") {
         order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, pf), st.s));
         StrandExecutor* e = order_ex.back().get();
-        add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
+        iv.add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
       }
     for (const auto& [name, pf] : order_plans) {
       order_ex.push_back(std::make_unique<StrandExecutor>(dag, from_plan_file(dag, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
-      add(name, [&, e](int) { e->run(la, lb); }, two_sets);
+      iv.add(name, [&, e](int) { e->run(la, lb); }, two_sets);
     }
-    add("compute-only", [&](int) { run_compute_only(la, lb, s); }, 0);  // last; not a row of the table
-    const auto t = bench::time_interleaved(&team, s, opt, a.rounds, fns);
-    for (size_t i = 0; i + 1 < fns.size(); ++i)
-      vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], a.rounds});
-    compute_us = bench::summarize(t.back()).median_us;
+    compute_us = iv.time(team, s, opt, a.rounds, [&](int) { run_compute_only(la, lb, s); }, vs);
     if (root)
       std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d iterations each; compute "
                   "only %.1f us interleaved, %.1f us timed alone before\n",
