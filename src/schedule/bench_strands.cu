@@ -37,6 +37,7 @@ struct Args {
   int gemm_sm_reserve = 0;  // > 0: also time variants whose GEMMs leave this many SMs free (-smres)
   int layers = 1;           // > 1: the stack of that many layers (StrandStack) instead of the one-layer variants
   bool graph = true, verify = true;
+  bool chain = true;        // stack: also the chained variants (StrandStack::pass_chained); --no-chain drops them
 };
 
 Args parse(int argc, char** argv, const char* who) {
@@ -70,6 +71,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--no-verify") a.verify = false;
     else if (k == "--decompose") a.decompose = std::stoi(val());
     else if (k == "--layers") a.layers = std::stoi(val());
+    else if (k == "--no-chain") a.chain = false;
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
   if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1 || a.layers < 1)
@@ -553,6 +555,8 @@ std::unique_ptr<StrandExecutor> stack_executor(const std::string& name, const La
 
 const char* const kStackOrders[] = {"strands-whole-2link-dag", "strands-best-order-2link",
                                     "strands-best-order-sinks-2link-dag"};
+// The stack executors also run chained (StrandStack::pass_chained), with and without a spare slot.
+bool chained(const std::string& name) { return name != "strands-best-order-sinks-2link-dag"; }
 
 // DHelix over a stack of a.layers layers (StrandStack): verified on the small shape (3 layers) against the
 // same micro-batches one strand at a time, then single strand, round-robin and the strand executors timed
@@ -590,7 +594,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     // Two passes from the same start: a's forward beside b's backward, then b's next micro-batch forward
     // beside a's backward. The snapshot: a's top output, b's bottom dx and the gradients after the first;
     // a's bottom dx, the gradients (both micro-batches, accumulated) and b's top output after the second.
-    auto sequence = [&](const std::function<void()>& one_pass) {
+    auto sequence_on = [&](StrandStack& vstack, const std::function<void()>& one_pass) {
       vstack.reset();
       fill_stack(vstack, va, 11);
       va.zero_grads(s);
@@ -609,6 +613,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
       r.yb2 = bits_of(vb.y(), n);
       return r;
     };
+    auto sequence = [&](const std::function<void()>& one_pass) { return sequence_on(vstack, one_pass); };
     const Snapshot ref = sequence([&] { vstack.pass_single(s); });
     auto check_bits = [&](const std::string& what, const Snapshot& got) {
       const double diff = team.allreduce_max(double(strands_differences(ref, got, sc)));
@@ -625,6 +630,11 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
       auto ex = stack_executor(name, vdag, plan_file, orders2, st.s);
       if (!ex) continue;
       check_bits(std::string("stack-") + name, sequence([&] { vstack.pass(s, [&](m::Layer& f, m::Layer& b) { ex->run(f, b); }); }));
+      if (a.chain && chained(name)) {
+        check_bits(std::string("stack-chained-") + name, sequence([&] { vstack.pass_chained(s, *ex); }));
+        StrandStack spare(va, vb, lv, 1);  // the sequence runs on vstack: swap it in for this check
+        check_bits(std::string("stack-chained-spare-") + name, sequence_on(spare, [&] { spare.pass_chained(s, *ex); }));
+      }
     }
     if (a.gemm_sm_reserve > 0) {  // GEMMs on fewer SMs: cuBLAS may pick other kernels (relative L2, not bits)
       const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
@@ -681,15 +691,34 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   iv.add("stack-round-robin", [&](int) { stack.pass(s, rr); }, mem_two);
   if (a.gemm_sm_reserve > 0)
     iv.add("stack-round-robin-smres", [&](int) { reserved([&] { stack.pass(s, rr); }); }, mem_two);
+  // Chained units with one spare slot: a second stack over the same two objects (its own L + 2 slots;
+  // each stack places the objects' pointers before every layer it runs, so their passes interleave).
+  std::unique_ptr<StrandStack> spare;
+  const double mem_spare = mem_two + slot;
+  if (a.chain) {
+    spare = std::make_unique<StrandStack>(sa, sb, a.layers, 1);
+    fill_stack(*spare, sa, 101 + 100 * uint64_t(team.rank()));
+    spare->forward(1, s);
+    team.synchronize(s, "stack (spare slot) warm-up");
+  }
   for (const char* name : kStackOrders) {
     auto ex = stack_executor(name, dag, plan_file, orders2, st.s);
     if (!ex) continue;
     StrandExecutor* e = ex.get();
     exs.push_back(std::move(ex));
     auto unit = [&, e](m::Layer& f, m::Layer& b) { e->run(f, b); };
+    const bool res = a.gemm_sm_reserve > 0 && std::string(name) != "strands-best-order-sinks-2link-dag";
     iv.add(std::string("stack-") + name, [&, unit](int) { stack.pass(s, unit); }, mem_two);
-    if (a.gemm_sm_reserve > 0 && std::string(name) != "strands-best-order-sinks-2link-dag")
+    if (res)
       iv.add(std::string("stack-") + name + "-smres", [&, unit](int) { reserved([&] { stack.pass(s, unit); }); }, mem_two);
+    if (!a.chain || !chained(name)) continue;
+    // Chained variants at the better cap only (the -smres one where GEMMs leave SMs to the collectives).
+    const std::string suffix = res ? "-smres" : "";
+    iv.add(std::string("stack-chained-") + name + suffix,
+           [&, e, res](int) { res ? reserved([&] { stack.pass_chained(s, *e); }) : stack.pass_chained(s, *e); }, mem_two);
+    iv.add(std::string("stack-chained-spare-") + name + suffix,
+           [&, e, res](int) { res ? reserved([&] { spare->pass_chained(s, *e); }) : spare->pass_chained(s, *e); },
+           mem_spare);
   }
   // Compute only, interleaved (Interleaved::time): a compute-only pass skips the all-gathers, so its GEMMs read
   // whatever the gathered buffers of their slots hold. Timed on its own before the variants, those were the

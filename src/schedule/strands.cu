@@ -153,6 +153,9 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
   cudaStream_t last_stream[2] = {nullptr, nullptr};
   cudaEvent_t last_event[2] = {nullptr, nullptr};
   std::vector<cudaEvent_t> after_bwd(mem_waits_.empty() ? 0 : dag_.bwd.size(), nullptr);
+  bool waited[2][3] = {};
+  int last[2][3];
+  chain_tails_last(order, last);
   for (size_t k = 0; k < order.size(); ++k) {
     const auto [pass, i] = order[k];
     const int sidx = pass == Pass::Forward ? 0 : 1;
@@ -161,10 +164,13 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
     if (last_stream[sidx] && last_stream[sidx] != st) {
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, last_event[sidx], 0));
     }
+    chain_wait(sidx, st, waited);
     if (sidx == 0) memory_wait(i, st, after_bwd);
     if (!cap_f_.empty()) layer->set_gemm_sm_target((sidx == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     layer->run_op(phase_of(pass), size_t(i), st);
     if (sidx == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(st);
+    if (chain_tails_ && last[sidx][stream_index(st)] == int(k))
+      BRAID_CUDA_CHECK(cudaEventRecord(chain_tails_->ev[sidx][stream_index(st)], st));
     // Record only when this strand's next op runs on another stream.
     cudaStream_t next_stream = nullptr;
     for (size_t q = k + 1; q < order.size(); ++q)
@@ -201,6 +207,9 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
   }
   std::vector<cudaEvent_t> ev(order.size(), nullptr);
   std::vector<cudaEvent_t> after_bwd(mem_waits_.empty() ? 0 : dag_.bwd.size(), nullptr);
+  bool waited[2][3] = {};
+  int last[2][3];
+  chain_tails_last(order, last);
   for (size_t q = 0; q < order.size(); ++q) {
     const auto [pass, i] = order[q];
     const int s = pass == Pass::Forward ? 0 : 1;
@@ -215,15 +224,58 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     }
     for (int j = 0; j < 3; ++j)
       if (latest[j] >= 0) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream[q], ev[latest[j]], 0));
+    chain_wait(s, stream[q], waited);
     if (s == 0) memory_wait(i, stream[q], after_bwd);
     if (!cap_f_.empty()) (s == 0 ? fwd : bwd)->set_gemm_sm_target((s == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     (s == 0 ? fwd : bwd)->run_op(phase_of(pass), size_t(i), stream[q]);
     if (s == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(stream[q]);
+    if (chain_tails_ && last[s][stream_index(stream[q])] == int(q))
+      BRAID_CUDA_CHECK(cudaEventRecord(chain_tails_->ev[s][stream_index(stream[q])], stream[q]));
     if (needs_event[q]) {
       ev[q] = next_event();
       BRAID_CUDA_CHECK(cudaEventRecord(ev[q], stream[q]));
     }
   }
+}
+
+void StrandExecutor::chain_wait(int s, cudaStream_t st, bool (&waited)[2][3]) {
+  if (!chain_after_ || waited[s][stream_index(st)]) return;
+  waited[s][stream_index(st)] = true;
+  for (cudaEvent_t e : chain_after_[s]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, e, 0));
+}
+
+void StrandExecutor::chain_tails_last(const std::vector<std::pair<Pass, int>>& order, int (&last)[2][3]) const {
+  for (auto& l : last) l[0] = l[1] = l[2] = -1;
+  if (!chain_tails_) return;
+  for (size_t k = 0; k < order.size(); ++k)
+    last[order[k].first == Pass::Forward ? 0 : 1][stream_index(stream_of(order[k].first, order[k].second))] = int(k);
+  for (int s = 0; s < 2; ++s)
+    for (int j = 0; j < 3; ++j) {
+      chain_tails_->used[s][j] = last[s][j] >= 0;
+      BRAID_REQUIRE(last[s][j] < 0 || chain_tails_->ev[s][j], "strands: run_chained needs the caller's tail events");
+    }
+}
+
+void StrandExecutor::run_chained(model::Layer& fwd, model::Layer& bwd, const std::vector<cudaEvent_t> (&after)[2],
+                                 StrandTailEvents& tails) {
+  BRAID_REQUIRE(!plan_.steps.empty(), "strands: run_chained() needs a plan");
+  BRAID_REQUIRE(&fwd != &bwd, "strands: the two strands must be different layers (activation sets)");
+  BRAID_REQUIRE(!step_barrier_, "strands: run_chained() is for the barrier-free executor");
+  next_ = 0;
+  std::vector<std::pair<Pass, int>> order;
+  for (const auto& st : plan_.steps) {
+    const auto o = issue_order(st.fwd, st.bwd);
+    order.insert(order.end(), o.begin(), o.end());
+  }
+  chain_after_ = after, chain_tails_ = &tails;
+  try {
+    issue(&fwd, &bwd, order);
+  } catch (...) {
+    chain_after_ = nullptr, chain_tails_ = nullptr;
+    throw;
+  }
+  chain_after_ = nullptr, chain_tails_ = nullptr;
+  uncap(&fwd, &bwd);
 }
 
 void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
@@ -329,8 +381,10 @@ namespace {
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
-StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers) : a_(a), b_(b), layers_(layers) {
+StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare)
+    : a_(a), b_(b), layers_(layers), spare_(spare) {
   BRAID_REQUIRE(layers >= 1, "strand stack: needs at least one layer");
+  BRAID_REQUIRE(spare >= 0, "strand stack: spare slots must be >= 0");
   BRAID_REQUIRE(&a != &b, "strand stack: needs two layer objects");
   BRAID_REQUIRE(a.accumulates_grads() && b.accumulates_grads(),
                 "strand stack: both layers must accumulate their weight gradients (the stack's layers add up)");
@@ -351,6 +405,13 @@ StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers) : a_(a), 
   for (auto& o : io_)
     for (auto& p : o) BRAID_CUDA_CHECK(cudaMemset(p, 0, round256(io_bytes_)));
   place(0, 0), place(1, 0);  // the objects free their own saved sets and x (no work is queued yet)
+  for (auto& c : copy_) BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&start_, &copied_[0], &copied_[1]})
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  tails_.resize(size_t(spare_) + 2);
+  for (auto& t : tails_)
+    for (auto& per : t.ev)
+      for (auto& e : per) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   reset();
 }
 
@@ -358,6 +419,14 @@ StrandStack::~StrandStack() {
   cudaFree(pool_);
   for (auto& o : io_)
     for (auto p : o) cudaFree(p);
+  for (auto c : copy_)
+    if (c) cudaStreamDestroy(c);
+  for (cudaEvent_t e : {start_, copied_[0], copied_[1]})
+    if (e) cudaEventDestroy(e);
+  for (auto& t : tails_)
+    for (auto& per : t.ev)
+      for (auto e : per)
+        if (e) cudaEventDestroy(e);
 }
 
 void StrandStack::reset() {
@@ -374,10 +443,13 @@ void StrandStack::place(int o, int slot) {
   obj(o).place_input(base + x_offset_);
 }
 
-void StrandStack::prep_forward(int o, int l, cudaStream_t s) {
+int StrandStack::prep_forward(int o, int l, cudaStream_t s, bool fifo) {
   BRAID_REQUIRE(!free_.empty() && held_[o][size_t(l)] < 0, "strand stack: no free slot for a forward (internal error)");
-  const int slot = free_.back();
-  free_.pop_back();
+  const int slot = fifo ? free_.front() : free_.back();
+  if (fifo)
+    free_.pop_front();
+  else
+    free_.pop_back();
   held_[o][size_t(l)] = slot;
   // The layer's input: the micro-batch's for layer 0, else the previous layer's output (y, written by the
   // previous unit, which ended on s).
@@ -385,6 +457,7 @@ void StrandStack::prep_forward(int o, int l, cudaStream_t s) {
   place(o, slot);
   BRAID_CUDA_CHECK(cudaMemcpyAsync(pool_ + size_t(slot) * slot_bytes_ + x_offset_, src, io_bytes_,
                                    cudaMemcpyDeviceToDevice, s));
+  return slot;
 }
 
 void StrandStack::prep_backward(int o, int l, cudaStream_t s) {
@@ -427,6 +500,54 @@ void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, m
     keep_routing(f, i);
     release(b, j);  // its slot is taken by the next unit's forward, enqueued after this unit on s
   }
+  turn_ = b;
+}
+
+void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
+  const int f = turn_, b = 1 - turn_;
+  for (int l = 0; l < layers_; ++l)
+    BRAID_REQUIRE(held_[b][size_t(l)] >= 0 && held_[f][size_t(l)] < 0,
+                  "strand stack: a pass needs one object holding every layer (forward() first)");
+  // Everything before the pass (the slots' last readers included) is ordered by start_.
+  BRAID_CUDA_CHECK(cudaEventRecord(start_, s));
+  freed_in_.assign(size_t(slots()), -1);
+  std::vector<cudaEvent_t> after[2] = {{start_}, {start_}};  // what strand f (0) and b (1) last ended with
+  const size_t ring = tails_.size();
+  for (int i = 0; i < layers_; ++i) {
+    const int j = layers_ - 1 - i;
+    // b's output gradient for layer j (the layer above's dx, written by b's previous unit) into dy.
+    for (cudaEvent_t e : after[1]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(copy_[1], e, 0));
+    prep_backward(b, j, copy_[1]);
+    BRAID_CUDA_CHECK(cudaEventRecord(copied_[1], copy_[1]));
+    // f's input for layer i (its previous unit's y) into the longest-free slot, once the unit of b that
+    // freed that slot is over (every reader of the slot's saved set was b's backward of that layer).
+    for (cudaEvent_t e : after[0]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(copy_[0], e, 0));
+    const int slot_next = free_.empty() ? -1 : free_.front();
+    BRAID_REQUIRE(slot_next >= 0, "strand stack: no free slot for a forward (internal error)");
+    if (const int u = freed_in_[size_t(slot_next)]; u >= 0) {
+      // tails_[u % ring] holds unit u's events until unit u + ring records it again: u >= i - 1 - spare_.
+      BRAID_REQUIRE(i - u < int(ring), "strand stack: a freed slot's events were recorded again (internal error)");
+      const StrandTailEvents& t = tails_[size_t(u) % ring];
+      for (int q = 0; q < 3; ++q)
+        if (t.used[1][q]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(copy_[0], t.ev[1][q], 0));
+    }
+    prep_forward(f, i, copy_[0], /*fifo=*/true);
+    BRAID_CUDA_CHECK(cudaEventRecord(copied_[0], copy_[0]));
+    const std::vector<cudaEvent_t> wait[2] = {{copied_[0]}, {copied_[1]}};
+    StrandTailEvents& t = tails_[size_t(i) % ring];
+    ex.run_chained(obj(f), obj(b), wait, t);
+    keep_routing(f, i);
+    const int freed = held_[b][size_t(j)];
+    release(b, j);
+    freed_in_[size_t(freed)] = i;
+    for (int o = 0; o < 2; ++o) {
+      after[o].clear();
+      for (int q = 0; q < 3; ++q)
+        if (t.used[o][q]) after[o].push_back(t.ev[o][q]);
+    }
+  }
+  for (const auto& a : after)
+    for (cudaEvent_t e : a) BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0));
   turn_ = b;
 }
 

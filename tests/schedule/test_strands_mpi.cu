@@ -419,30 +419,33 @@ void stack_equal_one_at_a_time(bool moe) {
   const sch::Plan searched = sch::search_plan(cost);
   const sch::Layer dd = sch::dep_ready_layer(sch::two_link_layer(dag));
   sch::StrandExecutor ex(dd, sch::whole_pass_plan(dd, searched), st.s);
-  auto run = [&](const std::function<void()>& one_pass) {
-    stack.reset();
-    put(stack.input(0), xa, a);
-    put(stack.dout(0), dya, a);
-    put(stack.input(1), xb, a);
-    put(stack.dout(1), dyb, a);
+  // Barrier-free in issue order (each op after its strand's previous one): the searched plan's steps.
+  sch::StrandExecutor ex_order(sch::two_link_layer(dag), searched, st.s);
+  auto run_on = [&](sch::StrandStack& sk, const std::function<void()>& one_pass) {
+    sk.reset();
+    put(sk.input(0), xa, a);
+    put(sk.dout(0), dya, a);
+    put(sk.input(1), xb, a);
+    put(sk.dout(1), dyb, a);
     a.zero_grads(s);
-    stack.forward(1, s);
-    EXPECT_EQ(stack.forward_object(), 0);
+    sk.forward(1, s);
+    EXPECT_EQ(sk.forward_object(), 0);
     one_pass();
     Env::world_->synchronize(s, "stack pass 1");
     Snapshot r;
     r.ya = bits(a.y(), nl);
     r.dxb = bits(b.dx(), nl);
     r.gb = a.download_grads();
-    put(stack.input(1), xb2, a);
+    put(sk.input(1), xb2, a);
     one_pass();
     Env::world_->synchronize(s, "stack pass 2");
-    EXPECT_EQ(stack.forward_object(), 0);
+    EXPECT_EQ(sk.forward_object(), 0);
     r.dxa = bits(a.dx(), nl);
     r.gsum = a.download_grads();
     r.yb = bits(b.y(), nl);
     return r;
   };
+  auto run = [&](const std::function<void()>& one_pass) { return run_on(stack, one_pass); };
   auto same = [&](const Snapshot& got, const std::string& how) {
     const std::string what = std::string(moe ? "moe " : "dense ") + how;
     EXPECT_TRUE(ref.ya == got.ya) << what << ": a's top y";
@@ -461,6 +464,18 @@ void stack_equal_one_at_a_time(bool moe) {
        "stack, dependency-ready two-link strands");
   same(run([&] { stack.pass(s, [&](m::Layer& f, m::Layer& bw) { ex.run(f, bw); }); }),
        "stack, dependency-ready two-link strands again");
+  // Units chained (no join between layers): each strand after its own previous unit, f's input copy after
+  // the unit of b that freed its slot; with one spare slot, the unit before that.
+  same(run([&] { stack.pass_chained(s, ex); }), "stack chained, dependency-ready two-link strands");
+  same(run([&] { stack.pass_chained(s, ex_order); }), "stack chained, two-link strands in issue order");
+  {
+    sch::StrandStack spare(a, b, L, 1);
+    EXPECT_EQ(spare.slots(), L + 2);
+    same(run_on(spare, [&] { spare.pass_chained(s, ex); }), "stack chained with a spare slot, dependency-ready");
+    same(run_on(spare, [&] { spare.pass(s, [&](m::Layer& f, m::Layer& bw) { ex.run(f, bw); }); }),
+         "stack with a spare slot, joined units");
+  }
+  same(run([&] { stack.pass_chained(s, ex); }), "stack chained, after the spare stack is gone");
   stack.reset();
   EXPECT_THROW(stack.pass_single(s), braid::Error);  // a pass needs one object holding every layer
 }

@@ -33,6 +33,7 @@
 
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -242,6 +243,16 @@ struct SharedActivationPool {
   SharedActivationPool& operator=(const SharedActivationPool&) = delete;
 };
 
+class StrandExecutor;
+
+/// Per strand (0: the forward, 1: the backward) and stream (compute, local, cross): events recorded after
+/// the strand's last operator on that stream in one chained unit (StrandExecutor::run_chained). The owner
+/// creates the events; used[s][j] says whether strand s ran anything on stream j.
+struct StrandTailEvents {
+  cudaEvent_t ev[2][3] = {};
+  bool used[2][3] = {};
+};
+
 /// DHelix over a stack of layers, as a model stage runs it: strand f's forward through layers 0..L-1
 /// beside strand b's backward through layers L-1..0, one unit per layer (f's layer i with b's layer
 /// L-1-i), roles swapped every pass. The L layers are the two layer objects `a` and `b` (one weight copy,
@@ -260,9 +271,12 @@ struct SharedActivationPool {
 ///   stack.pass(s, [&](model::Layer& f, model::Layer& bw) { ex.run(f, bw); });  // a forward || b backward
 ///   stack.pass(s, ...);                                    // b's next micro-batch forward || a backward
 ///
-/// Ordering: everything is enqueued on `s`, and `unit` must be stream-ordered on it (StrandExecutor::run,
+/// Ordering (pass): everything is enqueued on `s`, and `unit` must be stream-ordered on it (StrandExecutor::run,
 /// run_round_robin and run_single_strand are): a unit's work ends before the next unit's copies and
-/// operators start, so a freed slot is rewritten only after its last reader. Between units the stack
+/// operators start, so a freed slot is rewritten only after its last reader. pass_chained drops that join
+/// and keeps only what the data needs (see there): each strand after its own previous unit; f's input copy
+/// into a freed slot after the unit of b that freed it. The contract of Layer::share_interfaces holds
+/// there too: within a pass only f writes y and only b writes dy and dx, each strand in order. Between units the stack
 /// copies f's output y into the next layer's slot x (f's input(o) for layer 0) and b's dx into b's dy
 /// (dout(o) for the top layer) on `s`. Results equal the same micro-batches run one strand at a time
 /// (pass_single) bit for bit: the same kernels on the same data, each backward accumulating its layers'
@@ -273,13 +287,16 @@ struct SharedActivationPool {
 /// into the stack's pool: the layers must not run after the stack is gone.
 class StrandStack {
  public:
-  StrandStack(model::Layer& a, model::Layer& b, int layers);
+  /// spare: slots beyond L+1 (0 or more). pass() does not need them; pass_chained() with spare >= 1 gives
+  /// f's forward a slot freed spare+1 units earlier, so it need not wait for b's current layer.
+  StrandStack(model::Layer& a, model::Layer& b, int layers, int spare = 0);
   ~StrandStack();
   StrandStack(const StrandStack&) = delete;
   StrandStack& operator=(const StrandStack&) = delete;
 
   int layers() const { return layers_; }
-  int slots() const { return layers_ + 1; }
+  int slots() const { return layers_ + 1 + spare_; }
+  int spare() const { return spare_; }
   /// One slot: a saved set and x, each 256-byte aligned.
   size_t slot_bytes() const { return slot_bytes_; }
   /// Object o's (0: a, 1: b) micro-batch input to layer 0 and output gradient of the top layer,
@@ -295,6 +312,14 @@ class StrandStack {
   void forward(int o, cudaStream_t s);
   /// One pass of two strands: unit(f, b) per layer, f = forward_object(); then the roles swap.
   void pass(cudaStream_t s, const std::function<void(model::Layer& fwd, model::Layer& bwd)>& unit);
+  /// pass() with the units chained instead of joined: each strand's operators of unit i+1 wait only for
+  /// that strand's operators of unit i (StrandExecutor::run_chained), so b's backward of the next layer
+  /// starts while f's forward of this one still runs, and the other way round. What still orders the two
+  /// strands between units: f's forward of a layer writes into the slot b's backward freed spare+1 units
+  /// earlier, so its input copy waits for that unit of b (spare = 0: b's current layer). The copies between
+  /// units run on two streams of the stack's own (one per strand). Ordered after prior work on `s`; later
+  /// work on `s` runs after the whole pass. `ex` must be barrier-free (step_barrier false).
+  void pass_chained(cudaStream_t s, StrandExecutor& ex);
   /// The same work one strand at a time (Megatron-style): b's whole backward, then f's whole forward (at
   /// most L slots held); then the roles swap.
   void pass_single(cudaStream_t s);
@@ -304,20 +329,28 @@ class StrandStack {
  private:
   model::Layer& obj(int o) { return o == 0 ? a_ : b_; }
   void place(int o, int slot);
-  void prep_forward(int o, int l, cudaStream_t s);
+  // prep_forward takes the most recently freed slot (pass, forward) or the longest free one (fifo:
+  // pass_chained) and returns it.
+  int prep_forward(int o, int l, cudaStream_t s, bool fifo = false);
   void prep_backward(int o, int l, cudaStream_t s);
   void release(int o, int l);
   void keep_routing(int o, int l);  // after object o's forward of layer l was enqueued
 
   model::Layer &a_, &b_;
-  int layers_ = 0, turn_ = 0;
+  int layers_ = 0, spare_ = 0, turn_ = 0;
   size_t slot_bytes_ = 0, x_offset_ = 0, extra_bytes_ = 0, io_bytes_ = 0;
   std::vector<std::pair<std::string, size_t>> offsets_;
   char* pool_ = nullptr;
   void* io_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   std::vector<int> held_[2];  // held_[o][l]: the slot of object o's layer l, or -1
   std::vector<model::Layer::Routing> routes_[2];  // routes_[o][l]: object o's layer l's forward routing (MoE)
-  std::vector<int> free_;     // free slots (a stack: the last freed is taken first)
+  std::deque<int> free_;      // free slots, in the order freed (pass: the last freed is taken first)
+  // pass_chained: the copy streams (0: f's input copies, 1: b's output-gradient copies), events, and per
+  // slot the unit of this pass whose b freed it (-1: before this pass, ordered by the pass's start).
+  cudaStream_t copy_[2] = {nullptr, nullptr};
+  cudaEvent_t start_ = nullptr, copied_[2] = {nullptr, nullptr};
+  std::vector<StrandTailEvents> tails_;  // a ring of spare + 2 units
+  std::vector<int> freed_in_;
 };
 
 /// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
@@ -352,6 +385,14 @@ class StrandExecutor {
   /// Enqueues the whole plan: `fwd`'s forward co-executed with `bwd`'s backward. Ordered after prior
   /// work on `compute`; later work on `compute` runs after it. fwd and bwd must be different layers.
   void run(model::Layer& fwd, model::Layer& bwd);
+  /// run() without the fork from and join to `compute`, for units chained one after another
+  /// (StrandStack::pass_chained): strand s's (0: fwd's forward, 1: bwd's backward) first operator on each
+  /// stream waits for the events after[s] (what ends that strand's previous unit, recorded by the caller);
+  /// tails receives, per strand and stream, an event recorded after that strand's last operator there, and
+  /// which streams it used. Each strand's operators of this unit are then ordered after its previous unit
+  /// and nothing else between units orders the two strands. Barrier-free executors only.
+  void run_chained(model::Layer& fwd, model::Layer& bwd, const std::vector<cudaEvent_t> (&after)[2],
+                   StrandTailEvents& tails);
   /// One step: operators `fseg` of `fwd`'s forward and `bseg` of `bwd`'s backward (indices into the
   /// layer's op lists; either may be empty, the layer pointer then unused), forked from and joined to
   /// `compute`. What the profiler times.
@@ -388,6 +429,13 @@ class StrandExecutor {
   void issue_by_deps(model::Layer* fwd, model::Layer* bwd, const std::vector<std::pair<Pass, int>>& order);
   // The memory waits of forward op i, issued on stream `st`, given the events recorded after backward ops.
   void memory_wait(int i, cudaStream_t st, const std::vector<cudaEvent_t>& after_bwd) const;
+  // run_chained: before strand s's first op on stream st in this run, wait for chain_after_[s].
+  void chain_wait(int s, cudaStream_t st, bool (&waited)[2][3]);
+  int stream_index(cudaStream_t st) const { return st == s_.compute ? 0 : st == s_.local ? 1 : 2; }
+  // run_chained: record the tails after each strand's last op per stream (last[s][j]: its index in order).
+  void chain_tails_last(const std::vector<std::pair<Pass, int>>& order, int (&last)[2][3]) const;
+  const std::vector<cudaEvent_t>* chain_after_ = nullptr;
+  StrandTailEvents* chain_tails_ = nullptr;
   std::vector<std::vector<int>> mem_waits_;
   std::vector<char> cap_f_, cap_b_;  // set_gemm_caps
   int cap_sms_ = 0;
@@ -427,9 +475,12 @@ PairTable profile_pairs(Team& team, model::Layer& a, model::Layer& b, StrandExec
 /// profiles the pairs at that shape, writes the pair file (rank 0) and searches a plan.
 int profile_pairs_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 /// `braid bench strands --model M [--tp 2] [--ep 2] [--seq S] [--mb B] [--plan FILE | --pairs FILE]
-/// [--throttle CTAS] [--iters 10] [--warmup 3] [--rounds 5] [--no-graph] [--no-verify] [--json FILE]`:
+/// [--throttle CTAS] [--iters 10] [--warmup 3] [--rounds 5] [--no-graph] [--no-verify] [--json FILE]
+/// [--layers L [--no-chain]] [--gemm-sm-reserve N]`:
 /// verifies strands == single strand bitwise on a small shape of the same kind, then times every variant
-/// (single strand, round-robin and the strand executors interleaved over --rounds passes).
+/// (single strand, round-robin and the strand executors interleaved over --rounds passes). With --layers
+/// L > 1, a stack of L layers (StrandStack) per pass, its executors also chained (pass_chained, with and
+/// without a spare slot) unless --no-chain.
 /// Returns 0, or 3 when verification failed.
 int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
