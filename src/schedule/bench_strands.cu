@@ -558,6 +558,36 @@ const char* const kStackOrders[] = {"strands-whole-2link-dag", "strands-best-ord
 // The stack executors also run chained (StrandStack::pass_chained), with and without a spare slot.
 bool chained(const std::string& name) { return name != "strands-best-order-sinks-2link-dag"; }
 
+// The saved tensors a split-slot stack doubles within `budget` bytes (beside the joined stack's L + 1
+// slots): x (always, written first) and then the saved tensors in the order of their producers in the
+// forward, while the early part (256-byte rounded, as StrandStack lays it out) fits. Stops at the first that
+// does not fit: a later tensor alone buys nothing while an earlier one still waits for b's layer.
+std::vector<std::string> doubled_within(const m::Layer& l, const Layer& dag, double budget) {
+  const auto layout = l.saved_layout();
+  auto bytes_of = [&](const std::string& name) {
+    for (const auto& [n, b] : layout)
+      if (n == name) return double((b + 255) / 256 * 256);
+    return 0.0;
+  };
+  std::vector<std::pair<int, std::string>> by_producer;
+  for (const auto& t : saved_tensors(l.config(), l.parallel())) {
+    int k = 0;
+    while (size_t(k) < dag.fwd.size() && dag.fwd[size_t(k)].name != t.producer) ++k;
+    by_producer.push_back({k, t.name});
+  }
+  std::stable_sort(by_producer.begin(), by_producer.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  double used = double((size_t(l.local_tokens()) * size_t(l.config().hidden) * 2 + 255) / 256 * 256);  // x
+  if (used > budget) return {};
+  std::vector<std::string> out = {"x"};
+  for (const auto& [k, name] : by_producer) {
+    if (used + bytes_of(name) > budget) break;
+    used += bytes_of(name);
+    out.push_back(name);
+  }
+  return out;
+}
+
 // DHelix over a stack of a.layers layers (StrandStack): verified on the small shape (3 layers) against the
 // same micro-batches one strand at a time, then single strand, round-robin and the strand executors timed
 // interleaved, a pass each (one micro-batch's forward through the stack beside another's backward).
@@ -580,7 +610,9 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     }
   };
   bool ok = true;
-  if (a.verify) {
+  // Verification on the small shape. split empty: every stack variant; else only the chained variants on
+  // split slots with those doubled tensors (StrandStack's `doubled`), chosen at the timed shape.
+  auto verify_stack = [&](const std::vector<std::string>& split) {
     const m::ModelConfig sc = small_of(c);
     const int lv = std::min(a.layers, 3);
     m::Layer va(sc, p, comm_a);
@@ -623,6 +655,13 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
                     "values (bitwise) -> %s\n",
                     sc.name.c_str(), lv, what.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
     };
+    if (!split.empty()) {
+      StrandStack sk(va, vb, lv, 0, split);
+      for (const char* name : kStackOrders)
+        if (auto ex = chained(name) ? stack_executor(name, vdag, plan_file, orders2, st.s) : nullptr)
+          check_bits(std::string("stack-chained-split-") + name, sequence_on(sk, [&] { sk.pass_chained(s, *ex); }));
+      return;
+    }
     check_bits("stack-round-robin", sequence([&] {
                  vstack.pass(s, [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.extra, st.rr); });
                }));
@@ -647,6 +686,9 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
                       "one strand at a time") &&
            ok;
     }
+  };
+  if (a.verify) {
+    verify_stack({});
     if (!ok) return 3;
   }
 
@@ -693,13 +735,33 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     iv.add("stack-round-robin-smres", [&](int) { reserved([&] { stack.pass(s, rr); }); }, mem_two);
   // Chained units with one spare slot: a second stack over the same two objects (its own L + 2 slots;
   // each stack places the objects' pointers before every layer it runs, so their passes interleave).
-  std::unique_ptr<StrandStack> spare;
+  std::unique_ptr<StrandStack> spare, split;
   const double mem_spare = mem_two + slot;
+  double mem_split = 0;
   if (a.chain) {
     spare = std::make_unique<StrandStack>(sa, sb, a.layers, 1);
     fill_stack(*spare, sa, 101 + 100 * uint64_t(team.rank()));
     spare->forward(1, s);
-    team.synchronize(s, "stack (spare slot) warm-up");
+    // Split slots: x and the saved tensors written first in the forward doubled, as many as fit in the
+    // memory two strands may take (1.05x one strand) beside the joined stack's L + 1 slots.
+    const std::vector<std::string> doubled = doubled_within(sa, dag, 1.05 * mem_single - mem_two);
+    if (root) {
+      std::printf("# split slots: doubled");
+      for (const auto& d : doubled) std::printf(" %s", d.c_str());
+      std::printf("%s (%.1f MiB of headroom under 1.05x one strand)\n", doubled.empty() ? " nothing, not even x: not run" : "",
+                  (1.05 * mem_single - mem_two) / 1048576.0);
+    }
+    if (!doubled.empty()) {
+      if (a.verify) {
+        verify_stack(doubled);
+        if (!ok) return 3;
+      }
+      split = std::make_unique<StrandStack>(sa, sb, a.layers, 0, doubled);
+      mem_split = double(sa.memory().total()) + double(sb.memory().total()) + double(split->pool_bytes()) + extra;
+      fill_stack(*split, sa, 101 + 100 * uint64_t(team.rank()));
+      split->forward(1, s);
+    }
+    team.synchronize(s, "stack (spare slot, split slots) warm-up");
   }
   for (const char* name : kStackOrders) {
     auto ex = stack_executor(name, dag, plan_file, orders2, st.s);
@@ -719,6 +781,10 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     iv.add(std::string("stack-chained-spare-") + name + suffix,
            [&, e, res](int) { res ? reserved([&] { spare->pass_chained(s, *e); }) : spare->pass_chained(s, *e); },
            mem_spare);
+    if (split)
+      iv.add(std::string("stack-chained-split-") + name + suffix,
+             [&, e, res](int) { res ? reserved([&] { split->pass_chained(s, *e); }) : split->pass_chained(s, *e); },
+             mem_split);
   }
   // Compute only, interleaved (Interleaved::time): a compute-only pass skips the all-gathers, so its GEMMs read
   // whatever the gathered buffers of their slots hold. Timed on its own before the variants, those were the

@@ -165,10 +165,12 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, last_event[sidx], 0));
     }
     chain_wait(sidx, st, waited);
+    chain_before(sidx, i, st);
     if (sidx == 0) memory_wait(i, st, after_bwd);
     if (!cap_f_.empty()) layer->set_gemm_sm_target((sidx == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     layer->run_op(phase_of(pass), size_t(i), st);
     if (sidx == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(st);
+    chain_after(sidx, i, st);
     if (chain_tails_ && last[sidx][stream_index(st)] == int(k))
       BRAID_CUDA_CHECK(cudaEventRecord(chain_tails_->ev[sidx][stream_index(st)], st));
     // Record only when this strand's next op runs on another stream.
@@ -225,10 +227,12 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     for (int j = 0; j < 3; ++j)
       if (latest[j] >= 0) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream[q], ev[latest[j]], 0));
     chain_wait(s, stream[q], waited);
+    chain_before(s, i, stream[q]);
     if (s == 0) memory_wait(i, stream[q], after_bwd);
     if (!cap_f_.empty()) (s == 0 ? fwd : bwd)->set_gemm_sm_target((s == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     (s == 0 ? fwd : bwd)->run_op(phase_of(pass), size_t(i), stream[q]);
     if (s == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(stream[q]);
+    chain_after(s, i, stream[q]);
     if (chain_tails_ && last[s][stream_index(stream[q])] == int(q))
       BRAID_CUDA_CHECK(cudaEventRecord(chain_tails_->ev[s][stream_index(stream[q])], stream[q]));
     if (needs_event[q]) {
@@ -244,6 +248,16 @@ void StrandExecutor::chain_wait(int s, cudaStream_t st, bool (&waited)[2][3]) {
   for (cudaEvent_t e : chain_after_[s]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, e, 0));
 }
 
+void StrandExecutor::chain_before(int s, int i, cudaStream_t st) const {
+  if (!chain_mem_ || s != 0 || chain_mem_->before_fwd.empty()) return;
+  for (cudaEvent_t e : chain_mem_->before_fwd[size_t(i)]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, e, 0));
+}
+
+void StrandExecutor::chain_after(int s, int i, cudaStream_t st) const {
+  if (!chain_mem_ || s != 1 || chain_mem_->after_bwd.empty() || !chain_mem_->after_bwd[size_t(i)]) return;
+  BRAID_CUDA_CHECK(cudaEventRecord(chain_mem_->after_bwd[size_t(i)], st));
+}
+
 void StrandExecutor::chain_tails_last(const std::vector<std::pair<Pass, int>>& order, int (&last)[2][3]) const {
   for (auto& l : last) l[0] = l[1] = l[2] = -1;
   if (!chain_tails_) return;
@@ -257,8 +271,11 @@ void StrandExecutor::chain_tails_last(const std::vector<std::pair<Pass, int>>& o
 }
 
 void StrandExecutor::run_chained(model::Layer& fwd, model::Layer& bwd, const std::vector<cudaEvent_t> (&after)[2],
-                                 StrandTailEvents& tails) {
+                                 StrandTailEvents& tails, const ChainMemoryEvents* mem) {
   BRAID_REQUIRE(!plan_.steps.empty(), "strands: run_chained() needs a plan");
+  BRAID_REQUIRE(!mem || ((mem->before_fwd.empty() || mem->before_fwd.size() == dag_.fwd.size()) &&
+                         (mem->after_bwd.empty() || mem->after_bwd.size() == dag_.bwd.size())),
+                "strands: run_chained's memory events need one entry per operator of each pass");
   BRAID_REQUIRE(&fwd != &bwd, "strands: the two strands must be different layers (activation sets)");
   BRAID_REQUIRE(!step_barrier_, "strands: run_chained() is for the barrier-free executor");
   next_ = 0;
@@ -267,14 +284,14 @@ void StrandExecutor::run_chained(model::Layer& fwd, model::Layer& bwd, const std
     const auto o = issue_order(st.fwd, st.bwd);
     order.insert(order.end(), o.begin(), o.end());
   }
-  chain_after_ = after, chain_tails_ = &tails;
+  chain_after_ = after, chain_tails_ = &tails, chain_mem_ = mem;
   try {
     issue(&fwd, &bwd, order);
   } catch (...) {
-    chain_after_ = nullptr, chain_tails_ = nullptr;
+    chain_after_ = nullptr, chain_tails_ = nullptr, chain_mem_ = nullptr;
     throw;
   }
-  chain_after_ = nullptr, chain_tails_ = nullptr;
+  chain_after_ = nullptr, chain_tails_ = nullptr, chain_mem_ = nullptr;
   uncap(&fwd, &bwd);
 }
 
@@ -381,34 +398,48 @@ namespace {
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
-StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare)
+StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare, std::vector<std::string> doubled)
     : a_(a), b_(b), layers_(layers), spare_(spare) {
   BRAID_REQUIRE(layers >= 1, "strand stack: needs at least one layer");
   BRAID_REQUIRE(spare >= 0, "strand stack: spare slots must be >= 0");
+  BRAID_REQUIRE(spare == 0 || doubled.empty(), "strand stack: spare slots or doubled tensors, not both");
   BRAID_REQUIRE(&a != &b, "strand stack: needs two layer objects");
   BRAID_REQUIRE(a.accumulates_grads() && b.accumulates_grads(),
                 "strand stack: both layers must accumulate their weight gradients (the stack's layers add up)");
   const auto layout = a.saved_layout(), lb = b.saved_layout();
   BRAID_REQUIRE(layout == lb && a.local_tokens() == b.local_tokens() && a.config().hidden == b.config().hidden,
                 "strand stack: the two layers must have one configuration");
-  size_t off = 0;
-  for (const auto& [name, n] : layout) offsets_.push_back({name, off}), off += round256(n);
+  for (const auto& d : doubled)
+    BRAID_REQUIRE(d == "x" || std::any_of(layout.begin(), layout.end(), [&](const auto& e) { return e.first == d; }),
+                  "strand stack: no saved tensor " + d + " to double");
   io_bytes_ = size_t(a.local_tokens()) * size_t(a.config().hidden) * 2;  // bf16 [local_tokens, hidden]
-  x_offset_ = off;
-  slot_bytes_ = off + round256(io_bytes_);
-  const size_t pool_bytes = slot_bytes_ * size_t(slots());
+  // A layer's storage: its late part (a slot) and, with doubled tensors, its early part (x and those).
+  x_early_ = !doubled.empty();
+  size_t late = 0, early = 0;
+  for (const auto& [name, n] : layout) {
+    const bool e = std::find(doubled.begin(), doubled.end(), name) != doubled.end();
+    where_.push_back({name, e, e ? early : late});
+    (e ? early : late) += round256(n);
+    if (!e) late_names_.push_back(name);
+  }
+  x_offset_ = x_early_ ? early : late;
+  (x_early_ ? early : late) += round256(io_bytes_);
+  late_bytes_ = late, early_bytes_ = early;
+  const size_t pool_bytes = late_bytes_ * size_t(slots()) + early_bytes_ * size_t(early_regions());
   BRAID_CUDA_CHECK(cudaMalloc(&pool_, pool_bytes));
+  pool_bytes_ = pool_bytes;
   for (auto& o : io_)
     for (auto& p : o) BRAID_CUDA_CHECK(cudaMalloc(&p, round256(io_bytes_)));
   extra_bytes_ = 4 * round256(io_bytes_);
   BRAID_CUDA_CHECK(cudaMemset(pool_, 0, pool_bytes));
   for (auto& o : io_)
     for (auto& p : o) BRAID_CUDA_CHECK(cudaMemset(p, 0, round256(io_bytes_)));
-  place(0, 0), place(1, 0);  // the objects free their own saved sets and x (no work is queued yet)
+  place(0, 0, 0), place(1, 0, 0);  // the objects free their own saved sets and x (no work is queued yet)
   for (auto& c : copy_) BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
   for (cudaEvent_t* e : {&start_, &copied_[0], &copied_[1]})
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-  tails_.resize(size_t(spare_) + 2);
+  // Tails are looked up by the unit that freed a slot: spare + 1 units back (+ 1 for the early parts).
+  tails_.resize(size_t(spare_) + 2 + (x_early_ ? 1 : 0));
   for (auto& t : tails_)
     for (auto& per : t.ev)
       for (auto& e : per) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -427,43 +458,60 @@ StrandStack::~StrandStack() {
     for (auto& per : t.ev)
       for (auto e : per)
         if (e) cudaEventDestroy(e);
+  for (auto& r : reads_)
+    for (auto e : r)
+      if (e) cudaEventDestroy(e);
 }
 
 void StrandStack::reset() {
-  for (auto& h : held_) h.assign(size_t(layers_), -1);
+  for (auto& h : held_) h.assign(size_t(layers_), {-1, -1});
   for (auto& r : routes_) r.assign(size_t(layers_), {});
-  free_.clear();
+  free_.clear(), free_early_.clear();
   for (int k = slots() - 1; k >= 0; --k) free_.push_back(k);  // slot 0 is taken first
+  for (int k = early_regions() - 1; k >= 0; --k) free_early_.push_back(k);
   turn_ = 0;
 }
 
-void StrandStack::place(int o, int slot) {
-  char* base = pool_ + size_t(slot) * slot_bytes_;
-  obj(o).place_saved(base, offsets_);
-  obj(o).place_input(base + x_offset_);
+char* StrandStack::x_of(int slot, int eslot) const {
+  return x_early_ ? pool_ + late_bytes_ * size_t(slots()) + size_t(eslot) * early_bytes_ + x_offset_
+                  : pool_ + size_t(slot) * late_bytes_ + x_offset_;
 }
 
-int StrandStack::prep_forward(int o, int l, cudaStream_t s, bool fifo) {
-  BRAID_REQUIRE(!free_.empty() && held_[o][size_t(l)] < 0, "strand stack: no free slot for a forward (internal error)");
-  const int slot = fifo ? free_.front() : free_.back();
-  if (fifo)
-    free_.pop_front();
-  else
-    free_.pop_back();
-  held_[o][size_t(l)] = slot;
+void StrandStack::place(int o, int slot, int eslot) {
+  std::vector<std::pair<std::string, size_t>> offsets;
+  const size_t early_base = late_bytes_ * size_t(slots()) + size_t(eslot) * early_bytes_;
+  for (const auto& w : where_)
+    offsets.push_back({w.name, w.early ? early_base + w.offset : size_t(slot) * late_bytes_ + w.offset});
+  obj(o).place_saved(pool_, offsets);
+  obj(o).place_input(x_of(slot, eslot));
+}
+
+StrandStack::Held StrandStack::prep_forward(int o, int l, cudaStream_t s, bool fifo) {
+  BRAID_REQUIRE(!free_.empty() && held_[o][size_t(l)].slot < 0 && (!x_early_ || !free_early_.empty()),
+                "strand stack: no free slot for a forward (internal error)");
+  auto take = [&](std::deque<int>& q) {
+    if (q.empty()) return 0;  // no early parts: index 0, unused
+    const int k = fifo ? q.front() : q.back();
+    if (fifo)
+      q.pop_front();
+    else
+      q.pop_back();
+    return k;
+  };
+  const Held h{take(free_), take(free_early_)};
+  held_[o][size_t(l)] = h;
   // The layer's input: the micro-batch's for layer 0, else the previous layer's output (y, written by the
   // previous unit, which ended on s).
   const void* src = l == 0 ? io_[o][0] : obj(o).y();
-  place(o, slot);
-  BRAID_CUDA_CHECK(cudaMemcpyAsync(pool_ + size_t(slot) * slot_bytes_ + x_offset_, src, io_bytes_,
-                                   cudaMemcpyDeviceToDevice, s));
-  return slot;
+  place(o, h.slot, h.early);
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(x_of(h.slot, h.early), src, io_bytes_, cudaMemcpyDeviceToDevice, s));
+  return h;
 }
 
 void StrandStack::prep_backward(int o, int l, cudaStream_t s) {
-  const int slot = held_[o][size_t(l)];
-  BRAID_REQUIRE(slot >= 0, "strand stack: a backward of a layer whose forward did not run (internal error)");
-  place(o, slot);
+  const Held h = held_[o][size_t(l)];
+  BRAID_REQUIRE(h.slot >= 0, "strand stack: a backward of a layer whose forward did not run (internal error)");
+  place(o, h.slot, h.early);
   obj(o).set_routing(routes_[o][size_t(l)]);  // MoE: the counts its forward found (empty for a dense layer)
   // The layer's output gradient: the micro-batch's for the top layer, else the layer above's dx.
   const void* src = l == layers_ - 1 ? io_[o][1] : obj(o).dx();
@@ -473,8 +521,9 @@ void StrandStack::prep_backward(int o, int l, cudaStream_t s) {
 void StrandStack::keep_routing(int o, int l) { routes_[o][size_t(l)] = obj(o).routing(); }
 
 void StrandStack::release(int o, int l) {
-  free_.push_back(held_[o][size_t(l)]);
-  held_[o][size_t(l)] = -1;
+  free_.push_back(held_[o][size_t(l)].slot);
+  if (x_early_) free_early_.push_back(held_[o][size_t(l)].early);
+  held_[o][size_t(l)] = {-1, -1};
 }
 
 void StrandStack::forward(int o, cudaStream_t s) {
@@ -490,7 +539,7 @@ void StrandStack::forward(int o, cudaStream_t s) {
 void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, model::Layer&)>& unit) {
   const int f = turn_, b = 1 - turn_;
   for (int l = 0; l < layers_; ++l)
-    BRAID_REQUIRE(held_[b][size_t(l)] >= 0 && held_[f][size_t(l)] < 0,
+    BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
                   "strand stack: a pass needs one object holding every layer (forward() first)");
   for (int i = 0; i < layers_; ++i) {
     const int j = layers_ - 1 - i;
@@ -506,40 +555,72 @@ void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, m
 void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
   const int f = turn_, b = 1 - turn_;
   for (int l = 0; l < layers_; ++l)
-    BRAID_REQUIRE(held_[b][size_t(l)] >= 0 && held_[f][size_t(l)] < 0,
+    BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
                   "strand stack: a pass needs one object holding every layer (forward() first)");
+  // With doubled tensors the late parts are handed over at operator grain: forward op i waits for the
+  // backward ops, in the unit that freed the slot, that read a late tensor op i writes there.
+  const Layer& dag = ex.dag();
+  std::vector<std::vector<int>> waits;
+  if (x_early_) {
+    waits = slot_reuse_waits(dag, saved_tensors(a_.config(), a_.parallel()), late_names_);
+    if (reads_[0].size() != dag.bwd.size())
+      for (auto& r : reads_) {
+        for (auto e : r)
+          if (e) BRAID_CUDA_CHECK(cudaEventDestroy(e));
+        r.assign(dag.bwd.size(), nullptr);
+      }
+    for (const auto& w : waits)
+      for (int jb : w)
+        for (auto& r : reads_)
+          if (!r[size_t(jb)]) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&r[size_t(jb)], cudaEventDisableTiming));
+  }
   // Everything before the pass (the slots' last readers included) is ordered by start_.
   BRAID_CUDA_CHECK(cudaEventRecord(start_, s));
   freed_in_.assign(size_t(slots()), -1);
+  freed_early_in_.assign(size_t(early_regions()), -1);
   std::vector<cudaEvent_t> after[2] = {{start_}, {start_}};  // what strand f (0) and b (1) last ended with
-  const size_t ring = tails_.size();
+  const int ring = int(tails_.size());
+  auto wait_tails_of_unit = [&](int u, int i) {  // copy_[0] waits for unit u's b (u < 0: before the pass)
+    if (u < 0) return;
+    BRAID_REQUIRE(i - u < ring, "strand stack: a freed slot's events were recorded again (internal error)");
+    const StrandTailEvents& t = tails_[size_t(u % ring)];
+    for (int q = 0; q < 3; ++q)
+      if (t.used[1][q]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(copy_[0], t.ev[1][q], 0));
+  };
+  ChainMemoryEvents mem;
   for (int i = 0; i < layers_; ++i) {
     const int j = layers_ - 1 - i;
     // b's output gradient for layer j (the layer above's dx, written by b's previous unit) into dy.
     for (cudaEvent_t e : after[1]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(copy_[1], e, 0));
     prep_backward(b, j, copy_[1]);
     BRAID_CUDA_CHECK(cudaEventRecord(copied_[1], copy_[1]));
-    // f's input for layer i (its previous unit's y) into the longest-free slot, once the unit of b that
-    // freed that slot is over (every reader of the slot's saved set was b's backward of that layer).
+    // f's input for layer i (its previous unit's y) into the longest-free x, once the unit of b that freed
+    // that memory is over: x's slot (the whole slot when nothing is doubled: every reader of its saved set
+    // was b's backward of that layer), or x's early part.
     for (cudaEvent_t e : after[0]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(copy_[0], e, 0));
-    const int slot_next = free_.empty() ? -1 : free_.front();
-    BRAID_REQUIRE(slot_next >= 0, "strand stack: no free slot for a forward (internal error)");
-    if (const int u = freed_in_[size_t(slot_next)]; u >= 0) {
-      // tails_[u % ring] holds unit u's events until unit u + ring records it again: u >= i - 1 - spare_.
-      BRAID_REQUIRE(i - u < int(ring), "strand stack: a freed slot's events were recorded again (internal error)");
-      const StrandTailEvents& t = tails_[size_t(u) % ring];
-      for (int q = 0; q < 3; ++q)
-        if (t.used[1][q]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(copy_[0], t.ev[1][q], 0));
-    }
+    BRAID_REQUIRE(!free_.empty() && (!x_early_ || !free_early_.empty()),
+                  "strand stack: no free slot for a forward (internal error)");
+    const int late_from = freed_in_[size_t(free_.front())];
+    wait_tails_of_unit(x_early_ ? freed_early_in_[size_t(free_early_.front())] : late_from, i);
     prep_forward(f, i, copy_[0], /*fifo=*/true);
     BRAID_CUDA_CHECK(cudaEventRecord(copied_[0], copy_[0]));
+    if (x_early_) {  // the late tensors: op grain, against the readers in unit late_from
+      mem.before_fwd.assign(dag.fwd.size(), {});
+      if (late_from >= 0) {
+        BRAID_REQUIRE(i - late_from == 1, "strand stack: a late slot freed more than one unit back (internal error)");
+        for (size_t q = 0; q < waits.size(); ++q)
+          for (int jb : waits[q]) mem.before_fwd[q].push_back(reads_[size_t(late_from % 2)][size_t(jb)]);
+      }
+      mem.after_bwd = reads_[size_t(i % 2)];
+    }
     const std::vector<cudaEvent_t> wait[2] = {{copied_[0]}, {copied_[1]}};
-    StrandTailEvents& t = tails_[size_t(i) % ring];
-    ex.run_chained(obj(f), obj(b), wait, t);
+    StrandTailEvents& t = tails_[size_t(i % ring)];
+    ex.run_chained(obj(f), obj(b), wait, t, x_early_ ? &mem : nullptr);
     keep_routing(f, i);
-    const int freed = held_[b][size_t(j)];
+    const Held freed = held_[b][size_t(j)];
     release(b, j);
-    freed_in_[size_t(freed)] = i;
+    freed_in_[size_t(freed.slot)] = i;
+    if (x_early_) freed_early_in_[size_t(freed.early)] = i;
     for (int o = 0; o < 2; ++o) {
       after[o].clear();
       for (int q = 0; q < 3; ++q)
@@ -554,7 +635,7 @@ void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
 void StrandStack::pass_single(cudaStream_t s) {
   const int f = turn_, b = 1 - turn_;
   for (int l = 0; l < layers_; ++l)
-    BRAID_REQUIRE(held_[b][size_t(l)] >= 0 && held_[f][size_t(l)] < 0,
+    BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
                   "strand stack: a pass needs one object holding every layer (forward() first)");
   for (int j = layers_ - 1; j >= 0; --j) {
     prep_backward(b, j, s);

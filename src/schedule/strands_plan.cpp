@@ -584,6 +584,23 @@ std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<S
   return waits;
 }
 
+std::vector<std::vector<int>> slot_reuse_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
+                                               const std::vector<std::string>& names) {
+  std::vector<std::vector<int>> waits(dag.fwd.size());
+  for (const auto& name : names) {
+    const auto t = std::find_if(saved.begin(), saved.end(), [&](const SavedTensor& x) { return x.name == name; });
+    BRAID_REQUIRE(t != saved.end(), "slot_reuse_waits: no saved tensor " + name);
+    auto& w = waits[op_index(dag.fwd, t->producer)];
+    std::vector<std::string> readers = t->other_readers;
+    readers.push_back(t->last_reader);
+    for (const auto& r : readers) {  // every reader: whichever an issue order runs last
+      const int j = op_index(dag.bwd, r);
+      if (std::find(w.begin(), w.end(), j) == w.end()) w.push_back(j);
+    }
+  }
+  return waits;
+}
+
 double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const PairTable& table,
                          double weight) {
   BRAID_REQUIRE(weight >= 0, "corun_makespan_us: weight >= 0");

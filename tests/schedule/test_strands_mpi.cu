@@ -475,6 +475,18 @@ void stack_equal_one_at_a_time(bool moe) {
     same(run_on(spare, [&] { spare.pass(s, [&](m::Layer& f, m::Layer& bw) { ex.run(f, bw); }); }),
          "stack with a spare slot, joined units");
   }
+  {  // split slots: x, rstd1 and the gathered h1 in L + 2 early parts, the rest handed over at op grain
+    sch::StrandStack split(a, b, L, 0, {"x", "rstd1", tp > 1 ? "h1f" : "h1"});
+    EXPECT_EQ(split.early_regions(), L + 2);
+    EXPECT_GT(split.early_bytes(), 0u);
+    EXPECT_EQ(split.pool_bytes(), size_t(L + 1) * (split.slot_bytes() - split.early_bytes()) +
+                                      size_t(L + 2) * split.early_bytes());
+    same(run_on(split, [&] { split.pass_chained(s, ex); }), "stack chained on split slots, dependency-ready");
+    same(run_on(split, [&] { split.pass_chained(s, ex_order); }), "stack chained on split slots, issue order");
+    same(run_on(split, [&] { split.pass(s, [&](m::Layer& f, m::Layer& bw) { ex.run(f, bw); }); }),
+         "stack on split slots, joined units");
+    same(run_on(split, [&] { split.pass_single(s); }), "stack on split slots, one strand at a time");
+  }
   same(run([&] { stack.pass_chained(s, ex); }), "stack chained, after the spare stack is gone");
   stack.reset();
   EXPECT_THROW(stack.pass_single(s), braid::Error);  // a pass needs one object holding every layer

@@ -223,6 +223,12 @@ Layer dep_ready_layer(Layer dag);
 std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
                                            const ArenaPlacement& placement, bool a_forward);
 
+/// A stack's slot handed from one layer's backward to the next layer's forward (StrandStack::pass_chained):
+/// for each forward op, the backward ops it must wait for because it writes one of the saved tensors
+/// `names` that they read (every reader, last_reader and other_readers) in the same memory.
+std::vector<std::vector<int>> slot_reuse_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
+                                               const std::vector<std::string>& names);
+
 /// Both strands' saved activations in one device pool: two_strand_placement over `order` (each tensor
 /// rounded up to 256 bytes, sizes from a.saved_layout()), placed into `a` and `b` with
 /// model::Layer::place_saved (they free their own copies), and the memory waits for `a` running the
@@ -251,6 +257,14 @@ class StrandExecutor;
 struct StrandTailEvents {
   cudaEvent_t ev[2][3] = {};
   bool used[2][3] = {};
+};
+
+/// Chained units' memory hand-over at operator grain (StrandStack::pass_chained with split slots): forward
+/// op i waits for the events before_fwd[i] (recorded by an earlier unit) before it is issued; an event
+/// after_bwd[j] (when not null) is recorded after backward op j. Empty vectors: none.
+struct ChainMemoryEvents {
+  std::vector<std::vector<cudaEvent_t>> before_fwd;  // [forward op]
+  std::vector<cudaEvent_t> after_bwd;                 // [backward op]
 };
 
 /// DHelix over a stack of layers, as a model stage runs it: strand f's forward through layers 0..L-1
@@ -289,16 +303,26 @@ class StrandStack {
  public:
   /// spare: slots beyond L+1 (0 or more). pass() does not need them; pass_chained() with spare >= 1 gives
   /// f's forward a slot freed spare+1 units earlier, so it need not wait for b's current layer.
-  StrandStack(model::Layer& a, model::Layer& b, int layers, int spare = 0);
+  /// doubled (spare 0 only): saved tensors (names of Layer::saved_layout) kept apart from the slots, with x,
+  /// in L+2 early parts: pass_chained hands those over two units after b freed them and the rest (the late
+  /// tensors) at operator grain one unit after (slot_reuse_waits), so f's first operators need not wait for
+  /// the end of b's layer. What it costs: one more early part (x and the doubled tensors).
+  StrandStack(model::Layer& a, model::Layer& b, int layers, int spare = 0, std::vector<std::string> doubled = {});
   ~StrandStack();
   StrandStack(const StrandStack&) = delete;
   StrandStack& operator=(const StrandStack&) = delete;
 
   int layers() const { return layers_; }
+  /// Slots (late parts): L + 1 + spare; early parts (with doubled tensors, else 0): L + 2.
   int slots() const { return layers_ + 1 + spare_; }
+  int early_regions() const { return x_early_ ? layers_ + 2 : 0; }
   int spare() const { return spare_; }
-  /// One slot: a saved set and x, each 256-byte aligned.
-  size_t slot_bytes() const { return slot_bytes_; }
+  /// One layer's storage: a saved set and x, each tensor 256-byte aligned (late + early parts).
+  size_t slot_bytes() const { return late_bytes_ + early_bytes_; }
+  /// The early part of one layer (x and the doubled tensors; 0 without doubled tensors).
+  size_t early_bytes() const { return early_bytes_; }
+  /// The stack's pool: slots() late parts and early_regions() early parts.
+  size_t pool_bytes() const { return pool_bytes_; }
   /// Object o's (0: a, 1: b) micro-batch input to layer 0 and output gradient of the top layer,
   /// [local_tokens, hidden] bf16, owned by the stack (counted in extra_bytes()).
   void* input(int o) const { return io_[o][0]; }
@@ -328,29 +352,41 @@ class StrandStack {
 
  private:
   model::Layer& obj(int o) { return o == 0 ? a_ : b_; }
-  void place(int o, int slot);
-  // prep_forward takes the most recently freed slot (pass, forward) or the longest free one (fifo:
-  // pass_chained) and returns it.
-  int prep_forward(int o, int l, cudaStream_t s, bool fifo = false);
+  struct Held {
+    int slot = -1, early = -1;  // the late part (slot) and the early part a layer's tensors live in
+  };
+  void place(int o, int slot, int eslot);
+  char* x_of(int slot, int eslot) const;
+  // prep_forward takes the most recently freed slot and early part (pass, forward) or the longest free
+  // ones (fifo: pass_chained) and returns them.
+  Held prep_forward(int o, int l, cudaStream_t s, bool fifo = false);
   void prep_backward(int o, int l, cudaStream_t s);
   void release(int o, int l);
   void keep_routing(int o, int l);  // after object o's forward of layer l was enqueued
 
   model::Layer &a_, &b_;
   int layers_ = 0, spare_ = 0, turn_ = 0;
-  size_t slot_bytes_ = 0, x_offset_ = 0, extra_bytes_ = 0, io_bytes_ = 0;
-  std::vector<std::pair<std::string, size_t>> offsets_;
+  size_t late_bytes_ = 0, early_bytes_ = 0, pool_bytes_ = 0, x_offset_ = 0, extra_bytes_ = 0, io_bytes_ = 0;
+  struct Where {
+    std::string name;
+    bool early = false;  // in the early part (doubled) or the late part (slot)
+    size_t offset = 0;   // within that part
+  };
+  std::vector<Where> where_;             // every saved tensor of the layout
+  std::vector<std::string> late_names_;  // the saved tensors in the slots
+  bool x_early_ = false;                 // doubled tensors given: x and they live in early parts
   char* pool_ = nullptr;
   void* io_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
-  std::vector<int> held_[2];  // held_[o][l]: the slot of object o's layer l, or -1
+  std::vector<Held> held_[2];  // held_[o][l]: where object o's layer l lives ({-1, -1}: not held)
   std::vector<model::Layer::Routing> routes_[2];  // routes_[o][l]: object o's layer l's forward routing (MoE)
-  std::deque<int> free_;      // free slots, in the order freed (pass: the last freed is taken first)
+  std::deque<int> free_, free_early_;  // free slots / early parts, in the order freed (pass: the last freed first)
   // pass_chained: the copy streams (0: f's input copies, 1: b's output-gradient copies), events, and per
   // slot the unit of this pass whose b freed it (-1: before this pass, ordered by the pass's start).
   cudaStream_t copy_[2] = {nullptr, nullptr};
   cudaEvent_t start_ = nullptr, copied_[2] = {nullptr, nullptr};
   std::vector<StrandTailEvents> tails_;  // a ring of spare + 2 units
-  std::vector<int> freed_in_;
+  std::vector<int> freed_in_, freed_early_in_;
+  std::vector<cudaEvent_t> reads_[2];  // by unit parity: after each backward op that reads a late tensor
 };
 
 /// A plan that makes the barrier-free executor issue exactly `order` ((pass, op) pairs, each strand's ops
@@ -391,8 +427,9 @@ class StrandExecutor {
   /// tails receives, per strand and stream, an event recorded after that strand's last operator there, and
   /// which streams it used. Each strand's operators of this unit are then ordered after its previous unit
   /// and nothing else between units orders the two strands. Barrier-free executors only.
+  /// mem (optional): operator-grain waits and records for memory handed between units.
   void run_chained(model::Layer& fwd, model::Layer& bwd, const std::vector<cudaEvent_t> (&after)[2],
-                   StrandTailEvents& tails);
+                   StrandTailEvents& tails, const ChainMemoryEvents* mem = nullptr);
   /// One step: operators `fseg` of `fwd`'s forward and `bseg` of `bwd`'s backward (indices into the
   /// layer's op lists; either may be empty, the layer pointer then unused), forked from and joined to
   /// `compute`. What the profiler times.
@@ -436,6 +473,9 @@ class StrandExecutor {
   void chain_tails_last(const std::vector<std::pair<Pass, int>>& order, int (&last)[2][3]) const;
   const std::vector<cudaEvent_t>* chain_after_ = nullptr;
   StrandTailEvents* chain_tails_ = nullptr;
+  const ChainMemoryEvents* chain_mem_ = nullptr;
+  void chain_before(int s, int i, cudaStream_t st) const;  // chain_mem_: forward op i's waits
+  void chain_after(int s, int i, cudaStream_t st) const;   // chain_mem_: backward op i's record
   std::vector<std::vector<int>> mem_waits_;
   std::vector<char> cap_f_, cap_b_;  // set_gemm_caps
   int cap_sms_ = 0;
