@@ -632,6 +632,70 @@ void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
   turn_ = b;
 }
 
+void StrandStack::pass_chained_rr(cudaStream_t s) {
+  const int f = turn_, b = 1 - turn_;
+  for (int l = 0; l < layers_; ++l)
+    BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
+                  "strand stack: a pass needs one object holding every layer (forward() first)");
+  cudaStream_t sf = copy_[0], sb = copy_[1];  // each strand's one stream: its copies and its operators
+  const size_t nf = obj(f).ops(model::Phase::kForward).size(), nb = obj(b).ops(model::Phase::kBackward).size();
+  std::vector<std::vector<int>> waits(nf);
+  if (x_early_) {
+    const Layer dag = strand_layer(a_.config(), a_.parallel());
+    BRAID_REQUIRE(dag.fwd.size() == nf && dag.bwd.size() == nb, "strand stack: the layer's ops and its DAG differ");
+    waits = slot_reuse_waits(dag, saved_tensors(a_.config(), a_.parallel()), late_names_);
+    if (reads_[0].size() != nb)
+      for (auto& r : reads_) {
+        for (auto e : r)
+          if (e) BRAID_CUDA_CHECK(cudaEventDestroy(e));
+        r.assign(nb, nullptr);
+      }
+    for (const auto& w : waits)
+      for (int jb : w)
+        for (auto& r : reads_)
+          if (!r[size_t(jb)]) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&r[size_t(jb)], cudaEventDisableTiming));
+  }
+  BRAID_CUDA_CHECK(cudaEventRecord(start_, s));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(sf, start_, 0));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(sb, start_, 0));
+  freed_in_.assign(size_t(slots()), -1);
+  freed_early_in_.assign(size_t(early_regions()), -1);
+  const int ring = int(tails_.size());
+  for (int i = 0; i < layers_; ++i) {
+    const int j = layers_ - 1 - i;
+    BRAID_REQUIRE(!free_.empty() && (!x_early_ || !free_early_.empty()),
+                  "strand stack: no free slot for a forward (internal error)");
+    const int late_from = freed_in_[size_t(free_.front())];
+    // x's memory: freed by b's unit u (its whole slot, or its early part): sf waits for that unit's end.
+    if (const int u = x_early_ ? freed_early_in_[size_t(free_early_.front())] : late_from; u >= 0) {
+      BRAID_REQUIRE(i - u < ring, "strand stack: a freed slot's events were recorded again (internal error)");
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(sf, tails_[size_t(u % ring)].ev[1][0], 0));
+    }
+    prep_forward(f, i, sf, /*fifo=*/true);
+    for (size_t k = 0; k < nf; ++k) {
+      if (x_early_ && late_from >= 0)
+        for (int jb : waits[k]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(sf, reads_[size_t(late_from % 2)][size_t(jb)], 0));
+      obj(f).run_op(model::Phase::kForward, k, sf);
+    }
+    keep_routing(f, i);
+    prep_backward(b, j, sb);
+    for (size_t k = 0; k < nb; ++k) {
+      obj(b).run_op(model::Phase::kBackward, k, sb);
+      if (x_early_ && reads_[size_t(i % 2)][k]) BRAID_CUDA_CHECK(cudaEventRecord(reads_[size_t(i % 2)][k], sb));
+    }
+    BRAID_CUDA_CHECK(cudaEventRecord(tails_[size_t(i % ring)].ev[1][0], sb));  // b's unit i is over
+    const Held freed = held_[b][size_t(j)];
+    release(b, j);
+    freed_in_[size_t(freed.slot)] = i;
+    if (x_early_) freed_early_in_[size_t(freed.early)] = i;
+  }
+  BRAID_CUDA_CHECK(cudaEventRecord(copied_[0], sf));
+  BRAID_CUDA_CHECK(cudaEventRecord(copied_[1], sb));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, copied_[0], 0));
+  BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, copied_[1], 0));
+  turn_ = b;
+}
+
 void StrandStack::pass_single(cudaStream_t s) {
   const int f = turn_, b = 1 - turn_;
   for (int l = 0; l < layers_; ++l)

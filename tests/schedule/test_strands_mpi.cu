@@ -468,6 +468,7 @@ void stack_equal_one_at_a_time(bool moe) {
   // the unit of b that freed its slot; with one spare slot, the unit before that.
   same(run([&] { stack.pass_chained(s, ex); }), "stack chained, dependency-ready two-link strands");
   same(run([&] { stack.pass_chained(s, ex_order); }), "stack chained, two-link strands in issue order");
+  same(run([&] { stack.pass_chained_rr(s); }), "stack, round-robin chained");
   {
     sch::StrandStack spare(a, b, L, 1);
     EXPECT_EQ(spare.slots(), L + 2);
@@ -486,6 +487,7 @@ void stack_equal_one_at_a_time(bool moe) {
     same(run_on(split, [&] { split.pass(s, [&](m::Layer& f, m::Layer& bw) { ex.run(f, bw); }); }),
          "stack on split slots, joined units");
     same(run_on(split, [&] { split.pass_single(s); }), "stack on split slots, one strand at a time");
+    same(run_on(split, [&] { split.pass_chained_rr(s); }), "stack on split slots, round-robin chained");
   }
   same(run([&] { stack.pass_chained(s, ex); }), "stack chained, after the spare stack is gone");
   stack.reset();

@@ -340,10 +340,15 @@ class StrandStack {
   /// that strand's operators of unit i (StrandExecutor::run_chained), so b's backward of the next layer
   /// starts while f's forward of this one still runs, and the other way round. What still orders the two
   /// strands between units: f's forward of a layer writes into the slot b's backward freed spare+1 units
-  /// earlier, so its input copy waits for that unit of b (spare = 0: b's current layer). The copies between
-  /// units run on two streams of the stack's own (one per strand). Ordered after prior work on `s`; later
-  /// work on `s` runs after the whole pass. `ex` must be barrier-free (step_barrier false).
+  /// earlier, so its input copy waits for that unit of b (spare = 0: the previous unit's b, which f's
+  /// forward then cannot outrun by more than a unit; with doubled tensors see the constructor). The copies
+  /// between units run on two streams of the stack's own (one per strand). Ordered after prior work on `s`;
+  /// later work on `s` runs after the whole pass. `ex` must be barrier-free (step_barrier false).
   void pass_chained(cudaStream_t s, StrandExecutor& ex);
+  /// Round-robin chained: f's forward of every layer, operator by operator, on one stream of the stack's
+  /// own and b's backward on another (no executor, no pairing: the GPU interleaves the two streams), with
+  /// the same hand-over between units as pass_chained (slots, early parts, operator-grain waits).
+  void pass_chained_rr(cudaStream_t s);
   /// The same work one strand at a time (Megatron-style): b's whole backward, then f's whole forward (at
   /// most L slots held); then the roles swap.
   void pass_single(cudaStream_t s);
