@@ -70,14 +70,19 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
-# Next (thirty-fifth session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second to
-# thirty-fifth sessions). Ran this session: the corrected OverlapGemm test (one H200, passes); mode 3 against 0 on 30 of
-# the sweep's 50 shapes (one H200: 0.989 against 0.978); the 70B stack of 20 layers (2x H200: 1.043x memory, 69.5-70.8%
-# hidden at 1 CTA). Not GPU-run (7777fac): the MoE stack (Layer::routing, StrandStack keeping it per layer, the test
-# MoEStackOfLayersTwoStrandsEqualOneAtATime) and the one-layer bench's compute-only unit timed interleaved. First call on
-# any 2-GPU card: `build strands-stack` with STACK_MODELS="mixtral-8x7b llama3-70b" STACK_THROTTLES="2 1" (the test runs
-# first; ~4.5 min cold for the 70B alone at two caps). The rest of the GEMM sweep A/B: GEMM_SHAPES=a file of the 20
-# shapes after the first 30 of bench/shapes/sweep.txt, VARIANT_T=300, one round per call.
+# Next (thirty-sixth session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second to
+# thirty-sixth sessions). Ran this session (2x H200): the Mixtral stack (test + bench), chained units, split slots and
+# chained round-robin (tests pass; 70B split-slot 90-91% hidden at 1.049x memory at 1 CTA; Mixtral chained slower than
+# joined). Not GPU-run: the bench's second compute reference (hidden(solo) column, 4d55b15).
+# First call on any 2-GPU card: `build strands-stack` with STACK_TEST=1 STACK_MODELS="llama3-70b" STACK_THROTTLES="1 2"
+# (checks the hidden(solo) column; ~4 min cold). For Mixtral's chained slowdown: the Mixtral stack with
+# E=BRAID_STRANDS_LINK_PRIORITY=high, and with --a2a-link cross (no STACK_* knob: run `mpi bench strands` by hand),
+# and chained on L + 1 slots (verified, no longer timed) against the spare slot. The rest of the GEMM
+# sweep A/B: GEMM_SHAPES=a file of the 20 shapes after the first 30 of bench/shapes/sweep.txt, VARIANT_T=300, one round.
+# Pass BRAID_COMMIT as a literal sha (the device copy's git metadata names the session start's commit).
+# The thirty-sixth session's calls (2x H200): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi", test +
+# Mixtral and 70B at 2 caps) 4.3 min cold; the same with 12-15 variants at one cap per model 3.8-4.1 min cold; `build
+# strands-stack` (BUILD_TARGET=braid, STACK_TEST=0, two models at 2 CTAs and NVLink) 4.1 min cold.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
