@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -99,6 +100,7 @@ struct Layer::Impl {
   // between the two (the other strand's) before the host blocks.
   cudaEvent_t counts_ev = nullptr;
   bool counts_pending = false;
+  double host_wait_us = 0;  // cumulative host time blocked in moe_finish_counts (Layer::host_wait_us)
 
   Impl(const ModelConfig& cfg, const Parallel& par, Comm& cm) : c(cfg), p(par), comm(cm) {}
 
@@ -323,7 +325,9 @@ void Layer::Impl::moe_exchange_counts(cudaStream_t s) {
 // a2a_dispatch (the forward DAG chains them).
 void Layer::Impl::moe_finish_counts(cudaStream_t s) {
   if (!counts_pending) return;
+  const auto t0 = std::chrono::steady_clock::now();
   BRAID_CUDA_CHECK(cudaEventSynchronize(counts_ev));
+  host_wait_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   counts_pending = false;
   auto rcnt = [&](int src, int e) { return int64_t(rcounts_h[src * El + e]); };
   size_t so = 0, ro = 0;
@@ -831,6 +835,7 @@ void Layer::set_routing(const Routing& r) {
 }
 
 std::vector<int64_t> Layer::local_expert_rows() const { return impl_->expert_rows; }
+double Layer::host_wait_us() const { return impl_->host_wait_us; }
 std::vector<int> Layer::local_routes() const {
   const Impl& m = *impl_;
   if (!m.moe) return {};

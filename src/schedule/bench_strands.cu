@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -418,6 +419,10 @@ struct Variant {
   double us;
   double mem;      // device bytes the variant needs (allocator accounting)
   int rounds = 0;  // > 0: timed interleaved with the core variants over this many passes
+  // Host side, per call (a unit or a pass), averaged over every call the timing made (warm-up included):
+  // the time the host took to issue it, and of that the time blocked waiting for MoE all-to-all counts.
+  // The GPU runs ahead of the host only while issue < time; negative: not measured.
+  double host_issue_us = -1, host_wait_us = -1;
 };
 
 // Variants timed interleaved (bench::time_interleaved: `rounds` passes over all of them in turn, so that clock,
@@ -427,16 +432,46 @@ struct Interleaved {
   std::vector<std::string> names;
   std::vector<std::function<void(int)>> fns;
   std::vector<double> mems;
+  // Optional: the layers' cumulative MoE host wait (model::Layer::host_wait_us summed), read around each call.
+  std::function<double()> waited;
+  struct Host {
+    double issue_us = 0, wait_us = 0;
+    int calls = 0;
+  };
+  std::vector<std::shared_ptr<Host>> hosts;
   void add(const std::string& name, std::function<void(int)> fn, double mem) {
     names.push_back(name), fns.push_back(std::move(fn)), mems.push_back(mem);
   }
-  // Appends every variant's median to `vs`; returns compute only's.
+  // Appends every variant's median to `vs`; returns compute only's (its host figures in *compute_host).
   double time(Team& team, cudaStream_t s, const bench::TimingOptions& opt, int rounds,
-              std::function<void(int)> compute_only, std::vector<Variant>& vs) {
+              std::function<void(int)> compute_only, std::vector<Variant>& vs, Variant* compute_host = nullptr) {
     fns.push_back(std::move(compute_only));
-    const auto t = bench::time_interleaved(&team, s, opt, rounds, fns);
+    std::vector<std::function<void(int)>> timed;
+    hosts.clear();
+    for (auto& fn : fns) {
+      auto h = std::make_shared<Host>();
+      hosts.push_back(h);
+      timed.push_back([this, h, &fn](int i) {
+        const double w0 = waited ? waited() : 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        fn(i);
+        h->issue_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        h->wait_us += (waited ? waited() : 0) - w0;
+        ++h->calls;
+      });
+    }
+    const auto t = bench::time_interleaved(&team, s, opt, rounds, timed);
     fns.pop_back();
-    for (size_t i = 0; i < fns.size(); ++i) vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], rounds});
+    auto host_of = [&](size_t i, Variant& v) {
+      if (hosts[i]->calls == 0) return;
+      v.host_issue_us = hosts[i]->issue_us / hosts[i]->calls;
+      v.host_wait_us = waited ? hosts[i]->wait_us / hosts[i]->calls : -1;
+    };
+    for (size_t i = 0; i < fns.size(); ++i) {
+      vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], rounds});
+      host_of(i, vs.back());
+    }
+    if (compute_host) host_of(fns.size(), *compute_host);
     return bench::summarize(t.back()).median_us;
   }
 };
@@ -510,8 +545,8 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       std::printf("# compute from the pair table's solo operator times: %.1f us (compute-only pass %.1f us); hidden(solo) "
                   "measures exposure against it\n",
                   solo_us, compute_us);
-    std::printf("%-20s %10s %12s %7s %12s %8s %11s %9s %9s %9s\n", "variant", "time(us)", "tokens/s", "MFU", "exposed(us)",
-                "hidden", "hidden(solo)", "vs single", "vs rr", "mem(MiB)");
+    std::printf("%-20s %10s %12s %7s %12s %8s %11s %9s %9s %9s %10s %10s\n", "variant", "time(us)", "tokens/s", "MFU",
+                "exposed(us)", "hidden", "hidden(solo)", "vs single", "vs rr", "mem(MiB)", "host(us)", "moewait");
   }
   for (const auto& v : vs) {
     const double exposed = std::max(0.0, v.us - compute_us);
@@ -524,9 +559,12 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
     if (root) {
       char hs[32] = "-";
       if (solo_us > 0) std::snprintf(hs, sizeof hs, "%.1f%%", 100 * hidden_solo);
-      std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %11s %8.3fx %8.3fx %9.1f\n", v.name.c_str(), v.us, tok_s,
-                  100 * mfu, exposed, 100 * hidden, hs, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0,
-                  v.mem / 1048576.0);
+      char hi[32] = "-", hw[32] = "-";
+      if (v.host_issue_us >= 0) std::snprintf(hi, sizeof hi, "%.0f", v.host_issue_us);
+      if (v.host_wait_us >= 0) std::snprintf(hw, sizeof hw, "%.0f", v.host_wait_us);
+      std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %11s %8.3fx %8.3fx %9.1f %10s %10s\n", v.name.c_str(), v.us,
+                  tok_s, 100 * mfu, exposed, 100 * hidden, hs, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0,
+                  v.mem / 1048576.0, hi, hw);
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
       j.add("layers", layers).add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle)
@@ -535,6 +573,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
       j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
       j.add("compute_solo_sum_us", solo_us).add("hidden_fraction_vs_solo_sum", hidden_solo);
+      j.add("host_issue_us", v.host_issue_us).add("host_moe_wait_us", v.host_wait_us);
       j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
       j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
       j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
@@ -812,9 +851,11 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   // pool's zeros and the pass ran 15.1 ms per layer (GEMMs on zero inputs run faster); timed on its own after
   // them, on a GPU warm from the passes, 17.8 ms (throttled 70B layer, 2x H200, 36872c0).
   std::vector<Variant> vs;
+  iv.waited = [&] { return sa.host_wait_us() + sb.host_wait_us(); };
+  Variant compute_host;
   const double compute_us = iv.time(team, s, opt, a.rounds, [&](int) {
     stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); });
-  }, vs);
+  }, vs, &compute_host);
   if (root)
     std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d passes each\n", a.rounds,
                 vs.size(), a.iters);
@@ -824,6 +865,9 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
                        "forward through the stack + another's backward; compute only %.1f us, collectives alone %.1f "
                        "us; strands' link streams at %s priority\n",
                        a.layers, compute, comm, link_priority_high() ? "high" : "normal");
+           std::printf("# host: issuing a compute-only pass took %.1f us; host(us) below: issuing a pass, moewait: of that, "
+                       "blocked on MoE all-to-all counts (per pass, warm-up included)\n",
+                       compute_host.host_issue_us);
            std::printf("# memory: layer object a %.1f MiB (weights %.1f, gradients %.1f, its other buffers and "
                        "workspace), b %.1f MiB; slot (saved set + x) %.1f MiB; one strand %d slots, two strands %d; "
                        "micro-batch input and output gradient %.1f MiB; two strands / one: %.4fx\n",

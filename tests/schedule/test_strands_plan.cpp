@@ -624,3 +624,55 @@ TEST(StrandsPlan, GemmsBesideCollectives) {
   EXPECT_GT(flagged, 0);
   EXPECT_LT(flagged, gemms);
 }
+
+// The stack's operator-grain hand-over of a slot (StrandStack split slots): each forward producer of a named
+// saved tensor waits for every backward reader of it; nothing else waits.
+TEST(StrandsPlan, SlotReuseWaits) {
+  for (const std::string model : {"llama3-70b", "mixtral-8x7b"}) {
+    SCOPED_TRACE(model);
+    const m::Parallel p{2, true};
+    const auto d = sch::strand_layer(cfg(model, 4096), p);
+    const auto sv = sch::saved_tensors(cfg(model, 4096), p);
+    std::vector<std::string> all;
+    for (const auto& t : sv) all.push_back(t.name);
+    for (const auto& w : sch::slot_reuse_waits(d, sv, {})) EXPECT_TRUE(w.empty());
+    const auto w = sch::slot_reuse_waits(d, sv, all);
+    ASSERT_EQ(w.size(), d.fwd.size());
+    auto index = [](const std::vector<sch::Op>& ops, const std::string& name) {
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].name == name) return int(i);
+      return -1;
+    };
+    size_t n = 0;
+    for (const auto& t : sv) {
+      const int pi = index(d.fwd, t.producer);
+      ASSERT_GE(pi, 0) << t.producer;
+      std::vector<std::string> readers = t.other_readers;
+      readers.push_back(t.last_reader);
+      for (const auto& r : readers) {
+        const int ri = index(d.bwd, r);
+        ASSERT_GE(ri, 0) << r;
+        EXPECT_NE(std::find(w[pi].begin(), w[pi].end(), ri), w[pi].end()) << t.name << ": " << t.producer << " / " << r;
+      }
+    }
+    for (size_t i = 0; i < w.size(); ++i) {
+      n += w[i].size();
+      // Only producers wait, and only once per reader.
+      if (!w[i].empty()) {
+        EXPECT_TRUE(std::any_of(sv.begin(), sv.end(), [&](const sch::SavedTensor& t) { return t.producer == d.fwd[i].name; }));
+      }
+      std::vector<int> u = w[i];
+      std::sort(u.begin(), u.end());
+      EXPECT_EQ(std::unique(u.begin(), u.end()), u.end()) << d.fwd[i].name;
+    }
+    EXPECT_GT(n, 0u);
+    // One late tensor: only its producer waits (the dense layer's gu: gate_up_proj for swiglu_bwd).
+    if (model == "llama3-70b") {
+      const auto g = sch::slot_reuse_waits(d, sv, {"gu"});
+      for (size_t i = 0; i < g.size(); ++i)
+        EXPECT_EQ(g[i].empty(), d.fwd[i].name != "f.gate_up_proj") << d.fwd[i].name;
+      EXPECT_EQ(g[size_t(index(d.fwd, "f.gate_up_proj"))], std::vector<int>{index(d.bwd, "b.swiglu_bwd")});
+    }
+    EXPECT_THROW(sch::slot_reuse_waits(d, sv, {"no_such_tensor"}), braid::Error);
+  }
+}

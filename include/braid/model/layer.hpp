@@ -162,6 +162,10 @@ class Layer {
     int64_t rows = 0;                    // rows received
   };
   Routing routing() const;
+  // Cumulative host time (us) this layer's MoE forwards spent blocked waiting for the all-to-all counts
+  // (the dispatch's host wait); 0 for a dense layer. What an executor issuing both strands from one thread
+  // loses to it.
+  double host_wait_us() const;
   void set_routing(const Routing& r);
 
   // MoE: rows each local expert received in the last forward (host copy), E/tp entries.
