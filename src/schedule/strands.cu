@@ -536,11 +536,32 @@ void StrandStack::forward(int o, cudaStream_t s) {
   turn_ = 1 - o;  // o holds every layer: its backward comes next, beside the other's forward
 }
 
-void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, model::Layer&)>& unit) {
-  const int f = turn_, b = 1 - turn_;
+void StrandStack::require_pass_start(int f, int b) const {
   for (int l = 0; l < layers_; ++l)
     BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
                   "strand stack: a pass needs one object holding every layer (forward() first)");
+}
+
+std::vector<std::vector<int>> StrandStack::late_waits(const Layer& dag) {
+  std::vector<std::vector<int>> waits(dag.fwd.size());
+  if (!x_early_) return waits;
+  waits = slot_reuse_waits(dag, saved_tensors(a_.config(), a_.parallel()), late_names_);
+  if (reads_[0].size() != dag.bwd.size())
+    for (auto& r : reads_) {
+      for (auto e : r)
+        if (e) BRAID_CUDA_CHECK(cudaEventDestroy(e));
+      r.assign(dag.bwd.size(), nullptr);
+    }
+  for (const auto& w : waits)
+    for (int jb : w)
+      for (auto& r : reads_)
+        if (!r[size_t(jb)]) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&r[size_t(jb)], cudaEventDisableTiming));
+  return waits;
+}
+
+void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, model::Layer&)>& unit) {
+  const int f = turn_, b = 1 - turn_;
+  require_pass_start(f, b);
   for (int i = 0; i < layers_; ++i) {
     const int j = layers_ - 1 - i;
     prep_forward(f, i, s);
@@ -554,26 +575,11 @@ void StrandStack::pass(cudaStream_t s, const std::function<void(model::Layer&, m
 
 void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
   const int f = turn_, b = 1 - turn_;
-  for (int l = 0; l < layers_; ++l)
-    BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
-                  "strand stack: a pass needs one object holding every layer (forward() first)");
+  require_pass_start(f, b);
   // With doubled tensors the late parts are handed over at operator grain: forward op i waits for the
   // backward ops, in the unit that freed the slot, that read a late tensor op i writes there.
   const Layer& dag = ex.dag();
-  std::vector<std::vector<int>> waits;
-  if (x_early_) {
-    waits = slot_reuse_waits(dag, saved_tensors(a_.config(), a_.parallel()), late_names_);
-    if (reads_[0].size() != dag.bwd.size())
-      for (auto& r : reads_) {
-        for (auto e : r)
-          if (e) BRAID_CUDA_CHECK(cudaEventDestroy(e));
-        r.assign(dag.bwd.size(), nullptr);
-      }
-    for (const auto& w : waits)
-      for (int jb : w)
-        for (auto& r : reads_)
-          if (!r[size_t(jb)]) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&r[size_t(jb)], cudaEventDisableTiming));
-  }
+  const std::vector<std::vector<int>> waits = late_waits(dag);
   // Everything before the pass (the slots' last readers included) is ordered by start_.
   BRAID_CUDA_CHECK(cudaEventRecord(start_, s));
   freed_in_.assign(size_t(slots()), -1);
@@ -634,26 +640,14 @@ void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
 
 void StrandStack::pass_chained_rr(cudaStream_t s) {
   const int f = turn_, b = 1 - turn_;
-  for (int l = 0; l < layers_; ++l)
-    BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
-                  "strand stack: a pass needs one object holding every layer (forward() first)");
+  require_pass_start(f, b);
   cudaStream_t sf = copy_[0], sb = copy_[1];  // each strand's one stream: its copies and its operators
   const size_t nf = obj(f).ops(model::Phase::kForward).size(), nb = obj(b).ops(model::Phase::kBackward).size();
   std::vector<std::vector<int>> waits(nf);
-  if (x_early_) {
+  if (x_early_) {  // the late tensors' readers, by the layer's DAG (its operators in the same order)
     const Layer dag = strand_layer(a_.config(), a_.parallel());
     BRAID_REQUIRE(dag.fwd.size() == nf && dag.bwd.size() == nb, "strand stack: the layer's ops and its DAG differ");
-    waits = slot_reuse_waits(dag, saved_tensors(a_.config(), a_.parallel()), late_names_);
-    if (reads_[0].size() != nb)
-      for (auto& r : reads_) {
-        for (auto e : r)
-          if (e) BRAID_CUDA_CHECK(cudaEventDestroy(e));
-        r.assign(nb, nullptr);
-      }
-    for (const auto& w : waits)
-      for (int jb : w)
-        for (auto& r : reads_)
-          if (!r[size_t(jb)]) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&r[size_t(jb)], cudaEventDisableTiming));
+    waits = late_waits(dag);
   }
   BRAID_CUDA_CHECK(cudaEventRecord(start_, s));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(sf, start_, 0));
@@ -698,9 +692,7 @@ void StrandStack::pass_chained_rr(cudaStream_t s) {
 
 void StrandStack::pass_single(cudaStream_t s) {
   const int f = turn_, b = 1 - turn_;
-  for (int l = 0; l < layers_; ++l)
-    BRAID_REQUIRE(held_[b][size_t(l)].slot >= 0 && held_[f][size_t(l)].slot < 0,
-                  "strand stack: a pass needs one object holding every layer (forward() first)");
+  require_pass_start(f, b);
   for (int j = layers_ - 1; j >= 0; --j) {
     prep_backward(b, j, s);
     obj(b).backward(s);

@@ -368,6 +368,9 @@ class StrandStack {
   void prep_backward(int o, int l, cudaStream_t s);
   void release(int o, int l);
   void keep_routing(int o, int l);  // after object o's forward of layer l was enqueued
+  void require_pass_start(int f, int b) const;  // b holds every layer, f none
+  // With doubled tensors: slot_reuse_waits of the late tensors on `dag`, and reads_ events for their readers.
+  std::vector<std::vector<int>> late_waits(const Layer& dag);
 
   model::Layer &a_, &b_;
   int layers_ = 0, spare_ = 0, turn_ = 0;
