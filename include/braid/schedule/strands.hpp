@@ -285,6 +285,10 @@ struct ChainMemoryEvents {
 ///   stack.pass(s, [&](model::Layer& f, model::Layer& bw) { ex.run(f, bw); });  // a forward || b backward
 ///   stack.pass(s, ...);                                    // b's next micro-batch forward || a backward
 ///
+/// Chained, within about one layer's early tensors more (what hid the most on 2x H200, docs/dhelix.md):
+///   StrandStack split(a, b, 16, 0, {"x", "rstd1", "h1f"});  // x and the first-written tensors in L+2 parts
+///   split.forward(1, s);  split.pass_chained(s, ex);        // ex barrier-free; no join between layers
+///
 /// Ordering (pass): everything is enqueued on `s`, and `unit` must be stream-ordered on it (StrandExecutor::run,
 /// run_round_robin and run_single_strand are): a unit's work ends before the next unit's copies and
 /// operators start, so a freed slot is rewritten only after its last reader. pass_chained drops that join
