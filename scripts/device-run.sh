@@ -75,9 +75,9 @@
 # chained round-robin (tests pass; 70B split-slot 90-91% hidden at 1.049x memory at 1 CTA; Mixtral chained slower than
 # joined). Not GPU-run: the bench's second compute reference (hidden(solo) column, 4d55b15).
 # First call on any 2-GPU card: `build strands-stack` with STACK_TEST=1 STACK_MODELS="llama3-70b" STACK_THROTTLES="1 2"
-# (checks the hidden(solo) column; ~4 min cold). For Mixtral's chained slowdown: the Mixtral stack with
-# E=BRAID_STRANDS_LINK_PRIORITY=high, and with --a2a-link cross (no STACK_* knob: run `mpi bench strands` by hand),
-# and chained on L + 1 slots (verified, no longer timed) against the spare slot. The rest of the GEMM
+# (checks the hidden(solo) and host columns; ~4 min cold). For Mixtral's chained slowdown: the Mixtral stack again with
+# E=BRAID_STRANDS_HOST_READY=1 (issue around the MoE host wait; its test runs in test_strands_mpi), then
+# E=BRAID_STRANDS_LINK_PRIORITY=high and --a2a-link cross (no STACK_* knob: run `mpi bench strands` by hand). The rest of the GEMM
 # sweep A/B: GEMM_SHAPES=a file of the 20 shapes after the first 30 of bench/shapes/sweep.txt, VARIANT_T=300, one round.
 # Pass BRAID_COMMIT as a literal sha (the device copy's git metadata names the session start's commit).
 # The thirty-sixth session's calls (2x H200): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi", test +

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/model/layer.hpp"
 #include "braid/schedule/strands.hpp"
@@ -41,8 +42,55 @@ std::string check_plan(const Layer& dag, const Plan& plan) {
 
 }  // namespace
 
+namespace detail {
+
+// The sequence the executor issues `order` in: its own order, except that (fwd non-null: the executor was
+// built with BRAID_STRANDS_HOST_READY=1) a forward operator that would block the host right now
+// (model::Layer::blocks_host: an MoE dispatch whose all-to-all counts have not arrived) yields to the
+// backward strand's next operator while that strand has operators left; then it blocks. Each strand's
+// operators keep their order, so every dependency and every event the executor records by position in
+// `order` is still issued first.
+class IssueSequence {
+ public:
+  IssueSequence(const std::vector<std::pair<Pass, int>>& order, model::Layer* fwd) : order_(order), fwd_(fwd) {
+    for (size_t k = 0; k < order.size(); ++k) at_[order[k].first == Pass::Forward ? 0 : 1].push_back(k);
+  }
+  size_t next() {
+    const bool f_left = p_[0] < at_[0].size(), b_left = p_[1] < at_[1].size();
+    BRAID_REQUIRE(f_left || b_left, "strands: issue sequence exhausted (internal error)");
+    int s = !f_left ? 1 : !b_left ? 0 : at_[0][p_[0]] < at_[1][p_[1]] ? 0 : 1;
+    if (s == 0 && b_left && fwd_ && fwd_->blocks_host(model::Phase::kForward, size_t(order_[at_[0][p_[0]]].second))) s = 1;
+    return at_[s][p_[s]++];
+  }
+
+ private:
+  const std::vector<std::pair<Pass, int>>& order_;
+  model::Layer* fwd_;
+  std::vector<size_t> at_[2];  // each strand's positions in order
+  size_t p_[2] = {0, 0};
+};
+
+// What one issue() / issue_by_deps() call tracks besides its events: the sequence, the events after backward ops
+// that memory waits need (arena), and the chained run's per-strand, per-stream state.
+struct IssueState {
+  IssueState(const std::vector<std::pair<Pass, int>>& order, model::Layer* defer_fwd, size_t bwd_events)
+      : seq(order, defer_fwd), after_bwd(bwd_events, nullptr) {}
+  IssueSequence seq;
+  std::vector<cudaEvent_t> after_bwd;
+  bool waited[2][3] = {};  // chain_wait: strand s already waited on stream j
+  int last[2][3] = {};     // chain_tails_last: strand s's last position on stream j
+};
+
+}  // namespace detail
+
+namespace {
+
+bool host_ready_from_env() { return env::flag("BRAID_STRANDS_HOST_READY").value_or(false); }
+
+}  // namespace
+
 StrandExecutor::StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams, bool step_barrier)
-    : dag_(dag), plan_(plan), s_(streams), step_barrier_(step_barrier) {
+    : dag_(dag), plan_(plan), s_(streams), step_barrier_(step_barrier), host_ready_(host_ready_from_env()) {
   BRAID_REQUIRE(s_.compute && s_.local && s_.cross && s_.compute != s_.local && s_.compute != s_.cross &&
                     s_.local != s_.cross,
                 "strands: compute, local and cross must be three distinct non-default streams");
@@ -152,11 +200,9 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
   // ordered by the caller: the fork, or a step barrier).
   cudaStream_t last_stream[2] = {nullptr, nullptr};
   cudaEvent_t last_event[2] = {nullptr, nullptr};
-  std::vector<cudaEvent_t> after_bwd(mem_waits_.empty() ? 0 : dag_.bwd.size(), nullptr);
-  bool waited[2][3] = {};
-  int last[2][3];
-  chain_tails_last(order, last);
-  for (size_t k = 0; k < order.size(); ++k) {
+  detail::IssueState is = begin_issue(order, fwd);
+  for (size_t n = 0; n < order.size(); ++n) {
+    const size_t k = is.seq.next();
     const auto [pass, i] = order[k];
     const int sidx = pass == Pass::Forward ? 0 : 1;
     model::Layer* layer = sidx == 0 ? fwd : bwd;
@@ -164,14 +210,14 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
     if (last_stream[sidx] && last_stream[sidx] != st) {
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(st, last_event[sidx], 0));
     }
-    chain_wait(sidx, st, waited);
+    chain_wait(sidx, st, is.waited);
     chain_before(sidx, i, st);
-    if (sidx == 0) memory_wait(i, st, after_bwd);
+    if (sidx == 0) memory_wait(i, st, is.after_bwd);
     if (!cap_f_.empty()) layer->set_gemm_sm_target((sidx == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     layer->run_op(phase_of(pass), size_t(i), st);
-    if (sidx == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(st);
+    if (sidx == 1 && !mem_waits_.empty() && mem_needed_[i]) is.after_bwd[i] = record_after(st);
     chain_after(sidx, i, st);
-    if (chain_tails_ && last[sidx][stream_index(st)] == int(k))
+    if (chain_tails_ && is.last[sidx][stream_index(st)] == int(k))
       BRAID_CUDA_CHECK(cudaEventRecord(chain_tails_->ev[sidx][stream_index(st)], st));
     // Record only when this strand's next op runs on another stream.
     cudaStream_t next_stream = nullptr;
@@ -208,11 +254,9 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     }
   }
   std::vector<cudaEvent_t> ev(order.size(), nullptr);
-  std::vector<cudaEvent_t> after_bwd(mem_waits_.empty() ? 0 : dag_.bwd.size(), nullptr);
-  bool waited[2][3] = {};
-  int last[2][3];
-  chain_tails_last(order, last);
-  for (size_t q = 0; q < order.size(); ++q) {
+  detail::IssueState is = begin_issue(order, fwd);
+  for (size_t n = 0; n < order.size(); ++n) {
+    const size_t q = is.seq.next();
     const auto [pass, i] = order[q];
     const int s = pass == Pass::Forward ? 0 : 1;
     // The latest dependency (in issue order) on each other stream: waiting for it covers the earlier ones.
@@ -226,20 +270,26 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     }
     for (int j = 0; j < 3; ++j)
       if (latest[j] >= 0) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream[q], ev[latest[j]], 0));
-    chain_wait(s, stream[q], waited);
+    chain_wait(s, stream[q], is.waited);
     chain_before(s, i, stream[q]);
-    if (s == 0) memory_wait(i, stream[q], after_bwd);
+    if (s == 0) memory_wait(i, stream[q], is.after_bwd);
     if (!cap_f_.empty()) (s == 0 ? fwd : bwd)->set_gemm_sm_target((s == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
     (s == 0 ? fwd : bwd)->run_op(phase_of(pass), size_t(i), stream[q]);
-    if (s == 1 && !mem_waits_.empty() && mem_needed_[i]) after_bwd[i] = record_after(stream[q]);
+    if (s == 1 && !mem_waits_.empty() && mem_needed_[i]) is.after_bwd[i] = record_after(stream[q]);
     chain_after(s, i, stream[q]);
-    if (chain_tails_ && last[s][stream_index(stream[q])] == int(q))
+    if (chain_tails_ && is.last[s][stream_index(stream[q])] == int(q))
       BRAID_CUDA_CHECK(cudaEventRecord(chain_tails_->ev[s][stream_index(stream[q])], stream[q]));
     if (needs_event[q]) {
       ev[q] = next_event();
       BRAID_CUDA_CHECK(cudaEventRecord(ev[q], stream[q]));
     }
   }
+}
+
+detail::IssueState StrandExecutor::begin_issue(const std::vector<std::pair<Pass, int>>& order, model::Layer* fwd) const {
+  detail::IssueState is(order, host_ready_ ? fwd : nullptr, mem_waits_.empty() ? 0 : dag_.bwd.size());
+  chain_tails_last(order, is.last);
+  return is;
 }
 
 void StrandExecutor::chain_wait(int s, cudaStream_t st, bool (&waited)[2][3]) {

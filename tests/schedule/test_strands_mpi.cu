@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <mpi.h>
 
 #include <cstring>
@@ -490,6 +491,16 @@ void stack_equal_one_at_a_time(bool moe) {
     same(run_on(split, [&] { split.pass_chained_rr(s); }), "stack on split slots, round-robin chained");
   }
   same(run([&] { stack.pass_chained(s, ex); }), "stack chained, after the spare stack is gone");
+  {  // BRAID_STRANDS_HOST_READY=1: the executor issues backward ops while an MoE dispatch's counts are pending
+    ASSERT_EQ(setenv("BRAID_STRANDS_HOST_READY", "1", 1), 0);
+    sch::StrandExecutor ex_ready(dd, sch::whole_pass_plan(dd, searched), st.s);
+    sch::StrandExecutor ex_ready_order(sch::two_link_layer(dag), searched, st.s);
+    ASSERT_EQ(unsetenv("BRAID_STRANDS_HOST_READY"), 0);
+    same(run([&] { stack.pass(s, [&](m::Layer& f, m::Layer& bw) { ex_ready.run(f, bw); }); }),
+         "stack, issuing around the host wait, dependency-ready");
+    same(run([&] { stack.pass_chained(s, ex_ready); }), "stack chained, issuing around the host wait");
+    same(run([&] { stack.pass_chained(s, ex_ready_order); }), "stack chained, issuing around the host wait, issue order");
+  }
   stack.reset();
   EXPECT_THROW(stack.pass_single(s), braid::Error);  // a pass needs one object holding every layer
 }

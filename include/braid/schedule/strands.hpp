@@ -250,6 +250,9 @@ struct SharedActivationPool {
 };
 
 class StrandExecutor;
+namespace detail {
+struct IssueState;  // strands.cu: one issue call's sequence and bookkeeping
+}
 
 /// Per strand (0: the forward, 1: the backward) and stream (compute, local, cross): events recorded after
 /// the strand's last operator on that stream in one chained unit (StrandExecutor::run_chained). The owner
@@ -483,6 +486,7 @@ class StrandExecutor {
   int stream_index(cudaStream_t st) const { return st == s_.compute ? 0 : st == s_.local ? 1 : 2; }
   // run_chained: record the tails after each strand's last op per stream (last[s][j]: its index in order).
   void chain_tails_last(const std::vector<std::pair<Pass, int>>& order, int (&last)[2][3]) const;
+  detail::IssueState begin_issue(const std::vector<std::pair<Pass, int>>& order, model::Layer* fwd) const;
   const std::vector<cudaEvent_t>* chain_after_ = nullptr;
   StrandTailEvents* chain_tails_ = nullptr;
   const ChainMemoryEvents* chain_mem_ = nullptr;
@@ -499,6 +503,7 @@ class StrandExecutor {
   std::vector<cudaEvent_t> events_;
   size_t next_ = 0;
   bool step_barrier_ = false;
+  bool host_ready_ = false;  // BRAID_STRANDS_HOST_READY=1: issue around the MoE forward's host wait (IssueSequence)
 };
 
 /// Baselines, same unit of work (fwd's forward + bwd's backward):
