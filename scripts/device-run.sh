@@ -76,7 +76,8 @@
 # joined). Not GPU-run: the bench's second compute reference (hidden(solo) column, 4d55b15).
 # First call on any 2-GPU card: `build strands-stack` with STACK_TEST=1 STACK_MODELS="llama3-70b" STACK_THROTTLES="1 2"
 # (checks the hidden(solo) and host columns; ~4 min cold). For Mixtral's chained slowdown: the Mixtral stack again with
-# E=BRAID_STRANDS_HOST_READY=1 (issue around the MoE host wait; its test runs in test_strands_mpi), then
+# E=BRAID_STRANDS_DEFER_DISPATCH=4 and =12 (backward ops queued ahead of each MoE dispatch's host wait; its test runs
+# in test_strands_mpi), then
 # E=BRAID_STRANDS_LINK_PRIORITY=high and --a2a-link cross (no STACK_* knob: run `mpi bench strands` by hand). The rest of the GEMM
 # sweep A/B: GEMM_SHAPES=a file of the 20 shapes after the first 30 of bench/shapes/sweep.txt, VARIANT_T=300, one round.
 # Pass BRAID_COMMIT as a literal sha (the device copy's git metadata names the session start's commit).

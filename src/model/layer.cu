@@ -836,15 +836,6 @@ void Layer::set_routing(const Routing& r) {
 
 std::vector<int64_t> Layer::local_expert_rows() const { return impl_->expert_rows; }
 double Layer::host_wait_us() const { return impl_->host_wait_us; }
-bool Layer::blocks_host(Phase ph, size_t index) const {
-  const Impl& m = *impl_;
-  if (ph != Phase::kForward || !m.counts_pending || index >= m.plan[0].size() || m.plan[0][index].name != "a2a_dispatch")
-    return false;
-  const cudaError_t e = cudaEventQuery(m.counts_ev);
-  if (e == cudaErrorNotReady) return true;
-  BRAID_CUDA_CHECK(e);
-  return false;
-}
 std::vector<int> Layer::local_routes() const {
   const Impl& m = *impl_;
   if (!m.moe) return {};

@@ -44,28 +44,36 @@ std::string check_plan(const Layer& dag, const Plan& plan) {
 
 namespace detail {
 
-// The sequence the executor issues `order` in: its own order, except that (fwd non-null: the executor was
-// built with BRAID_STRANDS_HOST_READY=1) a forward operator that would block the host right now
-// (model::Layer::blocks_host: an MoE dispatch whose all-to-all counts have not arrived) yields to the
-// backward strand's next operator while that strand has operators left; then it blocks. Each strand's
-// operators keep their order, so every dependency and every event the executor records by position in
-// `order` is still issued first.
+// The sequence the executor issues `order` in: its own order, except that (defer > 0: the executor was built
+// with BRAID_STRANDS_DEFER_DISPATCH=defer) an MoE forward's dispatch (`a2a_dispatch`, whose issue blocks the
+// host until the all-to-all counts arrive) yields to up to `defer` of the backward strand's next operators, so
+// that work is queued before the host waits. The rule depends on the order alone, never on timing: every rank
+// issues the same sequence (a sequence that differed between ranks could make two ranks' streams wait on each
+// other's collectives in a cycle). Each strand's operators keep their order, so every dependency and every event
+// the executor records by position in `order` is still issued first.
 class IssueSequence {
  public:
-  IssueSequence(const std::vector<std::pair<Pass, int>>& order, model::Layer* fwd) : order_(order), fwd_(fwd) {
+  IssueSequence(const std::vector<std::pair<Pass, int>>& order, const model::Layer* fwd, int defer)
+      : order_(order), fwd_(fwd), defer_(fwd ? defer : 0) {
     for (size_t k = 0; k < order.size(); ++k) at_[order[k].first == Pass::Forward ? 0 : 1].push_back(k);
   }
   size_t next() {
     const bool f_left = p_[0] < at_[0].size(), b_left = p_[1] < at_[1].size();
     BRAID_REQUIRE(f_left || b_left, "strands: issue sequence exhausted (internal error)");
     int s = !f_left ? 1 : !b_left ? 0 : at_[0][p_[0]] < at_[1][p_[1]] ? 0 : 1;
-    if (s == 0 && b_left && fwd_ && fwd_->blocks_host(model::Phase::kForward, size_t(order_[at_[0][p_[0]]].second))) s = 1;
+    if (s == 0 && b_left && deferred_ < defer_ &&
+        fwd_->ops(model::Phase::kForward)[size_t(order_[at_[0][p_[0]]].second)].name == "a2a_dispatch") {
+      s = 1;
+      ++deferred_;
+    }
+    if (s == 0) deferred_ = 0;  // the next dispatch may defer again
     return at_[s][p_[s]++];
   }
 
  private:
   const std::vector<std::pair<Pass, int>>& order_;
-  model::Layer* fwd_;
+  const model::Layer* fwd_;
+  int defer_ = 0, deferred_ = 0;
   std::vector<size_t> at_[2];  // each strand's positions in order
   size_t p_[2] = {0, 0};
 };
@@ -73,8 +81,8 @@ class IssueSequence {
 // What one issue() / issue_by_deps() call tracks besides its events: the sequence, the events after backward ops
 // that memory waits need (arena), and the chained run's per-strand, per-stream state.
 struct IssueState {
-  IssueState(const std::vector<std::pair<Pass, int>>& order, model::Layer* defer_fwd, size_t bwd_events)
-      : seq(order, defer_fwd), after_bwd(bwd_events, nullptr) {}
+  IssueState(const std::vector<std::pair<Pass, int>>& order, const model::Layer* fwd, int defer, size_t bwd_events)
+      : seq(order, fwd, defer), after_bwd(bwd_events, nullptr) {}
   IssueSequence seq;
   std::vector<cudaEvent_t> after_bwd;
   bool waited[2][3] = {};  // chain_wait: strand s already waited on stream j
@@ -85,12 +93,12 @@ struct IssueState {
 
 namespace {
 
-bool host_ready_from_env() { return env::flag("BRAID_STRANDS_HOST_READY").value_or(false); }
+int defer_dispatch_from_env() { return int(env::integer("BRAID_STRANDS_DEFER_DISPATCH", 0, 1000).value_or(0)); }
 
 }  // namespace
 
 StrandExecutor::StrandExecutor(const Layer& dag, const Plan& plan, StrandStreams streams, bool step_barrier)
-    : dag_(dag), plan_(plan), s_(streams), step_barrier_(step_barrier), host_ready_(host_ready_from_env()) {
+    : dag_(dag), plan_(plan), s_(streams), step_barrier_(step_barrier), defer_dispatch_(defer_dispatch_from_env()) {
   BRAID_REQUIRE(s_.compute && s_.local && s_.cross && s_.compute != s_.local && s_.compute != s_.cross &&
                     s_.local != s_.cross,
                 "strands: compute, local and cross must be three distinct non-default streams");
@@ -287,7 +295,7 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
 }
 
 detail::IssueState StrandExecutor::begin_issue(const std::vector<std::pair<Pass, int>>& order, model::Layer* fwd) const {
-  detail::IssueState is(order, host_ready_ ? fwd : nullptr, mem_waits_.empty() ? 0 : dag_.bwd.size());
+  detail::IssueState is(order, fwd, defer_dispatch_, mem_waits_.empty() ? 0 : dag_.bwd.size());
   chain_tails_last(order, is.last);
   return is;
 }

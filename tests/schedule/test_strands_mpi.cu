@@ -491,15 +491,15 @@ void stack_equal_one_at_a_time(bool moe) {
     same(run_on(split, [&] { split.pass_chained_rr(s); }), "stack on split slots, round-robin chained");
   }
   same(run([&] { stack.pass_chained(s, ex); }), "stack chained, after the spare stack is gone");
-  {  // BRAID_STRANDS_HOST_READY=1: the executor issues backward ops while an MoE dispatch's counts are pending
-    ASSERT_EQ(setenv("BRAID_STRANDS_HOST_READY", "1", 1), 0);
+  {  // BRAID_STRANDS_DEFER_DISPATCH=4: up to 4 backward ops issued ahead of each MoE dispatch (a no-op when dense)
+    ASSERT_EQ(setenv("BRAID_STRANDS_DEFER_DISPATCH", "4", 1), 0);
     sch::StrandExecutor ex_ready(dd, sch::whole_pass_plan(dd, searched), st.s);
     sch::StrandExecutor ex_ready_order(sch::two_link_layer(dag), searched, st.s);
-    ASSERT_EQ(unsetenv("BRAID_STRANDS_HOST_READY"), 0);
+    ASSERT_EQ(unsetenv("BRAID_STRANDS_DEFER_DISPATCH"), 0);
     same(run([&] { stack.pass(s, [&](m::Layer& f, m::Layer& bw) { ex_ready.run(f, bw); }); }),
-         "stack, issuing around the host wait, dependency-ready");
-    same(run([&] { stack.pass_chained(s, ex_ready); }), "stack chained, issuing around the host wait");
-    same(run([&] { stack.pass_chained(s, ex_ready_order); }), "stack chained, issuing around the host wait, issue order");
+         "stack, dispatch deferred, dependency-ready");
+    same(run([&] { stack.pass_chained(s, ex_ready); }), "stack chained, dispatch deferred");
+    same(run([&] { stack.pass_chained(s, ex_ready_order); }), "stack chained, dispatch deferred, issue order");
   }
   stack.reset();
   EXPECT_THROW(stack.pass_single(s), braid::Error);  // a pass needs one object holding every layer

@@ -166,10 +166,6 @@ class Layer {
   // (the dispatch's host wait); 0 for a dense layer. What an executor issuing both strands from one thread
   // loses to it.
   double host_wait_us() const;
-  // Whether running operator `index` of `ph` now would block the host: the MoE forward's dispatch while its
-  // all-to-all counts have not arrived (cudaEventQuery, nothing waits). An executor issuing two strands from
-  // one thread may issue the other strand's operators first.
-  bool blocks_host(Phase ph, size_t index) const;
   void set_routing(const Routing& r);
 
   // MoE: rows each local expert received in the last forward (host copy), E/tp entries.

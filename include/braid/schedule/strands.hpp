@@ -503,7 +503,7 @@ class StrandExecutor {
   std::vector<cudaEvent_t> events_;
   size_t next_ = 0;
   bool step_barrier_ = false;
-  bool host_ready_ = false;  // BRAID_STRANDS_HOST_READY=1: issue around the MoE forward's host wait (IssueSequence)
+  int defer_dispatch_ = 0;  // BRAID_STRANDS_DEFER_DISPATCH: backward ops issued ahead of an MoE dispatch (IssueSequence)
 };
 
 /// Baselines, same unit of work (fwd's forward + bwd's backward):
