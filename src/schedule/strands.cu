@@ -328,6 +328,15 @@ void StrandExecutor::chain_tails_last(const std::vector<std::pair<Pass, int>>& o
     }
 }
 
+std::vector<std::pair<Pass, int>> StrandExecutor::whole_order() const {
+  std::vector<std::pair<Pass, int>> order;
+  for (const auto& st : plan_.steps) {
+    const auto o = issue_order(st.fwd, st.bwd);
+    order.insert(order.end(), o.begin(), o.end());
+  }
+  return order;
+}
+
 void StrandExecutor::run_chained(model::Layer& fwd, model::Layer& bwd, const std::vector<cudaEvent_t> (&after)[2],
                                  StrandTailEvents& tails, const ChainMemoryEvents* mem) {
   BRAID_REQUIRE(!plan_.steps.empty(), "strands: run_chained() needs a plan");
@@ -337,11 +346,7 @@ void StrandExecutor::run_chained(model::Layer& fwd, model::Layer& bwd, const std
   BRAID_REQUIRE(&fwd != &bwd, "strands: the two strands must be different layers (activation sets)");
   BRAID_REQUIRE(!step_barrier_, "strands: run_chained() is for the barrier-free executor");
   next_ = 0;
-  std::vector<std::pair<Pass, int>> order;
-  for (const auto& st : plan_.steps) {
-    const auto o = issue_order(st.fwd, st.bwd);
-    order.insert(order.end(), o.begin(), o.end());
-  }
+  const std::vector<std::pair<Pass, int>> order = whole_order();
   chain_after_ = after, chain_tails_ = &tails, chain_mem_ = mem;
   try {
     issue(&fwd, &bwd, order);
@@ -359,12 +364,7 @@ void StrandExecutor::run(model::Layer& fwd, model::Layer& bwd) {
   next_ = 0;
   fork();
   if (!step_barrier_) {  // one chained sequence: the steps' issue orders back to back
-    std::vector<std::pair<Pass, int>> order;
-    for (const auto& st : plan_.steps) {
-      const auto o = issue_order(st.fwd, st.bwd);
-      order.insert(order.end(), o.begin(), o.end());
-    }
-    issue(&fwd, &bwd, order);
+    issue(&fwd, &bwd, whole_order());
     join();
     uncap(&fwd, &bwd);
     return;

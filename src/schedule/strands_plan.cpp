@@ -195,6 +195,16 @@ int op_index(const std::vector<Op>& ops, const std::string& name) {
   throw UsageError("strands: no operator " + name + " in the layer", __FILE__, __LINE__);
 }
 
+// Adds to `w` (once each) every backward op that reads `t`: whichever of them an issue order runs last.
+void add_readers(const Layer& dag, const SavedTensor& t, std::vector<int>& w) {
+  std::vector<std::string> readers = t.other_readers;
+  readers.push_back(t.last_reader);
+  for (const auto& name : readers) {
+    const int r = op_index(dag.bwd, name);
+    if (std::find(w.begin(), w.end(), r) == w.end()) w.push_back(r);
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<Pass, int>> list_schedule(const Layer& dag, const std::vector<int>& fseg,
@@ -573,13 +583,7 @@ std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<S
     for (size_t j = 0; j < n; ++j) {
       const bool overlap = fo[i] < bo[j] + saved[j].bytes && bo[j] < fo[i] + saved[i].bytes;
       if (!overlap) continue;
-      auto& w = waits[op_index(dag.fwd, saved[i].producer)];
-      std::vector<std::string> readers = saved[j].other_readers;
-      readers.push_back(saved[j].last_reader);
-      for (const auto& name : readers) {  // every reader: whichever an issue order runs last
-        const int r = op_index(dag.bwd, name);
-        if (std::find(w.begin(), w.end(), r) == w.end()) w.push_back(r);
-      }
+      add_readers(dag, saved[j], waits[op_index(dag.fwd, saved[i].producer)]);
     }
   return waits;
 }
@@ -590,13 +594,7 @@ std::vector<std::vector<int>> slot_reuse_waits(const Layer& dag, const std::vect
   for (const auto& name : names) {
     const auto t = std::find_if(saved.begin(), saved.end(), [&](const SavedTensor& x) { return x.name == name; });
     BRAID_REQUIRE(t != saved.end(), "slot_reuse_waits: no saved tensor " + name);
-    auto& w = waits[op_index(dag.fwd, t->producer)];
-    std::vector<std::string> readers = t->other_readers;
-    readers.push_back(t->last_reader);
-    for (const auto& r : readers) {  // every reader: whichever an issue order runs last
-      const int j = op_index(dag.bwd, r);
-      if (std::find(w.begin(), w.end(), j) == w.end()) w.push_back(j);
-    }
+    add_readers(dag, *t, waits[op_index(dag.fwd, t->producer)]);
   }
   return waits;
 }

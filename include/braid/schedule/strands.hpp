@@ -486,6 +486,7 @@ class StrandExecutor {
   int stream_index(cudaStream_t st) const { return st == s_.compute ? 0 : st == s_.local ? 1 : 2; }
   // run_chained: record the tails after each strand's last op per stream (last[s][j]: its index in order).
   void chain_tails_last(const std::vector<std::pair<Pass, int>>& order, int (&last)[2][3]) const;
+  std::vector<std::pair<Pass, int>> whole_order() const;  // the plan's steps' issue orders back to back
   detail::IssueState begin_issue(const std::vector<std::pair<Pass, int>>& order, model::Layer* fwd) const;
   const std::vector<cudaEvent_t>* chain_after_ = nullptr;
   StrandTailEvents* chain_tails_ = nullptr;
