@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite
+# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -582,6 +582,18 @@ if has t3-regions; then  # T3's ring ops on the small within-2x shapes at 1, 2, 
     E="${T3_REGION_ENV:-}" T=150 mpi bench t3-gemm-rs --algo sequential,t3-ring-cublas,t3-ring-dma --shapes "${T3_REGION_SHAPES:-bench/shapes/owner-small.txt}" \
       --regions "$rg" --iters 20 --json "$out/t3-regions-$rg.jsonl" 2>&1 | grep -vE "^#|^$" | tee -a "$log"
   done
+fi
+if has cublaslt; then  # cuBLAS's configurations for GEMM shapes (bench gemm-cublaslt, one GPU): cuBLASLt's top LT_ALGOS
+  # (default 8) heuristic picks per shape of LT_SHAPES, each verified and timed beside cublasGemmEx, enum values named
+  # by scripts/cublaslt-names.py from the toolkit's header (the table goes to cublaslt.txt and run.log)
+  echo "== cuBLASLt picks against cublasGemmEx ($(date +%T))" | tee -a "$log"
+  NGPU_SAVE=$ngpu; ngpu=1
+  T=${LT_T:-240} mpi bench gemm-cublaslt --shapes "${LT_SHAPES:-bench/shapes/gemm-short.txt}" --algos "${LT_ALGOS:-8}" \
+    --iters 50 --json "$out/gemm-cublaslt.jsonl" 2>&1 | grep -vE "^$" | tee -a "$log"
+  ngpu=$NGPU_SAVE
+  python3 scripts/cublaslt-names.py "$out/gemm-cublaslt.jsonl" \
+    --header "$(dirname "$(dirname "$(command -v nvcc)")")/include/cublasLt.h" > "$out/cublaslt.txt" 2>&1
+  tee -a "$log" < "$out/cublaslt.txt"
 fi
 if has gemm-cublas; then  # braid's GEMM against cuBLAS, timed interleaved (bench gemm-rs, --no-tune), on GEMM_SHAPES
   echo "== braid GEMM vs cuBLAS, interleaved ($(date +%T))" | tee -a "$log"

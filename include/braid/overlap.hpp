@@ -957,5 +957,9 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 // `braid bench gemm-a2a --shape M,N,K | --shapes FILE [--json FILE] [--iters N] [--warmup N]
 //   [--groups w0,..] [--reserve-sms S] [--tile ...] [--seed S]`: uniform random routing per row.
 int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx);
+// `braid bench gemm-cublaslt --shape M,N,K | --shapes FILE [--algos 8] [--json FILE] [--iters N] [--warmup N]`
+// (one rank): cuBLASLt's top heuristic configurations for each GEMM (tile, stages, split-K, cluster, as cublasLt.h
+// enum values), each verified against and timed beside cublasGemmEx. Returns 0 if every output verified, 3 otherwise.
+int bench_cublaslt_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
 }  // namespace braid::overlap

@@ -62,6 +62,9 @@ const char* kUsage =
     "                                    FlashOverlap: GEMM with tile-group signalling overlapped with NCCL\n"
     "  bench gemm-a2a --shape M,N,K | --shapes FILE [--json FILE] [--groups w0,..] [--seed S]\n"
     "                 [--transport kernels|peer-copy-engine|peer-stores|both|all,...]  (FlashOverlap GEMM + all-to-all)\n"
+    "  bench gemm-cublaslt --shape M,N,K | --shapes FILE [--algos 8] [--json FILE]  (one GPU)\n"
+    "                                    cuBLASLt's top configurations (tile, stages, split-K, cluster) per GEMM,\n"
+    "                                    verified and timed beside cublasGemmEx (scripts/cublaslt-names.py names them)\n"
     "  bench t3-gemm-rs --algo sequential,flashoverlap,t3-ring,t3-ring-dma,t3-ring-cublas,t3-direct,t3-auto --shape M,N,K\n"
     "        [--rounds R] [--profile-range] | ag-gemm --algo sequential,t3\n"
     "                                    T3: track-and-trigger GEMM+RS and AG+GEMM (no SMs for communication);\n"
@@ -172,7 +175,8 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   if (what == "layer") return braid::model::bench_layer_main(team, argc, argv, ctx);
   if (what == "strands") return braid::schedule::bench_strands_main(team, argc, argv, ctx);
   if (what == "pipeline") return braid::schedule::bench_pipeline_main(team, argc, argv, ctx);
-  if (what == "gemm-rs" || what == "gemm-ar" || what == "gemm-a2a" || what == "t3-gemm-rs" || what == "ag-gemm") {
+  if (what == "gemm-rs" || what == "gemm-ar" || what == "gemm-a2a" || what == "t3-gemm-rs" || what == "ag-gemm" ||
+      what == "gemm-cublaslt") {
     // These bench_main functions take argv[0] = the bench name, then its options.
     std::vector<char*> args;
     bool seen = false;
@@ -183,6 +187,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
     const int n = static_cast<int>(args.size());
     if (what == "t3-gemm-rs" || what == "ag-gemm") return braid::t3::bench_main(team, n, args.data(), ctx);
     if (what == "gemm-a2a") return braid::overlap::bench_a2a_main(team, n, args.data(), ctx);
+    if (what == "gemm-cublaslt") return braid::overlap::bench_cublaslt_main(team, n, args.data(), ctx);
     return braid::overlap::bench_main(team, n, args.data(), ctx);
   }
   if (what == "p2p") {
