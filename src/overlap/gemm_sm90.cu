@@ -56,6 +56,9 @@ struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, B
   using GemmKernel = typename Base::GemmKernel;
 
   static TileGrid plan(int m, int n, int k, int sm_count) {
+    BRAID_REQUIRE((m / BM) % CM == 0 && (n / BN) % CN == 0,
+                  "GEMM: the tile grid must divide into " + std::to_string(CM) + "x" + std::to_string(CN) +
+                      " clusters (M a multiple of " + std::to_string(CM * BM) + ", N of " + std::to_string(CN * BN) + ")");
     detail::SignalEpilogueParams epi{};
     epi.d = reinterpret_cast<__nv_bfloat16*>(16);  // not dereferenced
     const int swz = swizzle_for((m + BM - 1) / BM, (n + BN - 1) / BN, CM, CN);
@@ -120,9 +123,26 @@ struct StockKernel {
 };
 #endif
 
+// Each tile's cluster shape (CTAs along M x along N; TMA multicast shares B along M, A along N): compile-time switches
+// for scripts/build-variant.sh A/Bs, default 2x1 for both (every measurement before the thirty-seventh session).
+// cuBLAS's own fastest 128x128 kernel on short GEMMs clusters along N (bench gemm-cublaslt, one H200, 6137ba7: its
+// 128x128 at cluster 1x2 in braid's terms ran 1024x4096x1024 in 15.8 us where its default 128x256 2x1 took 16.7).
+#ifndef BRAID_GEMM_128x256_CM
+#define BRAID_GEMM_128x256_CM 2
+#endif
+#ifndef BRAID_GEMM_128x256_CN
+#define BRAID_GEMM_128x256_CN 1
+#endif
+#ifndef BRAID_GEMM_128x128_CM
+#define BRAID_GEMM_128x128_CM 2
+#endif
+#ifndef BRAID_GEMM_128x128_CN
+#define BRAID_GEMM_128x128_CN 1
+#endif
+
 // The instantiation table (TileConfig order).
-using K128x256 = Kernel<128, 256, 64, 2, 1>;
-using K128x128 = Kernel<128, 128, 64, 2, 1>;
+using K128x256 = Kernel<128, 256, 64, BRAID_GEMM_128x256_CM, BRAID_GEMM_128x256_CN>;
+using K128x128 = Kernel<128, 128, 64, BRAID_GEMM_128x128_CM, BRAID_GEMM_128x128_CN>;
 
 // One dispatch point from the runtime TileConfig to the template.
 #define BRAID_OVERLAP_DISPATCH(cfg, K, ...)                                     \
@@ -198,7 +218,6 @@ TileGrid SignalGemm::plan(int64_t m, int64_t n, int64_t k) const {
   BRAID_REQUIRE(m % bm == 0 && n % bn == 0,
                 "GEMM: M must be a multiple of " + std::to_string(bm) + " and N of " + std::to_string(bn));
   BRAID_REQUIRE(k % 64 == 0, "GEMM: K must be a multiple of 64");
-  BRAID_REQUIRE((m / bm) % 2 == 0, "GEMM: M must be a multiple of " + std::to_string(2 * bm) + " (2x1 clusters)");
   BRAID_REQUIRE(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31), "GEMM: too large");
   TileGrid g;
   BRAID_OVERLAP_DISPATCH(cfg_, K, g = K::plan(int(m), int(n), int(k), sm_count_));
