@@ -1030,7 +1030,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   };
   std::vector<OrderPool> pools;
   int arena = -1;  // index into pools
-  if (!saved.empty() && p.sp && p.tp > 1) {  // (SharedActivationPool: sequence parallelism only)
+  if (!saved.empty()) {
     for (const bool two : {true, false})
       for (const auto& [name, pf] : two ? order_plans2 : order_plans) {
         const Layer& d = two ? dag2 : dag;

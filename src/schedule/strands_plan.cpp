@@ -90,6 +90,13 @@ Layer strand_layer(const model::ModelConfig& c, const model::Parallel& p, const 
       } else if (last_main >= 0) {
         op.deps = {last_main};
       }
+      // Without sequence parallelism an accumulating layer adds this backward's replicated gradients (the norms',
+      // and an MoE layer's router) into its totals inside norm1_bwd (model::Layer: there is no all-reduce op to do
+      // it): the router's weight gradient, a sink, must be written before. (Found at one rank, thirty-seventh
+      // session: an order that moved router_bwd after norm1_bwd lost that backward's router gradient.)
+      if (!fwd && o.name == "norm1_bwd" && !(p.sp && p.tp > 1))
+        for (int j = 0; j < int(i); ++j)
+          if (infos[size_t(j)].name == "router_bwd") op.deps.push_back(j);
       if (fwd || !is_sink(o.name)) last_main = int(i);
       op.solo_us = solo_estimate(o, op.type, p.tp, op.link, hw);
       out.push_back(op);

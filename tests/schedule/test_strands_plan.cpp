@@ -152,6 +152,37 @@ TEST(StrandsPlan, BestIssueOrderBeatsTheGreedyWhereItShould) {
 // move_sinks: the search also places the backward strand's weight-gradient GEMM. Given early (after its
 // dgrad), it delays the strand's collective behind it; placed after the collective, the forward strand's
 // collective follows on the link at once.
+// Without sequence parallelism an accumulating layer folds its replicated gradients (an MoE layer's router gradient
+// among them) into the totals inside norm1_bwd: the router's weight gradient, a movable sink, must precede it in every
+// order (an order that moved it after norm1_bwd lost that backward's router gradient at one rank).
+TEST(StrandsPlan, RouterGradientBeforeTheFoldWithoutSequenceParallelism) {
+  for (const m::Parallel p : {m::Parallel{1, true}, m::Parallel{2, true}}) {  // (MoE needs sp at TP > 1)
+    auto c = m::preset("tiny-moe");
+    c.hidden = 256, c.heads = 8, c.kv_heads = 2, c.ffn = 128, c.seq = 100, c.micro_batch = 2;
+    const auto dag = sch::strand_layer(c, p);
+    int router = -1, norm1 = -1;
+    for (int i = 0; i < int(dag.bwd.size()); ++i) {
+      if (dag.bwd[size_t(i)].name == "b.router_bwd") router = i;
+      if (dag.bwd[size_t(i)].name == "b.norm1_bwd") norm1 = i;
+    }
+    ASSERT_GE(router, 0);
+    ASSERT_GT(norm1, router);
+    const auto& deps = dag.bwd[size_t(norm1)].deps;
+    const bool folds_in_norm1 = !(p.sp && p.tp > 1);
+    EXPECT_EQ(std::count(deps.begin(), deps.end(), router), folds_in_norm1 ? 1 : 0) << "tp " << p.tp << " sp " << p.sp;
+    for (const bool two : {false, true}) {
+      const sch::Layer d = two ? sch::two_link_layer(dag) : dag;
+      const auto order = sch::best_issue_order(d, {}, 64, /*move_sinks=*/true).order;
+      const auto pos = [&](int j) {
+        return std::find(order.begin(), order.end(), std::make_pair(sch::Pass::Backward, j)) - order.begin();
+      };
+      if (folds_in_norm1) {
+        EXPECT_LT(pos(router), pos(norm1)) << "tp " << p.tp << " two links " << two;
+      }
+    }
+  }
+}
+
 TEST(StrandsPlan, BestIssueOrderMovesWeightGradients) {
   sch::Layer dag;
   auto op = [](const char* name, sch::OpKind kind, sch::LinkClass link, sch::Pass pass, double us, std::vector<int> deps) {
