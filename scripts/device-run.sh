@@ -70,6 +70,11 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
+# Thirty-seventh session (only `nvidia-h200`, one H200, lent): `build cublaslt gemm-cublas` (BUILD_TARGET=braid, the
+# cuBLASLt probe on 14 shapes, the whole sweep with mode 3: 49 of 50 shapes before DEADLINE=575) 7.9 min cold; `build
+# gemm-variant` (3 cluster variants, gemm-short, 2 rounds at VARIANT_T=90) 4.5 min cold; BUILD_TARGET=test_strands_mpi
+# and a one-rank test run ~3 min cold. test_strands_mpi_np1 (new ctest entry) runs on any one-GPU node. Still to run on
+# 2 GPUs: everything below (no 2-GPU kind was lent), and 16384x8192x14336 of the mode-3 sweep (GEMM_SHAPES one line).
 # Next (thirty-sixth session's end): nothing has run on H100 since bb85931 (only H200 lent in the thirty-second to
 # thirty-sixth sessions). Ran this session (2x H200): the Mixtral stack (test + bench), chained units, split slots and
 # chained round-robin (tests pass; 70B split-slot 90-91% hidden at 1.049x memory at 1 CTA; Mixtral chained slower than
