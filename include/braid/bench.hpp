@@ -118,6 +118,13 @@ std::vector<GemmShape> read_gemm_shapes(const std::string& path);
 // when `key` is one of them (`value` fetches the option's argument).
 bool parse_shape_option(const std::string& key, const std::function<std::string()>& value,
                         std::vector<GemmShape>& shapes);
+// Calls on(key, value) for each of argv[1..argc-1] in turn; value() consumes the next argument and returns it
+// (UsageError "KEY needs a value" past the end). A bench's option loop.
+using OptionValue = std::function<std::string()>;
+void for_each_option(int argc, char** argv, const std::function<void(const std::string&, const OptionValue&)>& on);
+// The same plus the options every GEMM bench shares: --json FILE, --iters N, --warmup N.
+bool parse_gemm_bench_option(const std::string& key, const std::function<std::string()>& value,
+                             std::vector<GemmShape>& shapes, std::string& json, TimingOptions& timing);
 
 // Number of buffer sets to rotate so that `bytes_per_set` * sets spans at least twice the L2 cache.
 int rotation_sets(size_t bytes_per_set, size_t max_total_bytes = size_t(8) << 30);

@@ -276,6 +276,27 @@ bool parse_shape_option(const std::string& key, const std::function<std::string(
   return true;
 }
 
+void for_each_option(int argc, char** argv, const std::function<void(const std::string&, const OptionValue&)>& on) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    const OptionValue value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
+      return argv[++i];
+    };
+    on(k, value);
+  }
+}
+
+bool parse_gemm_bench_option(const std::string& key, const std::function<std::string()>& value,
+                             std::vector<GemmShape>& shapes, std::string& json, TimingOptions& timing) {
+  if (parse_shape_option(key, value, shapes)) return true;
+  if (key == "--json") json = value();
+  else if (key == "--iters") timing.iters = std::stoi(value());
+  else if (key == "--warmup") timing.warmup = std::stoi(value());
+  else return false;
+  return true;
+}
+
 std::vector<GemmShape> read_gemm_shapes(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw UsageError("cannot read " + path, __FILE__, __LINE__);

@@ -33,17 +33,9 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
   uint64_t seed = 1;
   bool pce = false;     // --transport peer-copy-engine|both|all: also over braid's copy-engine pushes (A2aOptions)
   bool stores = false;  // --transport peer-stores|all: also by the epilogue's stores into the peers' outputs
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
-      return argv[++i];
-    };
-    if (bench::parse_shape_option(k, val, shapes)) {
-    } else if (k == "--json") json = val();
-    else if (k == "--iters") timing.iters = std::stoi(val());
-    else if (k == "--warmup") timing.warmup = std::stoi(val());
-    else if (k == "--reserve-sms") base.reserve_sms = std::stoi(val());
+  bench::for_each_option(argc, argv, [&](const std::string& k, const bench::OptionValue& val) {
+    if (bench::parse_gemm_bench_option(k, val, shapes, json, timing)) {
+    } else if (k == "--reserve-sms") base.reserve_sms = std::stoi(val());
     else if (k == "--seed") seed = std::stoull(val());
     else if (k == "--transport") {  // a comma-separated list; the NCCL op always runs
       const std::string v = val();
@@ -74,7 +66,7 @@ int bench_a2a_main(Team& team, int argc, char** argv, const bench::Context& ctx)
       const std::string t = val();
       base.tile = t == "128x256" ? TileConfig::k128x256 : t == "128x128" ? TileConfig::k128x128 : TileConfig::kAuto;
     } else throw UsageError("unknown option '" + k + "' for bench gemm-a2a", __FILE__, __LINE__);
-  }
+  });
   if (shapes.empty()) throw UsageError("bench gemm-a2a: give --shape M,N,K or --shapes FILE", __FILE__, __LINE__);
   const int W = team.size(), rank = team.rank();
   cudaStream_t s = team.stream();

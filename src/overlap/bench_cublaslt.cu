@@ -74,19 +74,11 @@ int bench_cublaslt_main(Team& team, int argc, char** argv, const bench::Context&
   std::string json;
   bench::TimingOptions timing{5, 50};
   int max_algos = 8;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError(k + " needs a value", __FILE__, __LINE__);
-      return argv[++i];
-    };
-    if (bench::parse_shape_option(k, val, shapes)) {
-    } else if (k == "--json") json = val();
-    else if (k == "--iters") timing.iters = std::stoi(val());
-    else if (k == "--warmup") timing.warmup = std::stoi(val());
-    else if (k == "--algos") max_algos = std::clamp(std::stoi(val()), 1, kMaxAlgos);
+  bench::for_each_option(argc, argv, [&](const std::string& k, const bench::OptionValue& val) {
+    if (bench::parse_gemm_bench_option(k, val, shapes, json, timing)) {
+    } else if (k == "--algos") max_algos = std::clamp(std::stoi(val()), 1, kMaxAlgos);
     else throw UsageError("unknown option '" + k + "' for bench gemm-cublaslt", __FILE__, __LINE__);
-  }
+  });
   if (shapes.empty()) throw UsageError("bench gemm-cublaslt: give --shape M,N,K or --shapes FILE", __FILE__, __LINE__);
   if (team.size() != 1) throw UsageError("bench gemm-cublaslt runs on one GPU (one rank)", __FILE__, __LINE__);
   cudaStream_t s = team.stream();
