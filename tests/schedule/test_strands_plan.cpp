@@ -149,9 +149,6 @@ TEST(StrandsPlan, BestIssueOrderBeatsTheGreedyWhereItShould) {
   EXPECT_EQ(best.order[0].first, sch::Pass::Backward);
 }
 
-// move_sinks: the search also places the backward strand's weight-gradient GEMM. Given early (after its
-// dgrad), it delays the strand's collective behind it; placed after the collective, the forward strand's
-// collective follows on the link at once.
 // Without sequence parallelism an accumulating layer folds its replicated gradients (an MoE layer's router gradient
 // among them) into the totals inside norm1_bwd: the router's weight gradient, a movable sink, must precede it in every
 // order (an order that moved it after norm1_bwd lost that backward's router gradient at one rank).
@@ -183,6 +180,9 @@ TEST(StrandsPlan, RouterGradientBeforeTheFoldWithoutSequenceParallelism) {
   }
 }
 
+// move_sinks: the search also places the backward strand's weight-gradient GEMM. Given early (after its
+// dgrad), it delays the strand's collective behind it; placed after the collective, the forward strand's
+// collective follows on the link at once.
 TEST(StrandsPlan, BestIssueOrderMovesWeightGradients) {
   sch::Layer dag;
   auto op = [](const char* name, sch::OpKind kind, sch::LinkClass link, sch::Pass pass, double us, std::vector<int> deps) {
