@@ -5,6 +5,7 @@
 // costs minutes of CI compile time).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "braid/env.hpp"
@@ -273,11 +274,15 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
 #if BRAID_OVERLAP_TMA_STORE
   if (e.a2a_row_code == nullptr && e.part_dst == nullptr) {  // the layouts store_tile_tma writes
     p.tma_store = 1;
+    // Boxes of one part's rows (the whole tile's in the normal layout); per warpgroup (BRAID_OVERLAP_TMA_WG) at most
+    // the 64 rows one consumer warpgroup holds.
+    const uint32_t part_rows = uint32_t(e.tile_slot == nullptr ? g.bm : g.bm >> lp);
+    const uint32_t box_rows = BRAID_OVERLAP_TMA_WG ? std::min<uint32_t>(part_rows, 64) : part_rows;
     if (e.tile_slot == nullptr)
-      encode_store_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), uint32_t(g.bm));
-    else  // reordered: (M*N/BN, BN) rows of BN, boxes of one part's rows
+      encode_store_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), box_rows);
+    else  // reordered: (M*N/BN, BN) rows of BN
       encode_store_map(&p.tma_d, p.d, uint64_t(m) * uint64_t(n) / uint64_t(g.bn), uint64_t(g.bn), uint64_t(g.bn),
-                       uint32_t(g.bm >> lp));
+                       box_rows);
   }
 #endif
 #if BRAID_GEMM_STOCK_EPILOGUE

@@ -68,6 +68,19 @@
 #if BRAID_OVERLAP_TMA_STORE != 0 && BRAID_OVERLAP_TMA_STORE != 3
 #error "BRAID_OVERLAP_TMA_STORE: 0 (st.global) or 3 (TMA stores from stmatrix-written panels)"
 #endif
+// BRAID_OVERLAP_TAIL_WAIT_WRITES (default 0; 1 for an A/B with scripts/build-variant.sh): store_tail waits for the
+// last TMA boxes' writes (1, every build before the thirty-eighth session) or only for their shared-memory reads (0).
+#ifndef BRAID_OVERLAP_TAIL_WAIT_WRITES
+#define BRAID_OVERLAP_TAIL_WAIT_WRITES 0
+#endif
+// BRAID_OVERLAP_TMA_WG (default 0; an A/B switch): in mode 3, each consumer warpgroup stores its own 64 rows of every
+// panel (its own named barrier of 128 threads, its own TMA boxes of at most 64 rows issued by its first thread) instead
+// of both warpgroups meeting at a 256-thread barrier twice per panel and thread 0 issuing the whole tile's boxes; the
+// host encodes the store map with boxes of min(BM / parts, 64) rows (gemm_sm90.cu). A signalled tile: each warpgroup's
+// first thread waits for its boxes' writes, then the two meet once (256 threads) before thread 0 releases.
+#ifndef BRAID_OVERLAP_TMA_WG
+#define BRAID_OVERLAP_TMA_WG 0
+#endif
 #if BRAID_OVERLAP_TMA_STORE
 #include <cuda.h>  // CUtensorMap
 static_assert(alignof(CUtensorMap) >= 64, "TMA needs its tensor map 64-byte aligned");
@@ -191,6 +204,9 @@ class SignalEpilogue {
   static constexpr bool kStageBf16 = BRAID_OVERLAP_STAGE_BF16 != 0;
   static constexpr int kBulkRows = BM / 2;  // remote rows a tile may send by bulk copies (2 ranks: half the tile)
   static constexpr bool kTmaStore = BRAID_OVERLAP_TMA_STORE != 0;
+  static constexpr bool kTailWaitWrites = BRAID_OVERLAP_TAIL_WAIT_WRITES != 0;
+  static constexpr bool kTmaPerWarpgroup = BRAID_OVERLAP_TMA_WG != 0;
+  static constexpr int kWgRows = 64;  // rows of the tile one consumer warpgroup holds (one 64xBN GMMA atom)
   static constexpr int kTmaPassCols = BN < 128 ? BN : 128;  // store_tile_tma's panels: kTmaPassCols / 64 of 64 columns
   struct SharedStorage {
     union {
@@ -338,8 +354,19 @@ class SignalEpilogue {
     if (tma) {
       // The tile's data are thread 0's TMA stores: it waits for their writes (not only their reads of the stage),
       // orders them (async proxy) before its own later generic operations, then releases as below; no barrier.
-      if (thread_idx == 0 && (params_.counters != nullptr || params_.wave_log != nullptr)) {
+      // Per warpgroup (kTmaPerWarpgroup): each warpgroup's first thread waits for its own boxes, then a barrier of
+      // both warpgroups orders those waits before thread 0's release (cumulative, as in the contract above).
+      if constexpr (kTmaPerWarpgroup) {
         if (params_.counters != nullptr) {
+          if (thread_idx % 128 == 0) {
+            bulk_wait_all();
+            fence_proxy_async_global();
+          }
+          cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+        }
+      }
+      if (thread_idx == 0 && (params_.counters != nullptr || params_.wave_log != nullptr)) {
+        if (params_.counters != nullptr && !kTmaPerWarpgroup) {
           bulk_wait_all();
           fence_proxy_async_global();
         }
@@ -380,7 +407,15 @@ class SignalEpilogue {
   CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadPipelineState load_state, StorePipeline,
                                  StorePipelineState store_state, Ts&&...) {
     finish_bulk();  // the last tile's bulk copies, then its owners' flags
-    if (kTmaStore && tid_ == 0) bulk_wait_all();  // store_tile_tma's last boxes (no-op where none were issued)
+    // store_tile_tma's last boxes (no-op where none were issued): only their reads of the panels must be complete
+    // before the CTA's shared memory is released; their writes complete with the grid, as CUTLASS's own TMA-store
+    // epilogue relies on (PipelineTmaStore::producer_tail). A signalled tile already waited for its writes in store().
+    // Waiting here for the writes too (BRAID_OVERLAP_TAIL_WAIT_WRITES=1, an A/B switch) exposes their latency at the
+    // end of every CTA: in a one-wave GEMM, once per tile.
+    if (kTmaStore && (kTmaPerWarpgroup ? tid_ % 128 == 0 : tid_ == 0)) {
+      if constexpr (kTailWaitWrites) bulk_wait_all();
+      else bulk_wait_read();
+    }
     return cute::make_tuple(load_state, store_state);
   }
 
@@ -418,14 +453,23 @@ class SignalEpilogue {
     // last read it is the one committed kPanels panels ago (this tile's, or the previous tile's last panels: BN / 64
     // is a multiple of kPanels), so all but the kPanels - 1 most recent groups must have finished reading.
     static_assert((BN / 64) % kPanels == 0, "the panels alternate across tiles");
+    // Per warpgroup (kTmaPerWarpgroup): warpgroup w = tid / 128 owns rows 64w..64w+63 of every panel (its lanes' arow
+    // lie there), synchronizes on its own named barrier (user id w, 128 threads) and its first thread issues its boxes.
+    const int wg = kTmaPerWarpgroup ? tid / 128 : 0;
+    const bool issuer = kTmaPerWarpgroup ? tid % 128 == 0 : tid == 0;
+    auto panel_sync = [&] {
+      if constexpr (kTmaPerWarpgroup) cutlass::arch::NamedBarrier::sync(128, uint32_t(wg));
+      else cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    };
+    static_assert(!kTmaPerWarpgroup || BM == 2 * kWgRows, "per-warpgroup stores: two warpgroups of 64 rows");
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < BN / 64; ++j) {
       const int q = j % kPanels;
-      if (tid == 0) {
+      if (issuer) {
         if constexpr (kPanels == 2) bulk_wait_read_but1();
         else bulk_wait_read();
       }
-      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      panel_sync();
       char* panel = reinterpret_cast<char*>(smem_->panels[q].v);
       CUTLASS_PRAGMA_UNROLL
       for (int gg = 0; gg < 4; ++gg) {  // column groups g, g + 1 of the panel's 8
@@ -437,12 +481,21 @@ class SignalEpilogue {
                     pack_bf16x2(float(acc(4 * g + 6)), float(acc(4 * g + 7))));
       }
       fence_proxy_async_shared();
-      cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-      if (tid == 0) {
+      panel_sync();
+      if (issuer) {
         const int col = (normal ? nb * BN : 0) + j * 64;
-        for (int p = 0; p < parts; ++p) {
-          const int row = normal ? mb * BM : int((base + int64_t(p) * part_stride) / BN);
-          SM90_TMA_STORE_2D::copy(&kparams_->tma_d, smem_->panels[q].v + p * sub * 64, col, row);
+        if constexpr (kTmaPerWarpgroup) {  // boxes of min(sub, 64) rows over this warpgroup's 64 rows
+          const int box = sub < kWgRows ? sub : kWgRows;
+          for (int r0 = wg * kWgRows; r0 < (wg + 1) * kWgRows; r0 += box) {
+            const int p = r0 / sub;
+            const int row = normal ? mb * BM + r0 : int((base + int64_t(p) * part_stride) / BN) + (r0 % sub);
+            SM90_TMA_STORE_2D::copy(&kparams_->tma_d, smem_->panels[q].v + r0 * 64, col, row);
+          }
+        } else {
+          for (int p = 0; p < parts; ++p) {
+            const int row = normal ? mb * BM : int((base + int64_t(p) * part_stride) / BN);
+            SM90_TMA_STORE_2D::copy(&kparams_->tma_d, smem_->panels[q].v + p * sub * 64, col, row);
+          }
         }
         bulk_commit();
       }
