@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt
+# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -554,6 +554,30 @@ print('[%s] every row correct: %s' % (sys.argv[2], all(r.get('correct') for r in
  for k in ('braid_vs_cublas', 'braid_best_vs_cublas') for v in [[r[k] for r in rs if k in r]] if v]" \
         "$out/gemm-variant-$v-r$round.jsonl" "$v" 2>&1 | tee -a "$log"
     done
+  done
+fi
+if has ncu-gemm; then  # braid's plain GEMM and cuBLAS's under Nsight Compute (Firecracker machines read the counters),
+  # one shape: NCU_SHAPE (default 1024,4096,1024), NCU_TILE (128x256), each binary of NCU_BINS ("base" = build/braid, a
+  # tag = build/braid-TAG from gemm-variant), the first NCU_COUNT (8) launches of GEMM kernels (CUTLASS's
+  # GemmUniversal, cuBLAS's nvjet/xmma) of a 3-iteration gemm-rs row. Writes ncu-gemm-V-details.txt (duration, speed of
+  # light, warp states, ...) and ncu-gemm-V-sass.txt (per kernel, the SASS lines with the most stall samples).
+  for v in ${NCU_BINS:-base}; do
+    bin=build/braid; [[ $v != base ]] && bin=build/braid-$v
+    echo "== ncu gemm [$v] ${NCU_SHAPE:-1024,4096,1024} ${NCU_TILE:-128x256} ($(date +%T))" | tee -a "$log"
+    t=$(( $(left) < 150 ? $(left) : 150 ))
+    timeout "$t" mpirun -np 1 --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_COMMIT ncu --clock-control none \
+      --kernel-name-base mangled --kernel-name "regex:${NCU_KERNELS:-GemmUniversal|nvjet|xmma}" --launch-count "${NCU_COUNT:-8}" \
+      --set full --import-source no -f -o "$out/ncu-gemm-$v" "$bin" bench gemm-rs --shape "${NCU_SHAPE:-1024,4096,1024}" \
+      --tile "${NCU_TILE:-128x256}" --no-tune --iters 3 --warmup 1 > "$out/ncu-gemm-$v-run.txt" 2>&1
+    echo "-- rc=$? $(grep -c "==PROF==" "$out/ncu-gemm-$v-run.txt") profiler lines" | tee -a "$log"
+    ncu --import "$out/ncu-gemm-$v.ncu-rep" --page details > "$out/ncu-gemm-$v-details.txt" 2>&1
+    grep -E "^  [a-zA-Z_].*\(|Duration|Elapsed Cycles|Registers Per|Compute \(SM\) Throughput|Memory Throughput" \
+      "$out/ncu-gemm-$v-details.txt" | cut -c1-160 | tee -a "$log"
+    ncu --import "$out/ncu-gemm-$v.ncu-rep" --page source --csv --print-source sass > "$out/ncu-gemm-$v-sass-all.csv" 2>&1
+    python3 scripts/ncu-sass-top.py "$out/ncu-gemm-$v-sass-all.csv" > "$out/ncu-gemm-$v-sass.txt" 2>&1
+    head -60 "$out/ncu-gemm-$v-sass.txt" | tee -a "$log"
+    gzip -f "$out/ncu-gemm-$v-sass-all.csv" && mv "$out/ncu-gemm-$v-sass-all.csv.gz" "$out/ncu-gemm-$v-sass-all.csv.gz.txt"
+    rm -f "$out/ncu-gemm-$v.ncu-rep"
   done
 fi
 if has tma-suite; then  # the FlashOverlap and T3 tests with each store mode of the GEMM epilogue (TMA_MODES, default
