@@ -1,7 +1,7 @@
 // gemm_sm90.cu — the bf16 GEMM of FlashOverlap for sm_90a: CUTLASS 3.x collective main loop (TMA
 // loads with multicast in a 2x1 cluster, wgmma, warp-specialized cooperative, persistent static
 // scheduler), braid's signalling epilogue (signal_epilogue.cuh). The only translation unit that
-// instantiates CUTLASS kernels: kConfigs below is the table of instantiations (keep it short, each
+// instantiates CUTLASS kernels: the instantiation table below lists them (keep it short, each
 // costs minutes of CI compile time).
 #include <cuda_runtime.h>
 
@@ -50,10 +50,11 @@ static int swizzle_for(int tiles_m, int tiles_n, int cluster_m, int cluster_n) {
 
 namespace {
 
-// One kernel per tile configuration: the shared composition (sm90_gemm.cuh) with the signalling epilogue.
-template <int BM, int BN, int BK, int CM, int CN>
-struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN> {
-  using Base = detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN>, BM, BN, BK, CM, CN>;
+// One kernel per tile configuration and epilogue form: the shared composition (sm90_gemm.cuh) with the signalling
+// epilogue, general (every store path) or TMA-only (kTmaOnly: the layouts store_tile_tma writes, a quarter of the code).
+template <int BM, int BN, int BK, int CM, int CN, bool kTmaOnly = false>
+struct Kernel : detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN, kTmaOnly>, BM, BN, BK, CM, CN> {
+  using Base = detail::Sm90PersistentGemm<detail::SignalEpilogue<BM, BN, kTmaOnly>, BM, BN, BK, CM, CN>;
   using GemmKernel = typename Base::GemmKernel;
 
   static TileGrid plan(int m, int n, int k, int sm_count) {
@@ -141,15 +142,36 @@ struct StockKernel {
 #define BRAID_GEMM_128x128_CN 1
 #endif
 
-// The instantiation table (TileConfig order).
+// BRAID_OVERLAP_TMA_KERNEL (default 1 with the TMA-store epilogue; 0 for an A/B): runs whose stores are all TMA boxes
+// (the normal and reordered layouts: plain GEMMs, FlashOverlap's groups) go to a second instantiation per tile whose
+// epilogue has only that path (SignalEpilogue's kTmaOnly); all-to-all rows and parts stored into their owners keep the
+// general kernel.
+#ifndef BRAID_OVERLAP_TMA_KERNEL
+#define BRAID_OVERLAP_TMA_KERNEL BRAID_OVERLAP_TMA_STORE
+#endif
+#if BRAID_OVERLAP_TMA_KERNEL && !BRAID_OVERLAP_TMA_STORE
+#error "BRAID_OVERLAP_TMA_KERNEL needs BRAID_OVERLAP_TMA_STORE"
+#endif
+
+// The instantiation table (TileConfig order): the general kernels, then the TMA-only ones.
 using K128x256 = Kernel<128, 256, 64, BRAID_GEMM_128x256_CM, BRAID_GEMM_128x256_CN>;
 using K128x128 = Kernel<128, 128, 64, BRAID_GEMM_128x128_CM, BRAID_GEMM_128x128_CN>;
+#if BRAID_OVERLAP_TMA_KERNEL
+using K128x256Tma = Kernel<128, 256, 64, BRAID_GEMM_128x256_CM, BRAID_GEMM_128x256_CN, true>;
+using K128x128Tma = Kernel<128, 128, 64, BRAID_GEMM_128x128_CM, BRAID_GEMM_128x128_CN, true>;
+#endif
 
 // One dispatch point from the runtime TileConfig to the template.
 #define BRAID_OVERLAP_DISPATCH(cfg, K, ...)                                     \
   switch (cfg) {                                                                \
     case TileConfig::k128x256: { using K = K128x256; __VA_ARGS__; break; }      \
     case TileConfig::k128x128: { using K = K128x128; __VA_ARGS__; break; }      \
+    default: throw UsageError("unknown tile config", __FILE__, __LINE__);      \
+  }
+#define BRAID_OVERLAP_DISPATCH_TMA(cfg, K, ...)                                 \
+  switch (cfg) {                                                                \
+    case TileConfig::k128x256: { using K = K128x256Tma; __VA_ARGS__; break; }   \
+    case TileConfig::k128x128: { using K = K128x128Tma; __VA_ARGS__; break; }   \
     default: throw UsageError("unknown tile config", __FILE__, __LINE__);      \
   }
 
@@ -206,6 +228,9 @@ SignalGemm::SignalGemm(TileConfig cfg, int sm_count) : cfg_(cfg), sm_count_(sm_c
   BRAID_REQUIRE(cfg == TileConfig::k128x256 || cfg == TileConfig::k128x128, "SignalGemm: pick a tile config");
   if (sm_count_ <= 0) sm_count_ = device_sm_count();
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::preload());  // no lazy load inside a run (sm90_gemm.cuh)
+#if BRAID_OVERLAP_TMA_KERNEL
+  BRAID_OVERLAP_DISPATCH_TMA(cfg_, K, K::preload());
+#endif
 #if BRAID_GEMM_STOCK_EPILOGUE
   StockKernel<128, 256, 64, 2, 1>::Base::preload();
   StockKernel<128, 128, 64, 2, 1>::Base::preload();
@@ -292,6 +317,12 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
       StockKernel<128, 256, 64, 2, 1>::run(a, b, int(m), int(n), int(k), p.d, p.ldd, sm_count_, stream);
     else
       StockKernel<128, 128, 64, 2, 1>::run(a, b, int(m), int(n), int(k), p.d, p.ldd, sm_count_, stream);
+    return;
+  }
+#endif
+#if BRAID_OVERLAP_TMA_KERNEL
+  if (p.tma_store != 0) {  // every tile by TMA boxes: the kernel with only that epilogue path
+    BRAID_OVERLAP_DISPATCH_TMA(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
     return;
   }
 #endif
