@@ -1200,8 +1200,13 @@ void OwnerOrderedRs::run(const void* a, const void* b, void* out, cudaStream_t s
     for (int q = 0; q < W; ++q)
       if (q != me) memops::stream_wait(wait_value_, stream, flags + W + q, uint32_t(chunks_), wait_flags_);
   if (ar) stamp("gathered", stream);
-  BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), push_));
-  BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
+  // Join push_ where it ran anything of this call (forked for the setup, or the peer blocks' copies): with one rank
+  // and no setup beside, nothing forked it, and inside a capture the join would be a dependency on uncaptured work
+  // (cudaErrorStreamCaptureIsolation, seen at one rank on one H200).
+  if (beside || W > 1) {
+    BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), push_));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_.back(), 0));
+  }
   if (ar && out != result_->local())
     BRAID_CUDA_CHECK(cudaMemcpyAsync(out, result_->local(), size_t(m_) * size_t(n_) * 2, cudaMemcpyDeviceToDevice, stream));
   stamp("end", stream);
