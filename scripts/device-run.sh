@@ -70,6 +70,12 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
+# Thirty-eighth session (only `nvidia-h200`): `build gemm-variant` (3 variants, gemm-short, 2 rounds, VARIANT_T=60) 5.7
+# min cold; `build test gemm-variant ncu-gemm` (BUILD_TARGET="braid test_overlap_gemm_gpu", 2 variants, NCU_BINS="base
+# stock") 5.1 min cold; the whole GEMM sweep by hand (`mpirun -np 1 build/braid bench gemm-rs --shapes
+# bench/shapes/sweep.txt --iters 20 --no-tune`) 3.8 min warm; BUILD_TARGET=test_overlap_mpi + test_overlap_mpi_np1 2.9 min
+# cold. Next for issue 4 on one GPU: the same sweep on one H100 (`nvidia-h100-x1`); `ncu-gemm` on T3's GEMM kernel
+# (NCU_KERNELS) to see whether its general epilogue pays the same instruction fetch.
 # Thirty-seventh session (only `nvidia-h200`, one H200, lent): `build cublaslt gemm-cublas` (BUILD_TARGET=braid, the
 # cuBLASLt probe on 14 shapes, the whole sweep with mode 3: 49 of 50 shapes before DEADLINE=575) 7.9 min cold; `build
 # gemm-variant` (3 cluster variants, gemm-short, 2 rounds at VARIANT_T=90) 4.5 min cold; BUILD_TARGET=test_strands_mpi

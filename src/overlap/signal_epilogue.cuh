@@ -54,7 +54,8 @@
 // staged_store for every tile; A/B with scripts/build-variant.sh). Mode 3: tiles in the normal or reordered layout (not
 // all-to-all rows, not parts stored into their owners) leave by TMA tensor stores (store_tile_tma): one 64-column panel
 // at a time, written by stmatrix into two shared-memory panels in turn (the 128-byte swizzle), so that TMA reads one
-// panel while the threads write the other, one thread issuing the boxes. Why: on one H200 (75286f1) CUTLASS's own
+// panel while the threads write the other, one thread per consumer warpgroup issuing its rows' boxes
+// (BRAID_OVERLAP_TMA_WG below). Why: on one H200 (75286f1) CUTLASS's own
 // TMA-store epilogue on braid's main loop and scheduler ran plain GEMMs at 0.979x of cuBLAS (geomean, 17 shapes) where
 // the st.global epilogue ran 0.961x: the gap to cuBLAS was mostly the epilogue's stores. Measured on 2x H200
 // (thirty-fourth session, ten short shapes, four alternating rounds, --no-tune): braid/cuBLAS geomean 0.966 against
@@ -67,11 +68,6 @@
 #endif
 #if BRAID_OVERLAP_TMA_STORE != 0 && BRAID_OVERLAP_TMA_STORE != 3
 #error "BRAID_OVERLAP_TMA_STORE: 0 (st.global) or 3 (TMA stores from stmatrix-written panels)"
-#endif
-// BRAID_OVERLAP_TAIL_WAIT_WRITES (default 0; 1 for an A/B with scripts/build-variant.sh): store_tail waits for the
-// last TMA boxes' writes (1, every build before the thirty-eighth session) or only for their shared-memory reads (0).
-#ifndef BRAID_OVERLAP_TAIL_WAIT_WRITES
-#define BRAID_OVERLAP_TAIL_WAIT_WRITES 0
 #endif
 // BRAID_OVERLAP_TMA_WG (default 1; 0 for an A/B): in mode 3, each consumer warpgroup stores its own 64 rows of every
 // panel (its own named barrier of 128 threads, its own TMA boxes of at most 64 rows issued by its first thread) instead
@@ -213,7 +209,6 @@ class SignalEpilogue {
   static constexpr bool kStageBf16 = BRAID_OVERLAP_STAGE_BF16 != 0;
   static constexpr int kBulkRows = BM / 2;  // remote rows a tile may send by bulk copies (2 ranks: half the tile)
   static constexpr bool kTmaStore = BRAID_OVERLAP_TMA_STORE != 0;
-  static constexpr bool kTailWaitWrites = BRAID_OVERLAP_TAIL_WAIT_WRITES != 0;
   static constexpr bool kTmaPerWarpgroup = BRAID_OVERLAP_TMA_WG != 0;
   static_assert(!kTmaOnly || kTmaStore, "a TMA-only epilogue needs BRAID_OVERLAP_TMA_STORE");
   static constexpr int kWgRows = 64;  // rows of the tile one consumer warpgroup holds (one 64xBN GMMA atom)
@@ -420,23 +415,21 @@ class SignalEpilogue {
     // store_tile_tma's last boxes (no-op where none were issued): only their reads of the panels must be complete
     // before the CTA's shared memory is released; their writes complete with the grid, as CUTLASS's own TMA-store
     // epilogue relies on (PipelineTmaStore::producer_tail). A signalled tile already waited for its writes in store().
-    // Waiting here for the writes too (BRAID_OVERLAP_TAIL_WAIT_WRITES=1, an A/B switch) exposes their latency at the
-    // end of every CTA: in a one-wave GEMM, once per tile.
-    if (kTmaStore && (kTmaPerWarpgroup ? tid_ % 128 == 0 : tid_ == 0)) {
-      if constexpr (kTailWaitWrites) bulk_wait_all();
-      else bulk_wait_read();
-    }
+    // (Until the thirty-eighth session this waited for the writes; on one H200 the two timed alike, c1ca0a9.)
+    if (kTmaStore && (kTmaPerWarpgroup ? tid_ % 128 == 0 : tid_ == 0)) bulk_wait_read();
     return cute::make_tuple(load_state, store_state);
   }
 
  private:
 #if BRAID_OVERLAP_TMA_STORE
   // The tile by TMA tensor stores (BRAID_OVERLAP_TMA_STORE). Per 64-column panel of the tile, through the panel
-  // buffers in turn: thread 0 waits until the group that last read this buffer has read it (wait_group.read),
-  // barrier; every consumer thread writes its bf16 columns by stmatrix into the buffer, whose layout (row r at r * 128
+  // buffers in turn: the issuing thread waits until the group that last read this buffer has read it (wait_group.read),
+  // barrier; every thread writes its bf16 columns by stmatrix into the buffer, whose layout (row r at r * 128
   // bytes, 16-byte chunk j at j ^ (r & 7), 1024-byte aligned) is the tensor map's 128-byte swizzle;
-  // fence.proxy.async.shared::cta (the generic writes before the async proxy's reads), barrier; thread 0 issues one
-  // box per part — rows p * sub .. of the panel to the part's place — and commits them as one bulk group.
+  // fence.proxy.async.shared::cta (the generic writes before the async proxy's reads), barrier; the issuing thread
+  // issues one box per part — rows p * sub .. of the panel to the part's place — and commits them as one bulk group.
+  // Per warpgroup (the default): the threads, barrier, issuing thread and boxes are one consumer warpgroup's, over its
+  // 64 rows of the panel (boxes of min(sub, 64) rows); otherwise all consumer threads and thread 0, boxes of sub rows.
   // Completion: store()'s release path (wait_group 0), store_tail.
   template <class Acc, class Coords>
   CUTLASS_DEVICE void store_tile_tma(Acc const& acc, Coords const& tCcD, int tid, int mb, int nb, int64_t base,
