@@ -357,10 +357,10 @@ class SignalEpilogue {
       *reinterpret_cast<uint4*>(dst + off) = as_bf16x8(v);  // 16-byte aligned: ld, BN, c % 8 == 0
     };
     if (tma) {
-      // The tile's data are thread 0's TMA stores: it waits for their writes (not only their reads of the stage),
-      // orders them (async proxy) before its own later generic operations, then releases as below; no barrier.
-      // Per warpgroup (kTmaPerWarpgroup): each warpgroup's first thread waits for its own boxes, then a barrier of
-      // both warpgroups orders those waits before thread 0's release (cumulative, as in the contract above).
+      // The tile's data are the issuing threads' TMA stores: each waits for its boxes' writes (not only their reads of
+      // the stage) and orders them (async proxy) before its own later generic operations; thread 0 then releases as
+      // below. Per warpgroup (kTmaPerWarpgroup) the two issuers' waits precede thread 0's release through a barrier of
+      // both warpgroups (cumulative, as in the contract above); otherwise thread 0 is the only issuer, no barrier.
       if constexpr (kTmaPerWarpgroup) {
         if (params_.counters != nullptr) {
           if (thread_idx % 128 == 0) {

@@ -128,7 +128,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   }
   GemmOverlap op(team, o);
   if (c.stores)
-    EXPECT_EQ(op.stores_bulk(), c.bulk && W <= 2);  // the bulk copies' row stage holds half a tile (none at one rank)
+    EXPECT_EQ(op.stores_bulk(), c.bulk && W <= 2);  // the row stage holds half a tile: the remote parts at 1 and 2 ranks
   if (c.sequential) EXPECT_EQ(op.mapping().groups(), 1);
   else EXPECT_GT(op.mapping().groups(), 1);
   const bool rs = c.coll == Collective::kReduceScatter;
