@@ -582,6 +582,7 @@ if has ncu-gemm; then  # braid's plain GEMM and cuBLAS's under Nsight Compute (F
     ncu --import "$out/ncu-gemm-$v.ncu-rep" --page source --csv --print-source sass > "$out/ncu-gemm-$v-sass-all.csv" 2>&1
     python3 scripts/ncu-sass-top.py "$out/ncu-gemm-$v-sass-all.csv" > "$out/ncu-gemm-$v-sass.txt" 2>&1
     head -60 "$out/ncu-gemm-$v-sass.txt" | tee -a "$log"
+    # The raw table gzipped under a .txt name, so that the bundle below (results.tgz takes *.txt) carries it.
     gzip -f "$out/ncu-gemm-$v-sass-all.csv" && mv "$out/ncu-gemm-$v-sass-all.csv.gz" "$out/ncu-gemm-$v-sass-all.csv.gz.txt"
     rm -f "$out/ncu-gemm-$v.ncu-rep"
   done

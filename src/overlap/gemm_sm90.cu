@@ -161,19 +161,16 @@ using K128x256Tma = Kernel<128, 256, 64, BRAID_GEMM_128x256_CM, BRAID_GEMM_128x2
 using K128x128Tma = Kernel<128, 128, 64, BRAID_GEMM_128x128_CM, BRAID_GEMM_128x128_CN, true>;
 #endif
 
-// One dispatch point from the runtime TileConfig to the template.
-#define BRAID_OVERLAP_DISPATCH(cfg, K, ...)                                     \
-  switch (cfg) {                                                                \
-    case TileConfig::k128x256: { using K = K128x256; __VA_ARGS__; break; }      \
-    case TileConfig::k128x128: { using K = K128x128; __VA_ARGS__; break; }      \
-    default: throw UsageError("unknown tile config", __FILE__, __LINE__);      \
+// One dispatch point from the runtime TileConfig to the template: K is the table's general kernel (DISPATCH) or its
+// TMA-only one (DISPATCH_TMA) for the tile.
+#define BRAID_OVERLAP_SWITCH(cfg, K, K256, K128, ...)                         \
+  switch (cfg) {                                                              \
+    case TileConfig::k128x256: { using K = K256; __VA_ARGS__; break; }        \
+    case TileConfig::k128x128: { using K = K128; __VA_ARGS__; break; }        \
+    default: throw UsageError("unknown tile config", __FILE__, __LINE__);    \
   }
-#define BRAID_OVERLAP_DISPATCH_TMA(cfg, K, ...)                                 \
-  switch (cfg) {                                                                \
-    case TileConfig::k128x256: { using K = K128x256Tma; __VA_ARGS__; break; }   \
-    case TileConfig::k128x128: { using K = K128x128Tma; __VA_ARGS__; break; }   \
-    default: throw UsageError("unknown tile config", __FILE__, __LINE__);      \
-  }
+#define BRAID_OVERLAP_DISPATCH(cfg, K, ...) BRAID_OVERLAP_SWITCH(cfg, K, K128x256, K128x128, __VA_ARGS__)
+#define BRAID_OVERLAP_DISPATCH_TMA(cfg, K, ...) BRAID_OVERLAP_SWITCH(cfg, K, K128x256Tma, K128x128Tma, __VA_ARGS__)
 
 #if BRAID_OVERLAP_TMA_STORE
 // cuTensorMapEncodeTiled (CUDA 12 ABI) through the runtime's entry-point query: libcuda is never linked.

@@ -1,6 +1,7 @@
 // `braid profile-pairs` and `braid bench strands`: the operator-pair profiler on the GPU and the strand
 // benchmark (verification, then every variant timed). See docs/dhelix.md, "GPU part".
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
