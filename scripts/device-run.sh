@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3
-# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm
+# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -567,14 +567,16 @@ if has ncu-gemm; then  # braid's plain GEMM and cuBLAS's under Nsight Compute (F
   # tag = build/braid-TAG from gemm-variant), the first NCU_COUNT (8) launches of GEMM kernels (CUTLASS's
   # GemmUniversal, cuBLAS's nvjet/xmma) of a 3-iteration gemm-rs row. Writes ncu-gemm-V-details.txt (duration, speed of
   # light, warp states, ...) and ncu-gemm-V-sass.txt (per kernel, the SASS lines with the most stall samples).
+  # NCU_ARGS replaces the bench arguments, e.g. T3's kernel at one rank: NCU_KERNELS=T3Epilogue NCU_ARGS="t3-gemm-rs
+  # --shape 1024,4096,1024 --algo t3-ring --rounds 1 --iters 3 --warmup 1".
   for v in ${NCU_BINS:-base}; do
     bin=build/braid; [[ $v != base ]] && bin=build/braid-$v
     echo "== ncu gemm [$v] ${NCU_SHAPE:-1024,4096,1024} ${NCU_TILE:-128x256} ($(date +%T))" | tee -a "$log"
     t=$(( $(left) < 150 ? $(left) : 150 ))
     timeout "$t" mpirun -np 1 --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_COMMIT ncu --clock-control none \
       --kernel-name-base mangled --kernel-name "regex:${NCU_KERNELS:-GemmUniversal|nvjet|xmma}" --launch-count "${NCU_COUNT:-8}" \
-      --set full --import-source no -f -o "$out/ncu-gemm-$v" "$bin" bench gemm-rs --shape "${NCU_SHAPE:-1024,4096,1024}" \
-      --tile "${NCU_TILE:-128x256}" --no-tune --iters 3 --warmup 1 > "$out/ncu-gemm-$v-run.txt" 2>&1
+      --set full --import-source no -f -o "$out/ncu-gemm-$v" "$bin" bench ${NCU_ARGS:-gemm-rs --shape "${NCU_SHAPE:-1024,4096,1024}" \
+      --tile "${NCU_TILE:-128x256}" --no-tune --iters 3 --warmup 1} > "$out/ncu-gemm-$v-run.txt" 2>&1
     echo "-- rc=$? $(grep -c "==PROF==" "$out/ncu-gemm-$v-run.txt") profiler lines" | tee -a "$log"
     ncu --import "$out/ncu-gemm-$v.ncu-rep" --page details > "$out/ncu-gemm-$v-details.txt" 2>&1
     grep -E "^  [a-zA-Z_].*\(|Duration|Elapsed Cycles|Registers Per|Compute \(SM\) Throughput|Memory Throughput" \
@@ -868,6 +870,14 @@ if has gemm-layout; then  # braid's GEMM vs cuBLAS per tile config and scheduler
 print('braid/cublas geomean %.3f min %.3f (%d shapes)' % (math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)))" \
         "$out/gemm-layout-$t-$r.jsonl" 2>&1 | tee -a "$log"
     done
+  done
+fi
+if has t3-np1; then  # T3's GEMM at one rank (no peer, no wait: ring = a plain store of every tile, direct = bf16
+  # atomics into the local output) beside cuBLAS and FlashOverlap's GEMM, on T3NP1_SHAPES (default gemm-short)
+  for round in ${T3NP1_ROUNDS:-1}; do
+    echo "== t3-gemm-rs at one rank, round $round ($(date +%T))" | tee -a "$log"
+    T=${T3NP1_T:-150} mpi bench t3-gemm-rs --algo "${T3NP1_ALGOS:-sequential,flashoverlap,t3-ring,t3-direct}" \
+      --shapes "${T3NP1_SHAPES:-bench/shapes/gemm-short.txt}" --rounds 3 --json "$out/t3-np1-r$round.jsonl" 2>&1 | tee -a "$log"
   done
 fi
 if has peers-tp; then  # PyTorch async TP on the sweep shapes
