@@ -56,9 +56,16 @@ namespace braid::t3 {
 // timed both on real inputs and kept the faster (the same choice on every rank).
 // kSequential: cuBLAS into a scratch M x N buffer, then ncclReduceScatter into `out` — the baseline as a
 // variant, so kAuto can fall back to it (tune() tries it too and keeps it only when it is the fastest).
-enum class Variant { kRing, kDirect, kRingDma, kRingCublas, kAuto, kSequential };
+// kDirectTma: kDirect's map (every tile added into its owner's output, the owner's region counters), with the adds
+// issued by the TMA unit instead of the consumer threads: each warpgroup writes its rows of a 64-column panel into
+// shared memory (bf16, stmatrix) and one thread issues a tensor reduce-add (cp.reduce.async.bulk.tensor .add, bf16)
+// of the panel into the owner's output through a tensor map of that rank's buffer; the tile's completion (and the
+// owner's counter) waits until the next tile's epilogue, so the adds travel during the next main loop. The paper's
+// "near-memory reduction" without SM instructions per element. Same rounding as kDirect (one bf16 add per partial).
+enum class Variant { kRing, kDirect, kRingDma, kRingCublas, kAuto, kSequential, kDirectTma };
 const char* variant_name(Variant v);
-inline bool is_ring(Variant v) { return v != Variant::kDirect; }
+inline bool is_direct(Variant v) { return v == Variant::kDirect || v == Variant::kDirectTma; }
+inline bool is_ring(Variant v) { return !is_direct(v); }
 
 // What one tile's epilogue does with its values.
 enum class TileOp : uint8_t {
@@ -66,7 +73,7 @@ enum class TileOp : uint8_t {
   kAddStoreLocal = 1, // ring middle stage: wait landing region, load + add in fp32, store in place
   kAddStoreFinal = 2, // ring last stage (own chunk): wait landing region, load + add, store to `out`
   kStoreFinal = 3,    // world == 1: plain store to `out`
-  kAtomicAdd = 4,     // direct: red.add.bf16x2 into dest_rank's output (remote or local)
+  kAtomicAdd = 4,     // direct: red.add.bf16x2 (direct-tma: a TMA reduce-add) into dest_rank's output
   kStoreLocal = 5,    // ring-dma stage 0: st.global into own landing slot 0, then signal local done[0][q]
 };
 const char* tile_op_name(TileOp op);
@@ -176,7 +183,7 @@ struct RsOptions {
   int regions = 0;         // regions per chunk (0: the variant's default, pick_regions)
   int sm_count = 0;        // SMs of the persistent GEMM (0: all; nothing is left for communication)
   int swizzle = 0;         // cap on the T3 GEMM's scheduler swizzle (pick_swizzle); 0: BRAID_T3_SWIZZLE, else
-                           // 8 (direct) or 1 (rings)
+                           // 8 (direct, direct-tma) or 1 (rings)
 };
 
 class GemmReduceScatter {
@@ -237,6 +244,7 @@ class GemmReduceScatter {
   void run_cublas(const void* a, const void* b, cudaStream_t stream);
   std::unique_ptr<overlap::CublasGemm> cublas_;  // kRingCublas
   std::vector<cudaEvent_t> region_done_;          // kRingCublas: stage s region q computed
+  std::vector<unsigned char> tma_out_;            // kDirectTma: world CUtensorMap (encoded once) of the ranks' outputs
   void* wait_value_ = nullptr, *write_value_ = nullptr;  // driver entry points
   unsigned wait_flags_ = 0;
   void* err_host_ = nullptr;

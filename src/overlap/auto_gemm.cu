@@ -58,7 +58,8 @@ GemmCommPick parse_pick(const std::string& name) {
     p.schedule = Sched::kPull;
     return p;
   }
-  for (const t3::Variant v : {t3::Variant::kRing, t3::Variant::kDirect, t3::Variant::kRingDma, t3::Variant::kRingCublas})
+  for (const t3::Variant v : {t3::Variant::kRing, t3::Variant::kDirect, t3::Variant::kDirectTma, t3::Variant::kRingDma,
+                              t3::Variant::kRingCublas})
     if (name == t3::variant_name(v)) return GemmCommPick::t3_op(v);
   std::string rest;
   if (name.rfind("owner-cublas", 0) == 0) {
@@ -91,7 +92,7 @@ bool pick_legal(const GemmCommPick& p, Collective coll, int world, int64_t m, in
     // t3::GemmReduceScatter: 2 to 8 ranks, 2x1 clusters of 128x256 tiles in every rank's chunk, K in 64-steps (its
     // constructor checks the regions; a UsageError there makes the candidate or the cached pick fall back)
     const t3::Variant v = p.t3_variant;
-    const bool form = v == t3::Variant::kRing || v == t3::Variant::kDirect || v == t3::Variant::kRingDma ||
+    const bool form = v == t3::Variant::kRing || t3::is_direct(v) || v == t3::Variant::kRingDma ||
                       v == t3::Variant::kRingCublas;
     return form && coll == Collective::kReduceScatter && world >= 2 && world <= 8 && m % (int64_t(world) * 256) == 0 &&
            n % 256 == 0 && k % 64 == 0;

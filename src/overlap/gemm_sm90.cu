@@ -16,6 +16,7 @@
 #include "cutlass/cutlass.h"
 #include "signal_epilogue.cuh"
 #include "sm90_gemm.cuh"
+#include "tma_map.hpp"
 
 namespace braid::overlap {
 
@@ -172,27 +173,6 @@ using K128x128Tma = Kernel<128, 128, 64, BRAID_GEMM_128x128_CM, BRAID_GEMM_128x1
 #define BRAID_OVERLAP_DISPATCH(cfg, K, ...) BRAID_OVERLAP_SWITCH(cfg, K, K128x256, K128x128, __VA_ARGS__)
 #define BRAID_OVERLAP_DISPATCH_TMA(cfg, K, ...) BRAID_OVERLAP_SWITCH(cfg, K, K128x256Tma, K128x128Tma, __VA_ARGS__)
 
-#if BRAID_OVERLAP_TMA_STORE
-// cuTensorMapEncodeTiled (CUDA 12 ABI) through the runtime's entry-point query: libcuda is never linked.
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The epilogue's store map (signal_epilogue.cuh, SignalEpilogueParams::tma_d): d as (rows, cols) bf16 with row
-// stride ld elements, boxes of 64 columns x box_rows rows, 128-byte swizzle.
-void encode_store_map(CUtensorMap* map, void* d, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows) {
-  static void* fn = memops::required_entry_point("cuTensorMapEncodeTiled", "the GEMM's TMA-store epilogue");
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {ld * 2};
-  const cuuint32_t box[2] = {64, box_rows};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult rc = reinterpret_cast<EncodeTiledFn>(fn)(
-      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, d, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuTensorMapEncodeTiled", __FILE__, __LINE__);
-}
-#endif
-
 int device_sm_count() {
   int dev = 0, sms = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
@@ -301,9 +281,9 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     const uint32_t part_rows = uint32_t(e.tile_slot == nullptr ? g.bm : g.bm >> lp);
     const uint32_t box_rows = BRAID_OVERLAP_TMA_WG ? std::min<uint32_t>(part_rows, 64) : part_rows;
     if (e.tile_slot == nullptr)
-      encode_store_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), box_rows);
+      detail::encode_bf16_panel_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), box_rows);
     else  // reordered: (M*N/BN, BN) rows of BN
-      encode_store_map(&p.tma_d, p.d, uint64_t(m) * uint64_t(n) / uint64_t(g.bn), uint64_t(g.bn), uint64_t(g.bn),
+      detail::encode_bf16_panel_map(&p.tma_d, p.d, uint64_t(m) * uint64_t(n) / uint64_t(g.bn), uint64_t(g.bn), uint64_t(g.bn),
                        box_rows);
   }
 #endif
@@ -326,4 +306,24 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
   BRAID_OVERLAP_DISPATCH(cfg_, K, K::run(a, b, int(m), int(n), int(k), p, sm_count_, stream));
 }
 
+namespace detail {
+
+// cuTensorMapEncodeTiled (CUDA 12 ABI) through the runtime's entry-point query: libcuda is never linked.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+void encode_bf16_panel_map(CUtensorMap* map, void* d, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows) {
+  static void* fn = memops::required_entry_point("cuTensorMapEncodeTiled", "the TMA epilogues (tensor maps)");
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {ld * 2};
+  const cuuint32_t box[2] = {64, box_rows};
+  const cuuint32_t elem[2] = {1, 1};
+  const CUresult rc = reinterpret_cast<EncodeTiledFn>(fn)(
+      map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, d, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (rc != CUDA_SUCCESS) ::braid::detail::throw_cu(rc, "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+}
+
+}  // namespace detail
 }  // namespace braid::overlap

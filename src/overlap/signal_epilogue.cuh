@@ -33,6 +33,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/pipeline/pipeline.hpp"
 #include "staged_store.cuh"
+#include "tma_panels.cuh"
 
 // BRAID_OVERLAP_EPILOGUE_STORES=0 compiles the stores into other ranks' memory out (a2a_dest_ptrs, part_dst are
 // then ignored): for a same-call A/B of the plain GEMM against the epilogue with those branches
@@ -135,41 +136,12 @@ __device__ __forceinline__ void signal_add_release_sys(uint32_t* p, uint32_t v) 
   asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// Asynchronous bulk copies (PTX cp.async.bulk, the bulk_group completion mechanism), shared -> global; the
-// global address may be a peer's (NVLink through a peer mapping). Memory-ordering contract (store_parts_bulk):
-//   1. the threads that wrote the stage (generic proxy) execute fence.proxy.async.shared::cta, then meet at the
-//      named barrier: their writes are visible to the async proxy's reads issued after it;
-//   2. one thread per row issues the copy and commits it as its own bulk async-group;
-//   3. before the stage is written again (next tile) or the owners are signalled, each issuing thread waits for
-//      completion of its groups (wait_group 0: the writes are performed, not only the reads) and executes
-//      fence.proxy.async.global (async-proxy writes ordered before its later generic operations); the named
-//      barrier then orders that before thread 0's red.release.sys on each owner's flag (cumulative).
-__device__ __forceinline__ void bulk_copy_s2g(void* gmem, const void* smem, uint32_t bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(s), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-// Only the reads of the shared-memory source are complete (the stage may be rewritten); the writes may be in flight.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-// Four 8x8 b16 matrices to shared memory (stmatrix.x4): lane L gives the address of row L % 8 of matrix L / 8 (16
-// bytes, 16-byte aligned); register k of every lane holds its two elements of matrix k in the mma C-fragment layout
-// (row lane / 4, columns 2 * (lane % 4) + {0, 1}).
-__device__ __forceinline__ void stmatrix_x4(void* smem_row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(r0), "r"(r1), "r"(r2),
-               "r"(r3)
-               : "memory");
-}
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-// The same for all but the most recent bulk group (groups complete in commit order).
-__device__ __forceinline__ void bulk_wait_read_but1() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+// Asynchronous bulk copies (tma_panels.cuh) in store_parts_bulk follow tma_panels.cuh's contract: (1) the writers of
+// the row stage fence (fence.proxy.async.shared::cta) and meet at the named barrier; (2) one thread per row issues the
+// copy and commits it as its own bulk async-group; (3) before the stage is written again (next tile) or the owners are
+// signalled, each issuing thread waits for completion of its groups (wait_group 0: the writes are performed, not only
+// the reads) and executes fence.proxy.async.global; the named barrier then orders that before thread 0's
+// red.release.sys on each owner's flag (cumulative).
 
 // The bf16 row stage of the bulk-copy path: kRows rows of BN bf16, each row's stride padded by 16 bytes so
 // that the fragment writes of 8 consecutive rows (one warp instruction) fall in distinct bank groups; a row
@@ -442,16 +414,9 @@ class SignalEpilogue {
     const int log2_parts = normal ? 0 : params_.log2_parts;
     const int parts = 1 << log2_parts;
     const int sub = BM >> log2_parts;
-    // The accumulator fragment of sm90 wgmma (one atom of 64 x BN per warpgroup, MMA_M = MMA_N = 1): value index
-    // i = j + 2h + 4g holds row (warp's first row) + 8h + lane / 4, column 8g + 2 (lane % 4) + j — the GMMA C layout
-    // (value strides 1 column, 8 rows, 8 columns). Lane L addresses row L % 8 of matrix L / 8, the matrices of a pair
-    // of column groups (g, g + 1) being (h, g) = (0, g), (1, g), (0, g + 1), (1, g + 1).
-    static_assert(decltype(rank(acc))::value == 3 && decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1 &&
-                      decltype(size<0, 0>(acc))::value == 2 && decltype(size<0, 1>(acc))::value == 2 &&
-                      decltype(size<0, 2>(acc))::value == BN / 8,
-                  "stmatrix path: one 64xBN GMMA atom per warpgroup");
+    check_panel_fragment<BN>(acc);
     const int lane = tid & 31;
-    const int arow = int(get<0>(tCcD(0))) - (lane >> 2) + ((lane >> 3) & 1) * 8 + (lane & 7);  // this lane's address row
+    const int arow = panel_address_row(int(get<0>(tCcD(0))), lane);  // this lane's stmatrix row
     // Panel j of the tile (columns 64j..64j+63) through buffer q = j % kPanels. Before writing buffer q, the group that
     // last read it is the one committed kPanels panels ago (this tile's, or the previous tile's last panels: BN / 64
     // is a multiple of kPanels), so all but the kPanels - 1 most recent groups must have finished reading.
@@ -473,16 +438,7 @@ class SignalEpilogue {
         else bulk_wait_read();
       }
       panel_sync();
-      char* panel = reinterpret_cast<char*>(smem_->panels[q].v);
-      CUTLASS_PRAGMA_UNROLL
-      for (int gg = 0; gg < 4; ++gg) {  // column groups g, g + 1 of the panel's 8
-        const int g = 8 * j + 2 * gg;
-        const int chunk = (2 * gg + (lane >> 4)) ^ (arow & 7);  // the 128-byte swizzle
-        stmatrix_x4(panel + arow * 128 + chunk * 16, pack_bf16x2(float(acc(4 * g)), float(acc(4 * g + 1))),
-                    pack_bf16x2(float(acc(4 * g + 2)), float(acc(4 * g + 3))),
-                    pack_bf16x2(float(acc(4 * g + 4)), float(acc(4 * g + 5))),
-                    pack_bf16x2(float(acc(4 * g + 6)), float(acc(4 * g + 7))));
-      }
+      write_panel<BN>(reinterpret_cast<char*>(smem_->panels[q].v), acc, arow, lane, j);
       fence_proxy_async_shared();
       panel_sync();
       if (issuer) {

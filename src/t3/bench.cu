@@ -54,7 +54,8 @@ Args parse(int argc, char** argv) {
   const std::string what = argv[0];
   if (what == "t3-gemm-rs") {
     a.rs = true;
-    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct", "t3-auto"};
+    a.algos = {"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct", "t3-direct-tma",
+               "t3-auto"};
   } else if (what == "ag-gemm") {
     a.rs = false;
     a.algos = {"sequential", "t3"};
@@ -80,7 +81,7 @@ Args parse(int argc, char** argv) {
   }
   const std::vector<std::string> known =
       a.rs ? std::vector<std::string>{"sequential", "flashoverlap", "t3-ring", "t3-ring-dma", "t3-ring-cublas", "t3-direct",
-                                      "t3-auto"}
+                                      "t3-direct-tma", "t3-auto"}
            : std::vector<std::string>{"sequential", "t3"};
   for (const auto& x : a.algos)
     if (std::find(known.begin(), known.end(), x) == known.end())
@@ -251,6 +252,7 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
                     : algo == "t3-ring-dma"    ? Variant::kRingDma
                     : algo == "t3-ring-cublas" ? Variant::kRingCublas
                     : algo == "t3-auto"        ? Variant::kAuto
+                    : algo == "t3-direct-tma"  ? Variant::kDirectTma
                                                : Variant::kDirect;
         o.m = sh.m, o.n = sh.n, o.k = sh.k;
         o.regions = a.regions;

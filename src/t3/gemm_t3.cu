@@ -1,6 +1,6 @@
-// gemm_t3.cu — the only CUTLASS translation unit of T3: one instantiation (128x256x64, cluster 2x1,
+// gemm_t3.cu — the only CUTLASS translation unit of T3: two instantiations (128x256x64, cluster 2x1,
 // cooperative, persistent) of the composition shared with FlashOverlap (overlap/sm90_gemm.cuh), with
-// the T3 epilogue.
+// the T3 epilogue: the general one (ring, ring-dma, direct) and the direct-tma one (only the TMA reduce-add path).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -17,14 +17,18 @@ namespace {
 
 // The composition shared with FlashOverlap (overlap/sm90_gemm.cuh) with the T3 epilogue. AlongN raster;
 // the swizzle's strips of m-blocks stay inside a chunk (pick_swizzle), so stages complete in order.
-template <int BM, int BN, int BK, int CM, int CN>
-using Kernel = overlap::detail::Sm90PersistentGemm<T3Epilogue<BM, BN>, BM, BN, BK, CM, CN>;
+template <int BM, int BN, int BK, int CM, int CN, bool kDirectTma>
+using Kernel = overlap::detail::Sm90PersistentGemm<T3Epilogue<BM, BN, kDirectTma>, BM, BN, BK, CM, CN>;
 
-using K128x256 = Kernel<kBM, kBN, 64, 2, 1>;
+using K128x256 = Kernel<kBM, kBN, 64, 2, 1, false>;
+using K128x256DirectTma = Kernel<kBM, kBN, 64, 2, 1, true>;
 
 }  // namespace
 
-void preload_t3_gemm() { K128x256::preload(); }
+void preload_t3_gemm() {
+  K128x256::preload();
+  K128x256DirectTma::preload();
+}
 
 void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpiParams& p, int sm_count,
                  int swizzle, cudaStream_t stream) {
@@ -38,8 +42,11 @@ void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, 
   BRAID_REQUIRE(p.err != nullptr && p.world >= 1 && p.world <= kMaxRanks && p.chunk_mblocks > 0 &&
                     p.region_mblocks > 0 && p.n == n,
                 "T3 GEMM: incomplete epilogue parameters");
-  K128x256::run(K128x256::arguments(a, b, int(m), int(n), int(k), p, sm_count, swizzle), stream,
-                "the T3 GEMM");
+  if (p.mode == kModeDirectTma)
+    K128x256DirectTma::run(K128x256DirectTma::arguments(a, b, int(m), int(n), int(k), p, sm_count, swizzle), stream,
+                           "the T3 GEMM (direct-tma)");
+  else
+    K128x256::run(K128x256::arguments(a, b, int(m), int(n), int(k), p, sm_count, swizzle), stream, "the T3 GEMM");
 }
 
 }  // namespace braid::t3::detail

@@ -3,6 +3,7 @@
 // T3 epilogue (t3_epilogue.cuh) that routes each tile by the address map and tracks regions.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,7 +21,8 @@ struct WaitError {
   uint32_t observed;
 };
 
-enum : int { kModeRing = 0, kModeDirect = 1, kModeRingDma = 2 };
+// kModeDirectTma runs its own instantiation of the kernel (T3Epilogue<..., true>: only the TMA reduce-add path).
+enum : int { kModeRing = 0, kModeDirect = 1, kModeRingDma = 2, kModeDirectTma = 3 };
 
 // The counter waits' longest sleep between polls, in ns (they back off to it; BRAID_T3_POLL_NS; t3.cu says why).
 inline constexpr uint32_t kDefaultPollNs = 2000;
@@ -45,6 +47,9 @@ struct EpiParams {
   uint64_t timeout_ns = 0;
   uint32_t poll_ns = kDefaultPollNs;  // wait_counter: sleeps from 64 ns doubling to this between polls; 0 = a 128-ns
                                       // sleep every 256 polls (BRAID_T3_POLL_NS overrides; t3.cu)
+  // direct-tma: tensor maps of each rank's output (dst_out[i], (Mc rows, n columns) bf16, boxes of 64 x 64, the
+  // 128-byte swizzle; tma_map.hpp), read by the kernel in its parameter space. Unused by the other modes.
+  CUtensorMap tma_out[kMaxRanks];
 };
 
 // D rows [row_begin, row_begin + m) of the full problem: a points at A's row row_begin; the epilogue

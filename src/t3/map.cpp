@@ -12,6 +12,7 @@ const char* variant_name(Variant v) {
   switch (v) {
     case Variant::kRing: return "t3-ring";
     case Variant::kDirect: return "t3-direct";
+    case Variant::kDirectTma: return "t3-direct-tma";
     case Variant::kRingDma: return "t3-ring-dma";
     case Variant::kRingCublas: return "t3-ring-cublas";
     case Variant::kAuto: return "t3-auto";
@@ -136,7 +137,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
       t.dest_offset = int64_t(mb - c * a.chunk_mblocks) * bm * n + int64_t(nb) * bn;
       t.signal_rank = -1;
       t.signal_counter = -1;
-      if (v == Variant::kDirect) {
+      if (is_direct(v)) {
         t.op = TileOp::kAtomicAdd;
         t.dest_rank = c;
         t.dest_buf = Buf::kOut;
@@ -177,7 +178,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
       a.tiles[size_t(mb) * a.tiles_n + nb] = t;
     }
   }
-  if (v == Variant::kDirect) {
+  if (is_direct(v)) {
     for (int q = 0; q < regions; ++q) {
       a.expected[q] = uint32_t(W) * rt;  // every rank's tiles of region q of this rank's chunk
       a.final_counters.push_back(q);

@@ -23,6 +23,7 @@
 #include "braid/stream_memops.cuh"
 #include "braid/t3.hpp"
 #include "gemm_t3.hpp"
+#include "../overlap/tma_map.hpp"
 
 namespace braid::t3 {
 namespace {
@@ -131,7 +132,7 @@ int device_sms() {
 // then wait for every landing region at once) — docs/t3.md.
 int default_swizzle_cap(Variant variant) {
   const auto v = env::integer("BRAID_T3_SWIZZLE", 1, 8);
-  if (!v) return variant == Variant::kDirect ? 8 : 1;
+  if (!v) return is_direct(variant) ? 8 : 1;
   if (*v != 1 && *v != 2 && *v != 4 && *v != 8)
     throw UsageError("BRAID_T3_SWIZZLE: 1, 2, 4 or 8, got " + std::to_string(*v), __FILE__, __LINE__);
   return int(*v);
@@ -196,6 +197,15 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   std::memset(err_host_, 0, sizeof(detail::WaitError));
   // Its device address once here, not in run(): run() may be under stream capture (no API call it need not make).
   BRAID_CUDA_CHECK(cudaHostGetDevicePointer(&err_dev_, err_host_, 0));
+  if (opt.variant == Variant::kDirectTma) {  // each rank's output as (Mc, N) bf16, boxes of one warpgroup's 64 rows
+    tma_out_.resize(size_t(W) * sizeof(CUtensorMap));
+    for (int i = 0; i < W; ++i) {
+      CUtensorMap map;
+      overlap::detail::encode_bf16_panel_map(&map, landing_->peer(i), uint64_t(opt.m / W), uint64_t(opt.n),
+                                             uint64_t(opt.n), 64);
+      std::memcpy(tma_out_.data() + size_t(i) * sizeof(map), &map, sizeof(map));
+    }
+  }
   BRAID_CUDA_CHECK(cudaMemset(counters_->local(), 0, counters_->bytes()));
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   team.barrier();
@@ -222,7 +232,7 @@ const void* GemmReduceScatter::result() const { return active_ ? active_->result
 
 const void* GemmReduceScatter::own_result() const {
   if (active_ || !landing_) return nullptr;
-  if (opt_.variant == Variant::kDirect) return landing_->local();  // run(): result_ = landing_->local()
+  if (is_direct(opt_.variant)) return landing_->local();  // run(): result_ = landing_->local()
   if (opt_.variant == Variant::kRingCublas)  // run_cublas(): the last stage's slot
     return landing_->local_as<uint16_t>() + int64_t(map_.world - 1) * map_.chunk_elems;
   return nullptr;
@@ -331,7 +341,10 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   // the launches, so its copies run while the GEMM does.
   if (ring && !m.dma.empty()) BRAID_CUDA_CHECK(cudaEventRecord(fork_, stream));
   detail::EpiParams p;
-  p.mode = !ring ? detail::kModeDirect : m.variant == Variant::kRingDma ? detail::kModeRingDma : detail::kModeRing;
+  p.mode = m.variant == Variant::kDirectTma ? detail::kModeDirectTma
+           : !ring                          ? detail::kModeDirect
+           : m.variant == Variant::kRingDma ? detail::kModeRingDma
+                                            : detail::kModeRing;
   p.rank = r;
   p.world = W;
   p.tiles_n = m.tiles_n;
@@ -353,6 +366,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
       p.dst_out[i] = landing_->peer(i);
       p.dst_counters[i] = counters_->peer_as<uint32_t>(i);
     }
+    if (m.variant == Variant::kDirectTma) std::memcpy(p.tma_out, tma_out_.data(), tma_out_.size());
   }
   p.err = static_cast<detail::WaitError*>(err_dev_);
   p.timeout_ns = static_cast<uint64_t>(team_.options().timeout_s * 1e9);

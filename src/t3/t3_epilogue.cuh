@@ -16,6 +16,11 @@
 //   ring  s == W-1    wait land[W-1][q] >= rt, load + add, store into `out` (own chunk: final)
 //   direct            red.relaxed.sys.global.add.noftz.v4.bf16x2 into owner c's output (NVLink atomics),
 //                     then red.release.sys on owner c's out[q]
+//   direct-tma        its own instantiation (kDirectTma): per 64-column panel, each consumer warpgroup writes its
+//                     64 rows (bf16, stmatrix) into one of two shared-memory panels and its first thread issues a
+//                     tensor reduce-add of them (cp.reduce.async.bulk.tensor .add, bf16) into owner c's output
+//                     through tma_out[c]; red.release.sys on owner c's out[q] once the adds are complete, at the
+//                     next tile's epilogue or in store_tail (the adds travel during the next tile's main loop)
 //
 // Memory ordering (PTX memory model):
 //   signal (every case): all consumer threads' stores/reds of the tile, then bar.sync of the consumer
@@ -29,6 +34,11 @@
 //     was written either by the previous hop's remote stores released per tile (stage 1), or by a
 //     copy engine followed by cuStreamWriteValue32 without CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER,
 //     whose documented fence orders the copy's writes before the counter write (stages >= 2).
+//   direct-tma: tma_panels.cuh's contract — writers fence.proxy.async.shared::cta, then the warpgroup's barrier,
+//     then its issuing thread's reduce-adds, one bulk group per panel; before the owner's counter is released, each
+//     issuing thread waits for its groups' completion (wait_group 0: the adds are performed at the owner) and
+//     executes fence.proxy.async.global, the consumer threads meet at a barrier, and thread 0 releases at system
+//     scope (cumulative). A panel buffer is rewritten only after the group that read it has finished reading.
 //   Waits are bounded (timeout_ns): on timeout the first waiter records WaitError, every later wait
 //     of the launch returns at once, the tile is written with whatever is there, and the host's
 //     check_error() throws. No wait can outlive the timeout.
@@ -36,12 +46,16 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/pipeline/pipeline.hpp"
 #include "gemm_t3.hpp"
 #include "../overlap/staged_store.cuh"
+#include "../overlap/tma_panels.cuh"
+#include "cute/arch/copy_sm90_tma.hpp"
 
 namespace braid::t3::detail {
 
@@ -103,7 +117,8 @@ __device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
-template <int BM, int BN>
+// kDirectTma: the direct-tma instantiation (only that path compiled in; the host launches it for kModeDirectTma).
+template <int BM, int BN, bool kDirectTma = false>
 class T3Epilogue {
  public:
   using ElementC = void;
@@ -122,10 +137,17 @@ class T3Epilogue {
   using StorePipelineState = cutlass::PipelineState<0>;
 
   static constexpr int kStageCols = 64;
-  struct SharedStorage {
+  struct StageStorage {
     overlap::detail::StageBuffer<BM, kStageCols> stage;
   };
+  using Panel = overlap::detail::StageBufferBf16<BM, 64>;  // (BM, 64) bf16 in the 128-byte swizzle (tma_panels.cuh)
+  static constexpr int kPanels = 2;                          // written and read in turn
+  struct PanelStorage {
+    alignas(1024) Panel panels[kPanels];
+  };
+  using SharedStorage = std::conditional_t<kDirectTma, PanelStorage, StageStorage>;
   static_assert(sizeof(SharedStorage) <= 32 * 1024, "the stage must leave the main loop 4 stages at 128x256x64");
+  static_assert(sizeof(Panel) % 1024 == 0, "panels: whole 1024-byte swizzle atoms");
   using TensorStorage = SharedStorage;
   using TensorMapStorage = SharedStorage;
   using PipelineStorage = typename LoadPipeline::SharedStorage;
@@ -155,9 +177,14 @@ class T3Epilogue {
   CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(CtaTileMNK) { return 1; }
   template <class CtaTileMNK>
   CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(CtaTileMNK) { return 1; }
-  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
+    if constexpr (kDirectTma)
+      for (int i = 0; i < params.world; ++i) cute::prefetch_tma_descriptor(&params.tma_out[i]);
+  }
 
-  CUTLASS_HOST_DEVICE T3Epilogue(Params const& params, TensorStorage& smem) : params_(params), smem_(&smem) {}
+  // `params` is the kernel's own (parameter space): the direct-tma path hands TMA the address of a tensor map in it.
+  CUTLASS_HOST_DEVICE T3Epilogue(Params const& params, TensorStorage& smem)
+      : params_(params), kparams_(&params), smem_(&smem) {}
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
 
@@ -173,88 +200,92 @@ class T3Epilogue {
                             TiledMma tiled_mma, int thread_idx, TensorStorage&, int = -1) {
     using namespace cute;
     static_assert(size<0>(CtaTileMNK{}) == BM && size<1>(CtaTileMNK{}) == BN, "epilogue tile mismatch");
-    constexpr int kThreads = size(TiledMma{});
     const Params& p = params_;
-    const int W = p.world;
     const int gmb = int(get<0>(cta_coord_mnkl)) + p.mb_offset;  // global m-block
     const int nb = int(get<1>(cta_coord_mnkl));
     const int c = gmb / p.chunk_mblocks;
-    const int s = (c - p.rank - 1 + 2 * W) % W;
     const int q = (gmb - c * p.chunk_mblocks) / p.region_mblocks;
-    const uint32_t rt = uint32_t(p.region_mblocks) * uint32_t(p.tiles_n);
-    const int64_t off = int64_t(gmb - c * p.chunk_mblocks) * BM * p.n + int64_t(nb) * BN;
-
-    // Route of this tile (see the table at the top).
-    enum { kStoreRemote, kAddLocal, kAddFinal, kStoreFinal, kAtomic };
-    int op;
-    __nv_bfloat16* dst;
-    const __nv_bfloat16* src = nullptr;  // landing region to add (ring)
-    uint32_t* signal = nullptr;
-    int wait_index = -1;
-    if (p.mode == kModeDirect) {
-      op = kAtomic;
-      // Select by unrolled compare: a dynamic index into the parameter arrays would copy them to
-      // local memory (stack frame).
-      void* o = nullptr;
-      uint32_t* k = nullptr;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kMaxRanks; ++i)
-        if (i == c) o = p.dst_out[i], k = p.dst_counters[i];
-      dst = static_cast<__nv_bfloat16*>(o) + off;
-      signal = k + q;
-    } else if (W == 1) {
-      op = kStoreFinal;
-      dst = static_cast<__nv_bfloat16*>(p.out) + off;
-    } else if (s == 0 && p.mode == kModeRingDma) {
-      op = kStoreRemote;  // a plain store; here into the local landing slot 0, forwarded by a copy engine
-      dst = static_cast<__nv_bfloat16*>(p.landing) + off;
-      signal = p.counters + W * p.regions + q;  // done[0][q]
-    } else if (s == 0) {
-      op = kStoreRemote;
-      dst = static_cast<__nv_bfloat16*>(p.next_landing) + 1 * p.chunk_elems + off;
-      signal = p.next_counters + 1 * p.regions + q;
+    if constexpr (kDirectTma) {
+      store_direct_tma(accumulators, tiled_mma, thread_idx, c, q, gmb - c * p.chunk_mblocks, nb);
     } else {
-      wait_index = s * p.regions + q;
-      src = static_cast<const __nv_bfloat16*>(p.landing) + int64_t(s) * p.chunk_elems + off;
-      if (s < W - 1) {
-        op = kAddLocal;
-        dst = static_cast<__nv_bfloat16*>(p.landing) + int64_t(s) * p.chunk_elems + off;
-        signal = p.counters + W * p.regions + s * p.regions + q;
-      } else {
-        op = kAddFinal;
+      constexpr int kThreads = size(TiledMma{});
+      const int W = p.world;
+      const int s = (c - p.rank - 1 + 2 * W) % W;
+      const uint32_t rt = uint32_t(p.region_mblocks) * uint32_t(p.tiles_n);
+      const int64_t off = int64_t(gmb - c * p.chunk_mblocks) * BM * p.n + int64_t(nb) * BN;
+
+      // Route of this tile (see the table at the top).
+      enum { kStoreRemote, kAddLocal, kAddFinal, kStoreFinal, kAtomic };
+      int op;
+      __nv_bfloat16* dst;
+      const __nv_bfloat16* src = nullptr;  // landing region to add (ring)
+      uint32_t* signal = nullptr;
+      int wait_index = -1;
+      if (p.mode == kModeDirect) {
+        op = kAtomic;
+        // Select by unrolled compare: a dynamic index into the parameter arrays would copy them to
+        // local memory (stack frame).
+        void* o = nullptr;
+        uint32_t* k = nullptr;
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < kMaxRanks; ++i)
+          if (i == c) o = p.dst_out[i], k = p.dst_counters[i];
+        dst = static_cast<__nv_bfloat16*>(o) + off;
+        signal = k + q;
+      } else if (W == 1) {
+        op = kStoreFinal;
         dst = static_cast<__nv_bfloat16*>(p.out) + off;
+      } else if (s == 0 && p.mode == kModeRingDma) {
+        op = kStoreRemote;  // a plain store; here into the local landing slot 0, forwarded by a copy engine
+        dst = static_cast<__nv_bfloat16*>(p.landing) + off;
+        signal = p.counters + W * p.regions + q;  // done[0][q]
+      } else if (s == 0) {
+        op = kStoreRemote;
+        dst = static_cast<__nv_bfloat16*>(p.next_landing) + 1 * p.chunk_elems + off;
+        signal = p.next_counters + 1 * p.regions + q;
+      } else {
+        wait_index = s * p.regions + q;
+        src = static_cast<const __nv_bfloat16*>(p.landing) + int64_t(s) * p.chunk_elems + off;
+        if (s < W - 1) {
+          op = kAddLocal;
+          dst = static_cast<__nv_bfloat16*>(p.landing) + int64_t(s) * p.chunk_elems + off;
+          signal = p.counters + W * p.regions + s * p.regions + q;
+        } else {
+          op = kAddFinal;
+          dst = static_cast<__nv_bfloat16*>(p.out) + off;
+        }
       }
-    }
 
-    if (wait_index >= 0) {
-      if (thread_idx == 0) wait_counter(p, wait_index, rt);
-      cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-    }
+      if (wait_index >= 0) {
+        if (thread_idx == 0) wait_counter(p, wait_index, rt);
+        cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      }
 
-    Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));
-    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
-    Tensor tCcD = thr_mma.partition_C(cD);
-    static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
-    const int64_t ld = p.n;
-    overlap::detail::staged_store<BM, BN, kThreads>(
-        smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int col, const overlap::detail::Floats8& f8) {
-          const float(&f)[8] = f8.f;
-          const int64_t e = int64_t(r) * ld + col;  // 16-byte aligned: n % 256 == 0, col % 8 == 0
-          float x[8] = {f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]};
-          if (src != nullptr) {
-            float g[8];
-            overlap::detail::unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(src + e)), g);
-            CUTLASS_PRAGMA_UNROLL
-            for (int i = 0; i < 8; ++i) x[i] += g[i];
-          }
-          const uint4 v = overlap::detail::pack_bf16x8(x);
-          if (op == kAtomic) red_add_bf16x8_sys(dst + e, v);
-          else *reinterpret_cast<uint4*>(dst + e) = v;
-        });
+      Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));
+      auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+      Tensor tCcD = thr_mma.partition_C(cD);
+      static_assert(decltype(size(tCcD))::value == decltype(size(accumulators))::value, "fragment mismatch");
+      const int64_t ld = p.n;
+      overlap::detail::staged_store<BM, BN, kThreads>(
+          smem_->stage, accumulators, tCcD, thread_idx, [&](int r, int col, const overlap::detail::Floats8& f8) {
+            const float(&f)[8] = f8.f;
+            const int64_t e = int64_t(r) * ld + col;  // 16-byte aligned: n % 256 == 0, col % 8 == 0
+            float x[8] = {f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]};
+            if (src != nullptr) {
+              float g[8];
+              overlap::detail::unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(src + e)), g);
+              CUTLASS_PRAGMA_UNROLL
+              for (int i = 0; i < 8; ++i) x[i] += g[i];
+            }
+            const uint4 v = overlap::detail::pack_bf16x8(x);
+            if (op == kAtomic) red_add_bf16x8_sys(dst + e, v);
+            else *reinterpret_cast<uint4*>(dst + e) = v;
+          });
 
-    if (signal != nullptr) {
-      cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-      if (thread_idx == 0) red_release_sys(signal, 1u);
+      if (signal != nullptr) {
+        cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+        if (thread_idx == 0) red_release_sys(signal, 1u);
+      }
     }
     return cute::make_tuple(load_state, store_state);
   }
@@ -262,12 +293,77 @@ class T3Epilogue {
   template <class... Ts>
   CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadPipelineState load_state, StorePipeline,
                                  StorePipelineState store_state, Ts&&...) {
+    if constexpr (kDirectTma) finish_pending();  // the last tile's adds, then its owner's counter
     return cute::make_tuple(load_state, store_state);
   }
 
  private:
+  static constexpr int kWgRows = 64;  // rows of the tile one consumer warpgroup holds (one 64xBN GMMA atom)
+
+  // The previous tile's reduce-adds (if any): complete (contract above), then thread 0 releases its owner's counter.
+  // Every consumer thread calls it.
+  CUTLASS_DEVICE void finish_pending() {
+    if (pending_ == nullptr) return;
+    if (tid_ % 128 == 0) {
+      overlap::detail::bulk_wait_all();
+      overlap::detail::fence_proxy_async_global();
+    }
+    cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+    if (tid_ == 0) red_release_sys(pending_, 1u);
+    pending_ = nullptr;
+  }
+
+  // direct-tma: tile (mb_in_chunk, nb) of owner c's chunk, region q. Panel j (columns 64j..64j+63) through buffer
+  // j % kPanels; warpgroup w = tid / 128 writes and sends rows 64w..64w+63 (its own named barrier, user id w).
+  template <class Acc, class TiledMma>
+  CUTLASS_DEVICE void store_direct_tma(Acc const& acc, TiledMma tiled_mma, int tid, int c, int q, int mb_in_chunk,
+                                       int nb) {
+    using namespace cute;
+    constexpr int kThreads = size(TiledMma{});
+    static_assert(BM == 2 * kWgRows && kThreads == 256, "direct-tma: two consumer warpgroups of 64 rows");
+    static_assert((BN / 64) % kPanels == 0, "the panels alternate across tiles");
+    threads_ = kThreads;
+    tid_ = tid;
+    finish_pending();  // the previous tile's adds are long done (a main loop ran since): its owner learns it now
+    Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));  // (BM,BN)
+    Tensor tCcD = tiled_mma.get_thread_slice(tid).partition_C(cD);       // (MMA,MMA_M,MMA_N)
+    overlap::detail::check_panel_fragment<BN>(acc);
+    const int lane = tid & 31, wg = tid / 128;
+    const bool issuer = tid % 128 == 0;
+    const int arow = overlap::detail::panel_address_row(int(get<0>(tCcD(0))), lane);
+    const CUtensorMap* map = kparams_->tma_out + c;  // owner c's output, (Mc, n)
+    const int row = mb_in_chunk * BM + wg * kWgRows;
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < BN / 64; ++j) {
+      Panel& panel = smem_->panels[j % kPanels];
+      if (issuer) overlap::detail::bulk_wait_read_but1();  // the group that last read this buffer (kPanels == 2)
+      cutlass::arch::NamedBarrier::sync(128, uint32_t(wg));
+      overlap::detail::write_panel<BN>(reinterpret_cast<char*>(panel.v), acc, arow, lane, j);
+      overlap::detail::fence_proxy_async_shared();
+      cutlass::arch::NamedBarrier::sync(128, uint32_t(wg));
+      if (issuer) {
+        SM90_TMA_REDUCE_ADD_2D::copy(map, panel.v + wg * kWgRows * 64, nb * BN + j * 64, row);
+        overlap::detail::bulk_commit();
+      }
+    }
+    pending_ = signal_of(c) + q;  // released by finish_pending()
+  }
+
+  // Owner c's counter array, selected by unrolled compare (a dynamic index into the parameter array would copy it to
+  // local memory).
+  CUTLASS_DEVICE uint32_t* signal_of(int c) const {
+    uint32_t* k = nullptr;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kMaxRanks; ++i)
+      if (i == c) k = params_.dst_counters[i];
+    return k;
+  }
+
   Params params_;
+  Params const* kparams_;  // the kernel's parameters (tensor maps' addresses for TMA)
   SharedStorage* smem_;
+  uint32_t* pending_ = nullptr;  // direct-tma: the owner counter of the tile whose adds are in flight
+  int threads_ = 0, tid_ = 0;
 };
 
 }  // namespace braid::t3::detail

@@ -475,10 +475,11 @@ TEST(GemmCommPick, NamesRoundTrip) {
                                 GemmCommPick::t3_op(braid::t3::Variant::kRingDma),
                                 GemmCommPick::t3_op(braid::t3::Variant::kRing),
                                 GemmCommPick::t3_op(braid::t3::Variant::kDirect),
+                                GemmCommPick::t3_op(braid::t3::Variant::kDirectTma),
                                 GemmCommPick{S::kPull}};
   const std::vector<std::string> names{"sequential", "flashoverlap", "owner-cublas", "owner-cublas-c4", "owner-braid",
                                        "owner-braid-c16", "t3-ring-cublas", "t3-ring-dma", "t3-ring", "t3-direct",
-                                       "cublas-pull"};
+                                       "t3-direct-tma", "cublas-pull"};
   for (size_t i = 0; i < all.size(); ++i) {
     EXPECT_EQ(pick_name(all[i]), names[i]);
     EXPECT_EQ(parse_pick(names[i]), all[i]) << names[i];

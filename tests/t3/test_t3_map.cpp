@@ -203,7 +203,31 @@ TEST(T3Map, DirectDeliversEveryPartialOnce) {
   for (int W = 1; W <= 8; ++W) {
     std::string why;
     EXPECT_TRUE(simulate(Variant::kDirect, W, int64_t(W) * 512, 768, 2, &why)) << "world " << W << ": " << why;
+    EXPECT_TRUE(simulate(Variant::kDirectTma, W, int64_t(W) * 512, 768, 2, &why)) << "world " << W << ": " << why;
   }
+}
+
+// direct-tma differs from direct only in how the epilogue issues the adds: the same map, tile by tile.
+TEST(T3Map, DirectTmaHasDirectsMap) {
+  for (int W : {1, 2, 4, 8})
+    for (int rank = 0; rank < W; ++rank) {
+      const auto d = make_address_map(Variant::kDirect, W, rank, int64_t(W) * 1024, 1024, 128, 256, 2);
+      const auto t = make_address_map(Variant::kDirectTma, W, rank, int64_t(W) * 1024, 1024, 128, 256, 2);
+      EXPECT_FALSE(is_ring(Variant::kDirectTma));
+      EXPECT_STREQ(variant_name(Variant::kDirectTma), "t3-direct-tma");
+      ASSERT_EQ(d.tiles.size(), t.tiles.size());
+      EXPECT_EQ(d.expected, t.expected);
+      EXPECT_EQ(d.final_counters, t.final_counters);
+      EXPECT_EQ(d.num_counters, t.num_counters);
+      EXPECT_TRUE(t.dma.empty());
+      for (size_t i = 0; i < d.tiles.size(); ++i) {
+        EXPECT_EQ(int(t.tiles[i].op), int(TileOp::kAtomicAdd));
+        EXPECT_EQ(t.tiles[i].dest_rank, d.tiles[i].dest_rank);
+        EXPECT_EQ(t.tiles[i].dest_offset, d.tiles[i].dest_offset);
+        EXPECT_EQ(t.tiles[i].signal_rank, d.tiles[i].signal_rank);
+        EXPECT_EQ(t.tiles[i].signal_counter, d.tiles[i].signal_counter);
+      }
+    }
 }
 
 // Region defaults (pick_regions): ring-cublas two regions from 512 rows per chunk, up to four of >= 1024 rows from

@@ -1,4 +1,4 @@
-// Two ranks (one GPU each): T3 GEMM+reduce-scatter (ring and direct) equals cuBLAS + ncclReduceScatter
+// Two ranks (one GPU each): T3 GEMM+reduce-scatter (ring, direct, direct-tma) equals cuBLAS + ncclReduceScatter
 // on every rank, over repeated runs (counter resets, start handshake), with one and several regions
 // and with a small persistent grid (many waves); the AG+GEMM equals ncclAllGather + cuBLAS.
 #include <gtest/gtest.h>
@@ -111,6 +111,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, T3RsMpi,
                                            RsCase{t3::Variant::kRingCublas, 4096, 1024, 512, 2, 0},
                                            RsCase{t3::Variant::kDirect, 2048, 512, 256, 1, 0},
                                            RsCase{t3::Variant::kDirect, 4096, 1024, 512, 2, 16},
+                                           RsCase{t3::Variant::kDirectTma, 2048, 512, 256, 1, 0},
+                                           RsCase{t3::Variant::kDirectTma, 4096, 1024, 512, 2, 16},
                                            RsCase{t3::Variant::kAuto, 4096, 1024, 512, 0, 0},
                                            RsCase{t3::Variant::kSequential, 2048, 512, 256, 0, 0}));
 
