@@ -133,7 +133,8 @@ struct AddressMap {
   // Counters of THIS rank (each rank's array has the same layout), zeroed before every run:
   //   ring:   [0, world*regions)                land[s*regions + q]  (landing slot s, region q)
   //           [world*regions, 2*world*regions)  done[s*regions + q]  (local stage-s region q done)
-  //   direct: [0, regions)                      out[q]               (owner's output region q)
+  //   direct: [0, regions)                      out[q]               (owner's output region q: the other ranks'
+  //                                                                     tiles; the own tiles signal nothing)
   int num_counters = 0;
   std::vector<uint32_t> expected;  // per local counter: updates it receives in one run
   std::vector<int> final_counters; // counters whose completion means `out` is final (direct)

@@ -141,8 +141,9 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
         t.op = TileOp::kAtomicAdd;
         t.dest_rank = c;
         t.dest_buf = Buf::kOut;
-        t.signal_rank = c;
-        t.signal_counter = q;
+        // The own chunk's tiles signal nothing: the owner's final stream wait follows its own GEMM in stream order.
+        t.signal_rank = c == rank ? -1 : c;
+        t.signal_counter = c == rank ? -1 : q;
       } else if (W == 1) {
         t.op = TileOp::kStoreFinal;
         t.dest_rank = rank;
@@ -180,7 +181,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   }
   if (is_direct(v)) {
     for (int q = 0; q < regions; ++q) {
-      a.expected[q] = uint32_t(W) * rt;  // every rank's tiles of region q of this rank's chunk
+      a.expected[q] = uint32_t(W - 1) * rt;  // every other rank's tiles of region q of this rank's chunk
       a.final_counters.push_back(q);
     }
   } else {

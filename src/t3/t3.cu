@@ -402,8 +402,9 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   // (5) Completion. Direct: this rank's rows are final once every rank's tiles of every region have
   // been added (the owner's counters, acquired by the stream wait). Ring: the last stage's tiles wrote
   // `out` inside this rank's own GEMM; join the CE stream so the next run's reset follows its copies.
-  if (!ring)
-    for (int c : m.final_counters) stream_wait(wait_value_, stream, cnt + c, m.expected[c], wait_flags_);
+  if (!ring)  // (the own tiles were added by this stream's GEMM, before the waits; one rank: nothing to wait for)
+    for (int c : m.final_counters)
+      if (m.expected[c] > 0) stream_wait(wait_value_, stream, cnt + c, m.expected[c], wait_flags_);
   if (ring && !m.dma.empty()) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, join_, 0));
   BRAID_CUDA_CHECK(cudaEventRecord(end_, stream));
 }

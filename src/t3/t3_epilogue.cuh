@@ -15,22 +15,24 @@
 //                     a copy engine waits on (cuStreamWaitValue32) to forward the region (dma_map)
 //   ring  s == W-1    wait land[W-1][q] >= rt, load + add, store into `out` (own chunk: final)
 //   direct            red.relaxed.sys.global.add.noftz.v4.bf16x2 into owner c's output (NVLink atomics),
-//                     then red.release.sys on owner c's out[q] (red.release.gpu where c is this rank)
+//                     then red.release.sys on owner c's out[q] (c != this rank; see "signal" below)
 //   direct-tma        its own instantiation (kDirectTma): per 64-column panel, each consumer warpgroup writes its
 //                     64 rows (bf16, stmatrix) into one of two shared-memory panels and its first thread issues a
 //                     tensor reduce-add of them (cp.reduce.async.bulk.tensor .add, bf16) into owner c's output
-//                     through tma_out[c]; owner c's out[q] += the number of such tiles once their adds are
-//                     complete, when the CTA's next tile goes to another (owner, region) or in store_tail (the adds
-//                     travel during the next tiles' main loops; one release per run of tiles, not per tile)
+//                     through tma_out[c]; for c != this rank, owner c's out[q] += the number of such tiles once
+//                     their adds are complete, when the CTA's next such tile goes to another (owner, region) or in
+//                     store_tail (the adds travel during the next tiles' main loops; one release per run of tiles)
 //
 // Memory ordering (PTX memory model):
 //   signal (every case): all consumer threads' stores/reds of the tile, then bar.sync of the consumer
 //     threads (orders them before thread 0's next instruction in causality order), then thread 0's
 //     red.release.sys: cumulative release at system scope over all of them. The observer is either a
 //     thread that acquires (the wait below: relaxed poll + fence.acq_rel.sys) or a stream wait
-//     (cuStreamWaitValue32 on the owner GPU, followed by work on that stream). A direct-mode counter of this
-//     rank's own output is released at gpu scope instead: only this GPU's final stream wait observes it (and
-//     the work after that wait follows this kernel in stream order anyway).
+//     (cuStreamWaitValue32 on the owner GPU, followed by work on that stream). Direct modes: the tiles of this
+//     rank's own chunk signal nothing — the owner's final stream wait follows its own GEMM in stream order, and
+//     kernel completion makes its adds visible — so only other ranks' tiles count (map.cpp); a release per own
+//     tile cost thread 0 a MEMBAR + ERRBAR wait (Nsight Compute on one H200, 1024x4096x1024: 7-10% of the
+//     kernel's warp-stall samples, at gpu scope as at system scope).
 //   wait: thread 0 polls with ld.relaxed.sys, on success fence.acq_rel.sys (acquire), then bar.sync:
 //     every consumer thread's subsequent loads of the landing region happen after the acquire. Landing
 //     loads use ld.global.cg (L2; no stale L1 line can exist across the acquire anyway). The region
@@ -41,11 +43,9 @@
 //     then its issuing thread's reduce-adds, one bulk group per panel; before the owner's counter is released, each
 //     issuing thread waits for its groups' completion (wait_group 0: the adds are performed at the owner) and
 //     executes fence.proxy.async.global, the consumer threads meet at a barrier, and thread 0 adds the run's tile
-//     count with a release (cumulative) at system scope, or at gpu scope where the owner is this rank (its counter
-//     is observed by this GPU's stream wait only). A panel buffer is rewritten only after the group that read it has
-//     finished reading. Nothing reads a direct-mode counter before the owner's kernel has ended (the final stream
-//     wait), so a release per run of tiles loses no overlap; per tile, thread 0's sys-scope release (MEMBAR.SYS)
-//     held 9-10% of the kernel's warp-stall samples on one H200 (Nsight Compute, 1024x4096x1024).
+//     count with a release (cumulative) at system scope. A panel buffer is rewritten only after the group that read
+//     it has finished reading. Nothing reads a direct-mode counter before the owner's own kernel has ended (its
+//     final stream wait), so a release per run of tiles instead of per tile loses no overlap.
 //   Waits are bounded (timeout_ns): on timeout the first waiter records WaitError, every later wait
 //     of the launch returns at once, the tile is written with whatever is there, and the host's
 //     check_error() throws. No wait can outlive the timeout.
@@ -69,10 +69,7 @@ namespace braid::t3::detail {
 __device__ __forceinline__ void red_release_sys(uint32_t* p, uint32_t v) {
   asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// The same at gpu scope: for a counter of this GPU observed on this GPU (a stream wait of its own streams).
-__device__ __forceinline__ void red_release_gpu(uint32_t* p, uint32_t v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+
 // Eight bf16 added at once (NVLink atomic when p is a peer address; performed at the owner's L2).
 __device__ __forceinline__ void red_add_bf16x8_sys(void* p, uint4 v) {
   asm volatile("red.relaxed.sys.global.add.noftz.v4.bf16x2 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
@@ -242,7 +239,7 @@ class T3Epilogue {
         for (int i = 0; i < kMaxRanks; ++i)
           if (i == c) o = p.dst_out[i], k = p.dst_counters[i];
         dst = static_cast<__nv_bfloat16*>(o) + off;
-        signal = k + q;
+        if (c != p.rank) signal = k + q;  // the own chunk's tiles signal nothing (map.cpp)
       } else if (W == 1) {
         op = kStoreFinal;
         dst = static_cast<__nv_bfloat16*>(p.out) + off;
@@ -295,12 +292,7 @@ class T3Epilogue {
 
       if (signal != nullptr) {
         cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-        // Direct into this rank's own output: its counter is observed by this GPU's stream wait only (gpu scope; the
-        // sys-scope release's MEMBAR.SYS is what Nsight Compute saw stall). Every other signal may reach a peer.
-        if (thread_idx == 0) {
-          if (op == kAtomic && c == p.rank) red_release_gpu(signal, 1u);
-          else red_release_sys(signal, 1u);
-        }
+        if (thread_idx == 0) red_release_sys(signal, 1u);
       }
     }
     return cute::make_tuple(load_state, store_state);
@@ -325,10 +317,7 @@ class T3Epilogue {
       overlap::detail::fence_proxy_async_global();
     }
     cutlass::arch::NamedBarrier::sync(threads_, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-    if (tid_ == 0) {
-      if (pending_local_) red_release_gpu(pending_, pending_tiles_);
-      else red_release_sys(pending_, pending_tiles_);
-    }
+    if (tid_ == 0) red_release_sys(pending_, pending_tiles_);
     pending_ = nullptr;
     pending_tiles_ = 0;
   }
@@ -344,8 +333,8 @@ class T3Epilogue {
     static_assert((BN / 64) % kPanels == 0, "the panels alternate across tiles");
     threads_ = kThreads;
     tid_ = tid;
-    uint32_t* const signal = signal_of(c) + q;  // owner c's out[q]
-    if (signal != pending_) finish_pending();  // a new run: the previous one's adds are done (a main loop ran since)
+    uint32_t* const signal = c == params_.rank ? nullptr : signal_of(c) + q;  // owner c's out[q]; own tiles: none
+    if (signal != nullptr && signal != pending_) finish_pending();  // a new run: the previous one's adds are done
     Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));  // (BM,BN)
     Tensor tCcD = tiled_mma.get_thread_slice(tid).partition_C(cD);       // (MMA,MMA_M,MMA_N)
     overlap::detail::check_panel_fragment<BN>(acc);
@@ -367,9 +356,10 @@ class T3Epilogue {
         overlap::detail::bulk_commit();
       }
     }
-    pending_ = signal;  // counted now, released by finish_pending()
-    pending_local_ = c == params_.rank;
-    ++pending_tiles_;
+    if (signal != nullptr) {  // counted now, released by finish_pending()
+      pending_ = signal;
+      ++pending_tiles_;
+    }
   }
 
   // Owner c's counter array, selected by unrolled compare (a dynamic index into the parameter array would copy it to
@@ -387,7 +377,6 @@ class T3Epilogue {
   SharedStorage* smem_;
   uint32_t* pending_ = nullptr;  // direct-tma: the owner counter of the run of tiles whose adds may be in flight
   uint32_t pending_tiles_ = 0;   // tiles in that run
-  bool pending_local_ = false;   // that owner is this rank
   int threads_ = 0, tid_ = 0;
 };
 
