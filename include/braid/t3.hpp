@@ -56,12 +56,14 @@ namespace braid::t3 {
 // timed both on real inputs and kept the faster (the same choice on every rank).
 // kSequential: cuBLAS into a scratch M x N buffer, then ncclReduceScatter into `out` — the baseline as a
 // variant, so kAuto can fall back to it (tune() tries it too and keeps it only when it is the fastest).
-// kDirectTma: kDirect's map (every tile added into its owner's output, the owner's region counters), with the adds
-// issued by the TMA unit instead of the consumer threads: each warpgroup writes its rows of a 64-column panel into
-// shared memory (bf16, stmatrix) and one thread issues a tensor reduce-add (cp.reduce.async.bulk.tensor .add, bf16)
-// of the panel into the owner's output through a tensor map of that rank's buffer; the tile's completion (and the
-// owner's counter) waits until the next tile's epilogue, so the adds travel during the next main loop. The paper's
-// "near-memory reduction" without SM instructions per element. Same rounding as kDirect (one bf16 add per partial).
+// kDirectTma: kDirect with the tiles sent by the TMA unit instead of the consumer threads: each warpgroup writes its
+// rows of a 64-column panel into shared memory (bf16, stmatrix) and one thread issues a tensor store or reduce-add
+// (cp.reduce.async.bulk.tensor .add, bf16) of the panel into the owner's output through a tensor map of that rank's
+// buffer; completion (and the counters) wait until a later tile's epilogue, so the adds travel during the next main
+// loops. The paper's "near-memory reduction" without SM instructions per element. Each rank computes its own chunk
+// first and stores it (no zeroed output: no memset, no add onto zeros), announcing each region (stored[q]); the other
+// ranks add onto a region once its owner has stored it (a bounded wait on the owner's counter), then signal out[q].
+// Same rounding as kDirect (each other partial added once in bf16 onto the owner's bf16 value).
 enum class Variant { kRing, kDirect, kRingDma, kRingCublas, kAuto, kSequential, kDirectTma };
 const char* variant_name(Variant v);
 inline bool is_direct(Variant v) { return v == Variant::kDirect || v == Variant::kDirectTma; }
@@ -91,7 +93,8 @@ struct TileRoute {
   Buf dest_buf = Buf::kOut;
   int dest_slot = 0;      // landing slot (kLanding) — elements offset slot * chunk_elems
   int64_t dest_offset = 0;  // element offset of the tile's (0,0) inside the slot / output
-  int wait_counter = -1;  // local landing counter to wait for before reading (-1: none)
+  int wait_counter = -1;  // landing counter to wait for before reading (-1: none)
+  int wait_rank = -1;     // whose counter array wait_counter indexes (-1: this rank's; direct-tma: the owner's)
   int signal_rank = 0;    // rank owning the counter this tile increments
   int signal_counter = 0; // its index in that rank's counter array (see AddressMap counters)
 };
@@ -135,6 +138,7 @@ struct AddressMap {
   //           [world*regions, 2*world*regions)  done[s*regions + q]  (local stage-s region q done)
   //   direct: [0, regions)                      out[q]               (owner's output region q: the other ranks'
   //                                                                     tiles; the own tiles signal nothing)
+  //   direct-tma: also [regions, 2*regions)     stored[q]            (own region q stored: the others add onto it)
   int num_counters = 0;
   std::vector<uint32_t> expected;  // per local counter: updates it receives in one run
   std::vector<int> final_counters; // counters whose completion means `out` is final (direct)
@@ -142,6 +146,7 @@ struct AddressMap {
   int landing_slots = 0;           // slots of the landing buffer (ring: world; direct: 0)
   int land_counter(int slot, int region) const { return slot * regions + region; }
   int done_counter(int stage, int region) const { return world * regions + stage * regions + region; }
+  int stored_counter(int region) const { return regions + region; }  // direct-tma
 };
 
 // Ring order of rank `rank`: stage s computes chunk (rank + 1 + s) mod world; the last is its own.
@@ -217,7 +222,8 @@ class GemmReduceScatter {
   // satisfied and its streams drain; the output is garbage. Stream memory-operation waits have no
   // timeout of their own: the destructor calls this when the copy-engine stream has not finished
   // within the team's timeout, so a failed run turns into an error, never a hang. Each rank releases
-  // its own counters (every wait is on a local counter).
+  // its own counters (every stream wait is on a local counter; direct-tma's in-kernel waits on an owner's
+  // counter are bounded by the kernel's own timeout, like every in-kernel wait).
   void release_waits() const;
   // "counter i: observed/expected" for every counter of this rank (diagnostics after a timeout).
   std::string counter_report() const;

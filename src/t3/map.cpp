@@ -112,6 +112,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   a.chunk_elems = (m / world) * n;
   a.region_elems = a.chunk_elems / regions;
   a.order = ring_order(world, rank);
+  if (v == Variant::kDirectTma) std::rotate(a.order.begin(), a.order.end() - 1, a.order.end());  // own chunk first
   a.launches = order_launches(a.order, m / world);
   const uint32_t rt = uint32_t(a.region_mblocks) * uint32_t(a.tiles_n);  // tiles per region
   const int W = world;
@@ -119,7 +120,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
     a.num_counters = 2 * W * regions;
     a.landing_slots = W;
   } else {
-    a.num_counters = regions;
+    a.num_counters = v == Variant::kDirectTma ? 2 * regions : regions;  // out[q] (+ stored[q])
     a.landing_slots = 0;
   }
   a.expected.assign(a.num_counters, 0);
@@ -127,7 +128,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   const int next = ring_next(W, rank);
   for (int mb = 0; mb < a.tiles_m; ++mb) {
     const int c = mb / a.chunk_mblocks;
-    const int s = (c - rank - 1 + 2 * W) % W;
+    const int s = int(std::find(a.order.begin(), a.order.end(), c) - a.order.begin());  // ring: (c - rank - 1) mod W
     const int q = (mb % a.chunk_mblocks) / a.region_mblocks;
     for (int nb = 0; nb < a.tiles_n; ++nb) {
       TileRoute t;
@@ -137,13 +138,25 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
       t.dest_offset = int64_t(mb - c * a.chunk_mblocks) * bm * n + int64_t(nb) * bn;
       t.signal_rank = -1;
       t.signal_counter = -1;
-      if (is_direct(v)) {
+      if (v == Variant::kDirectTma && c == rank) {  // own chunk first, stored (no zeroed output), then announced
+        t.op = TileOp::kStoreFinal;
+        t.dest_rank = rank;
+        t.dest_buf = Buf::kOut;
+        if (W > 1) {
+          t.signal_rank = rank;
+          t.signal_counter = a.stored_counter(q);
+        }
+      } else if (is_direct(v)) {
         t.op = TileOp::kAtomicAdd;
         t.dest_rank = c;
         t.dest_buf = Buf::kOut;
         // The own chunk's tiles signal nothing: the owner's final stream wait follows its own GEMM in stream order.
         t.signal_rank = c == rank ? -1 : c;
         t.signal_counter = c == rank ? -1 : q;
+        if (v == Variant::kDirectTma) {  // added only onto the owner's stored region
+          t.wait_rank = c;
+          t.wait_counter = a.stored_counter(q);
+        }
       } else if (W == 1) {
         t.op = TileOp::kStoreFinal;
         t.dest_rank = rank;
@@ -183,6 +196,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
     for (int q = 0; q < regions; ++q) {
       a.expected[q] = uint32_t(W - 1) * rt;  // every other rank's tiles of region q of this rank's chunk
       a.final_counters.push_back(q);
+      if (v == Variant::kDirectTma && W > 1) a.expected[a.stored_counter(q)] = rt;  // this rank's own tiles
     }
   } else {
     for (int s = 1; s < W; ++s)

@@ -331,7 +331,9 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   // (1) Reset what peers will write: counters, and (direct) the output the peers add into. Ordered
   // after the previous run's readers by stream order (the CE stream joined back into `stream`).
   BRAID_CUDA_CHECK(cudaMemsetAsync(counters_->local(), 0, size_t(m.num_counters) * 4, stream));
-  if (!ring) BRAID_CUDA_CHECK(cudaMemsetAsync(landing_->local(), 0, size_t(m.chunk_elems) * 2, stream));
+  // (direct-tma stores its own chunk before anyone adds onto it: nothing to zero)
+  if (m.variant == Variant::kDirect)
+    BRAID_CUDA_CHECK(cudaMemsetAsync(landing_->local(), 0, size_t(m.chunk_elems) * 2, stream));
   // (2) Nobody writes into a peer before that peer has reset (and finished reading the last run).
   start_barrier(team_, slot_, stream);
 

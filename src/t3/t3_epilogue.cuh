@@ -16,12 +16,14 @@
 //   ring  s == W-1    wait land[W-1][q] >= rt, load + add, store into `out` (own chunk: final)
 //   direct            red.relaxed.sys.global.add.noftz.v4.bf16x2 into owner c's output (NVLink atomics),
 //                     then red.release.sys on owner c's out[q] (c != this rank; see "signal" below)
-//   direct-tma        its own instantiation (kDirectTma): per 64-column panel, each consumer warpgroup writes its
-//                     64 rows (bf16, stmatrix) into one of two shared-memory panels and its first thread issues a
-//                     tensor reduce-add of them (cp.reduce.async.bulk.tensor .add, bf16) into owner c's output
-//                     through tma_out[c]; for c != this rank, owner c's out[q] += the number of such tiles once
-//                     their adds are complete, when the CTA's next such tile goes to another (owner, region) or in
-//                     store_tail (the adds travel during the next tiles' main loops; one release per run of tiles)
+//   direct-tma        its own instantiation (kDirectTma); the own chunk is computed first (map.cpp). Per 64-column
+//                     panel, each consumer warpgroup writes its 64 rows (bf16, stmatrix) into one of two shared-
+//                     memory panels and its first thread sends them through tma_out[c]: own chunk (c == this rank)
+//                     a tensor store, counted into this rank's stored[q]; another owner's chunk a tensor reduce-add
+//                     (cp.reduce.async.bulk.tensor .add, bf16), after a bounded wait for owner c's stored[q] (the
+//                     owner's values are there: no zeroed output), counted into owner c's out[q]. The counts are
+//                     released once the sends are complete, when the CTA's next tile counts into another counter
+//                     or in store_tail (the sends travel during the next tiles' main loops)
 //
 // Memory ordering (PTX memory model):
 //   signal (every case): all consumer threads' stores/reds of the tile, then bar.sync of the consumer
@@ -40,12 +42,15 @@
 //     copy engine followed by cuStreamWriteValue32 without CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER,
 //     whose documented fence orders the copy's writes before the counter write (stages >= 2).
 //   direct-tma: tma_panels.cuh's contract — writers fence.proxy.async.shared::cta, then the warpgroup's barrier,
-//     then its issuing thread's reduce-adds, one bulk group per panel; before the owner's counter is released, each
-//     issuing thread waits for its groups' completion (wait_group 0: the adds are performed at the owner) and
+//     then its issuing thread's stores or reduce-adds, one bulk group per panel; before a counter is released, each
+//     issuing thread waits for its groups' completion (wait_group 0: the writes are performed at the owner) and
 //     executes fence.proxy.async.global, the consumer threads meet at a barrier, and thread 0 adds the run's tile
 //     count with a release (cumulative) at system scope. A panel buffer is rewritten only after the group that read
-//     it has finished reading. Nothing reads a direct-mode counter before the owner's own kernel has ended (its
-//     final stream wait), so a release per run of tiles instead of per tile loses no overlap.
+//     it has finished reading. The wait for an owner's stored[q]: thread 0 polls it over NVLink and acquires
+//     (fence.acq_rel.sys), bar.sync, then each issuing thread's fence.proxy.async.global orders its reduce-adds
+//     (async proxy) after the acquire. out[q] is read only by the owner's final stream wait, after its own kernel;
+//     stored[q] only by the other ranks' adds of region q, whose first tiles run after their own chunk — so a
+//     release per run of tiles instead of per tile costs at most one main loop of delay.
 //   Waits are bounded (timeout_ns): on timeout the first waiter records WaitError, every later wait
 //     of the launch returns at once, the tile is written with whatever is there, and the host's
 //     check_error() throws. No wait can outlive the timeout.
@@ -92,8 +97,8 @@ __device__ __forceinline__ uint64_t globaltimer() {
 // one is polled every ~2 us (back-to-back polls by a whole grid waiting on one long copy slowed that copy 4-5x, and
 // a fixed 200-ns sleep left 8192x8192x2048 at 0.85x of sequential; docs/t3.md "Thirty-second session"). With
 // p.poll_ns == 0 the old loop: back-to-back polls with a 128-ns sleep every 256.
-__device__ __forceinline__ void wait_counter(const EpiParams& p, int index, uint32_t expected) {
-  const uint32_t* c = p.counters + index;
+// c: the counter (this rank's, or for direct-tma the owner's over NVLink); index: its index in that array (reported).
+__device__ __forceinline__ void wait_counter(const EpiParams& p, const uint32_t* c, int index, uint32_t expected) {
   uint32_t seen = ld_relaxed_sys(c);
   if (seen < expected) {
     const uint64_t start = globaltimer();
@@ -265,7 +270,7 @@ class T3Epilogue {
       }
 
       if (wait_index >= 0) {
-        if (thread_idx == 0) wait_counter(p, wait_index, rt);
+        if (thread_idx == 0) wait_counter(p, p.counters + wait_index, wait_index, rt);
         cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
       }
 
@@ -322,8 +327,11 @@ class T3Epilogue {
     pending_tiles_ = 0;
   }
 
-  // direct-tma: tile (mb_in_chunk, nb) of owner c's chunk, region q. Panel j (columns 64j..64j+63) through buffer
-  // j % kPanels; warpgroup w = tid / 128 writes and sends rows 64w..64w+63 (its own named barrier, user id w).
+  // direct-tma: tile (mb_in_chunk, nb) of owner c's chunk, region q. The own chunk's tiles (computed first) are
+  // stored, and counted into this rank's stored[q]; another owner's are added onto its region once it is stored (one
+  // bounded wait per (owner, region) and CTA), and counted into the owner's out[q]. Panel j (columns 64j..64j+63)
+  // through buffer j % kPanels; warpgroup w = tid / 128 writes and sends rows 64w..64w+63 (its own named barrier,
+  // user id w).
   template <class Acc, class TiledMma>
   CUTLASS_DEVICE void store_direct_tma(Acc const& acc, TiledMma tiled_mma, int tid, int c, int q, int mb_in_chunk,
                                        int nb) {
@@ -331,10 +339,22 @@ class T3Epilogue {
     constexpr int kThreads = size(TiledMma{});
     static_assert(BM == 2 * kWgRows && kThreads == 256, "direct-tma: two consumer warpgroups of 64 rows");
     static_assert((BN / 64) % kPanels == 0, "the panels alternate across tiles");
+    const Params& p = params_;
     threads_ = kThreads;
     tid_ = tid;
-    uint32_t* const signal = c == params_.rank ? nullptr : signal_of(c) + q;  // owner c's out[q]; own tiles: none
-    if (signal != nullptr && signal != pending_) finish_pending();  // a new run: the previous one's adds are done
+    const bool own = c == p.rank;
+    uint32_t* const counters = signal_of(c);  // owner c's counter array (this rank's own when own)
+    // What this tile counts into: own -> stored[q] here (the peers poll it), else the owner's out[q]; one rank: none.
+    uint32_t* const signal = p.world == 1 ? nullptr : own ? counters + p.regions + q : counters + q;
+    if (signal != nullptr && signal != pending_) finish_pending();  // a new run: the previous one's sends are done
+    if (!own && counters + p.regions + q != waited_) {  // uniform across the CTA
+      if (tid == 0)
+        wait_counter(p, counters + p.regions + q, p.regions + q, uint32_t(p.region_mblocks) * uint32_t(p.tiles_n));
+      cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
+      // thread 0's acquire, then (barrier) each issuer orders its later async-proxy adds after it
+      if (tid % 128 == 0) overlap::detail::fence_proxy_async_global();
+      waited_ = counters + p.regions + q;
+    }
     Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));  // (BM,BN)
     Tensor tCcD = tiled_mma.get_thread_slice(tid).partition_C(cD);       // (MMA,MMA_M,MMA_N)
     overlap::detail::check_panel_fragment<BN>(acc);
@@ -352,7 +372,8 @@ class T3Epilogue {
       overlap::detail::fence_proxy_async_shared();
       cutlass::arch::NamedBarrier::sync(128, uint32_t(wg));
       if (issuer) {
-        SM90_TMA_REDUCE_ADD_2D::copy(map, panel.v + wg * kWgRows * 64, nb * BN + j * 64, row);
+        if (own) SM90_TMA_STORE_2D::copy(map, panel.v + wg * kWgRows * 64, nb * BN + j * 64, row);
+        else SM90_TMA_REDUCE_ADD_2D::copy(map, panel.v + wg * kWgRows * 64, nb * BN + j * 64, row);
         overlap::detail::bulk_commit();
       }
     }
@@ -377,6 +398,7 @@ class T3Epilogue {
   SharedStorage* smem_;
   uint32_t* pending_ = nullptr;  // direct-tma: the owner counter of the run of tiles whose adds may be in flight
   uint32_t pending_tiles_ = 0;   // tiles in that run
+  const uint32_t* waited_ = nullptr;  // direct-tma: the owner's stored[q] this CTA last waited for (it stays complete)
   int threads_ = 0, tid_ = 0;
 };
 

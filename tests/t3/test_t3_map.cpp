@@ -103,7 +103,8 @@ bool simulate(Variant v, int W, int64_t m, int64_t n, int regions, std::string* 
       // GEMM tiles.
       while (pc[r] < seq[r].size()) {
         const TileRoute& t = a.tiles[seq[r][pc[r]]];
-        if (t.wait_counter >= 0 && cnt[r][t.wait_counter] < a.expected[t.wait_counter]) break;
+        const int wr = t.wait_rank >= 0 ? t.wait_rank : r;  // direct-tma waits on the owner's counter
+        if (t.wait_counter >= 0 && cnt[wr][t.wait_counter] < maps[wr].expected[t.wait_counter]) break;
         tile_keys(t.dest_rank, t.dest_buf, t.dest_slot, t.dest_offset, keys);
         for (const Key& k : keys) {
           Contrib c{};
@@ -207,25 +208,42 @@ TEST(T3Map, DirectDeliversEveryPartialOnce) {
   }
 }
 
-// direct-tma differs from direct only in how the epilogue issues the adds: the same map, tile by tile.
-TEST(T3Map, DirectTmaHasDirectsMap) {
+// direct-tma: own chunk first, stored and announced (stored[q]); the other chunks' tiles go where direct's go, added
+// only after the owner's stored[q] holds all its tiles of the region; out[q] counts the other ranks' tiles.
+TEST(T3Map, DirectTmaStoresItsOwnChunkFirst) {
+  EXPECT_FALSE(is_ring(Variant::kDirectTma));
+  EXPECT_STREQ(variant_name(Variant::kDirectTma), "t3-direct-tma");
   for (int W : {1, 2, 4, 8})
     for (int rank = 0; rank < W; ++rank) {
-      const auto d = make_address_map(Variant::kDirect, W, rank, int64_t(W) * 1024, 1024, 128, 256, 2);
-      const auto t = make_address_map(Variant::kDirectTma, W, rank, int64_t(W) * 1024, 1024, 128, 256, 2);
-      EXPECT_FALSE(is_ring(Variant::kDirectTma));
-      EXPECT_STREQ(variant_name(Variant::kDirectTma), "t3-direct-tma");
+      const int regions = 2;
+      const auto d = make_address_map(Variant::kDirect, W, rank, int64_t(W) * 1024, 1024, 128, 256, regions);
+      const auto t = make_address_map(Variant::kDirectTma, W, rank, int64_t(W) * 1024, 1024, 128, 256, regions);
       ASSERT_EQ(d.tiles.size(), t.tiles.size());
-      EXPECT_EQ(d.expected, t.expected);
-      EXPECT_EQ(d.final_counters, t.final_counters);
-      EXPECT_EQ(d.num_counters, t.num_counters);
+      EXPECT_EQ(t.order.front(), rank);
+      EXPECT_EQ(t.num_counters, 2 * regions);
+      EXPECT_EQ(t.final_counters, d.final_counters);
       EXPECT_TRUE(t.dma.empty());
+      const uint32_t rt = uint32_t(t.region_mblocks) * uint32_t(t.tiles_n);
+      for (int q = 0; q < regions; ++q) {
+        EXPECT_EQ(t.expected[q], uint32_t(W - 1) * rt);
+        EXPECT_EQ(t.expected[t.stored_counter(q)], W > 1 ? rt : 0u);
+      }
       for (size_t i = 0; i < d.tiles.size(); ++i) {
-        EXPECT_EQ(int(t.tiles[i].op), int(TileOp::kAtomicAdd));
-        EXPECT_EQ(t.tiles[i].dest_rank, d.tiles[i].dest_rank);
-        EXPECT_EQ(t.tiles[i].dest_offset, d.tiles[i].dest_offset);
-        EXPECT_EQ(t.tiles[i].signal_rank, d.tiles[i].signal_rank);
-        EXPECT_EQ(t.tiles[i].signal_counter, d.tiles[i].signal_counter);
+        const TileRoute &x = d.tiles[i], &y = t.tiles[i];
+        EXPECT_EQ(y.dest_rank, x.dest_rank);
+        EXPECT_EQ(y.dest_offset, x.dest_offset);
+        if (y.chunk == rank) {
+          EXPECT_EQ(int(y.op), int(TileOp::kStoreFinal));
+          EXPECT_EQ(y.stage, 0);
+          EXPECT_EQ(y.wait_counter, -1);
+          EXPECT_EQ(y.signal_counter, W > 1 ? t.stored_counter(y.region) : -1);
+        } else {
+          EXPECT_EQ(int(y.op), int(TileOp::kAtomicAdd));
+          EXPECT_EQ(y.wait_rank, y.chunk);
+          EXPECT_EQ(y.wait_counter, t.stored_counter(y.region));
+          EXPECT_EQ(y.signal_rank, x.signal_rank);
+          EXPECT_EQ(y.signal_counter, x.signal_counter);
+        }
       }
     }
 }
@@ -277,7 +295,7 @@ TEST(T3Map, SwizzledSchedulesDeliverEveryPartialOnceAnyWorld) {
   for (int W = 1; W <= 8; ++W)
     for (int regions : {1, 2, 4})
       for (int swz : {2, 4, 8})
-        for (Variant v : {Variant::kRing, Variant::kRingDma, Variant::kDirect}) {
+        for (Variant v : {Variant::kRing, Variant::kRingDma, Variant::kDirect, Variant::kDirectTma}) {
           std::string why;
           EXPECT_TRUE(simulate(v, W, int64_t(W) * 16 * 128, 512, regions, &why, swz))
               << variant_name(v) << " world " << W << " regions " << regions << " swizzle " << swz << ": " << why;
