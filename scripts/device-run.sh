@@ -70,6 +70,12 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
+# Thirty-ninth session (only `nvidia-h200`): `build test t3-np1 ncu-gemm` (BUILD_TARGET="braid test_t3_mpi", CTEST_R=
+# test_t3_mpi_np1, NCU_KERNELS='GemmUniversal|nvjet', NCU_ARGS="t3-gemm-rs ...") 3.6 min cold; with test_overlap_gemm_gpu
+# and test_overlap_mpi too 4.2 min cold; `build test ncu-gemm t3-np1` (two t3-np1 rounds) 3.1 min cold; `build ncu-gemm`
+# 40 s warm. First on any two-GPU card for issue 8: `build test sweep-t3` with CTEST_R='test_t3_mpi$'
+# T3_ALGOS=sequential,t3-direct,t3-direct-tma,t3-ring-dma,t3-auto (direct-tma's remote reduce-adds, waits and releases
+# have never run at two ranks), then `ncu-t3` with NCU_ALGOS=sequential,t3-direct,t3-direct-tma,t3-ring-dma (DRAM bytes).
 # Thirty-eighth session (only `nvidia-h200`): `build gemm-variant` (3 variants, gemm-short, 2 rounds, VARIANT_T=60) 5.7
 # min cold; `build test gemm-variant ncu-gemm` (BUILD_TARGET="braid test_overlap_gemm_gpu", 2 variants, NCU_BINS="base
 # stock") 5.1 min cold; the whole GEMM sweep by hand (`mpirun -np 1 build/braid bench gemm-rs --shapes
