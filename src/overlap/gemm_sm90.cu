@@ -283,8 +283,8 @@ void SignalGemm::run(const void* a, const void* b, int64_t m, int64_t n, int64_t
     if (e.tile_slot == nullptr)
       detail::encode_bf16_panel_map(&p.tma_d, p.d, uint64_t(m), uint64_t(n), uint64_t(p.ldd), box_rows);
     else  // reordered: (M*N/BN, BN) rows of BN
-      detail::encode_bf16_panel_map(&p.tma_d, p.d, uint64_t(m) * uint64_t(n) / uint64_t(g.bn), uint64_t(g.bn), uint64_t(g.bn),
-                       box_rows);
+      detail::encode_bf16_panel_map(&p.tma_d, p.d, uint64_t(m) * uint64_t(n) / uint64_t(g.bn), uint64_t(g.bn),
+                                    uint64_t(g.bn), box_rows);
   }
 #endif
 #if BRAID_GEMM_STOCK_EPILOGUE

@@ -1,8 +1,8 @@
-// tma_panels.cuh — the pieces the sm90 epilogues share to send a tile by the TMA unit instead of the consumer threads'
-// stores: asynchronous bulk copies and bulk-group waits (PTX cp.async.bulk*, the bulk_group completion mechanism),
-// the proxy fences, and the bf16 panel a warpgroup writes from its wgmma accumulators by stmatrix in the 128-byte
-// swizzle of a tensor map (TMA store or TMA reduce-add then read it). Users: overlap's SignalEpilogue
-// (signal_epilogue.cuh: store_tile_tma, store_parts_bulk) and T3's direct-TMA epilogue (t3/t3_epilogue.cuh).
+// tma_panels.cuh — the pieces the sm90 epilogues share to send a tile by the TMA unit instead of the consumer
+// threads' stores: asynchronous bulk copies and bulk-group waits (PTX cp.async.bulk*, the bulk_group completion
+// mechanism), the proxy fences, and the bf16 panel a warpgroup writes from its wgmma accumulators by stmatrix in the
+// 128-byte swizzle of a tensor map (a TMA store or TMA reduce-add then reads it). Users: overlap's SignalEpilogue
+// (signal_epilogue.cuh: store_tile_tma, store_parts_bulk) and T3's direct-tma epilogue (t3/t3_epilogue.cuh).
 //
 // Memory-ordering contract of every user (PTX memory model):
 //   1. the threads that write a shared-memory source (generic proxy) execute fence.proxy.async.shared::cta, then meet
@@ -35,7 +35,9 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 // The same for all but the most recent bulk group (groups complete in commit order).
 __device__ __forceinline__ void bulk_wait_read_but1() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 // Four 8x8 b16 matrices to shared memory (stmatrix.x4): lane L gives the address of row L % 8 of matrix L / 8 (16
