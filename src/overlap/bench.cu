@@ -103,6 +103,9 @@ struct Args {
   bool auto_rs = false;
   // --no-auto-t3: AutoGemmComm without T3's candidates (AutoOptions::try_t3 = false; the earlier sessions' rows).
   bool auto_t3 = true;
+  // --auto-t3 NAMES: T3's candidates (comma-separated t3 variant names, e.g. t3-ring-cublas,t3-ring-dma,t3-direct-tma;
+  // AutoOptions::t3_variants; empty: its default two).
+  std::vector<t3::Variant> auto_t3_variants;
   bool auto_pull = true;  // GemmPullRs among AutoGemmComm's candidates (AutoOptions::try_pull); --no-auto-pull: not
   std::string picks;
   // --probe-pce: instead of the benchmark, the peer copy-engine transport's per-call costs by size (probe_pce).
@@ -142,6 +145,17 @@ Args parse(int argc, char** argv) {
     else if (k == "--owner-phases") a.owner_phases = true;
     else if (k == "--auto") a.auto_rs = true;
     else if (k == "--no-auto-t3") a.auto_t3 = false;
+    else if (k == "--auto-t3") {
+      a.auto_t3_variants.clear();
+      std::stringstream ss(val());
+      for (std::string name; std::getline(ss, name, ',');) {
+        const GemmCommPick pick = parse_pick(name);  // the same names as a cached pick's (throws on others)
+        if (pick.schedule != GemmCommPick::Schedule::kT3)
+          throw UsageError("--auto-t3: '" + name + "' is not a T3 variant (t3-ring, t3-ring-dma, t3-ring-cublas, "
+                           "t3-direct, t3-direct-tma)", __FILE__, __LINE__);
+        a.auto_t3_variants.push_back(pick.t3_variant);
+      }
+    }
     else if (k == "--pull") a.auto_pull = true;  // the default since the thirty-second session; kept for old commands
     else if (k == "--no-auto-pull") a.auto_pull = false;
     else if (k == "--picks") a.picks = val();
@@ -205,6 +219,13 @@ Args parse(int argc, char** argv) {
 }
 
 using DevBuf = bench::DeviceBuffer;
+
+// "t3-ring-cublas,t3-ring-dma": the JSON's record of AutoGemmComm's T3 candidates.
+std::string t3_names(const std::vector<t3::Variant>& vs) {
+  std::string s;
+  for (const t3::Variant v : vs) s += (s.empty() ? "" : ",") + std::string(t3::variant_name(v));
+  return s;
+}
 using bench::median_us;
 
 // RMSNorm of one row (fp64) into out.
@@ -821,6 +842,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
       }
       if (a.owner_chunks_given) ao.owner_chunks = a.owner_chunks;
       ao.try_t3 = a.auto_t3;
+      if (!a.auto_t3_variants.empty()) ao.t3_variants = a.auto_t3_variants;
       ao.try_pull = a.auto_pull;
       if (pce && a.coll == Collective::kReduceScatter) {  // the flashoverlap candidate as the row's peer op was decided
         ao.flash = pce->op->options();
@@ -1162,6 +1184,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
             .add("auto_tuned", tu.str())
             .add("auto_into_output", autop->output() != nullptr)
             .add("auto_try_t3", a.auto_t3)
+            .add("auto_t3_variants", t3_names(a.auto_t3_variants.empty() ? AutoOptions{}.t3_variants
+                                                                          : a.auto_t3_variants))
             .add("auto_try_pull", a.auto_pull);
       }
       if (pce) {
