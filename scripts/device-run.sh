@@ -75,7 +75,8 @@
 # and test_overlap_mpi too 4.2 min cold; `build test ncu-gemm t3-np1` (two t3-np1 rounds) 3.1 min cold; `build ncu-gemm`
 # 40 s warm. First on any two-GPU card for issue 8: `build test sweep-t3` with CTEST_R='test_t3_mpi$'
 # T3_ALGOS=sequential,t3-direct,t3-direct-tma,t3-ring-dma,t3-auto (direct-tma's remote reduce-adds, waits and releases
-# have never run at two ranks), then `ncu-t3` with NCU_ALGOS=sequential,t3-direct,t3-direct-tma,t3-ring-dma (DRAM bytes).
+# have never run at two ranks), then `ncu-t3` with NCU_ALGOS=sequential,t3-direct,t3-direct-tma,t3-ring-dma (DRAM bytes;
+# on H100 also NCU_SHAPES="$(grep -v '^#' bench/shapes/within2x-h100x2.txt)").
 # Thirty-eighth session (only `nvidia-h200`): `build gemm-variant` (3 variants, gemm-short, 2 rounds, VARIANT_T=60) 5.7
 # min cold; `build test gemm-variant ncu-gemm` (BUILD_TARGET="braid test_overlap_gemm_gpu", 2 variants, NCU_BINS="base
 # stock") 5.1 min cold; the whole GEMM sweep by hand (`mpirun -np 1 build/braid bench gemm-rs --shapes
