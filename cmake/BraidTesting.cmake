@@ -61,3 +61,16 @@ function(braid_mpi_test_worlds name)
                          TIMEOUT 900 PROCESSORS ${w})
   endforeach()
 endfunction()
+
+# braid_mpi_test_shared(NAME W...): the multi-rank test again with W ranks sharing one GPU
+# (BRAID_SHARED_GPU=1, ctest entries NAME_sharedW): a functional check of the peer-memory paths on a
+# one-GPU node. No NCCL in such a team; the ranks' kernels time-slice, so its times mean nothing.
+function(braid_mpi_test_shared name)
+  foreach(w ${ARGN})
+    add_test(NAME ${name}_shared${w}
+             COMMAND ${CMAKE_COMMAND} -E env BRAID_SHARED_GPU=1
+                     ${CMAKE_SOURCE_DIR}/tests/common/run_mpi.sh ${w} $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}_shared${w} PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE ${BRAID_SKIP_CODE}
+                         TIMEOUT 900 PROCESSORS ${w})
+  endforeach()
+endfunction()

@@ -57,6 +57,12 @@ struct TeamOptions {
   double timeout_s = 30.0;       // bound of device waits and of synchronize()
   int signal_slots = 2048;       // flag slots available to kernels (one block per slot at a time)
   bool probe_peers = true;       // run the peer-write probe (else peer_ok() is false)
+  // Functional emulation on a one-GPU node (also set by BRAID_SHARED_GPU=1): several ranks may share one
+  // GPU. NCCL refuses that ("Duplicate GPU detected"), so no NCCL communicator is created and nccl()
+  // throws UnavailableError; peer memory is CUDA IPC between processes on the same device. The ranks'
+  // kernels then time-slice instead of running side by side, so a cross-rank device wait completes only
+  // when the scheduler switches contexts: for correctness tests of peer-memory paths, never for timing.
+  bool shared_gpu = false;
 };
 
 class Team {
@@ -72,7 +78,10 @@ class Team {
   int rank() const { return rank_; }
   int size() const { return size_; }
   MPI_Comm mpi() const { return comm_; }
-  ncclComm_t nccl() const { return nccl_; }
+  // Throws UnavailableError in a shared-GPU team (TeamOptions::shared_gpu), which has no NCCL.
+  ncclComm_t nccl() const;
+  bool has_nccl() const { return nccl_ != nullptr; }
+  bool shared_gpu() const { return opt_.shared_gpu; }
   cudaStream_t stream() const { return stream_; }
   const TeamOptions& options() const { return opt_; }
 

@@ -265,14 +265,27 @@ SumRef sum_reference(Team& team, const void* d, size_t count, cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaMallocAsync(&buf, 2 * count * sizeof(float), s));
   split_abs_kernel<<<1024, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(d), buf, buf + count, count);
   BRAID_CUDA_CHECK(cudaGetLastError());
-  BRAID_NCCL_CHECK(ncclAllReduce(buf, buf, 2 * count, ncclFloat32, ncclSum, team.nccl(), s));
   SumRef r;
   r.sum.resize(count);
   r.mag.resize(count);
+  if (team.has_nccl()) {
+    BRAID_NCCL_CHECK(ncclAllReduce(buf, buf, 2 * count, ncclFloat32, ncclSum, team.nccl(), s));
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(r.sum.data(), buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(r.mag.data(), buf + count, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+    BRAID_CUDA_CHECK(cudaFreeAsync(buf, s));
+    team.synchronize(s, "sum reference");
+    return r;
+  }
+  // No NCCL (a shared-GPU team): the same float sums on the host, over MPI.
   BRAID_CUDA_CHECK(cudaMemcpyAsync(r.sum.data(), buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
   BRAID_CUDA_CHECK(cudaMemcpyAsync(r.mag.data(), buf + count, count * sizeof(float), cudaMemcpyDeviceToHost, s));
   BRAID_CUDA_CHECK(cudaFreeAsync(buf, s));
   team.synchronize(s, "sum reference");
+  for (std::vector<float>* v : {&r.sum, &r.mag})
+    for (size_t off = 0; off < count; off += size_t(1) << 28) {  // MPI counts are int
+      const int n = static_cast<int>(std::min<size_t>(count - off, size_t(1) << 28));
+      BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v->data() + off, n, MPI_FLOAT, MPI_SUM, team.mpi()));
+    }
   return r;
 }
 

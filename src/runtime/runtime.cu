@@ -124,7 +124,8 @@ void Team::init(TeamOptions opt) {
   BRAID_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   if (visible_gpu_count() == 0) throw UnavailableError("Team needs a GPU per rank", __FILE__, __LINE__);
 
-  if (!nccl_) {
+  if (env::flag("BRAID_SHARED_GPU").value_or(false)) opt_.shared_gpu = true;
+  if (!nccl_ && !opt_.shared_gpu) {
     ncclUniqueId id;
     if (rank_ == 0) BRAID_NCCL_CHECK(ncclGetUniqueId(&id));
     BRAID_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_));
@@ -186,6 +187,7 @@ void Team::probe_peers() {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     if (devs[r] == dev) {
+      if (opt_.shared_gpu) continue;  // CUDA IPC between processes on one device; no peer access needed
       ok = false;
       why = "two ranks share GPU " + std::to_string(dev);
       continue;
@@ -234,6 +236,7 @@ void Team::probe_peers() {
   }
   peer_ok_ = all_ok != 0;
   peer_status_ = peer_ok_ ? "peer writes verified (CUDA IPC)" : "peer write probe failed: data did not arrive";
+  if (peer_ok_ && opt_.shared_gpu) peer_status_ += "; shared GPU (BRAID_SHARED_GPU): no NCCL, ranks time-slice";
 }
 
 Team::~Team() {
@@ -292,7 +295,8 @@ std::unique_ptr<Team> Team::split(int color, int key, TeamOptions opt) const {
   MPI_Comm sub;
   BRAID_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
   ncclComm_t nsub = nullptr;
-  BRAID_NCCL_CHECK(ncclCommSplit(nccl_, color, key, &nsub, nullptr));
+  if (!opt_.shared_gpu) BRAID_NCCL_CHECK(ncclCommSplit(nccl(), color, key, &nsub, nullptr));
+  opt.shared_gpu = opt.shared_gpu || opt_.shared_gpu;
   return std::unique_ptr<Team>(new Team(sub, nsub, opt));
 }
 
@@ -305,7 +309,7 @@ ncclComm_t Team::nccl_zero_cta() {
                            __FILE__, __LINE__);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-  BRAID_NCCL_CHECK(ncclCommSplit(nccl_, 0, rank_, &nccl_zero_cta_, &cfg));
+  BRAID_NCCL_CHECK(ncclCommSplit(nccl(), 0, rank_, &nccl_zero_cta_, &cfg));
   return nccl_zero_cta_;
 #else
   throw UnavailableError("zero-CTA NCCL communicator: needs NCCL >= 2.28 (built with " + std::to_string(NCCL_MAJOR) +
@@ -412,6 +416,14 @@ void Team::abort() {
     ncclCommAbort(nccl_);
     nccl_ = nullptr;
   }
+}
+
+ncclComm_t Team::nccl() const {
+  if (!nccl_)
+    throw UnavailableError(opt_.shared_gpu ? "NCCL communicator: none in a shared-GPU team (BRAID_SHARED_GPU)"
+                                           : "NCCL communicator: aborted (the team is broken)",
+                           __FILE__, __LINE__);
+  return nccl_;
 }
 
 void Team::barrier() const { BRAID_MPI_CHECK(MPI_Barrier(comm_)); }
