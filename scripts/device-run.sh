@@ -209,7 +209,7 @@ if has t3-diag; then  # one ring case at every GPU, line-buffered so a kill keep
 fi
 if has t3-cases; then  # each T3 case alone at every GPU, bounded (a stuck case names itself)
   echo "== test_t3_mpi case by case, $ngpu ranks" | tee -a "$log"
-  cases="$(for i in 0 1 2 3 4 5 6 7 8 9; do echo Shapes/T3RsMpi.MatchesCublasPlusNccl/$i; done) T3AgMpi.MatchesNcclPlusCublas"
+  cases="$(for i in $(seq 0 13); do echo Shapes/T3RsMpi.MatchesCublasPlusNccl/$i; done) T3AgMpi.MatchesNcclPlusCublas"
   for c in $cases; do
     # A failing case is run again with eager module loading: if that passes, lazy loading is still
     # involved (docs/t3.md). The watchdog (45 s) names a stuck case before `timeout` kills it.

@@ -119,6 +119,47 @@ struct Launch {
   int64_t row_begin = 0, rows = 0;
 };
 
+#if defined(__CUDACC__)
+#define BRAID_T3_HD __host__ __device__ __forceinline__
+#else
+#define BRAID_T3_HD inline
+#endif
+
+// The direct-tma GEMM's order of m-blocks: its scheduler passes every tile's M index through
+// physical_mblock (overlap/sm90_gemm.cuh, RemappedPersistentScheduler), and tile_execution_order does the
+// same. Each chunk is cut into segments of seg_mblocks m-blocks (whole regions), and this rank's segment
+// g + 1 runs before the other owners' segment g:
+//   own 0, own 1, others' 0, own 2, others' 1, ..., own S-1, others' S-2, others' S-1
+// ("others" in ring order: rank+1, rank+2, ...). The remote reduce-adds then start after 1/(world*S) of
+// the GEMM instead of after the whole own chunk (1/world), and every owner stored its segment g one
+// segment before anyone adds onto it (each rank runs the same order, so the waits rarely wait). Never
+// a deadlock: a rank's own tiles wait for nothing, and a tile of owner c's segment g waits only for c's
+// own segment g, which c runs before any tile that waits for segment g (induction over the order).
+// Identity when world <= 1 or seg_mblocks <= 0; S = chunk_mblocks / seg_mblocks = 1 is "own chunk, then
+// the others' in ring order".
+struct Interleave {
+  int32_t world = 1, rank = 0;
+  int32_t chunk_mblocks = 0;  // m-blocks per chunk
+  int32_t seg_mblocks = 0;    // m-blocks per segment (a multiple of the region, dividing the chunk); 0: identity
+  BRAID_T3_HD int32_t physical_mblock(int32_t v) const {
+    if (world <= 1 || seg_mblocks <= 0 || v < 0 || v >= world * chunk_mblocks) return v;
+    const int32_t segs = chunk_mblocks / seg_mblocks;
+    const int32_t s = v / seg_mblocks, off = v - s * seg_mblocks;
+    int32_t chunk = rank, seg = 0;
+    if (s > 0) {
+      const int32_t j = (s - 1) / world + 1, p = (s - 1) - (j - 1) * world;  // block j: own j, others' j - 1
+      if (j < segs) {
+        chunk = p == 0 ? rank : (rank + p) % world;
+        seg = p == 0 ? j : j - 1;
+      } else {  // the tail: others' last segment
+        chunk = (rank + 1 + p) % world;
+        seg = segs - 1;
+      }
+    }
+    return chunk * chunk_mblocks + seg * seg_mblocks + off;
+  }
+};
+
 struct AddressMap {
   Variant variant = Variant::kRing;
   int world = 1, rank = 0;
@@ -147,6 +188,9 @@ struct AddressMap {
   int land_counter(int slot, int region) const { return slot * regions + region; }
   int done_counter(int stage, int region) const { return world * regions + stage * regions + region; }
   int stored_counter(int region) const { return regions + region; }  // direct-tma
+  Interleave interleave;           // direct-tma: the GEMM's m-block order (one launch over all rows)
+  // The rows a scheduler swizzle strip must stay inside: the interleave's segment, else the chunk.
+  int strip_mblocks() const { return interleave.seg_mblocks > 0 ? interleave.seg_mblocks : chunk_mblocks; }
 };
 
 // Ring order of rank `rank`: stage s computes chunk (rank + 1 + s) mod world; the last is its own.
@@ -180,7 +224,16 @@ std::vector<int> tile_execution_order(const AddressMap& a, int swizzle);
 int pick_regions(Variant v, int64_t chunk_rows, int64_t n, int bm, int requested);
 
 // Throws UsageError unless M % (world * 2*bm * regions) == 0 (every region whole 2x1 clusters), N % bn.
-AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions);
+// segment_mblocks (direct-tma at world > 1; the others ignore it): the interleave's segment, rounded up to
+// whole regions dividing the chunk; -1: pick_segment; 0: the whole chunk (own chunk first, then the others').
+AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions,
+                            int segment_mblocks = -1);
+// The default direct-tma segment: the fewest whole regions covering kSegmentMinMblocks m-blocks (1024 rows of
+// 128: one strip of the scheduler's swizzle 4; swizzle 8, 16 m-blocks, is what kept direct's DRAM bytes down,
+// t3.cu, but would leave most within-2x shapes one segment per chunk) that divide the chunk; the whole chunk
+// when none does. Not measured at two ranks yet: BRAID_T3_SEGMENT_ROWS overrides it (t3.cu).
+inline constexpr int kSegmentMinMblocks = 8;
+int pick_segment(int chunk_mblocks, int region_mblocks, int min_mblocks = kSegmentMinMblocks);
 
 // ---- the fused GEMM + reduce-scatter ----
 struct RsOptions {

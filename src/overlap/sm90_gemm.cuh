@@ -2,7 +2,7 @@
 // gemm_sm90.cu and T3's gemm_t3.cu differ only in their collective epilogue): bf16 A (M,K) row-major
 // times B (N,K) row-major ("TN"), fp32 accumulation, TMA loads with multicast over a CM x CN cluster,
 // wgmma, warp-specialized cooperative (two consumer warpgroups per tile), persistent static scheduler
-// raster along N. The main loop gets every stage that the epilogue's shared storage leaves.
+// raster along N (optionally with its M indices remapped: RemappedPersistentScheduler). The main loop gets every stage that the epilogue's shared storage leaves.
 // Include only from a CUTLASS translation unit (each instantiation costs minutes of compile time).
 #pragma once
 
@@ -17,10 +17,84 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 namespace braid::overlap::detail {
 
-template <class Epilogue, int BM, int BN, int BK, int CM, int CN>
+// CUTLASS's static persistent scheduler (PersistentTileSchedulerSm90: the same linear order, swizzle and
+// raster) with every tile's M index passed through `Remap` (trivially copyable, with `int32_t
+// physical_mblock(int32_t) const` callable on the device; set per launch in Arguments::remap; t3::Interleave). Producer and
+// consumers of a tile ask the same scheduler, so the main loop's A rows and the epilogue's rows agree. The
+// remap must keep a 2x1 cluster's CTAs on consecutive m-blocks (even segments) and be a permutation.
+template <class Remap>
+struct RemappedSchedulerTag {};
+
+template <class Remap>
+class RemappedPersistentScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90 {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
+
+ public:
+  struct Arguments : Base::Arguments {
+    Remap remap{};
+  };
+  struct Params : Base::Params {
+    Remap remap{};
+  };
+
+  template <class ProblemShapeMNKL, class TileShape, class ClusterShape>
+  static Params to_underlying_arguments(ProblemShapeMNKL problem, TileShape tile, ClusterShape cluster,
+                                        cutlass::KernelHardwareInfo const& hw, Arguments const& args,
+                                        void* workspace = nullptr, const uint32_t subtiles = 1,
+                                        uint32_t ktile_align = 1u) {
+    Params p;
+    static_cast<Base::Params&>(p) =
+        Base::to_underlying_arguments(problem, tile, cluster, hw, args, workspace, subtiles, ktile_align);
+    p.remap = args.remap;
+    return p;
+  }
+
+  CUTLASS_HOST_DEVICE RemappedPersistentScheduler() {}
+  CUTLASS_DEVICE explicit RemappedPersistentScheduler(Params const& p) : Base(p), remap_(p.remap) {}
+
+  template <class ClusterShape>
+  CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) {
+    return get_current_work();
+  }
+  CUTLASS_DEVICE WorkTileInfo get_current_work() const { return remapped(Base::get_current_work()); }
+  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo w) {
+    if (continue_current_work(w)) return cute::make_tuple(w, true);
+    advance_to_next_work();
+    return cute::make_tuple(get_current_work(), true);
+  }
+  template <class Pipeline, class PipelineState>
+  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo w, Pipeline&, PipelineState) {
+    return fetch_next_work(w);
+  }
+
+ private:
+  CUTLASS_DEVICE WorkTileInfo remapped(WorkTileInfo w) const {
+    if (w.is_valid_tile) w.M_idx = remap_.physical_mblock(w.M_idx);
+    return w;
+  }
+  Remap remap_{};
+};
+
+}  // namespace braid::overlap::detail
+
+namespace cutlass::gemm::kernel::detail {
+template <class Remap, class ArchTag, class TileShape, class ClusterShape, uint32_t Stages>
+struct TileSchedulerSelector<braid::overlap::detail::RemappedSchedulerTag<Remap>, ArchTag, TileShape, ClusterShape,
+                             Stages> {
+  using Scheduler = braid::overlap::detail::RemappedPersistentScheduler<Remap>;
+};
+}  // namespace cutlass::gemm::kernel::detail
+
+namespace braid::overlap::detail {
+
+// SchedulerTag: cutlass::gemm::PersistentScheduler, or RemappedSchedulerTag<Remap> (then set
+// args.scheduler.remap after arguments()).
+template <class Epilogue, int BM, int BN, int BK, int CM, int CN,
+          class SchedulerTag = cutlass::gemm::PersistentScheduler>
 struct Sm90PersistentGemm {
   using Element = cutlass::bfloat16_t;
   using TileShape = cute::Shape<cute::Int<BM>, cute::Int<BN>, cute::Int<BK>>;
@@ -31,8 +105,8 @@ struct Sm90PersistentGemm {
       cutlass::layout::ColumnMajor, 8, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
-  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                          cutlass::gemm::PersistentScheduler>;
+  using GemmKernel =
+      cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
   // The epilogue's shared-memory stage (32 KiB) must not cost the main loop a pipeline stage.
   static_assert(BN != 256 || Mainloop::DispatchPolicy::Stages >= 4, "128x256x64 main loop needs 4 stages");

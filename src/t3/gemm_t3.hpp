@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "braid/t3.hpp"  // Interleave
+
 namespace braid::t3::detail {
 
 inline constexpr int kBM = 128, kBN = 256;  // the one tile configuration instantiated (gemm_t3.cu)
@@ -56,8 +58,10 @@ struct EpiParams {
 // sees m-blocks offset by p.mb_offset. Requirements: m % 256 == 0, n % 256 == 0, k % 64 == 0.
 // Loads the T3 kernel (call before any run: see Sm90PersistentGemm::preload in overlap/sm90_gemm.cuh).
 void preload_t3_gemm();
-// swizzle: the scheduler's max_swizzle_size (1, 2, 4 or 8; t3::pick_swizzle keeps strips inside chunks).
+// swizzle: the scheduler's max_swizzle_size (1, 2, 4 or 8; t3::pick_swizzle keeps strips inside chunks, or
+// inside the interleave's segments). order: kModeDirectTma's m-block order (AddressMap::interleave; a launch
+// over all rows), ignored by the other modes.
 void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpiParams& p, int sm_count,
-                 int swizzle, cudaStream_t stream);
+                 int swizzle, cudaStream_t stream, const Interleave& order = {});
 
 }  // namespace braid::t3::detail

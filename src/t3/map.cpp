@@ -71,8 +71,18 @@ int pick_swizzle(int chunk_mblocks, int cap) {
   return s;
 }
 
+int pick_segment(int chunk_mblocks, int region_mblocks, int min_mblocks) {
+  BRAID_REQUIRE(chunk_mblocks > 0 && region_mblocks > 0 && chunk_mblocks % region_mblocks == 0,
+                "pick_segment: regions must divide the chunk");
+  for (int seg = region_mblocks; seg < chunk_mblocks; seg += region_mblocks)
+    if (seg >= min_mblocks && chunk_mblocks % seg == 0) return seg;
+  return chunk_mblocks;
+}
+
 std::vector<int> tile_execution_order(const AddressMap& a, int swizzle) {
   BRAID_REQUIRE(swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8, "tile_execution_order: swizzle 1/2/4/8");
+  BRAID_REQUIRE(a.interleave.seg_mblocks <= 0 || (a.launches.size() == 1 && a.launches[0].row_begin == 0),
+                "tile_execution_order: an interleaved map is one launch over all rows");
   std::vector<int> seq;
   seq.reserve(a.tiles.size());
   for (const Launch& l : a.launches) {
@@ -83,12 +93,13 @@ std::vector<int> tile_execution_order(const AddressMap& a, int swizzle) {
     g.log_swizzle = swizzle == 8 ? 3 : swizzle == 4 ? 2 : swizzle == 2 ? 1 : 0;
     const int mb0 = int(l.row_begin / a.bm);
     for (int t : overlap::execution_order(g))
-      if (t >= 0) seq.push_back((mb0 + t / a.tiles_n) * a.tiles_n + t % a.tiles_n);
+      if (t >= 0) seq.push_back(a.interleave.physical_mblock(mb0 + t / a.tiles_n) * a.tiles_n + t % a.tiles_n);
   }
   return seq;
 }
 
-AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions) {
+AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions,
+                            int segment_mblocks) {
   BRAID_REQUIRE(world >= 1 && world <= 8 && rank >= 0 && rank < world, "t3: 1..8 ranks");
   BRAID_REQUIRE(bm > 0 && bn > 0 && regions >= 1, "t3: bad tile or regions");
   BRAID_REQUIRE(n > 0 && n % bn == 0, "t3: N must be a multiple of " + std::to_string(bn));
@@ -114,6 +125,14 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   a.order = ring_order(world, rank);
   if (v == Variant::kDirectTma) std::rotate(a.order.begin(), a.order.end() - 1, a.order.end());  // own chunk first
   a.launches = order_launches(a.order, m / world);
+  if (v == Variant::kDirectTma && world > 1) {  // one launch; its scheduler interleaves segments (Interleave)
+    int seg = segment_mblocks < 0 ? pick_segment(a.chunk_mblocks, a.region_mblocks) : segment_mblocks;
+    if (seg == 0 || seg > a.chunk_mblocks) seg = a.chunk_mblocks;
+    seg = (seg + a.region_mblocks - 1) / a.region_mblocks * a.region_mblocks;  // whole regions
+    while (a.chunk_mblocks % seg != 0) seg += a.region_mblocks;
+    a.interleave = Interleave{int32_t(world), int32_t(rank), int32_t(a.chunk_mblocks), int32_t(seg)};
+    a.launches = {Launch{0, m}};
+  }
   const uint32_t rt = uint32_t(a.region_mblocks) * uint32_t(a.tiles_n);  // tiles per region
   const int W = world;
   if (is_ring(v)) {

@@ -166,11 +166,13 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_REQUIRE(W <= detail::kMaxRanks, "T3: at most 8 ranks");
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.k % 64 == 0, "T3: bad shape (K % 64)");
   BRAID_REQUIRE(opt.m % (int64_t(W) * 2 * detail::kBM) == 0, "T3: M must be a multiple of world*256");
-  const int chunk_mblocks = int(opt.m / W / detail::kBM);
   const int regions = pick_regions(opt.variant, opt.m / W, opt.n, detail::kBM, opt.regions);
-  map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions);
+  // direct-tma's interleave segment: BRAID_T3_SEGMENT_ROWS (0: the whole chunk, own chunk first) or pick_segment.
+  const auto seg_rows = env::integer("BRAID_T3_SEGMENT_ROWS", 0, int64_t(1) << 30);
+  map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions,
+                          seg_rows ? int((*seg_rows + detail::kBM - 1) / detail::kBM) : -1);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
-  swizzle_ = pick_swizzle(chunk_mblocks, opt.swizzle > 0 ? opt.swizzle : default_swizzle_cap(opt.variant));
+  swizzle_ = pick_swizzle(map_.strip_mblocks(), opt.swizzle > 0 ? opt.swizzle : default_swizzle_cap(opt.variant));
   (void)poll_ns_requested();  // a bad BRAID_T3_POLL_NS fails here, not in a run() under stream capture
   const size_t slots = is_ring(opt.variant) ? size_t(W) : 1;
   landing_ = std::make_unique<SymmetricBuffer>(team, slots * size_t(map_.chunk_elems) * 2);
@@ -378,7 +380,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   if (persist) persist_window(stream, b, size_t(m.n) * opt_.k * 2);
   for (const Launch& l : m.launches) {
     p.mb_offset = int(l.row_begin / m.bm);
-    detail::run_t3_gemm(A + l.row_begin * opt_.k, b, l.rows, m.n, opt_.k, p, sm_count_, swizzle_, stream);
+    detail::run_t3_gemm(A + l.row_begin * opt_.k, b, l.rows, m.n, opt_.k, p, sm_count_, swizzle_, stream, m.interleave);
   }
   if (persist) persist_window(stream, nullptr, 0);
 

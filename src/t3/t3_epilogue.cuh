@@ -16,7 +16,8 @@
 //   ring  s == W-1    wait land[W-1][q] >= rt, load + add, store into `out` (own chunk: final)
 //   direct            red.relaxed.sys.global.add.noftz.v4.bf16x2 into owner c's output (NVLink atomics),
 //                     then red.release.sys on owner c's out[q] (c != this rank; see "signal" below)
-//   direct-tma        its own instantiation (kDirectTma); the own chunk is computed first (map.cpp). Per 64-column
+//   direct-tma        its own instantiation (kDirectTma); each own segment runs one segment ahead of the others'
+//                     (its scheduler's t3::Interleave; map.cpp). Per 64-column
 //                     panel, each consumer warpgroup writes its 64 rows (bf16, stmatrix) into one of two shared-
 //                     memory panels and its first thread sends them through tma_out[c]: own chunk (c == this rank)
 //                     a tensor store, counted into this rank's stored[q]; another owner's chunk a tensor reduce-add
@@ -49,8 +50,9 @@
 //     it has finished reading. The wait for an owner's stored[q]: thread 0 polls it over NVLink and acquires
 //     (fence.acq_rel.sys), bar.sync, then each issuing thread's fence.proxy.async.global orders its reduce-adds
 //     (async proxy) after the acquire. out[q] is read only by the owner's final stream wait, after its own kernel;
-//     stored[q] only by the other ranks' adds of region q, whose first tiles run after their own chunk — so a
-//     release per run of tiles instead of per tile costs at most one main loop of delay.
+//     stored[q] only by the other ranks' adds of region q, which run a segment after their own (t3::Interleave) —
+//     so a release per run of tiles instead of per tile costs at most one main loop of delay; a run is released
+//     before its CTA waits for anything (no count is held across a wait).
 //   Waits are bounded (timeout_ns): on timeout the first waiter records WaitError, every later wait
 //     of the launch returns at once, the tile is written with whatever is there, and the host's
 //     check_error() throws. No wait can outlive the timeout.

@@ -60,10 +60,11 @@ struct Key {
 };
 
 // Symbolic run of every rank's map. Returns false on a deadlock.
-bool simulate(Variant v, int W, int64_t m, int64_t n, int regions, std::string* why, int swizzle = 1) {
+bool simulate(Variant v, int W, int64_t m, int64_t n, int regions, std::string* why, int swizzle = 1,
+              int segment_mblocks = -1) {
   const int bm = 128, bn = 256;
   std::vector<AddressMap> maps;
-  for (int r = 0; r < W; ++r) maps.push_back(make_address_map(v, W, r, m, n, bm, bn, regions));
+  for (int r = 0; r < W; ++r) maps.push_back(make_address_map(v, W, r, m, n, bm, bn, regions, segment_mblocks));
   const AddressMap& a0 = maps[0];
   std::map<Key, Contrib> mem;
   std::vector<std::vector<uint32_t>> cnt(W, std::vector<uint32_t>(a0.num_counters, 0));
@@ -73,7 +74,7 @@ bool simulate(Variant v, int W, int64_t m, int64_t n, int regions, std::string* 
   std::vector<std::vector<int>> seq(W);
   for (int r = 0; r < W; ++r) {
     std::vector<int> seen(maps[r].tiles.size(), 0);
-    const int s = pick_swizzle(maps[r].chunk_mblocks, swizzle);
+    const int s = pick_swizzle(maps[r].strip_mblocks(), swizzle);
     seq[r] = tile_execution_order(maps[r], s);
     for (int t : seq[r]) seen[t]++;
     for (int c : seen)
@@ -81,8 +82,9 @@ bool simulate(Variant v, int W, int64_t m, int64_t n, int regions, std::string* 
         *why = "a tile is not launched exactly once";
         return false;
       }
-    // Stages never decrease along the execution order (no wait behind a later stage).
-    for (size_t i = 1; i < seq[r].size(); ++i)
+    // Ring stages never decrease along the execution order (no wait behind a later stage). (Direct modes wait
+    // only for owners' stored regions; direct-tma interleaves its own chunk's segments with the others'.)
+    for (size_t i = 1; i < seq[r].size() && is_ring(v); ++i)
       if (maps[r].tiles[seq[r][i]].stage < maps[r].tiles[seq[r][i - 1]].stage) {
         *why = "stage order not monotone";
         return false;
@@ -208,6 +210,91 @@ TEST(T3Map, DirectDeliversEveryPartialOnce) {
   }
 }
 
+// direct-tma's interleave: a permutation of the m-blocks that keeps 2x1 clusters whole, runs the own segment g + 1
+// before the others' segment g (each other owner's segments in ring order), and is the old "own chunk, then the
+// others' in ring order" with one segment per chunk.
+TEST(T3Map, InterleaveRunsOwnSegmentsOneAhead) {
+  for (int W = 1; W <= 8; ++W)
+    for (int rank = 0; rank < W; ++rank)
+      for (int segs : {1, 2, 3, 4}) {
+        const int seg = 4, chunk = segs * seg;
+        const Interleave il{W, rank, chunk, seg};
+        std::vector<int> seen(size_t(W) * chunk, 0);
+        std::vector<std::pair<int, int>> order;  // (chunk, segment) per segment of the execution order
+        for (int v = 0; v < W * chunk; ++v) {
+          const int p = il.physical_mblock(v);
+          ASSERT_GE(p, 0);
+          ASSERT_LT(p, W * chunk);
+          seen[p]++;
+          if (v % 2 == 1) EXPECT_EQ(p, il.physical_mblock(v - 1) + 1);  // clusters stay whole
+          if (v % seg == 0) order.push_back({p / chunk, (p % chunk) / seg});
+          else EXPECT_EQ(p, il.physical_mblock(v - 1) + 1);  // a segment is contiguous
+        }
+        for (int c : seen) EXPECT_EQ(c, 1);
+        // Own segment g runs before every other owner's segment g, and (W > 1) after the others' segment g - 2.
+        std::vector<int> pos_own(segs, -1);
+        for (size_t i = 0; i < order.size(); ++i)
+          if (order[i].first == rank) pos_own[order[i].second] = int(i);
+        for (size_t i = 0; i < order.size(); ++i) {
+          const auto [c, g] = order[i];
+          if (c == rank) continue;
+          EXPECT_LT(pos_own[g], int(i)) << "W " << W << " rank " << rank << " segs " << segs;
+          if (g + 1 < segs) EXPECT_LT(pos_own[g + 1], int(i)) << "own segment g + 1 first";
+        }
+        // Other owners in ring order within a segment.
+        for (size_t i = 1; i < order.size(); ++i)
+          if (order[i].first != rank && order[i - 1].first != rank && order[i].second == order[i - 1].second)
+            EXPECT_EQ(order[i].first, (order[i - 1].first + 1) % W);
+        if (segs == 1 && W > 1) {  // the old order: own chunk, then rank + 1, rank + 2, ...
+          for (int i = 0; i < W; ++i) EXPECT_EQ(order[i].first, (rank + i) % W);
+        }
+      }
+  EXPECT_EQ((Interleave{1, 0, 8, 4}).physical_mblock(5), 5);  // one rank: identity
+  EXPECT_EQ((Interleave{2, 1, 8, 0}).physical_mblock(5), 5);  // no segment: identity
+}
+
+// The default segment: whole regions, at least kSegmentMinMblocks m-blocks, dividing the chunk; else the chunk.
+TEST(T3Map, PickSegmentAndTheMapsInterleave) {
+  EXPECT_EQ(kSegmentMinMblocks, 8);
+  EXPECT_EQ(pick_segment(64, 4), 8);
+  EXPECT_EQ(pick_segment(64, 32), 32);
+  EXPECT_EQ(pick_segment(64, 4, 16), 16);
+  EXPECT_EQ(pick_segment(8, 4), 8);          // the whole chunk
+  EXPECT_EQ(pick_segment(8, 2, 16), 8);      // the whole chunk
+  EXPECT_EQ(pick_segment(48, 6, 16), 24);    // 18 does not divide 48
+  EXPECT_EQ(pick_segment(64, 4, 4), 4);
+  const auto a = make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 4);
+  EXPECT_EQ(a.chunk_mblocks, 64);
+  EXPECT_EQ(a.interleave.seg_mblocks, 16);  // regions of 16 m-blocks
+  EXPECT_EQ(a.strip_mblocks(), 16);
+  ASSERT_EQ(a.launches.size(), 1u);
+  EXPECT_EQ(a.launches[0].rows, 2 * 8192);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8, 0).interleave.seg_mblocks, 64);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8).interleave.seg_mblocks, 8);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8, 5).interleave.seg_mblocks, 8);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 4, 5).interleave.seg_mblocks, 16);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 1, 0, 8192, 1024, 128, 256, 8).interleave.seg_mblocks, 0);
+  EXPECT_EQ(make_address_map(Variant::kDirect, 2, 1, 2 * 8192, 1024, 128, 256, 8).interleave.seg_mblocks, 0);
+  // The execution order starts with the own chunk's first segment, then its second, then the other's first.
+  const auto seq = tile_execution_order(a, pick_swizzle(a.strip_mblocks(), 8));
+  const int per_seg = 16 * a.tiles_n;
+  EXPECT_EQ(a.tiles[seq[0]].chunk, 1);
+  EXPECT_EQ(a.tiles[seq[per_seg]].chunk, 1);
+  EXPECT_EQ(a.tiles[seq[2 * per_seg]].chunk, 0);
+  EXPECT_EQ(a.tiles[seq[2 * per_seg]].region, 0);
+}
+
+// Interleaved direct-tma at any world, segment and swizzle: every partial once, no deadlock.
+TEST(T3Map, InterleavedDirectTmaDeliversEveryPartialOnce) {
+  for (int W = 2; W <= 8; ++W)
+    for (int seg : {2, 4, 8})
+      for (int swz : {1, 2, 4}) {
+        std::string why;
+        EXPECT_TRUE(simulate(Variant::kDirectTma, W, int64_t(W) * 16 * 128, 512, 8, &why, swz, seg))
+            << "world " << W << " segment " << seg << " swizzle " << swz << ": " << why;
+      }
+}
+
 // direct-tma: own chunk first, stored and announced (stored[q]); the other chunks' tiles go where direct's go, added
 // only after the owner's stored[q] holds all its tiles of the region; out[q] counts the other ranks' tiles.
 TEST(T3Map, DirectTmaStoresItsOwnChunkFirst) {
@@ -220,6 +307,8 @@ TEST(T3Map, DirectTmaStoresItsOwnChunkFirst) {
       const auto t = make_address_map(Variant::kDirectTma, W, rank, int64_t(W) * 1024, 1024, 128, 256, regions);
       ASSERT_EQ(d.tiles.size(), t.tiles.size());
       EXPECT_EQ(t.order.front(), rank);
+      EXPECT_EQ(t.interleave.seg_mblocks, W > 1 ? t.chunk_mblocks : 0);  // 8 m-blocks per chunk: one segment
+      EXPECT_EQ(t.launches.size(), 1u);
       EXPECT_EQ(t.num_counters, 2 * regions);
       EXPECT_EQ(t.final_counters, d.final_counters);
       EXPECT_TRUE(t.dma.empty());

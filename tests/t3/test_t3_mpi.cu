@@ -38,6 +38,7 @@ struct RsCase {
   int64_t m, n, k;
   int regions;
   int sm_count;
+  int segment_rows = -1;  // direct-tma: BRAID_T3_SEGMENT_ROWS while the op is built (-1: unset)
 };
 
 class T3RsMpi : public ::testing::TestWithParam<RsCase> {};
@@ -75,7 +76,11 @@ TEST_P(T3RsMpi, MatchesCublasPlusNccl) {
   o.m = m, o.n = n, o.k = k;
   o.regions = c.regions;
   o.sm_count = c.sm_count;
+  if (c.segment_rows >= 0) setenv("BRAID_T3_SEGMENT_ROWS", std::to_string(c.segment_rows).c_str(), 1);
   t3::GemmReduceScatter op(team, o);
+  unsetenv("BRAID_T3_SEGMENT_ROWS");
+  if (c.variant == t3::Variant::kDirectTma && c.segment_rows > 0 && W > 1)
+    EXPECT_LT(op.map().interleave.seg_mblocks, op.map().chunk_mblocks) << "the case should interleave segments";
   if (c.regions > 0) EXPECT_EQ(op.map().regions, c.regions);
   if (c.variant == t3::Variant::kAuto) {  // both candidates timed on these inputs; every rank keeps the same one
     const t3::Variant v = op.tune(a.p, b.p, out.p, s, 3);
@@ -122,6 +127,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, T3RsMpi,
                                            RsCase{t3::Variant::kDirect, 4096, 1024, 512, 2, 16},
                                            RsCase{t3::Variant::kDirectTma, 2048, 512, 256, 1, 0},
                                            RsCase{t3::Variant::kDirectTma, 4096, 1024, 512, 2, 16},
+                                           // interleaved segments (two per chunk), then the default segment
+                                           RsCase{t3::Variant::kDirectTma, 4096, 1024, 512, 2, 0, 256},
+                                           RsCase{t3::Variant::kDirectTma, 8192, 2048, 256, 0, 16},
                                            RsCase{t3::Variant::kAuto, 4096, 1024, 512, 0, 0},
                                            RsCase{t3::Variant::kSequential, 2048, 512, 256, 0, 0}));
 
