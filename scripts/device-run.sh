@@ -70,6 +70,12 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
+# Fortieth session (only `nvidia-h200`): `build test` with BUILD_TARGET="braid test_t3_mpi test_t3_map", CTEST_R=test_t3_
+# (test_t3_mpi_shared2/4/8: 2, 4 and 8 ranks time-slicing the one GPU, BRAID_SHARED_GPU=1; ~15 s together) + `t3-np1`
+# 3.2 min cold. First on any two-GPU card for issue 8 (direct-tma's remote path ran only on one shared GPU, never
+# over NVLink): `build test sweep-t3` as below, then `t3-swizzle` with T3_ALGOS=sequential,t3-direct-tma and
+# T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg512=BRAID_T3_SEGMENT_ROWS=512" (the interleave A/B; on H100
+# T3_SHAPES=bench/shapes/within2x-h100x2.txt).
 # Thirty-ninth session (only `nvidia-h200`): `build test t3-np1 ncu-gemm` (BUILD_TARGET="braid test_t3_mpi", CTEST_R=
 # test_t3_mpi_np1, NCU_KERNELS='GemmUniversal|nvjet', NCU_ARGS="t3-gemm-rs ...") 3.6 min cold; with test_overlap_gemm_gpu
 # and test_overlap_mpi too 4.2 min cold; `build test ncu-gemm t3-np1` (two t3-np1 rounds) 3.1 min cold; `build ncu-gemm`
@@ -711,12 +717,14 @@ if has sweep-t3; then
     --json "$out/ag-gemm-sweep.jsonl" 2>&1 | tee -a "$log"
 fi
 if has t3-swizzle; then  # T3 GEMM+RS on the within-2x shapes under several environments (swizzle, L2 window)
-  # T3_CONFIGS: space-separated TAG=NAME=VALUE,NAME=VALUE (TAG alone: no extra environment).
+  # T3_CONFIGS: space-separated TAG=NAME=VALUE,NAME=VALUE (TAG alone: no extra environment). T3_SHAPES: the shape
+  # file (default: the 2x H200 within-2x set). direct-tma's segment A/B: T3_ALGOS=sequential,t3-direct-tma
+  # T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg512=BRAID_T3_SEGMENT_ROWS=512" (0: own chunk first, whole).
   for cfg in ${T3_CONFIGS:-s1 s8=BRAID_T3_SWIZZLE=8 s8p=BRAID_T3_SWIZZLE=8,BRAID_T3_PERSIST_B=1}; do
     tag=${cfg%%=*}; env=""; [[ $cfg == *=* ]] && env=${cfg#*=}
     echo "== t3-gemm-rs within-2x shapes, config $tag [${env}] ($(date +%T))" | tee -a "$log"
     # shellcheck disable=SC2086
-    E="${env//,/ }" T=200 mpi bench t3-gemm-rs --shapes bench/shapes/within2x-h200x2.txt --iters 10 \
+    E="${env//,/ }" T=200 mpi bench t3-gemm-rs --shapes "${T3_SHAPES:-bench/shapes/within2x-h200x2.txt}" --iters 10 \
       --algo ${T3_ALGOS:-sequential,t3-auto,t3-ring-cublas,t3-ring-dma,t3-direct} \
       --json "$out/t3-w2x-$tag.jsonl" 2>&1 | grep -vE "^#" | tail -30 | tee -a "$log"
   done
