@@ -769,7 +769,8 @@ class CublasGemm {
   void* workspace_ = nullptr;
   size_t ws_bytes_ = 0;
 };
-// Sequential: cuBLAS GEMM then NCCL on `stream`.
+// Sequential: cuBLAS GEMM then NCCL on `stream` (a team without NCCL, TeamOptions::shared_gpu: the sum on the
+// host over MPI, synchronous; tests only).
 void run_sequential(Team& team, CublasGemm& gemm, Collective c, const void* a, const void* b, void* d,
                     void* out, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 // Decomposition: M split into `chunks` row blocks; chunk i's GEMM on one of two streams, its collective

@@ -13,12 +13,14 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "braid/bench.hpp"
 #include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/overlap.hpp"
 #include "braid/overlap/verify.hpp"
+#include "braid/quant.hpp"
 #include "braid/runtime.hpp"
 #include "comm_wait.cuh"
 
@@ -1256,6 +1258,30 @@ void run_sequential(Team& team, CublasGemm& gemm, Collective c, const void* a, c
                     int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   gemm.run(a, b, d, m, n, k, stream);
   const size_t count = size_t(m) * n;
+  if (!team.has_nccl()) {  // a shared-GPU team (tests only): the sum on the host over MPI, in float, rounded once
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    BRAID_CUDA_CHECK(cudaStreamIsCapturing(stream, &cap));
+    if (cap != cudaStreamCaptureStatusNone)
+      throw UnavailableError("run_sequential: a team without NCCL sums on the host, not under stream capture",
+                             __FILE__, __LINE__);
+    std::vector<uint16_t> h(count);
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(h.data(), d, count * 2, cudaMemcpyDeviceToHost, stream));
+    team.synchronize(stream, "run_sequential (host sum)");
+    std::vector<float> f(count);
+    for (size_t i = 0; i < count; ++i) f[i] = bf16_to_float(h[i]);
+    for (size_t off = 0; off < count; off += size_t(1) << 28) {
+      const int nn = static_cast<int>(std::min<size_t>(count - off, size_t(1) << 28));
+      BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, f.data() + off, nn, MPI_FLOAT, MPI_SUM, team.mpi()));
+    }
+    for (size_t i = 0; i < count; ++i) h[i] = quant::float_to_bf16_bits(f[i]);
+    const size_t part = count / team.size();
+    if (c == Collective::kReduceScatter)
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(out, h.data() + part * team.rank(), part * 2, cudaMemcpyHostToDevice, stream));
+    else
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), count * 2, cudaMemcpyHostToDevice, stream));
+    team.synchronize(stream, "run_sequential (host sum)");  // h lives on this stack
+    return;
+  }
   if (c == Collective::kReduceScatter)
     BRAID_NCCL_CHECK(ncclReduceScatter(d, out, count / team.size(), kBf16, ncclSum, team.nccl(), stream));
   else

@@ -66,6 +66,25 @@ void eager_then_graph(braid::Team& team, int reps, int graph_from, const std::fu
   if (exec) cudaGraphExecDestroy(exec);
 }
 
+// A shared-GPU team (BRAID_SHARED_GPU=1, ctest test_overlap_mpi_shared*: ranks time-slicing one GPU) has no NCCL:
+// the tests of NCCL paths skip there; the references (run_sequential) sum on the host.
+#define SKIP_WITHOUT_NCCL(team)                                                                   \
+  if ((team).shared_gpu()) GTEST_SKIP() << "needs NCCL, which a shared-GPU team has not"
+
+// dst (count * W bf16) = every rank's src (count bf16), rank order: NCCL, or MPI on the host without it.
+void allgather_bf16(braid::Team& team, const void* src, void* dst, size_t count, cudaStream_t s) {
+  if (team.has_nccl()) {
+    ASSERT_EQ(ncclAllGather(src, dst, count, ncclBfloat16, team.nccl(), s), ncclSuccess);
+    return;
+  }
+  team.synchronize(s, "allgather (host)");
+  const auto mine = download_bf16(src, count);
+  std::vector<uint16_t> all(count * team.size());
+  ASSERT_EQ(MPI_Allgather(mine.data(), int(count), MPI_UINT16_T, all.data(), int(count), MPI_UINT16_T, team.mpi()),
+            MPI_SUCCESS);
+  ASSERT_EQ(cudaMemcpy(dst, all.data(), all.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
 bool all_hopper(braid::Team& team) {
   int dev = 0, major = 0;
   cudaGetDevice(&dev);
@@ -95,6 +114,8 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   braid::Team team(MPI_COMM_WORLD);
   if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
   const Case c = GetParam();
+  if (team.shared_gpu() && (c.transport != Transport::kPeerCopyEngine || c.tune_ratio >= 0 || c.sequential))
+    GTEST_SKIP() << "NCCL transports and the sequential fallback need NCCL, which a shared-GPU team has not";
   const int W = team.size(), rank = team.rank();
   const int64_t m = c.m, n = c.n, k = c.k, mn = m * n;
   cudaStream_t s = team.stream();
@@ -195,7 +216,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   if (exec) cudaGraphExecDestroy(exec);
   if (rs) {
     // All-gather of y then un-permutation: every rank holds the normalized rows in original order.
-    ASSERT_EQ(ncclAllGather(y.p, yall.p, mn / W, ncclBfloat16, team.nccl(), s), ncclSuccess);
+    allgather_bf16(team, y.p, yall.p, mn / W, s);
     un_permute_rows(map, yall.p, yorig.p, m, n, W, s);
     team.synchronize("all-gather");
     const auto yo = download_bf16(yorig.p, mn);
@@ -272,6 +293,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(OverlapMpiBaselines, DecompositionMatchesSequential) {
   braid::Team team(MPI_COMM_WORLD);
+  SKIP_WITHOUT_NCCL(team);
   const int W = team.size(), rank = team.rank();
   const int64_t m = 2048, n = 1024, k = 512, mn = m * n;
   cudaStream_t s = team.stream();
@@ -397,6 +419,7 @@ TEST(OverlapMpiPull, MatchesCublasPlusNccl) {
 // owner-ordered schedule and T3's ring-cublas also into output(); the pick cache round-trips through a file.
 TEST(OverlapMpiAutoGemm, EverySchedulePicksTheRightRows) {
   braid::Team team(MPI_COMM_WORLD);
+  SKIP_WITHOUT_NCCL(team);
   if (!all_hopper(team)) GTEST_SKIP() << "the GEMMs are built for sm_90a only";
   const int W = team.size(), rank = team.rank();
   const int64_t m = 512 * W, n = 2048, k = 1024, mn = m * n;
@@ -482,6 +505,7 @@ TEST(OverlapMpiAutoGemm, EverySchedulePicksTheRightRows) {
 // copy of the same data, for every transport (the copy-engine one: NCCL's all-to-all and braid's reduction).
 TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
   braid::Team team(MPI_COMM_WORLD);
+  SKIP_WITHOUT_NCCL(team);
   if (!all_hopper(team)) GTEST_SKIP() << "the op's GEMM is built for sm_90a only";
   const int W = team.size(), rank = team.rank();
   const int64_t m = 2048, n = 1024, k = 512, mn = m * n;
@@ -534,6 +558,7 @@ TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
 // must deliver them, repeatedly, for a uniform and a skewed routing (most rows to rank 0).
 TEST(OverlapMpiAllToAll, DeliversEveryRoutedRow) {
   braid::Team team(MPI_COMM_WORLD);
+  SKIP_WITHOUT_NCCL(team);
   if (!all_hopper(team)) GTEST_SKIP() << "the GEMM is built for sm_90a only";
   const int W = team.size(), rank = team.rank();
   const int64_t m = 2048, n = 1024, k = 256, mn = m * n;
