@@ -2,7 +2,7 @@
 # scripts/device-run.sh OUT [what...] — one call on the GPU node: build, run the tests, run the
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
-# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3
+# sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
 # strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
@@ -884,6 +884,22 @@ if has gemm-layout; then  # braid's GEMM vs cuBLAS per tile config and scheduler
       python3 -c "import json,math,sys; v=[json.loads(l)['braid_vs_cublas'] for l in open(sys.argv[1])]; \
 print('braid/cublas geomean %.3f min %.3f (%d shapes)' % (math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)))" \
         "$out/gemm-layout-$t-$r.jsonl" 2>&1 | tee -a "$log"
+    done
+  done
+fi
+if has fo-reserve; then  # FlashOverlap's op per SM reserve (FO_RESERVES, default "0 4 16") on FO_SHAPES (default
+  # 4096,4096,1024): the bench row (--no-tune), then its signalled GEMM's kernel durations under Nsight Compute. At one
+  # rank this isolates the reserved grid's wave count (512 tiles: 4 waves of 128-132 CTAs, 5 of 116) from any comm.
+  for sh in ${FO_SHAPES:-4096,4096,1024}; do
+    for r in ${FO_RESERVES:-0 4 16}; do
+      echo "== gemm-rs $sh, reserve $r ($(date +%T))" | tee -a "$log"
+      T=120 mpi bench gemm-rs --shape "$sh" --reserve-sms "$r" --no-tune --iters 20 --json "$out/fo-reserve.jsonl" 2>&1 \
+        | grep -vE "^#" | tail -8 | tee -a "$log"
+      t=$(( $(left) < 90 ? $(left) : 90 ))
+      timeout "$t" mpirun -np 1 --bind-to none -x NCCL_NVLS_ENABLE ncu --clock-control none --kernel-name-base mangled \
+        --kernel-name "regex:GemmUniversal" --launch-count 8 --section LaunchStats --section SpeedOfLight build/braid bench \
+        gemm-rs --shape "$sh" --reserve-sms "$r" --no-tune --iters 3 --warmup 1 2>&1 | grep -E "^  void|Duration|Grid Size" \
+        | sed 's/^\(  void device_kernel<GemmUniversal<\).*/\1...>/' | tee -a "$log"
     done
   done
 fi
