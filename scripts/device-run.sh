@@ -888,17 +888,19 @@ print('braid/cublas geomean %.3f min %.3f (%d shapes)' % (math.exp(sum(map(math.
   done
 fi
 if has fo-reserve; then  # FlashOverlap's op per SM reserve (FO_RESERVES, default "0 4 16") on FO_SHAPES (default
-  # 4096,4096,1024): the bench row (--no-tune), then its signalled GEMM's kernel durations under Nsight Compute. At one
+  # 4096,4096,1024), FO_ARGS added (e.g. --reserve-fit): the bench row (--no-tune), then its signalled GEMM's kernel
+  # durations under Nsight Compute. At one
   # rank this isolates the reserved grid's wave count (512 tiles: 4 waves of 128-132 CTAs, 5 of 116) from any comm.
   for sh in ${FO_SHAPES:-4096,4096,1024}; do
     for r in ${FO_RESERVES:-0 4 16}; do
       echo "== gemm-rs $sh, reserve $r ($(date +%T))" | tee -a "$log"
-      T=120 mpi bench gemm-rs --shape "$sh" --reserve-sms "$r" --no-tune --iters 20 --json "$out/fo-reserve.jsonl" 2>&1 \
+      # shellcheck disable=SC2086
+      T=120 mpi bench gemm-rs --shape "$sh" --reserve-sms "$r" --no-tune --iters 20 ${FO_ARGS:-} --json "$out/fo-reserve.jsonl" 2>&1 \
         | grep -vE "^#" | tail -8 | tee -a "$log"
       t=$(( $(left) < 90 ? $(left) : 90 ))
       timeout "$t" mpirun -np 1 --bind-to none -x NCCL_NVLS_ENABLE ncu --clock-control none --kernel-name-base mangled \
         --kernel-name "regex:GemmUniversal" --launch-count 8 --section LaunchStats --section SpeedOfLight build/braid bench \
-        gemm-rs --shape "$sh" --reserve-sms "$r" --no-tune --iters 3 --warmup 1 2>&1 | grep -E "^  void|Duration|Grid Size" \
+        gemm-rs --shape "$sh" --reserve-sms "$r" --no-tune --iters 3 --warmup 1 ${FO_ARGS:-} 2>&1 | grep -E "^  void|Duration|Grid Size" \
         | sed 's/^\(  void device_kernel<GemmUniversal<\).*/\1...>/' | tee -a "$log"
     done
   done

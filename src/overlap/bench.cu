@@ -51,6 +51,9 @@ struct Args {
   // --reserve-sms-ce N: the copy-engine transports' ops leave N SMs free instead (their transfers need none;
   // at 0 its GEMM takes every SM and the per-group sums wait for the GEMM's end). -1: --reserve-sms.
   int reserve_sms_ce = -1;
+  // --reserve-fit: every FlashOverlap op lowers its reserve to one that costs its GEMM no wave
+  // (OverlapOptions::reserve_fit; JSON reserve_fit, reserve_sms: the reserve used).
+  bool reserve_fit = false;
   int chunks = 4;
   // --transport kernels|copy-engine|symmetric|both|all: FlashOverlap over NCCL's kernels (always), and also
   // over its copy engines (copy-engine, both) and/or its symmetric-memory kernels (symmetric, all)
@@ -131,6 +134,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--measure") a.measure = val();
     else if (k == "--tune") a.tune = true;
     else if (k == "--no-tune") a.tune = false;
+    else if (k == "--reserve-fit") a.reserve_fit = true;
     else if (k == "--groups") {
       for (auto w : parse_ints(val(), ',')) a.groups.push_back(static_cast<int>(w));
     } else if (k == "--reserve-sms") a.reserve_sms = std::stoi(val());
@@ -388,6 +392,7 @@ int probe_pce(Team& team, const Args& a, const bench::Context& ctx) {
     oo.m = sh.m, oo.n = sh.n, oo.k = sh.k;
     oo.tile = a.tile;
     oo.reserve_sms = a.reserve_sms_ce >= 0 ? a.reserve_sms_ce : a.reserve_sms;
+    oo.reserve_fit = a.reserve_fit;
     oo.transport = Transport::kPeerCopyEngine;
     GemmOverlap op(team, oo);
     const size_t mn = size_t(sh.m) * sh.n;
@@ -489,6 +494,7 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
     oo.m = sh.m, oo.n = sh.n, oo.k = sh.k;
     oo.tile = a.tile;
     oo.reserve_sms = a.reserve_sms;
+    oo.reserve_fit = a.reserve_fit;
     oo.group_waves = a.groups;
     oo.cache = a.cache.empty() ? nullptr : &cache;
     GemmOverlap op(team, oo);
@@ -1104,6 +1110,8 @@ int bench_main(Team& team, int argc, char** argv, const bench::Context& ctx) {
           .add("dtype", "bf16")
           .add("tile", tile_config_name(op.options().tile))
           .add("gemm_ctas", map.grid.ctas)
+          .add("reserve_sms", op.options().reserve_sms)
+          .add("reserve_fit", a.reserve_fit)
           .add("waves", map.grid.num_waves())
           .add("groups", groups)
           .add("decision", op.sequential() ? "sequential" : "overlap")

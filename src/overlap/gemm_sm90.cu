@@ -216,14 +216,20 @@ SignalGemm::SignalGemm(TileConfig cfg, int sm_count) : cfg_(cfg), sm_count_(sm_c
 SignalGemm::~SignalGemm() = default;
 
 TileGrid SignalGemm::plan(int64_t m, int64_t n, int64_t k) const {
-  const int bm = tile_bm(cfg_), bn = tile_bn(cfg_);
+  return plan_for(cfg_, sm_count_, m, n, k);
+}
+
+TileGrid SignalGemm::plan_for(TileConfig cfg, int sm_count, int64_t m, int64_t n, int64_t k) {
+  BRAID_REQUIRE(cfg == TileConfig::k128x256 || cfg == TileConfig::k128x128, "SignalGemm: pick a tile config");
+  const int bm = tile_bm(cfg), bn = tile_bn(cfg);
   BRAID_REQUIRE(m > 0 && n > 0 && k > 0, "GEMM: empty problem");
   BRAID_REQUIRE(m % bm == 0 && n % bn == 0,
                 "GEMM: M must be a multiple of " + std::to_string(bm) + " and N of " + std::to_string(bn));
   BRAID_REQUIRE(k % 64 == 0, "GEMM: K must be a multiple of 64");
   BRAID_REQUIRE(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31), "GEMM: too large");
+  if (sm_count <= 0) sm_count = device_sm_count();
   TileGrid g;
-  BRAID_OVERLAP_DISPATCH(cfg_, K, g = K::plan(int(m), int(n), int(k), sm_count_));
+  BRAID_OVERLAP_DISPATCH(cfg, K, g = K::plan(int(m), int(n), int(k), sm_count));
   return g;
 }
 

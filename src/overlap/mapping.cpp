@@ -166,4 +166,13 @@ int64_t rs_original_row(const Mapping& m, int part, int64_t j) {
   return (j / sub) * m.grid.bm + int64_t(part) * sub + j % sub;
 }
 
+int wave_fit_reserve(int sms, int cap, int floor, const std::function<int(int)>& waves_at) {
+  BRAID_REQUIRE(sms > 0 && cap >= 0 && floor >= 0, "wave_fit_reserve: bad SM counts");
+  if (floor > cap || cap >= sms) return cap;
+  const int full = waves_at(sms);
+  for (int r = cap; r >= floor; --r)
+    if (waves_at(sms - r) == full) return r;
+  return cap;
+}
+
 }  // namespace braid::overlap

@@ -353,7 +353,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   int dev = 0, sms = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&dev));
   BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int gemm_sms = std::max(8, sms - std::max(0, opt.reserve_sms));
+  int gemm_sms = std::max(8, sms - std::max(0, opt.reserve_sms));
   TileConfig cfg = opt.tile;
   std::vector<int> waves = opt.group_waves;
   sequential_ = opt.sequential;
@@ -366,6 +366,12 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
   }
   if (cfg == TileConfig::kAuto) cfg = choose_tile_config(opt.m, opt.n, opt.k, gemm_sms);
   opt_.tile = cfg;
+  if (opt.reserve_fit && opt.reserve_sms > 0 && sms - opt.reserve_sms >= 8) {  // no wave for the reserve
+    opt_.reserve_sms = wave_fit_reserve(sms, opt.reserve_sms, 2, [&](int s) {
+      return SignalGemm::plan_for(cfg, s, opt.m, opt.n, opt.k).num_waves();
+    });
+    gemm_sms = sms - opt_.reserve_sms;
+  }
   gemm_ = std::make_unique<SignalGemm>(cfg, gemm_sms);
   const TileGrid grid = gemm_->plan(opt.m, opt.n, opt.k);
   const int parts = opt.coll == Collective::kReduceScatter ? team.size() : 1;
@@ -430,7 +436,7 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
       const int per_sm = sum_blocks_per_sm();
       ce_comm_ = wc;
       reduce_ctas_last_ = per_sm * sms;
-      reduce_ctas_ = opt.reserve_sms > 0 ? per_sm * std::min(sms, opt.reserve_sms) : reduce_ctas_last_;
+      reduce_ctas_ = opt_.reserve_sms > 0 ? per_sm * std::min(sms, opt_.reserve_sms) : reduce_ctas_last_;
     }
     // NCCL sets up its copy-engine state (a symmetric sync window: ncclMemAlloc + registration), and may set
     // up its symmetric runtime, at a communicator's first such collective, which fails inside a stream
@@ -477,12 +483,12 @@ GemmOverlap::GemmOverlap(Team& team, const OverlapOptions& opt) : team_(team), o
     // Pulling the last group from the peers' d_ needs the barrier before our GEMM rewrites d_ (see run()).
     // Stores: peers write our receive buffer from their GEMM's first tile on, so the barrier (after which they
     // may) runs before our GEMM too.
-    peer_barrier_on_comm_ = opt.reserve_sms > 0 && !barrier_on_stream && !pull_last && !stores;
+    peer_barrier_on_comm_ = opt_.reserve_sms > 0 && !barrier_on_stream && !pull_last && !stores;
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&peer_ready_, cudaEventDisableTiming));
     peer_wait_flags_ = memops::remote_wait_flags();
     const int per_sm = sum_blocks_per_sm();  // the sums' CTAs, as for NCCL's copy engines above
     reduce_ctas_last_ = per_sm * sms;
-    reduce_ctas_ = opt.reserve_sms > 0 ? per_sm * std::min(sms, opt.reserve_sms) : reduce_ctas_last_;
+    reduce_ctas_ = opt_.reserve_sms > 0 ? per_sm * std::min(sms, opt_.reserve_sms) : reduce_ctas_last_;
     if (stores) {  // the epilogue's tables: destinations per (group, part), filled by upload(); every rank's flags
       BRAID_CUDA_CHECK(cudaMalloc(&part_dst_, size_t(T) * W * sizeof(uint64_t)));
       BRAID_CUDA_CHECK(cudaMalloc(&part_flags_, size_t(W) * sizeof(uint32_t*)));

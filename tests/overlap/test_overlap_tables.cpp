@@ -342,3 +342,30 @@ TEST(OverlapVerify, SumBoundFollowsThePartials) {
   EXPECT_EQ(count_mismatch(ref, id, 3, std::vector<uint16_t>(2, bf16(0.f)), id, 4, 1.0), 2u);  // 10 != 0, index 2
   EXPECT_NEAR(sum_tolerance(45.390625, 4, 0.0), 6 * 45.390625 / 256, 1e-12);
 }
+
+// wave_fit_reserve: the largest reserve in [floor, cap] that adds no wave to the persistent grid's (here: 2x1
+// clusters, ceil(tiles / CTAs) waves of an even CTA count), else cap.
+TEST(OverlapTables, WaveFitReserveKeepsTheFullGridsWaves) {
+  auto waves_for = [](int tiles) {
+    return [tiles](int sms) {
+      const int ctas = sms / 2 * 2;
+      return (tiles + ctas - 1) / ctas;
+    };
+  };
+  EXPECT_EQ(wave_fit_reserve(132, 16, 2, waves_for(512)), 4);    // 4096x4096 at 128x256: 128 CTAs, 4 waves
+  EXPECT_EQ(wave_fit_reserve(132, 16, 2, waves_for(256)), 4);    // 2 waves need 128 CTAs (5 free: 126 CTAs)
+  EXPECT_EQ(wave_fit_reserve(132, 16, 2, waves_for(200)), 16);   // 116 CTAs still 2 waves: the reserve stays
+  EXPECT_EQ(wave_fit_reserve(132, 16, 2, waves_for(528)), 16);   // every reserve adds a wave: the reserve stays
+  EXPECT_EQ(wave_fit_reserve(132, 16, 2, waves_for(1024)), 4);   // 8 waves of 128
+  EXPECT_EQ(wave_fit_reserve(132, 0, 2, waves_for(512)), 0);     // floor above cap: cap
+  EXPECT_EQ(wave_fit_reserve(132, 16, 6, waves_for(512)), 16);   // floor above every fitting reserve: cap
+  // Monotone model: the fit never adds a wave and never exceeds the cap.
+  for (int tiles = 1; tiles < 3000; tiles += 7)
+    for (int cap : {2, 8, 16, 32}) {
+      const int r = wave_fit_reserve(132, cap, 2, waves_for(tiles));
+      EXPECT_LE(r, cap);
+      if (r != cap) {
+        EXPECT_EQ(waves_for(tiles)(132 - r), waves_for(tiles)(132));
+      }
+    }
+}
