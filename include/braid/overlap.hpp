@@ -31,8 +31,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <iosfwd>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <utility>

@@ -2,7 +2,8 @@
 // gemm_sm90.cu and T3's gemm_t3.cu differ only in their collective epilogue): bf16 A (M,K) row-major
 // times B (N,K) row-major ("TN"), fp32 accumulation, TMA loads with multicast over a CM x CN cluster,
 // wgmma, warp-specialized cooperative (two consumer warpgroups per tile), persistent static scheduler
-// raster along N (optionally with its M indices remapped: RemappedPersistentScheduler). The main loop gets every stage that the epilogue's shared storage leaves.
+// raster along N (optionally with its M indices remapped: RemappedPersistentScheduler). The main loop
+// gets every stage that the epilogue's shared storage leaves.
 // Include only from a CUTLASS translation unit (each instantiation costs minutes of compile time).
 #pragma once
 
@@ -22,10 +23,10 @@
 namespace braid::overlap::detail {
 
 // CUTLASS's static persistent scheduler (PersistentTileSchedulerSm90: the same linear order, swizzle and
-// raster) with every tile's M index passed through `Remap` (trivially copyable, with `int32_t
-// physical_mblock(int32_t) const` callable on the device; set per launch in Arguments::remap; t3::Interleave). Producer and
-// consumers of a tile ask the same scheduler, so the main loop's A rows and the epilogue's rows agree. The
-// remap must keep a 2x1 cluster's CTAs on consecutive m-blocks (even segments) and be a permutation.
+// raster) with every tile's M index passed through `Remap` (trivially copyable, with a device-callable
+// `int32_t physical_mblock(int32_t) const`; set per launch in Arguments::remap; e.g. t3::Interleave).
+// Producer and consumers of a tile ask the same scheduler, so the main loop's A rows and the epilogue's
+// rows agree. The remap must be a permutation that keeps a 2x1 cluster's CTAs on consecutive m-blocks.
 template <class Remap>
 struct RemappedSchedulerTag {};
 
