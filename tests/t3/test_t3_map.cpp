@@ -226,12 +226,17 @@ TEST(T3Map, InterleaveRunsOwnSegmentsOneAhead) {
           ASSERT_GE(p, 0);
           ASSERT_LT(p, W * chunk);
           seen[p]++;
-          if (v % 2 == 1) EXPECT_EQ(p, il.physical_mblock(v - 1) + 1);  // clusters stay whole
-          if (v % seg == 0) order.push_back({p / chunk, (p % chunk) / seg});
-          else EXPECT_EQ(p, il.physical_mblock(v - 1) + 1);  // a segment is contiguous
+          if (v % 2 == 1) {
+            EXPECT_EQ(p, il.physical_mblock(v - 1) + 1);  // clusters stay whole
+          }
+          if (v % seg == 0) {
+            order.push_back({p / chunk, (p % chunk) / seg});
+          } else {
+            EXPECT_EQ(p, il.physical_mblock(v - 1) + 1);  // a segment is contiguous
+          }
         }
         for (int c : seen) EXPECT_EQ(c, 1);
-        // Own segment g runs before every other owner's segment g, and (W > 1) after the others' segment g - 2.
+        // Own segments g and g + 1 run before every other owner's segment g.
         std::vector<int> pos_own(segs, -1);
         for (size_t i = 0; i < order.size(); ++i)
           if (order[i].first == rank) pos_own[order[i].second] = int(i);
@@ -239,12 +244,15 @@ TEST(T3Map, InterleaveRunsOwnSegmentsOneAhead) {
           const auto [c, g] = order[i];
           if (c == rank) continue;
           EXPECT_LT(pos_own[g], int(i)) << "W " << W << " rank " << rank << " segs " << segs;
-          if (g + 1 < segs) EXPECT_LT(pos_own[g + 1], int(i)) << "own segment g + 1 first";
+          if (g + 1 < segs) {
+            EXPECT_LT(pos_own[g + 1], int(i)) << "own segment g + 1 first";
+          }
         }
         // Other owners in ring order within a segment.
         for (size_t i = 1; i < order.size(); ++i)
-          if (order[i].first != rank && order[i - 1].first != rank && order[i].second == order[i - 1].second)
+          if (order[i].first != rank && order[i - 1].first != rank && order[i].second == order[i - 1].second) {
             EXPECT_EQ(order[i].first, (order[i - 1].first + 1) % W);
+          }
         if (segs == 1 && W > 1) {  // the old order: own chunk, then rank + 1, rank + 2, ...
           for (int i = 0; i < W; ++i) EXPECT_EQ(order[i].first, (rank + i) % W);
         }
