@@ -75,7 +75,8 @@
 # 3.2 min cold. First on any two-GPU card for issue 8 (direct-tma's remote path ran only on one shared GPU, never
 # over NVLink): `build test sweep-t3` as below, then `t3-swizzle` with T3_ALGOS=sequential,t3-direct-tma and
 # T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg512=BRAID_T3_SEGMENT_ROWS=512" (the interleave A/B; on H100
-# T3_SHAPES=bench/shapes/within2x-h100x2.txt). Issue 4: `measure-rs` as in the H100 line below, once more with
+# T3_SHAPES=bench/shapes/within2x-h100x2.txt; compare with `scripts/ab_rows.py t3-w2x-seg0.jsonl t3-w2x-segdef.jsonl
+# --algo t3-direct-tma --field speedup_vs_first`). Issue 4: `measure-rs` as in the H100 line below, once more with
 # `--reserve-fit` added to MEASURE_ARGS (the reserve that adds no GEMM wave; one H200 at one rank: 16 -> 4 SMs on
 # 4096x4096x1024, op GEMM 60.6 -> 50.3 us; what NCCL loses with 4 free SMs is the open question). `fo-reserve` (FO_*).
 # Thirty-ninth session (only `nvidia-h200`): `build test t3-np1 ncu-gemm` (BUILD_TARGET="braid test_t3_mpi", CTEST_R=
