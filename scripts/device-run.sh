@@ -74,7 +74,8 @@
 # (test_t3_mpi_shared2/4/8: 2, 4 and 8 ranks time-slicing the one GPU, BRAID_SHARED_GPU=1; ~15 s together) + `t3-np1`
 # 3.2 min cold. First on any two-GPU card for issue 8 (direct-tma's remote path ran only on one shared GPU, never
 # over NVLink): `build test sweep-t3` as below, then `t3-swizzle` with T3_ALGOS=sequential,t3-direct-tma and
-# T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg512=BRAID_T3_SEGMENT_ROWS=512" (the interleave A/B; on H100
+# T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg2048=BRAID_T3_SEGMENT_ROWS=2048 seg512=BRAID_T3_SEGMENT_ROWS=512"
+# (the interleave A/B; 2048 rows keeps the swizzle at 8, the default 1024 takes 4; on H100
 # T3_SHAPES=bench/shapes/within2x-h100x2.txt; compare with `scripts/ab_rows.py t3-w2x-seg0.jsonl t3-w2x-segdef.jsonl
 # --algo t3-direct-tma --field speedup_vs_first`). Issue 4: `measure-rs` as in the H100 line below, once more with
 # `--reserve-fit` added to MEASURE_ARGS (the reserve that adds no GEMM wave; one H200 at one rank: 16 -> 4 SMs on
@@ -722,7 +723,8 @@ fi
 if has t3-swizzle; then  # T3 GEMM+RS on the within-2x shapes under several environments (swizzle, L2 window)
   # T3_CONFIGS: space-separated TAG=NAME=VALUE,NAME=VALUE (TAG alone: no extra environment). T3_SHAPES: the shape
   # file (default: the 2x H200 within-2x set). direct-tma's segment A/B: T3_ALGOS=sequential,t3-direct-tma
-  # T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg512=BRAID_T3_SEGMENT_ROWS=512" (0: own chunk first, whole).
+  # T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg2048=BRAID_T3_SEGMENT_ROWS=2048 seg512=BRAID_T3_SEGMENT_ROWS=512"
+  # (0: own chunk first, whole).
   for cfg in ${T3_CONFIGS:-s1 s8=BRAID_T3_SWIZZLE=8 s8p=BRAID_T3_SWIZZLE=8,BRAID_T3_PERSIST_B=1}; do
     tag=${cfg%%=*}; env=""; [[ $cfg == *=* ]] && env=${cfg#*=}
     echo "== t3-gemm-rs within-2x shapes, config $tag [${env}] ($(date +%T))" | tee -a "$log"
