@@ -724,12 +724,13 @@ if has t3-swizzle; then  # T3 GEMM+RS on the within-2x shapes under several envi
   # T3_CONFIGS: space-separated TAG=NAME=VALUE,NAME=VALUE (TAG alone: no extra environment). T3_SHAPES: the shape
   # file (default: the 2x H200 within-2x set). direct-tma's segment A/B: T3_ALGOS=sequential,t3-direct-tma
   # T3_CONFIGS="seg0=BRAID_T3_SEGMENT_ROWS=0 segdef seg2048=BRAID_T3_SEGMENT_ROWS=2048 seg512=BRAID_T3_SEGMENT_ROWS=512"
-  # (0: own chunk first, whole).
+  # (0: own chunk first, whole). T3_ARGS: more bench options for every config, e.g. "--regions 2" (with
+  # BRAID_T3_SEGMENT_ROWS=512: two segments per chunk on the M <= 2048 shapes, whose default is one region).
   for cfg in ${T3_CONFIGS:-s1 s8=BRAID_T3_SWIZZLE=8 s8p=BRAID_T3_SWIZZLE=8,BRAID_T3_PERSIST_B=1}; do
     tag=${cfg%%=*}; env=""; [[ $cfg == *=* ]] && env=${cfg#*=}
     echo "== t3-gemm-rs within-2x shapes, config $tag [${env}] ($(date +%T))" | tee -a "$log"
     # shellcheck disable=SC2086
-    E="${env//,/ }" T=200 mpi bench t3-gemm-rs --shapes "${T3_SHAPES:-bench/shapes/within2x-h200x2.txt}" --iters 10 \
+    E="${env//,/ }" T=200 mpi bench t3-gemm-rs --shapes "${T3_SHAPES:-bench/shapes/within2x-h200x2.txt}" --iters 10 ${T3_ARGS:-} \
       --algo ${T3_ALGOS:-sequential,t3-auto,t3-ring-cublas,t3-ring-dma,t3-direct} \
       --json "$out/t3-w2x-$tag.jsonl" 2>&1 | grep -vE "^#" | tail -30 | tee -a "$log"
   done
