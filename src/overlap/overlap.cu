@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
@@ -262,6 +263,16 @@ std::vector<uint16_t> download_bf16(const void* p, size_t count) {
   BRAID_CUDA_CHECK(cudaMemcpy(h.data(), p, count * 2, cudaMemcpyDeviceToHost));
   return h;
 }
+namespace {
+// v[i] summed over the team's ranks, in place (host, MPI; int counts per call).
+void host_allreduce_sum(Team& team, std::vector<float>& v) {
+  for (size_t off = 0; off < v.size(); off += size_t(1) << 28) {
+    const int n = static_cast<int>(std::min<size_t>(v.size() - off, size_t(1) << 28));
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data() + off, n, MPI_FLOAT, MPI_SUM, team.mpi()));
+  }
+}
+}  // namespace
+
 SumRef sum_reference(Team& team, const void* d, size_t count, cudaStream_t s) {
   float* buf = nullptr;  // [2][count]: values, magnitudes
   BRAID_CUDA_CHECK(cudaMallocAsync(&buf, 2 * count * sizeof(float), s));
@@ -270,25 +281,30 @@ SumRef sum_reference(Team& team, const void* d, size_t count, cudaStream_t s) {
   SumRef r;
   r.sum.resize(count);
   r.mag.resize(count);
-  if (team.has_nccl()) {
-    BRAID_NCCL_CHECK(ncclAllReduce(buf, buf, 2 * count, ncclFloat32, ncclSum, team.nccl(), s));
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(r.sum.data(), buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
-    BRAID_CUDA_CHECK(cudaMemcpyAsync(r.mag.data(), buf + count, count * sizeof(float), cudaMemcpyDeviceToHost, s));
-    BRAID_CUDA_CHECK(cudaFreeAsync(buf, s));
-    team.synchronize(s, "sum reference");
-    return r;
-  }
-  // No NCCL (a shared-GPU team): the same float sums on the host, over MPI.
+  if (team.has_nccl()) BRAID_NCCL_CHECK(ncclAllReduce(buf, buf, 2 * count, ncclFloat32, ncclSum, team.nccl(), s));
   BRAID_CUDA_CHECK(cudaMemcpyAsync(r.sum.data(), buf, count * sizeof(float), cudaMemcpyDeviceToHost, s));
   BRAID_CUDA_CHECK(cudaMemcpyAsync(r.mag.data(), buf + count, count * sizeof(float), cudaMemcpyDeviceToHost, s));
   BRAID_CUDA_CHECK(cudaFreeAsync(buf, s));
   team.synchronize(s, "sum reference");
-  for (std::vector<float>* v : {&r.sum, &r.mag})
-    for (size_t off = 0; off < count; off += size_t(1) << 28) {  // MPI counts are int
-      const int n = static_cast<int>(std::min<size_t>(count - off, size_t(1) << 28));
-      BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v->data() + off, n, MPI_FLOAT, MPI_SUM, team.mpi()));
-    }
+  if (!team.has_nccl()) {  // a shared-GPU team: the same float sums on the host, over MPI
+    host_allreduce_sum(team, r.sum);
+    host_allreduce_sum(team, r.mag);
+  }
   return r;
+}
+
+void allgather_bf16(Team& team, const void* src, void* dst, size_t count, cudaStream_t s) {
+  if (team.has_nccl()) {
+    BRAID_NCCL_CHECK(ncclAllGather(src, dst, count, ncclBfloat16, team.nccl(), s));
+    return;
+  }
+  team.synchronize(s, "all-gather reference (host)");
+  const std::vector<uint16_t> mine = download_bf16(src, count);
+  std::vector<uint16_t> all(count * team.size());
+  BRAID_REQUIRE(count <= size_t(INT_MAX), "allgather_bf16: count beyond an MPI count");
+  BRAID_MPI_CHECK(MPI_Allgather(mine.data(), int(count), MPI_UINT16_T, all.data(), int(count), MPI_UINT16_T,
+                                team.mpi()));
+  BRAID_CUDA_CHECK(cudaMemcpy(dst, all.data(), all.size() * 2, cudaMemcpyHostToDevice));
 }
 
 size_t count_mismatch(const SumRef& ref, const std::function<int64_t(int64_t)>& ref_index, int64_t count,
@@ -1275,10 +1291,7 @@ void run_sequential(Team& team, CublasGemm& gemm, Collective c, const void* a, c
     team.synchronize(stream, "run_sequential (host sum)");
     std::vector<float> f(count);
     for (size_t i = 0; i < count; ++i) f[i] = bf16_to_float(h[i]);
-    for (size_t off = 0; off < count; off += size_t(1) << 28) {
-      const int nn = static_cast<int>(std::min<size_t>(count - off, size_t(1) << 28));
-      BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, f.data() + off, nn, MPI_FLOAT, MPI_SUM, team.mpi()));
-    }
+    host_allreduce_sum(team, f);
     for (size_t i = 0; i < count; ++i) h[i] = quant::float_to_bf16_bits(f[i]);
     const size_t part = count / team.size();
     if (c == Collective::kReduceScatter)

@@ -19,10 +19,12 @@ namespace {
 // The composition shared with FlashOverlap (overlap/sm90_gemm.cuh) with the T3 epilogue. AlongN raster;
 // the swizzle's strips of m-blocks stay inside a chunk (pick_swizzle), so stages complete in order.
 // direct-tma's scheduler interleaves the chunks' segments (t3::Interleave).
+template <bool kDirectTma>
+using Scheduler = std::conditional_t<kDirectTma, overlap::detail::RemappedSchedulerTag<Interleave>,
+                                     cutlass::gemm::PersistentScheduler>;
 template <int BM, int BN, int BK, int CM, int CN, bool kDirectTma>
-using Kernel = overlap::detail::Sm90PersistentGemm<
-    T3Epilogue<BM, BN, kDirectTma>, BM, BN, BK, CM, CN,
-    std::conditional_t<kDirectTma, overlap::detail::RemappedSchedulerTag<Interleave>, cutlass::gemm::PersistentScheduler>>;
+using Kernel =
+    overlap::detail::Sm90PersistentGemm<T3Epilogue<BM, BN, kDirectTma>, BM, BN, BK, CM, CN, Scheduler<kDirectTma>>;
 
 using K128x256 = Kernel<kBM, kBN, 64, 2, 1, false>;
 using K128x256DirectTma = Kernel<kBM, kBN, 64, 2, 1, true>;

@@ -5,10 +5,10 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "braid/env.hpp"
 #include "braid/runtime.hpp"
 #include "watchdog_listener.hpp"
 
@@ -35,8 +35,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   braid::Runtime rt(&argc, &argv, /*need_gpu=*/false);
   // BRAID_SHARED_GPU=1: the ranks share one GPU (braid::TeamOptions::shared_gpu).
-  const char* shared = std::getenv("BRAID_SHARED_GPU");
-  const int need = shared && std::strcmp(shared, "1") == 0 ? 1 : rt.local_size();
+  const int need = braid::env::flag("BRAID_SHARED_GPU").value_or(false) ? 1 : rt.local_size();
   if (braid::visible_gpu_count() < need) {
     if (rt.rank() == 0)
       std::printf("SKIPPED: %d ranks on this node need %d GPUs, %d visible\n", rt.local_size(), need,

@@ -71,20 +71,6 @@ void eager_then_graph(braid::Team& team, int reps, int graph_from, const std::fu
 #define SKIP_WITHOUT_NCCL(team)                                                                   \
   if ((team).shared_gpu()) GTEST_SKIP() << "needs NCCL, which a shared-GPU team has not"
 
-// dst (count * W bf16) = every rank's src (count bf16), rank order: NCCL, or MPI on the host without it.
-void allgather_bf16(braid::Team& team, const void* src, void* dst, size_t count, cudaStream_t s) {
-  if (team.has_nccl()) {
-    ASSERT_EQ(ncclAllGather(src, dst, count, ncclBfloat16, team.nccl(), s), ncclSuccess);
-    return;
-  }
-  team.synchronize(s, "allgather (host)");
-  const auto mine = download_bf16(src, count);
-  std::vector<uint16_t> all(count * team.size());
-  ASSERT_EQ(MPI_Allgather(mine.data(), int(count), MPI_UINT16_T, all.data(), int(count), MPI_UINT16_T, team.mpi()),
-            MPI_SUCCESS);
-  ASSERT_EQ(cudaMemcpy(dst, all.data(), all.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-}
-
 bool all_hopper(braid::Team& team) {
   int dev = 0, major = 0;
   cudaGetDevice(&dev);
@@ -216,7 +202,7 @@ TEST_P(OverlapMpi, MatchesCublasPlusNccl) {
   if (exec) cudaGraphExecDestroy(exec);
   if (rs) {
     // All-gather of y then un-permutation: every rank holds the normalized rows in original order.
-    allgather_bf16(team, y.p, yall.p, mn / W, s);
+    allgather_bf16(team, y.p, yall.p, mn / W, s);  // NCCL, or MPI on the host (verify.hpp)
     un_permute_rows(map, yall.p, yorig.p, m, n, W, s);
     team.synchronize("all-gather");
     const auto yo = download_bf16(yorig.p, mn);

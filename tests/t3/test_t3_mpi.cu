@@ -144,16 +144,7 @@ TEST(T3AgMpi, MatchesNcclPlusCublas) {
   Buf shard(mc * k * 2), full(m * k * 2), b(n * k * 2), ref(m * n * 2), c(m * n * 2);
   fill_uniform_bf16(shard.p, mc * k, 300 + rank, 1.f, s);
   fill_uniform_bf16(b.p, n * k, 400, 1.f, s);  // the same weight on every rank
-  if (team.has_nccl()) {
-    ASSERT_EQ(ncclAllGather(shard.p, full.p, mc * k, ncclBfloat16, team.nccl(), s), ncclSuccess);
-  } else {  // shared-GPU team: gather the shards on the host
-    team.synchronize("shard");
-    std::vector<uint16_t> mine = download_bf16(shard.p, mc * k), all(m * k);
-    ASSERT_EQ(MPI_Allgather(mine.data(), int(mc * k), MPI_UINT16_T, all.data(), int(mc * k), MPI_UINT16_T,
-                            team.mpi()),
-              MPI_SUCCESS);
-    ASSERT_EQ(cudaMemcpy(full.p, all.data(), m * k * 2, cudaMemcpyHostToDevice), cudaSuccess);
-  }
+  allgather_bf16(team, shard.p, full.p, mc * k, s);  // NCCL, or MPI on the host in a shared-GPU team
   CublasGemm cublas;
   cublas.run(full.p, b.p, ref.p, m, n, k, s);
   team.synchronize("reference");

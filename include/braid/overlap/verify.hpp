@@ -43,8 +43,12 @@ inline constexpr double kGemmRtol = 1.0 / 64;
 struct SumRef {
   std::vector<float> sum, mag;  // [count]
 };
-// Collective over `team` (two float32 ncclAllReduce of a converted copy of d); synchronous.
+// Collective over `team` (a float32 ncclAllReduce of a converted copy of d; without NCCL, MPI on the host);
+// synchronous.
 SumRef sum_reference(Team& team, const void* d, size_t count, cudaStream_t s);
+// dst (world x count bf16, rank order) = every rank's src (count bf16): ncclAllGather, or (a team without NCCL,
+// TeamOptions::shared_gpu) MPI on the host, synchronous. A test reference.
+void allgather_bf16(Team& team, const void* src, void* dst, size_t count, cudaStream_t s);
 
 // Bound on |got - sum| for a bf16 reduction over `world` ranks of partials that each differ from the
 // reference partials by at most one bf16 ulp (another GEMM's accumulation order): one ulp (2^-7 relative)
