@@ -51,9 +51,9 @@ namespace braid::t3 {
 //        GEMM is a cuBLAS call (tracking by stream events instead of tile counters; cuBLAS cannot
 //        signal per tile), and a received partial is accumulated by the next stage's GEMM itself
 //        (beta = 1 on the landing region). The result stays in the symmetric landing buffer (result()).
-// kAuto: a ring-cublas and a ring-dma op side by side; run() uses the one a rule picks (ring-cublas when
-// M / world >= 2048 rows, the better of the two on the 2x H200 sweep for most shapes) until tune() has
-// timed both on real inputs and kept the faster (the same choice on every rank).
+// kAuto: a ring-cublas, a ring-dma and a direct-tma op side by side; run() uses one of the first two by a rule
+// (ring-cublas when M / world >= 2048 rows, the better of the two on the 2x H200 sweep for most shapes) until
+// tune() has timed all three (and kSequential) on real inputs and kept the fastest (the same choice on every rank).
 // kSequential: cuBLAS into a scratch M x N buffer, then ncclReduceScatter into `out` — the baseline as a
 // variant, so kAuto can fall back to it (tune() tries it too and keeps it only when it is the fastest).
 // kDirectTma: kDirect with the tiles sent by the TMA unit instead of the consumer threads: each warpgroup writes its
@@ -228,11 +228,13 @@ int pick_regions(Variant v, int64_t chunk_rows, int64_t n, int bm, int requested
 // whole regions dividing the chunk; -1: pick_segment; 0: the whole chunk (own chunk first, then the others').
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions,
                             int segment_mblocks = -1);
-// The default direct-tma segment: the fewest whole regions covering kSegmentMinMblocks m-blocks (1024 rows of
-// 128: one strip of the scheduler's swizzle 4; swizzle 8, 16 m-blocks, is what kept direct's DRAM bytes down,
-// t3.cu, but would leave most within-2x shapes one segment per chunk) that divide the chunk; the whole chunk
-// when none does. Not measured at two ranks yet: BRAID_T3_SEGMENT_ROWS overrides it (t3.cu).
-inline constexpr int kSegmentMinMblocks = 8;
+// The default direct-tma segment: the fewest whole regions covering kSegmentMinMblocks m-blocks (512 rows of 128)
+// that divide the chunk; the whole chunk when none does. Measured on 2x H200 (forty-first session, t3-swizzle on the
+// 25 within-2x shapes, bench/results/h200x2/t3-w2x-seg*-bb7cd9b.jsonl): against the whole chunk first (old order)
+// segments of >= 1024 rows gave 1.015x (geomean of direct-tma's speedup), >= 512 rows 1.033x; the 11 shapes whose
+// segment (and swizzle, 4 -> 2) the 512-row floor changes gained ~4%, the others moved within noise.
+// BRAID_T3_SEGMENT_ROWS overrides it (t3.cu).
+inline constexpr int kSegmentMinMblocks = 4;
 int pick_segment(int chunk_mblocks, int region_mblocks, int min_mblocks = kSegmentMinMblocks);
 
 // ---- the fused GEMM + reduce-scatter ----

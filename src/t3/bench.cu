@@ -262,7 +262,7 @@ int bench_rs(Team& team, const Args& a, const bench::Context& ctx) {
         r.comm_note = "0";
         auto* p = op.get();
         r.run = [&, p](int i) { p->run(in.a(i), in.b(i), out.p, s); };
-        if (o.variant == Variant::kAuto) {  // times both candidates on these inputs, keeps the faster
+        if (o.variant == Variant::kAuto) {  // times its candidates on these inputs, keeps the fastest
           const Variant chosen = p->tune(A.p, B.p, out.p, s);
           r.comm_note = std::string("0(chose ") + variant_name(chosen) + ")";
         }

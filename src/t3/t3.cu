@@ -144,7 +144,9 @@ int default_swizzle_cap(Variant variant) {
 GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(team), opt_(opt) {
   const int W = team.size();
   if (opt.variant == Variant::kAuto) {  // the candidates, built in the same order on every rank
-    for (Variant v : {Variant::kRingCublas, Variant::kRingDma}) {
+    // direct-tma third: tune() keeps it where it is fastest (on the 2x H200 sweep the smallest shapes, M / world
+    // = 512 rows, where both rings lost to sequential); run() before tune() uses one of the first two.
+    for (Variant v : {Variant::kRingCublas, Variant::kRingDma, Variant::kDirectTma}) {
       RsOptions o = opt;
       o.variant = v;
       cand_.push_back(std::make_unique<GemmReduceScatter>(team, o));

@@ -263,11 +263,15 @@ TEST(T3Map, InterleaveRunsOwnSegmentsOneAhead) {
 
 // The default segment: whole regions, at least kSegmentMinMblocks m-blocks, dividing the chunk; else the chunk.
 TEST(T3Map, PickSegmentAndTheMapsInterleave) {
-  EXPECT_EQ(kSegmentMinMblocks, 8);
-  EXPECT_EQ(pick_segment(64, 4), 8);
+  EXPECT_EQ(kSegmentMinMblocks, 4);
+  EXPECT_EQ(pick_segment(64, 4), 4);
+  EXPECT_EQ(pick_segment(64, 2), 4);
+  EXPECT_EQ(pick_segment(64, 4, 8), 8);
   EXPECT_EQ(pick_segment(64, 32), 32);
   EXPECT_EQ(pick_segment(64, 4, 16), 16);
-  EXPECT_EQ(pick_segment(8, 4), 8);          // the whole chunk
+  EXPECT_EQ(pick_segment(8, 4), 4);
+  EXPECT_EQ(pick_segment(4, 4), 4);          // the whole chunk
+  EXPECT_EQ(pick_segment(8, 8), 8);          // the whole chunk
   EXPECT_EQ(pick_segment(8, 2, 16), 8);      // the whole chunk
   EXPECT_EQ(pick_segment(48, 6, 16), 24);    // 18 does not divide 48
   EXPECT_EQ(pick_segment(64, 4, 4), 4);
@@ -312,10 +316,11 @@ TEST(T3Map, DirectTmaStoresItsOwnChunkFirst) {
     for (int rank = 0; rank < W; ++rank) {
       const int regions = 2;
       const auto d = make_address_map(Variant::kDirect, W, rank, int64_t(W) * 1024, 1024, 128, 256, regions);
-      const auto t = make_address_map(Variant::kDirectTma, W, rank, int64_t(W) * 1024, 1024, 128, 256, regions);
+      // segment 0: the whole chunk, own chunk first (the interleave is InterleavedDirectTmaDeliversEveryPartialOnce's)
+      const auto t = make_address_map(Variant::kDirectTma, W, rank, int64_t(W) * 1024, 1024, 128, 256, regions, 0);
       ASSERT_EQ(d.tiles.size(), t.tiles.size());
       EXPECT_EQ(t.order.front(), rank);
-      EXPECT_EQ(t.interleave.seg_mblocks, W > 1 ? t.chunk_mblocks : 0);  // 8 m-blocks per chunk: one segment
+      EXPECT_EQ(t.interleave.seg_mblocks, W > 1 ? t.chunk_mblocks : 0);  // one segment per chunk
       EXPECT_EQ(t.launches.size(), 1u);
       EXPECT_EQ(t.num_counters, 2 * regions);
       EXPECT_EQ(t.final_counters, d.final_counters);
