@@ -70,6 +70,14 @@
 # `build measure-rs` (peer-copy-engine, --pce-modes copies,stores, half) 3.9 min cold, the other half + peers-tp 3.1 min
 # warm; `gemm-variant` 2.9 min warm; `build test rs-stores` (CTEST_R='test_overlap_mpi$', RS_VARIANTS=owner,
 # RS_PEERS=0) 4.2 min cold. The device tool returns at most 8 files (the bundle below keeps it so).
+# Forty-first session (2x H200, seven calls, 1430 s held): `build test sweep-t3` (BUILD_TARGET="braid test_t3_mpi
+# test_t3_map", CTEST_R=test_t3_, 5 T3 algos, T3_AG=0) 4.7 min cold; `t3-swizzle` (4 segment configs, 2 algos) + two
+# measure-rs halves (peer-copy-engine, with and without --reserve-fit) in one call, each script run into its own
+# $OUT/<sub> (DEADLINE per run) 3.9 min warm; `ncu-t3` (4 algos, 25 shapes) 3 min warm; `ar-stamps` 12 s warm; `ncu-t3`
+# with NCU_CONFIGS (3 configs x 6 shapes x 3 algos) 2.2 min warm; (2 algos, 25 shapes) 2.9 min warm.
+# Next on two GPUs (H100 first): sweep-t3 with T3_ALGOS=sequential,flashoverlap,t3-direct-tma,t3-auto (t3-auto now tunes
+# direct-tma too), `ncu-t3` with NCU_ALGOS=sequential,t3-direct-tma,t3-auto (direct-tma's default is the whole chunk
+# again), and issue 4's H100 measure-rs (no --reserve-fit: it did not help at two ranks).
 # Fortieth session (only `nvidia-h200`): `build test` with BUILD_TARGET="braid test_t3_mpi test_t3_map", CTEST_R=test_t3_
 # (test_t3_mpi_shared2/4/8: 2, 4 and 8 ranks time-slicing the one GPU, BRAID_SHARED_GPU=1; ~15 s together) + `t3-np1`
 # 3.2 min cold. First on any two-GPU card for issue 8 (direct-tma's remote path ran only on one shared GPU, never

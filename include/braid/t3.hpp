@@ -224,18 +224,23 @@ std::vector<int> tile_execution_order(const AddressMap& a, int swizzle);
 int pick_regions(Variant v, int64_t chunk_rows, int64_t n, int bm, int requested);
 
 // Throws UsageError unless M % (world * 2*bm * regions) == 0 (every region whole 2x1 clusters), N % bn.
-// segment_mblocks (direct-tma at world > 1; the others ignore it): the interleave's segment, rounded up to
-// whole regions dividing the chunk; -1: pick_segment; 0: the whole chunk (own chunk first, then the others').
+// segment_mblocks (direct-tma at world > 1; the others ignore it): the interleave's segment, at least that many
+// m-blocks, in whole regions dividing the chunk (pick_segment); 0: the whole chunk (own chunk first, then the
+// others'); -1: kDefaultSegmentMblocks.
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions,
                             int segment_mblocks = -1);
-// The default direct-tma segment: the fewest whole regions covering kSegmentMinMblocks m-blocks (512 rows of 128)
-// that divide the chunk; the whole chunk when none does. Measured on 2x H200 (forty-first session, t3-swizzle on the
-// 25 within-2x shapes, bench/results/h200x2/t3-w2x-seg*-bb7cd9b.jsonl): against the whole chunk first (old order)
-// segments of >= 1024 rows gave 1.015x (geomean of direct-tma's speedup), >= 512 rows 1.033x; the 11 shapes whose
-// segment (and swizzle, 4 -> 2) the 512-row floor changes gained ~4%, the others moved within noise.
-// BRAID_T3_SEGMENT_ROWS overrides it (t3.cu).
-inline constexpr int kSegmentMinMblocks = 4;
-int pick_segment(int chunk_mblocks, int region_mblocks, int min_mblocks = kSegmentMinMblocks);
+// direct-tma's default segment: 0, the whole chunk. Measured on 2x H200 (forty-first session, the 25 within-2x
+// shapes, bench/results/h200x2/*-bb7cd9b*, *-07b24f2*): interleaving segments of >= 1024 rows gave 1.015x of the
+// whole-chunk order's time (geomean of direct-tma's speedup over sequential), >= 512 rows 1.033x, >= 2048 rows 0.996x
+// — the gain comes only with a segment narrower than swizzle 8's strip (16 m-blocks), and so does a loss of L2 reuse:
+// DRAM bytes (Nsight Compute) with the whole chunk 0.560x of sequential's (geomean; >= 15% below on 22 of 25 shapes),
+// with 1024-row segments 0.574x (21/25; 4096x4096x4096 -6% where the whole chunk is -23%), with 512-row segments
+// worse again (8192x8192x2048 -7% against -41%, 4096x8192x2048 +2% against -42%). direct-tma is T3's DRAM-lean op
+// (t3-auto is the fast one and picks direct-tma only where a chunk is one segment anyway), so the default keeps the
+// bytes; BRAID_T3_SEGMENT_ROWS asks for segments (t3.cu).
+inline constexpr int kDefaultSegmentMblocks = 0;
+// The fewest whole regions of at least min_mblocks m-blocks that divide the chunk; the whole chunk when none does.
+int pick_segment(int chunk_mblocks, int region_mblocks, int min_mblocks);
 
 // ---- the fused GEMM + reduce-scatter ----
 struct RsOptions {

@@ -126,10 +126,8 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   if (v == Variant::kDirectTma) std::rotate(a.order.begin(), a.order.end() - 1, a.order.end());  // own chunk first
   a.launches = order_launches(a.order, m / world);
   if (v == Variant::kDirectTma && world > 1) {  // one launch; its scheduler interleaves segments (Interleave)
-    int seg = segment_mblocks < 0 ? pick_segment(a.chunk_mblocks, a.region_mblocks) : segment_mblocks;
-    if (seg == 0 || seg > a.chunk_mblocks) seg = a.chunk_mblocks;
-    seg = (seg + a.region_mblocks - 1) / a.region_mblocks * a.region_mblocks;  // whole regions
-    while (a.chunk_mblocks % seg != 0) seg += a.region_mblocks;
+    const int want = segment_mblocks < 0 ? kDefaultSegmentMblocks : segment_mblocks;
+    const int seg = want == 0 ? a.chunk_mblocks : pick_segment(a.chunk_mblocks, a.region_mblocks, want);
     a.interleave = Interleave{int32_t(world), int32_t(rank), int32_t(a.chunk_mblocks), int32_t(seg)};
     a.launches = {Launch{0, m}};
   }

@@ -169,7 +169,8 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   BRAID_REQUIRE(opt.m > 0 && opt.n > 0 && opt.k > 0 && opt.k % 64 == 0, "T3: bad shape (K % 64)");
   BRAID_REQUIRE(opt.m % (int64_t(W) * 2 * detail::kBM) == 0, "T3: M must be a multiple of world*256");
   const int regions = pick_regions(opt.variant, opt.m / W, opt.n, detail::kBM, opt.regions);
-  // direct-tma's interleave segment: BRAID_T3_SEGMENT_ROWS (0: the whole chunk, own chunk first) or pick_segment.
+  // direct-tma's interleave segment: BRAID_T3_SEGMENT_ROWS (0: the whole chunk, own chunk first), else the default
+  // (kDefaultSegmentMblocks: the whole chunk).
   const auto seg_rows = env::integer("BRAID_T3_SEGMENT_ROWS", 0, int64_t(1) << 30);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions,
                           seg_rows ? int((*seg_rows + detail::kBM - 1) / detail::kBM) : -1);

@@ -261,30 +261,33 @@ TEST(T3Map, InterleaveRunsOwnSegmentsOneAhead) {
   EXPECT_EQ((Interleave{2, 1, 8, 0}).physical_mblock(5), 5);  // no segment: identity
 }
 
-// The default segment: whole regions, at least kSegmentMinMblocks m-blocks, dividing the chunk; else the chunk.
+// A requested segment: whole regions, at least that many m-blocks, dividing the chunk; else the chunk. The default
+// (kDefaultSegmentMblocks) is the whole chunk.
 TEST(T3Map, PickSegmentAndTheMapsInterleave) {
-  EXPECT_EQ(kSegmentMinMblocks, 4);
-  EXPECT_EQ(pick_segment(64, 4), 4);
-  EXPECT_EQ(pick_segment(64, 2), 4);
+  EXPECT_EQ(kDefaultSegmentMblocks, 0);
+  EXPECT_EQ(pick_segment(64, 4, 4), 4);
+  EXPECT_EQ(pick_segment(64, 2, 4), 4);
   EXPECT_EQ(pick_segment(64, 4, 8), 8);
-  EXPECT_EQ(pick_segment(64, 32), 32);
+  EXPECT_EQ(pick_segment(64, 32, 8), 32);
   EXPECT_EQ(pick_segment(64, 4, 16), 16);
-  EXPECT_EQ(pick_segment(8, 4), 4);
-  EXPECT_EQ(pick_segment(4, 4), 4);          // the whole chunk
-  EXPECT_EQ(pick_segment(8, 8), 8);          // the whole chunk
+  EXPECT_EQ(pick_segment(64, 4, 5), 8);      // rounded up to whole regions
+  EXPECT_EQ(pick_segment(8, 4, 4), 4);
+  EXPECT_EQ(pick_segment(4, 4, 4), 4);       // the whole chunk
+  EXPECT_EQ(pick_segment(8, 8, 4), 8);       // the whole chunk
   EXPECT_EQ(pick_segment(8, 2, 16), 8);      // the whole chunk
   EXPECT_EQ(pick_segment(48, 6, 16), 24);    // 18 does not divide 48
-  EXPECT_EQ(pick_segment(64, 4, 4), 4);
-  const auto a = make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 4);
+  const auto a = make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 4, 8);
   EXPECT_EQ(a.chunk_mblocks, 64);
   EXPECT_EQ(a.interleave.seg_mblocks, 16);  // regions of 16 m-blocks
   EXPECT_EQ(a.strip_mblocks(), 16);
   ASSERT_EQ(a.launches.size(), 1u);
   EXPECT_EQ(a.launches[0].rows, 2 * 8192);
   EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8, 0).interleave.seg_mblocks, 64);
-  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8).interleave.seg_mblocks, 8);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8).interleave.seg_mblocks, 64);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8, 8).interleave.seg_mblocks, 8);
   EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 8, 5).interleave.seg_mblocks, 8);
   EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 4, 5).interleave.seg_mblocks, 16);
+  EXPECT_EQ(make_address_map(Variant::kDirectTma, 2, 1, 2 * 8192, 1024, 128, 256, 4, 99).interleave.seg_mblocks, 64);
   EXPECT_EQ(make_address_map(Variant::kDirectTma, 1, 0, 8192, 1024, 128, 256, 8).interleave.seg_mblocks, 0);
   EXPECT_EQ(make_address_map(Variant::kDirect, 2, 1, 2 * 8192, 1024, 128, 256, 8).interleave.seg_mblocks, 0);
   // The execution order starts with the own chunk's first segment, then its second, then the other's first.
