@@ -1,5 +1,7 @@
 // Multi-rank (one process per GPU, under mpirun): symmetric memory in both directions, a flag/barrier
-// stress with stale-value checks, bounded waits, and a rank that leaves early.
+// stress with stale-value checks, bounded waits, and a rank that leaves early. With BRAID_SHARED_GPU=1
+// (test_runtime_mpi_shared*: the ranks time-slice one GPU, no NCCL) the NCCL cases skip and the stress runs
+// fewer rounds: each barrier there waits for the GPU to switch between the ranks' contexts.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,6 +11,9 @@
 #include "braid/signal_device.cuh"
 
 namespace {
+
+#define SKIP_WITHOUT_NCCL(team) \
+  if ((team).shared_gpu()) GTEST_SKIP() << "needs NCCL, which a shared-GPU team has not"
 
 uint32_t pattern(int writer, int owner, size_t i) {
   return static_cast<uint32_t>(0x01000193u * (writer + 1) ^ (0x9E3779B1u * (owner + 3)) ^ (i * 2654435761u));
@@ -114,7 +119,7 @@ TEST(Runtime, FlagBarrierStress100kRounds) {
   cudaMemset(stale, 0, sizeof(*stale));
   cudaMemset(completed, 0, sizeof(int));
   cudaDeviceSynchronize();
-  const int rounds = 100000;
+  const int rounds = team.shared_gpu() ? 200 : 100000;  // shared GPU: a context switch per barrier
   // Both orderings of barrier_block (SignalView::barrier_mode: 0 fence, 1 release), whatever
   // BRAID_BARRIER says; the same slot, epochs continuing.
   for (int mode : {0, 1}) {
@@ -225,6 +230,7 @@ TEST(Runtime, RankLeavingBeforeNcclCallIsReportedNotHung) {
   opt.timeout_s = 3.0;
   opt.probe_peers = false;
   braid::Team team(MPI_COMM_WORLD, opt);
+  SKIP_WITHOUT_NCCL(team);
   const int leaver = team.size() - 1;
   float* buf = nullptr;
   ASSERT_EQ(cudaMalloc(&buf, 1 << 20), cudaSuccess);
@@ -255,6 +261,8 @@ TEST(Runtime, SplitCreatesSubTeamsEagerly) {
   int n = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   EXPECT_EQ(sub->size(), (n + 1 - team.rank() % 2) / 2);
+  EXPECT_EQ(sub->shared_gpu(), team.shared_gpu());
+  SKIP_WITHOUT_NCCL(*sub);
   // A NCCL all-reduce on the sub-team works.
   float* d = nullptr;
   cudaMalloc(&d, sizeof(float));
