@@ -78,6 +78,10 @@
 # Next on two GPUs (H100 first): sweep-t3 with T3_ALGOS=sequential,flashoverlap,t3-direct-tma,t3-auto (t3-auto now tunes
 # direct-tma too), `ncu-t3` with NCU_ALGOS=sequential,t3-direct-tma,t3-auto (direct-tma's default is the whole chunk
 # again), and issue 4's H100 measure-rs (no --reserve-fit: it did not help at two ranks).
+# First on any GPU: `build test` with CTEST_R=test_t3_ (the epilogue's stored[] index changed in the last commit and
+# direct-tma's column order, BRAID_T3_COLUMN_ORDER=1, case 14, has never run; one GPU: the _np1/_shared entries); on two:
+# `ncu-t3` with NCU_CONFIGS="col=BRAID_T3_COLUMN_ORDER=1 base" NCU_ALGOS=sequential,t3-direct-tma, and `t3-swizzle` with
+# T3_ALGOS=sequential,t3-direct-tma T3_CONFIGS="base col=BRAID_T3_COLUMN_ORDER=1".
 # Fortieth session (only `nvidia-h200`): `build test` with BUILD_TARGET="braid test_t3_mpi test_t3_map", CTEST_R=test_t3_
 # (test_t3_mpi_shared2/4/8: 2, 4 and 8 ranks time-slicing the one GPU, BRAID_SHARED_GPU=1; ~15 s together) + `t3-np1`
 # 3.2 min cold. First on any two-GPU card for issue 8 (direct-tma's remote path ran only on one shared GPU, never
@@ -227,7 +231,7 @@ if has t3-diag; then  # one ring case at every GPU, line-buffered so a kill keep
 fi
 if has t3-cases; then  # each T3 case alone at every GPU, bounded (a stuck case names itself)
   echo "== test_t3_mpi case by case, $ngpu ranks" | tee -a "$log"
-  cases="$(for i in $(seq 0 13); do echo Shapes/T3RsMpi.MatchesCublasPlusNccl/$i; done) T3AgMpi.MatchesNcclPlusCublas"
+  cases="$(for i in $(seq 0 14); do echo Shapes/T3RsMpi.MatchesCublasPlusNccl/$i; done) T3AgMpi.MatchesNcclPlusCublas"
   for c in $cases; do
     # A failing case is run again with eager module loading: if that passes, lazy loading is still
     # involved (docs/t3.md). The watchdog (45 s) names a stuck case before `timeout` kills it.

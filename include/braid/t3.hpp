@@ -180,6 +180,7 @@ struct AddressMap {
   //   direct: [0, regions)                      out[q]               (owner's output region q: the other ranks'
   //                                                                     tiles; the own tiles signal nothing)
   //   direct-tma: also [regions, 2*regions)     stored[q]            (own region q stored: the others add onto it)
+  //     column order: [regions, regions + tiles_n) stored[nb]         (own tiles of column nb stored)
   int num_counters = 0;
   std::vector<uint32_t> expected;  // per local counter: updates it receives in one run
   std::vector<int> final_counters; // counters whose completion means `out` is final (direct)
@@ -188,9 +189,14 @@ struct AddressMap {
   int land_counter(int slot, int region) const { return slot * regions + region; }
   int done_counter(int stage, int region) const { return world * regions + stage * regions + region; }
   int stored_counter(int region) const { return regions + region; }  // direct-tma
+  int stored_column_counter(int nb) const { return regions + nb; }   // direct-tma, column order
   Interleave interleave;           // direct-tma: the GEMM's m-block order (one launch over all rows)
-  // The rows a scheduler swizzle strip must stay inside: the interleave's segment, else the chunk.
-  int strip_mblocks() const { return interleave.seg_mblocks > 0 ? interleave.seg_mblocks : chunk_mblocks; }
+  bool stored_by_column = false;   // direct-tma: column order (make_address_map)
+  // The rows a scheduler swizzle strip must stay inside: all rows in column order, else the interleave's segment,
+  // else the chunk.
+  int strip_mblocks() const {
+    return stored_by_column ? tiles_m : interleave.seg_mblocks > 0 ? interleave.seg_mblocks : chunk_mblocks;
+  }
 };
 
 // Ring order of rank `rank`: stage s computes chunk (rank + 1 + s) mod world; the last is its own.
@@ -227,8 +233,14 @@ int pick_regions(Variant v, int64_t chunk_rows, int64_t n, int bm, int requested
 // segment_mblocks (direct-tma at world > 1; the others ignore it): the interleave's segment, at least that many
 // m-blocks, in whole regions dividing the chunk (pick_segment); 0: the whole chunk (own chunk first, then the
 // others'); -1: kDefaultSegmentMblocks.
+// column_order (direct-tma at world > 1; BRAID_T3_COLUMN_ORDER=1 in t3.cu): the whole chunk as one segment, one
+// scheduler strip over all rows (own chunk's m-blocks first in every tile column, then the others' in ring order),
+// and stored[] counted per tile column instead of per region: another owner's tile in column nb waits only for
+// that owner's own tiles of column nb, so the strip may span every chunk and B is read once per strip instead of
+// once per chunk (the three within-2x shapes direct-tma left short of the DRAM target, M <= 2048 and K = 4096,
+// read B once per chunk). segment_mblocks is then ignored.
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions,
-                            int segment_mblocks = -1);
+                            int segment_mblocks = -1, bool column_order = false);
 // direct-tma's default segment: 0, the whole chunk. Measured on 2x H200 (forty-first session, the 25 within-2x
 // shapes, bench/results/h200x2/*-bb7cd9b*, *-07b24f2*): interleaving segments of >= 1024 rows gave 1.015x of the
 // whole-chunk order's time (geomean of direct-tma's speedup over sequential), >= 512 rows 1.033x, >= 2048 rows 0.996x

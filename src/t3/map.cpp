@@ -99,7 +99,7 @@ std::vector<int> tile_execution_order(const AddressMap& a, int swizzle) {
 }
 
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions,
-                            int segment_mblocks) {
+                            int segment_mblocks, bool column_order) {
   BRAID_REQUIRE(world >= 1 && world <= 8 && rank >= 0 && rank < world, "t3: 1..8 ranks");
   BRAID_REQUIRE(bm > 0 && bn > 0 && regions >= 1, "t3: bad tile or regions");
   BRAID_REQUIRE(n > 0 && n % bn == 0, "t3: N must be a multiple of " + std::to_string(bn));
@@ -126,7 +126,8 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   if (v == Variant::kDirectTma) std::rotate(a.order.begin(), a.order.end() - 1, a.order.end());  // own chunk first
   a.launches = order_launches(a.order, m / world);
   if (v == Variant::kDirectTma && world > 1) {  // one launch; its scheduler interleaves segments (Interleave)
-    const int want = segment_mblocks < 0 ? kDefaultSegmentMblocks : segment_mblocks;
+    a.stored_by_column = column_order;
+    const int want = column_order ? 0 : segment_mblocks < 0 ? kDefaultSegmentMblocks : segment_mblocks;
     const int seg = want == 0 ? a.chunk_mblocks : pick_segment(a.chunk_mblocks, a.region_mblocks, want);
     a.interleave = Interleave{int32_t(world), int32_t(rank), int32_t(a.chunk_mblocks), int32_t(seg)};
     a.launches = {Launch{0, m}};
@@ -137,7 +138,9 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
     a.num_counters = 2 * W * regions;
     a.landing_slots = W;
   } else {
-    a.num_counters = v == Variant::kDirectTma ? 2 * regions : regions;  // out[q] (+ stored[q])
+    a.num_counters = v != Variant::kDirectTma ? regions                   // out[q]
+                     : a.stored_by_column     ? regions + a.tiles_n       // + stored[nb]
+                                              : 2 * regions;              // + stored[q]
     a.landing_slots = 0;
   }
   a.expected.assign(a.num_counters, 0);
@@ -161,7 +164,7 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
         t.dest_buf = Buf::kOut;
         if (W > 1) {
           t.signal_rank = rank;
-          t.signal_counter = a.stored_counter(q);
+          t.signal_counter = a.stored_by_column ? a.stored_column_counter(nb) : a.stored_counter(q);
         }
       } else if (is_direct(v)) {
         t.op = TileOp::kAtomicAdd;
@@ -170,9 +173,9 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
         // The own chunk's tiles signal nothing: the owner's final stream wait follows its own GEMM in stream order.
         t.signal_rank = c == rank ? -1 : c;
         t.signal_counter = c == rank ? -1 : q;
-        if (v == Variant::kDirectTma) {  // added only onto the owner's stored region
+        if (v == Variant::kDirectTma) {  // added only onto the owner's stored region (column)
           t.wait_rank = c;
-          t.wait_counter = a.stored_counter(q);
+          t.wait_counter = a.stored_by_column ? a.stored_column_counter(nb) : a.stored_counter(q);
         }
       } else if (W == 1) {
         t.op = TileOp::kStoreFinal;
@@ -213,8 +216,10 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
     for (int q = 0; q < regions; ++q) {
       a.expected[q] = uint32_t(W - 1) * rt;  // every other rank's tiles of region q of this rank's chunk
       a.final_counters.push_back(q);
-      if (v == Variant::kDirectTma && W > 1) a.expected[a.stored_counter(q)] = rt;  // this rank's own tiles
+      if (v == Variant::kDirectTma && W > 1 && !a.stored_by_column) a.expected[a.stored_counter(q)] = rt;  // own tiles
     }
+    if (a.stored_by_column)  // this rank's own tiles of each column
+      for (int nb = 0; nb < a.tiles_n; ++nb) a.expected[a.stored_column_counter(nb)] = uint32_t(a.chunk_mblocks);
   } else {
     for (int s = 1; s < W; ++s)
       for (int q = 0; q < regions; ++q) a.expected[a.land_counter(s, q)] = rt;  // stage 1: per tile; later: one DMA write of rt

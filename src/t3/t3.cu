@@ -172,8 +172,11 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   // direct-tma's interleave segment: BRAID_T3_SEGMENT_ROWS (0: the whole chunk, own chunk first), else the default
   // (kDefaultSegmentMblocks: the whole chunk).
   const auto seg_rows = env::integer("BRAID_T3_SEGMENT_ROWS", 0, int64_t(1) << 30);
+  // direct-tma's column order (stored[] per tile column, one swizzle strip over every chunk): BRAID_T3_COLUMN_ORDER=1.
+  // Off by default: its map passes test_t3_map's symbolic run (worlds 2-8); not GPU-run yet (forty-first session).
+  const bool column_order = env::flag("BRAID_T3_COLUMN_ORDER").value_or(false);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions,
-                          seg_rows ? int((*seg_rows + detail::kBM - 1) / detail::kBM) : -1);
+                          seg_rows ? int((*seg_rows + detail::kBM - 1) / detail::kBM) : -1, column_order);
   sm_count_ = opt.sm_count > 0 ? opt.sm_count : device_sms();
   swizzle_ = pick_swizzle(map_.strip_mblocks(), opt.swizzle > 0 ? opt.swizzle : default_swizzle_cap(opt.variant));
   (void)poll_ns_requested();  // a bad BRAID_T3_POLL_NS fails here, not in a run() under stream capture
@@ -358,6 +361,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   p.chunk_mblocks = m.chunk_mblocks;
   p.region_mblocks = m.region_mblocks;
   p.regions = m.regions;
+  p.stored_by_column = m.stored_by_column ? 1 : 0;
   p.n = m.n;
   p.chunk_elems = m.chunk_elems;
   if (ring) {

@@ -331,7 +331,9 @@ class T3Epilogue {
 
   // direct-tma: tile (mb_in_chunk, nb) of owner c's chunk, region q. The own chunk's tiles (computed first) are
   // stored, and counted into this rank's stored[q]; another owner's are added onto its region once it is stored (one
-  // bounded wait per (owner, region) and CTA), and counted into the owner's out[q]. Panel j (columns 64j..64j+63)
+  // bounded wait per (owner, region) and CTA), and counted into the owner's out[q]. Column order
+  // (p.stored_by_column): stored[] per tile column nb instead of per region, so a tile of another owner waits only
+  // for that owner's own tiles of its column (chunk_mblocks of them); out[q] stays per region. Panel j (columns 64j..64j+63)
   // through buffer j % kPanels; warpgroup w = tid / 128 writes and sends rows 64w..64w+63 (its own named barrier,
   // user id w).
   template <class Acc, class TiledMma>
@@ -346,16 +348,19 @@ class T3Epilogue {
     tid_ = tid;
     const bool own = c == p.rank;
     uint32_t* const counters = signal_of(c);  // owner c's counter array (this rank's own when own)
-    // What this tile counts into: own -> stored[q] here (the peers poll it), else the owner's out[q]; one rank: none.
-    uint32_t* const signal = p.world == 1 ? nullptr : own ? counters + p.regions + q : counters + q;
+    // The owner's stored[] entry this tile's rows/columns belong to: its region q, or (column order) its column nb.
+    const int sq = p.stored_by_column ? nb : q;
+    const uint32_t stored_expect =
+        p.stored_by_column ? uint32_t(p.chunk_mblocks) : uint32_t(p.region_mblocks) * uint32_t(p.tiles_n);
+    // What this tile counts into: own -> stored[sq] here (the peers poll it), else the owner's out[q]; one rank: none.
+    uint32_t* const signal = p.world == 1 ? nullptr : own ? counters + p.regions + sq : counters + q;
     if (signal != nullptr && signal != pending_) finish_pending();  // a new run: the previous one's sends are done
-    if (!own && counters + p.regions + q != waited_) {  // uniform across the CTA
-      if (tid == 0)
-        wait_counter(p, counters + p.regions + q, p.regions + q, uint32_t(p.region_mblocks) * uint32_t(p.tiles_n));
+    if (!own && counters + p.regions + sq != waited_) {  // uniform across the CTA
+      if (tid == 0) wait_counter(p, counters + p.regions + sq, p.regions + sq, stored_expect);
       cutlass::arch::NamedBarrier::sync(kThreads, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
       // thread 0's acquire, then (barrier) each issuer orders its later async-proxy adds after it
       if (tid % 128 == 0) overlap::detail::fence_proxy_async_global();
-      waited_ = counters + p.regions + q;
+      waited_ = counters + p.regions + sq;
     }
     Tensor cD = make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{}));  // (BM,BN)
     Tensor tCcD = tiled_mma.get_thread_slice(tid).partition_C(cD);       // (MMA,MMA_M,MMA_N)

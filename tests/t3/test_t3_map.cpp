@@ -61,10 +61,11 @@ struct Key {
 
 // Symbolic run of every rank's map. Returns false on a deadlock.
 bool simulate(Variant v, int W, int64_t m, int64_t n, int regions, std::string* why, int swizzle = 1,
-              int segment_mblocks = -1) {
+              int segment_mblocks = -1, bool column_order = false) {
   const int bm = 128, bn = 256;
   std::vector<AddressMap> maps;
-  for (int r = 0; r < W; ++r) maps.push_back(make_address_map(v, W, r, m, n, bm, bn, regions, segment_mblocks));
+  for (int r = 0; r < W; ++r)
+    maps.push_back(make_address_map(v, W, r, m, n, bm, bn, regions, segment_mblocks, column_order));
   const AddressMap& a0 = maps[0];
   std::map<Key, Contrib> mem;
   std::vector<std::vector<uint32_t>> cnt(W, std::vector<uint32_t>(a0.num_counters, 0));
@@ -447,4 +448,46 @@ TEST(T3Map, ExpectedCountsAndDmaTable) {
   const auto d = make_address_map(Variant::kDirect, W, 1, 4 * 1024, 1024, 128, 256, regions);
   EXPECT_EQ(d.expected[0], uint32_t(W - 1) * rt);  // the other ranks' tiles (the own ones signal nothing)
   EXPECT_TRUE(d.dma.empty());
+}
+
+// direct-tma's column order: stored[] per tile column, one swizzle strip over every chunk (own chunk's m-blocks first
+// in each column). Counts, waits and every partial once at worlds 2-8, with chunks of 2-8 m-blocks, any swizzle.
+TEST(T3Map, ColumnOrderDirectTmaDeliversEveryPartialOnce) {
+  for (int W = 2; W <= 8; ++W)
+    for (int chunk : {2, 4, 8})
+      for (int regions : {1, 2})
+        for (int swz : {1, 2, 4, 8}) {
+          if (chunk % (2 * regions) != 0) continue;
+          std::string why;
+          EXPECT_TRUE(simulate(Variant::kDirectTma, W, int64_t(W) * chunk * 128, 768, regions, &why, swz, -1, true))
+              << "world " << W << " chunk " << chunk << " regions " << regions << " swizzle " << swz << ": " << why;
+        }
+  // The map: stored[] per column, expected chunk_mblocks each; the strip spans all rows; the segment is the chunk.
+  const auto a = make_address_map(Variant::kDirectTma, 2, 1, 1024, 8192, 128, 256, 1, 4, true);
+  EXPECT_TRUE(a.stored_by_column);
+  EXPECT_EQ(a.chunk_mblocks, 4);
+  EXPECT_EQ(a.interleave.seg_mblocks, 4);  // segment ignored: the whole chunk
+  EXPECT_EQ(a.strip_mblocks(), 8);
+  EXPECT_EQ(pick_swizzle(a.strip_mblocks(), 8), 4);  // 4 clusters of 2: one strip over M = 1024
+  EXPECT_EQ(a.num_counters, 1 + 32);
+  for (int nb = 0; nb < 32; ++nb) EXPECT_EQ(a.expected[a.stored_column_counter(nb)], 4u);
+  EXPECT_EQ(a.expected[0], 4u * 32u);  // out[0]: the other rank's 4 x 32 tiles
+  // In execution order, each tile column runs this rank's 4 tiles, then the other chunk's 4 (which wait for the
+  // owner's column): B's column block is read by one strip.
+  const auto seq = tile_execution_order(a, pick_swizzle(a.strip_mblocks(), 8));
+  ASSERT_EQ(seq.size(), 256u);
+  for (int j = 0; j < 4; ++j) {
+    std::set<int> cols;
+    for (int i = 0; i < 8; ++i) cols.insert(a.tiles[seq[j * 8 + i]].dest_offset % 8192 / 256);
+    EXPECT_EQ(cols.size(), 1u) << "group " << j << " spans several columns";
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(a.tiles[seq[j * 8 + i]].chunk, 1) << "group " << j;
+    for (int i = 4; i < 8; ++i) {
+      const TileRoute& t = a.tiles[seq[j * 8 + i]];
+      EXPECT_EQ(t.chunk, 0);
+      EXPECT_EQ(t.wait_rank, 0);
+      EXPECT_EQ(t.wait_counter, a.stored_column_counter(*cols.begin()));
+    }
+  }
+  // One rank: no column order (nothing to wait for).
+  EXPECT_FALSE(make_address_map(Variant::kDirectTma, 1, 0, 1024, 512, 128, 256, 1, -1, true).stored_by_column);
 }

@@ -39,6 +39,7 @@ struct RsCase {
   int regions;
   int sm_count;
   int segment_rows = -1;  // direct-tma: BRAID_T3_SEGMENT_ROWS while the op is built (-1: unset)
+  bool column_order = false;  // direct-tma: BRAID_T3_COLUMN_ORDER=1 while the op is built
 };
 
 class T3RsMpi : public ::testing::TestWithParam<RsCase> {};
@@ -77,8 +78,11 @@ TEST_P(T3RsMpi, MatchesCublasPlusNccl) {
   o.regions = c.regions;
   o.sm_count = c.sm_count;
   if (c.segment_rows >= 0) setenv("BRAID_T3_SEGMENT_ROWS", std::to_string(c.segment_rows).c_str(), 1);
+  if (c.column_order) setenv("BRAID_T3_COLUMN_ORDER", "1", 1);
   t3::GemmReduceScatter op(team, o);
   unsetenv("BRAID_T3_SEGMENT_ROWS");
+  unsetenv("BRAID_T3_COLUMN_ORDER");
+  if (c.variant == t3::Variant::kDirectTma && W > 1) EXPECT_EQ(op.map().stored_by_column, c.column_order);
   if (c.variant == t3::Variant::kDirectTma && c.segment_rows > 0 && W > 1)
     EXPECT_LT(op.map().interleave.seg_mblocks, op.map().chunk_mblocks) << "the case should interleave segments";
   if (c.regions > 0) EXPECT_EQ(op.map().regions, c.regions);
@@ -132,7 +136,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, T3RsMpi,
                                            RsCase{t3::Variant::kDirectTma, 4096, 1024, 512, 2, 0, 256},
                                            RsCase{t3::Variant::kDirectTma, 8192, 2048, 256, 0, 16},
                                            RsCase{t3::Variant::kAuto, 4096, 1024, 512, 0, 0},
-                                           RsCase{t3::Variant::kSequential, 2048, 512, 256, 0, 0}));
+                                           RsCase{t3::Variant::kSequential, 2048, 512, 256, 0, 0},
+                                           // direct-tma's column order: stored[] per tile column, one strip
+                                           RsCase{t3::Variant::kDirectTma, 2048, 2048, 256, 1, 0, -1, true}));
 
 TEST(T3AgMpi, MatchesNcclPlusCublas) {
   braid::TeamOptions topt;
