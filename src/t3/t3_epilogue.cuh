@@ -387,6 +387,10 @@ class T3Epilogue {
     if (signal != nullptr) {  // counted now, released by finish_pending()
       pending_ = signal;
       ++pending_tiles_;
+      // Column order: the other owners' tiles of this column run in the same wave and wait for this column's own
+      // tiles, so an own tile announces itself now (its local stores complete first) instead of after the next
+      // tile's main loop.
+      if (p.stored_by_column && own) finish_pending();
     }
   }
 
