@@ -137,12 +137,22 @@ struct Launch {
 // own segment g, which c runs before any tile that waits for segment g (induction over the order).
 // Identity when world <= 1 or seg_mblocks <= 0; S = chunk_mblocks / seg_mblocks = 1 is "own chunk, then
 // the others' in ring order".
+// Column order (paired = 1; AddressMap::stored_by_column): no lag — strip k holds every owner's segment k, own first:
+//   own k, (rank+1)'s k, ..., (rank+W-1)'s k  for k = 0 .. S-1
+// so that the scheduler's swizzle strip (world * seg_mblocks m-blocks) walks N with each column's own tiles first and
+// the others' tiles of the same segment and column after them (their waits are per (segment, column): t3_epilogue).
 struct Interleave {
   int32_t world = 1, rank = 0;
   int32_t chunk_mblocks = 0;  // m-blocks per chunk
   int32_t seg_mblocks = 0;    // m-blocks per segment (a multiple of the region, dividing the chunk); 0: identity
+  int32_t paired = 0;         // 1: the column order above
   BRAID_T3_HD int32_t physical_mblock(int32_t v) const {
     if (world <= 1 || seg_mblocks <= 0 || v < 0 || v >= world * chunk_mblocks) return v;
+    if (paired) {
+      const int32_t strip = world * seg_mblocks;
+      const int32_t k = v / strip, rem = v - k * strip, p = rem / seg_mblocks, off = rem - p * seg_mblocks;
+      return ((rank + p) % world) * chunk_mblocks + k * seg_mblocks + off;
+    }
     const int32_t segs = chunk_mblocks / seg_mblocks;
     const int32_t s = v / seg_mblocks, off = v - s * seg_mblocks;
     int32_t chunk = rank, seg = 0;
@@ -180,7 +190,7 @@ struct AddressMap {
   //   direct: [0, regions)                      out[q]               (owner's output region q: the other ranks'
   //                                                                     tiles; the own tiles signal nothing)
   //   direct-tma: also [regions, 2*regions)     stored[q]            (own region q stored: the others add onto it)
-  //     column order: [regions, regions + tiles_n) stored[nb]         (own tiles of column nb stored)
+  //     column order: [regions, regions + S*tiles_n) stored[g*tiles_n + nb] (own tiles of segment g, column nb)
   int num_counters = 0;
   std::vector<uint32_t> expected;  // per local counter: updates it receives in one run
   std::vector<int> final_counters; // counters whose completion means `out` is final (direct)
@@ -189,13 +199,14 @@ struct AddressMap {
   int land_counter(int slot, int region) const { return slot * regions + region; }
   int done_counter(int stage, int region) const { return world * regions + stage * regions + region; }
   int stored_counter(int region) const { return regions + region; }  // direct-tma
-  int stored_column_counter(int nb) const { return regions + nb; }   // direct-tma, column order
+  int stored_column_counter(int seg, int nb) const { return regions + seg * tiles_n + nb; }  // column order
   Interleave interleave;           // direct-tma: the GEMM's m-block order (one launch over all rows)
   bool stored_by_column = false;   // direct-tma: column order (make_address_map)
-  // The rows a scheduler swizzle strip must stay inside: all rows in column order, else the interleave's segment,
-  // else the chunk.
+  // The rows a scheduler swizzle strip must stay inside: every owner's segment in column order, else the
+  // interleave's segment, else the chunk.
   int strip_mblocks() const {
-    return stored_by_column ? tiles_m : interleave.seg_mblocks > 0 ? interleave.seg_mblocks : chunk_mblocks;
+    return stored_by_column ? world * interleave.seg_mblocks
+           : interleave.seg_mblocks > 0 ? interleave.seg_mblocks : chunk_mblocks;
   }
 };
 
@@ -233,14 +244,17 @@ int pick_regions(Variant v, int64_t chunk_rows, int64_t n, int bm, int requested
 // segment_mblocks (direct-tma at world > 1; the others ignore it): the interleave's segment, at least that many
 // m-blocks, in whole regions dividing the chunk (pick_segment); 0: the whole chunk (own chunk first, then the
 // others'); -1: kDefaultSegmentMblocks.
-// column_order (direct-tma at world > 1; BRAID_T3_COLUMN_ORDER=1 in t3.cu): the whole chunk as one segment, one
-// scheduler strip over all rows (own chunk's m-blocks first in every tile column, then the others' in ring order),
-// and stored[] counted per tile column instead of per region: another owner's tile in column nb waits only for
-// that owner's own tiles of column nb, so the strip may span every chunk and B is read once per strip instead of
-// once per chunk (the three within-2x shapes direct-tma left short of the DRAM target, M <= 2048 and K = 4096,
-// read B once per chunk). segment_mblocks is then ignored.
+// column_order (direct-tma at world > 1; BRAID_T3_COLUMN_ORDER=1 in t3.cu): segments of column_segment(world,
+// chunk_mblocks) m-blocks, every owner's segment k in scheduler strip k (Interleave::paired: own first in every tile
+// column), and stored[] counted per (segment, tile column) instead of per region: another owner's tile waits only for
+// that owner's own tiles of the same segment and column, which run just before it in the owner's order. So a strip of
+// swizzle 8 (16 m-blocks) spans every chunk — B is read once per 16 m-blocks of M, not once per chunk (the three
+// within-2x shapes direct-tma left short of the DRAM target, M <= 2048 and K = 4096, read B once per chunk) — and the
+// remote adds run from the first strip on, not after the own chunk. segment_mblocks is then ignored.
 AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n, int bm, int bn, int regions,
                             int segment_mblocks = -1, bool column_order = false);
+// Column order's segment: the largest even divisor s of chunk_mblocks with world * s <= 16 (one swizzle-8 strip).
+int column_segment(int world, int chunk_mblocks);
 // direct-tma's default segment: 0, the whole chunk. Measured on 2x H200 (forty-first session, the 25 within-2x
 // shapes, bench/results/h200x2/*-bb7cd9b*, *-07b24f2*): interleaving segments of >= 1024 rows gave 1.015x of the
 // whole-chunk order's time (geomean of direct-tma's speedup over sequential), >= 512 rows 1.033x, >= 2048 rows 0.996x

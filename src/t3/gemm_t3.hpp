@@ -36,7 +36,8 @@ struct EpiParams {
   int mb_offset = 0;          // global m-block of this launch's first m-block
   int tiles_n = 0;
   int chunk_mblocks = 0, region_mblocks = 0, regions = 1;
-  int stored_by_column = 0;   // direct-tma column order: stored[nb] per tile column (AddressMap::stored_by_column)
+  int stored_by_column = 0;   // direct-tma column order: stored[g * tiles_n + nb] per (segment, tile column)
+  int seg_mblocks = 0;        //   and its segment (AddressMap::stored_by_column, interleave.seg_mblocks)
   int64_t n = 0;              // leading dimension of every buffer (elements)
   int64_t chunk_elems = 0;
   void* landing = nullptr;        // ring: local landing base, slot s at s * chunk_elems

@@ -71,6 +71,14 @@ int pick_swizzle(int chunk_mblocks, int cap) {
   return s;
 }
 
+int column_segment(int world, int chunk_mblocks) {
+  BRAID_REQUIRE(world >= 1 && chunk_mblocks >= 2 && chunk_mblocks % 2 == 0, "column_segment: whole 2x1 clusters");
+  int best = 2;
+  for (int s = 2; s <= chunk_mblocks && world * s <= 16; s += 2)
+    if (chunk_mblocks % s == 0) best = s;
+  return best;
+}
+
 int pick_segment(int chunk_mblocks, int region_mblocks, int min_mblocks) {
   BRAID_REQUIRE(chunk_mblocks > 0 && region_mblocks > 0 && chunk_mblocks % region_mblocks == 0,
                 "pick_segment: regions must divide the chunk");
@@ -127,9 +135,12 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   a.launches = order_launches(a.order, m / world);
   if (v == Variant::kDirectTma && world > 1) {  // one launch; its scheduler interleaves segments (Interleave)
     a.stored_by_column = column_order;
-    const int want = column_order ? 0 : segment_mblocks < 0 ? kDefaultSegmentMblocks : segment_mblocks;
-    const int seg = want == 0 ? a.chunk_mblocks : pick_segment(a.chunk_mblocks, a.region_mblocks, want);
-    a.interleave = Interleave{int32_t(world), int32_t(rank), int32_t(a.chunk_mblocks), int32_t(seg)};
+    const int want = segment_mblocks < 0 ? kDefaultSegmentMblocks : segment_mblocks;
+    const int seg = column_order ? column_segment(world, a.chunk_mblocks)
+                    : want == 0  ? a.chunk_mblocks
+                                 : pick_segment(a.chunk_mblocks, a.region_mblocks, want);
+    a.interleave = Interleave{int32_t(world), int32_t(rank), int32_t(a.chunk_mblocks), int32_t(seg),
+                              int32_t(column_order ? 1 : 0)};
     a.launches = {Launch{0, m}};
   }
   const uint32_t rt = uint32_t(a.region_mblocks) * uint32_t(a.tiles_n);  // tiles per region
@@ -138,9 +149,9 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
     a.num_counters = 2 * W * regions;
     a.landing_slots = W;
   } else {
-    a.num_counters = v != Variant::kDirectTma ? regions                   // out[q]
-                     : a.stored_by_column     ? regions + a.tiles_n       // + stored[nb]
-                                              : 2 * regions;              // + stored[q]
+    a.num_counters = v != Variant::kDirectTma ? regions  // out[q]
+                     : a.stored_by_column     ? regions + a.chunk_mblocks / a.interleave.seg_mblocks * a.tiles_n
+                                              : 2 * regions;  // + stored[q]
     a.landing_slots = 0;
   }
   a.expected.assign(a.num_counters, 0);
@@ -149,7 +160,8 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
   for (int mb = 0; mb < a.tiles_m; ++mb) {
     const int c = mb / a.chunk_mblocks;
     const int s = int(std::find(a.order.begin(), a.order.end(), c) - a.order.begin());  // ring: (c - rank - 1) mod W
-    const int q = (mb % a.chunk_mblocks) / a.region_mblocks;
+    const int ms = mb % a.chunk_mblocks;  // m-block within its chunk
+    const int q = ms / a.region_mblocks;
     for (int nb = 0; nb < a.tiles_n; ++nb) {
       TileRoute t;
       t.stage = s;
@@ -164,7 +176,8 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
         t.dest_buf = Buf::kOut;
         if (W > 1) {
           t.signal_rank = rank;
-          t.signal_counter = a.stored_by_column ? a.stored_column_counter(nb) : a.stored_counter(q);
+          t.signal_counter = a.stored_by_column ? a.stored_column_counter(ms / a.interleave.seg_mblocks, nb)
+                                                : a.stored_counter(q);
         }
       } else if (is_direct(v)) {
         t.op = TileOp::kAtomicAdd;
@@ -175,7 +188,8 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
         t.signal_counter = c == rank ? -1 : q;
         if (v == Variant::kDirectTma) {  // added only onto the owner's stored region (column)
           t.wait_rank = c;
-          t.wait_counter = a.stored_by_column ? a.stored_column_counter(nb) : a.stored_counter(q);
+          t.wait_counter = a.stored_by_column ? a.stored_column_counter(ms / a.interleave.seg_mblocks, nb)
+                                              : a.stored_counter(q);
         }
       } else if (W == 1) {
         t.op = TileOp::kStoreFinal;
@@ -218,8 +232,10 @@ AddressMap make_address_map(Variant v, int world, int rank, int64_t m, int64_t n
       a.final_counters.push_back(q);
       if (v == Variant::kDirectTma && W > 1 && !a.stored_by_column) a.expected[a.stored_counter(q)] = rt;  // own tiles
     }
-    if (a.stored_by_column)  // this rank's own tiles of each column
-      for (int nb = 0; nb < a.tiles_n; ++nb) a.expected[a.stored_column_counter(nb)] = uint32_t(a.chunk_mblocks);
+    if (a.stored_by_column)  // this rank's own tiles of each (segment, column)
+      for (int g = 0; g < a.chunk_mblocks / a.interleave.seg_mblocks; ++g)
+        for (int nb = 0; nb < a.tiles_n; ++nb)
+          a.expected[a.stored_column_counter(g, nb)] = uint32_t(a.interleave.seg_mblocks);
   } else {
     for (int s = 1; s < W; ++s)
       for (int q = 0; q < regions; ++q) a.expected[a.land_counter(s, q)] = rt;  // stage 1: per tile; later: one DMA write of rt

@@ -172,7 +172,8 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   // direct-tma's interleave segment: BRAID_T3_SEGMENT_ROWS (0: the whole chunk, own chunk first), else the default
   // (kDefaultSegmentMblocks: the whole chunk).
   const auto seg_rows = env::integer("BRAID_T3_SEGMENT_ROWS", 0, int64_t(1) << 30);
-  // direct-tma's column order (stored[] per tile column, one swizzle strip over every chunk): BRAID_T3_COLUMN_ORDER=1.
+  // direct-tma's column order (stored[] per segment and tile column, every owner's segment in one swizzle strip):
+  // BRAID_T3_COLUMN_ORDER=1.
   // Off by default: its map passes test_t3_map's symbolic run (worlds 2-8); not GPU-run yet (forty-first session).
   const bool column_order = env::flag("BRAID_T3_COLUMN_ORDER").value_or(false);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions,
@@ -362,6 +363,7 @@ void GemmReduceScatter::run(const void* a, const void* b, void* out, cudaStream_
   p.region_mblocks = m.region_mblocks;
   p.regions = m.regions;
   p.stored_by_column = m.stored_by_column ? 1 : 0;
+  p.seg_mblocks = m.interleave.seg_mblocks;
   p.n = m.n;
   p.chunk_elems = m.chunk_elems;
   if (ring) {

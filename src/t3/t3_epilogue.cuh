@@ -332,8 +332,8 @@ class T3Epilogue {
   // direct-tma: tile (mb_in_chunk, nb) of owner c's chunk, region q. The own chunk's tiles (computed first) are
   // stored, and counted into this rank's stored[q]; another owner's are added onto its region once it is stored (one
   // bounded wait per (owner, region) and CTA), and counted into the owner's out[q]. Column order
-  // (p.stored_by_column): stored[] per tile column nb instead of per region, so a tile of another owner waits only
-  // for that owner's own tiles of its column (chunk_mblocks of them); out[q] stays per region. Panel j (columns 64j..64j+63)
+  // (p.stored_by_column): stored[] per (segment, tile column) instead of per region, so a tile of another owner waits
+  // only for that owner's own tiles of its segment and column (seg_mblocks of them); out[q] stays per region. Panel j (columns 64j..64j+63)
   // through buffer j % kPanels; warpgroup w = tid / 128 writes and sends rows 64w..64w+63 (its own named barrier,
   // user id w).
   template <class Acc, class TiledMma>
@@ -348,10 +348,10 @@ class T3Epilogue {
     tid_ = tid;
     const bool own = c == p.rank;
     uint32_t* const counters = signal_of(c);  // owner c's counter array (this rank's own when own)
-    // The owner's stored[] entry this tile's rows/columns belong to: its region q, or (column order) its column nb.
-    const int sq = p.stored_by_column ? nb : q;
+    // The owner's stored[] entry this tile belongs to: its region q, or (column order) its segment and column.
+    const int sq = p.stored_by_column ? mb_in_chunk / p.seg_mblocks * p.tiles_n + nb : q;
     const uint32_t stored_expect =
-        p.stored_by_column ? uint32_t(p.chunk_mblocks) : uint32_t(p.region_mblocks) * uint32_t(p.tiles_n);
+        p.stored_by_column ? uint32_t(p.seg_mblocks) : uint32_t(p.region_mblocks) * uint32_t(p.tiles_n);
     // What this tile counts into: own -> stored[sq] here (the peers poll it), else the owner's out[q]; one rank: none.
     uint32_t* const signal = p.world == 1 ? nullptr : own ? counters + p.regions + sq : counters + q;
     if (signal != nullptr && signal != pending_) finish_pending();  // a new run: the previous one's sends are done

@@ -450,11 +450,18 @@ TEST(T3Map, ExpectedCountsAndDmaTable) {
   EXPECT_TRUE(d.dma.empty());
 }
 
-// direct-tma's column order: stored[] per tile column, one swizzle strip over every chunk (own chunk's m-blocks first
-// in each column). Counts, waits and every partial once at worlds 2-8, with chunks of 2-8 m-blocks, any swizzle.
+// direct-tma's column order: every owner's segment k in scheduler strip k (own first in each tile column), stored[]
+// per (segment, column). Counts, waits and every partial once at worlds 2-8, chunks of 2-32 m-blocks, any swizzle.
 TEST(T3Map, ColumnOrderDirectTmaDeliversEveryPartialOnce) {
+  EXPECT_EQ(column_segment(2, 4), 4);
+  EXPECT_EQ(column_segment(2, 8), 8);
+  EXPECT_EQ(column_segment(2, 32), 8);
+  EXPECT_EQ(column_segment(4, 32), 4);
+  EXPECT_EQ(column_segment(8, 32), 2);
+  EXPECT_EQ(column_segment(3, 8), 4);
+  EXPECT_EQ(column_segment(2, 12), 6);
   for (int W = 2; W <= 8; ++W)
-    for (int chunk : {2, 4, 8})
+    for (int chunk : {2, 4, 8, 16, 32})
       for (int regions : {1, 2})
         for (int swz : {1, 2, 4, 8}) {
           if (chunk % (2 * regions) != 0) continue;
@@ -462,31 +469,46 @@ TEST(T3Map, ColumnOrderDirectTmaDeliversEveryPartialOnce) {
           EXPECT_TRUE(simulate(Variant::kDirectTma, W, int64_t(W) * chunk * 128, 768, regions, &why, swz, -1, true))
               << "world " << W << " chunk " << chunk << " regions " << regions << " swizzle " << swz << ": " << why;
         }
-  // The map: stored[] per column, expected chunk_mblocks each; the strip spans all rows; the segment is the chunk.
+  // The order: strip k = own segment k, then the other owners' segment k.
+  const Interleave il{3, 1, 8, 4, 1};
+  const int expect[] = {8, 9, 10, 11, 16, 17, 18, 19, 0, 1, 2, 3, 12, 13, 14, 15, 20, 21, 22, 23, 4, 5, 6, 7};
+  for (int v = 0; v < 24; ++v) EXPECT_EQ(il.physical_mblock(v), expect[v]) << v;
+  // M = 1024 at two ranks: one segment of 4 m-blocks per chunk, one strip of 8 over M, stored[] per column.
   const auto a = make_address_map(Variant::kDirectTma, 2, 1, 1024, 8192, 128, 256, 1, 4, true);
   EXPECT_TRUE(a.stored_by_column);
   EXPECT_EQ(a.chunk_mblocks, 4);
-  EXPECT_EQ(a.interleave.seg_mblocks, 4);  // segment ignored: the whole chunk
+  EXPECT_EQ(a.interleave.seg_mblocks, 4);  // the requested segment is ignored
   EXPECT_EQ(a.strip_mblocks(), 8);
   EXPECT_EQ(pick_swizzle(a.strip_mblocks(), 8), 4);  // 4 clusters of 2: one strip over M = 1024
   EXPECT_EQ(a.num_counters, 1 + 32);
-  for (int nb = 0; nb < 32; ++nb) EXPECT_EQ(a.expected[a.stored_column_counter(nb)], 4u);
+  for (int nb = 0; nb < 32; ++nb) EXPECT_EQ(a.expected[a.stored_column_counter(0, nb)], 4u);
   EXPECT_EQ(a.expected[0], 4u * 32u);  // out[0]: the other rank's 4 x 32 tiles
   // In execution order, each tile column runs this rank's 4 tiles, then the other chunk's 4 (which wait for the
-  // owner's column): B's column block is read by one strip.
+  // owner's tiles of that column): B's column block is read by one strip.
   const auto seq = tile_execution_order(a, pick_swizzle(a.strip_mblocks(), 8));
   ASSERT_EQ(seq.size(), 256u);
   for (int j = 0; j < 4; ++j) {
     std::set<int> cols;
-    for (int i = 0; i < 8; ++i) cols.insert(a.tiles[seq[j * 8 + i]].dest_offset % 8192 / 256);
+    for (int i = 0; i < 8; ++i) cols.insert(int(a.tiles[seq[j * 8 + i]].dest_offset % 8192 / 256));
     EXPECT_EQ(cols.size(), 1u) << "group " << j << " spans several columns";
     for (int i = 0; i < 4; ++i) EXPECT_EQ(a.tiles[seq[j * 8 + i]].chunk, 1) << "group " << j;
     for (int i = 4; i < 8; ++i) {
       const TileRoute& t = a.tiles[seq[j * 8 + i]];
       EXPECT_EQ(t.chunk, 0);
       EXPECT_EQ(t.wait_rank, 0);
-      EXPECT_EQ(t.wait_counter, a.stored_column_counter(*cols.begin()));
+      EXPECT_EQ(t.wait_counter, a.stored_column_counter(0, *cols.begin()));
     }
+  }
+  // M = 8192 at two ranks: segments of 8, strips of 16 m-blocks (swizzle 8) holding 8 own and 8 other m-blocks.
+  const auto b = make_address_map(Variant::kDirectTma, 2, 0, 8192, 1024, 128, 256, 4, -1, true);
+  EXPECT_EQ(b.interleave.seg_mblocks, 8);
+  EXPECT_EQ(b.strip_mblocks(), 16);
+  EXPECT_EQ(pick_swizzle(b.strip_mblocks(), 8), 8);
+  EXPECT_EQ(b.num_counters, 4 + 4 * 4);
+  const auto bseq = tile_execution_order(b, 8);
+  for (int i = 0; i < 16 * 4; ++i) {  // the first strip: own segment 0 and the other's segment 0, both walking N
+    const TileRoute& t = b.tiles[bseq[i]];
+    EXPECT_EQ(t.dest_offset / (int64_t(128) * 1024) / 8, 0) << i;  // segment 0 of its chunk
   }
   // One rank: no column order (nothing to wait for).
   EXPECT_FALSE(make_address_map(Variant::kDirectTma, 1, 0, 1024, 512, 128, 256, 1, -1, true).stored_by_column);
