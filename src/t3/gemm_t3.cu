@@ -39,9 +39,12 @@ void preload_t3_gemm() {
 void run_t3_gemm(const void* a, const void* b, int64_t m, int64_t n, int64_t k, const EpiParams& p, int sm_count,
                  int swizzle, cudaStream_t stream, const Interleave& order) {
   BRAID_REQUIRE(swizzle == 1 || swizzle == 2 || swizzle == 4 || swizzle == 8, "T3 GEMM: swizzle 1, 2, 4 or 8");
-  BRAID_REQUIRE(p.chunk_mblocks % (2 * swizzle) == 0, "T3 GEMM: a swizzle strip must not straddle a chunk");
   const bool interleaved = p.mode == kModeDirectTma && order.world > 1 && order.seg_mblocks > 0;
-  BRAID_REQUIRE(!interleaved || (order.seg_mblocks % (2 * swizzle) == 0 && p.chunk_mblocks % order.seg_mblocks == 0 &&
+  // The rows one scheduler strip (2 * swizzle m-blocks) must stay inside, as AddressMap::strip_mblocks: every
+  // owner's segment in column order (one strip of the remapped order spans all chunks), the segment, the chunk.
+  const int strip = !interleaved ? p.chunk_mblocks : order.paired ? order.world * order.seg_mblocks : order.seg_mblocks;
+  BRAID_REQUIRE(strip % (2 * swizzle) == 0, "T3 GEMM: a swizzle strip must not straddle a chunk (or a segment strip)");
+  BRAID_REQUIRE(!interleaved || (p.chunk_mblocks % order.seg_mblocks == 0 &&
                                  order.chunk_mblocks == p.chunk_mblocks && order.world == p.world &&
                                  order.rank == p.rank && p.mb_offset == 0 && m == int64_t(p.world) * p.chunk_mblocks * kBM),
                 "T3 GEMM: the interleave needs one launch over all rows, whole swizzle strips per segment");
