@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# strands-quick t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
+# strands-quick layer-capacity t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -342,6 +342,15 @@ if has layer; then
   echo "== bench layer" | tee -a "$log"
   T=240 mpi bench layer --model llama3-8b --tp 2 --seq 4096 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
   T=240 mpi bench layer --model llama3-70b --tp 2 --seq 8192 --backward --json "$out/layer.jsonl" 2>&1 | tee -a "$log"
+fi
+if has layer-capacity; then  # MoE capacity factor (static, no host wait) against dropless: bench layer, alternating
+  echo "== bench layer, MoE capacity factors ($(date +%T))" | tee -a "$log"
+  for round in 1 2; do
+    for cap in ${CAPACITIES:-0 1.25}; do
+      T=200 mpi bench layer --model "${CAP_MODEL:-mixtral-8x7b}" --tp "$ngpu" --seq "${CAP_SEQ:-4096}" --backward \
+        --capacity "$cap" --json "$out/layer-capacity.jsonl" 2>&1 | tee -a "$log"
+    done
+  done
 fi
 if has strands; then  # DHelix: strands vs single strand vs round-robin (verified first), throttled link
   echo "== bench strands" | tee -a "$log"

@@ -20,6 +20,7 @@ struct Args {
   std::string model = "llama3-8b", ar = "nccl", json;
   int tp = 0, seq = 0, mb = 0, iters = 20, warmup = 5;
   bool moe = false, backward = false, sp = true, per_op = true;
+  double capacity = 0;  // MoE capacity factor (ModelConfig::capacity)
 };
 
 Args parse(int argc, char** argv) {
@@ -42,6 +43,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--backward") a.backward = true;
     else if (k == "--no-sp") a.sp = false;
     else if (k == "--no-per-op") a.per_op = false;
+    else if (k == "--capacity") a.capacity = std::stod(val());
     // other words (bench, layer, ...) belong to the CLI
   }
   return a;
@@ -62,16 +64,17 @@ double rel_l2_host(const std::vector<uint16_t>& got, const std::vector<double>& 
 
 // Forward + backward of a small shape of the same kind against the float64 reference; returns the worst
 // relative L2 error over y, dx and every weight-gradient shard of this rank.
-double verify(Comm& comm, MPI_Comm mpi, const Parallel& p, bool moe) {
+double verify(Comm& comm, MPI_Comm mpi, const Parallel& p, bool moe, double capacity) {
   ModelConfig c = preset(moe ? "tiny-moe" : "tiny");
   c.hidden = 256, c.heads = 8, c.kv_heads = 4, c.seq = 100, c.ffn = moe ? 128 : 512;
+  c.capacity = moe ? capacity : 0;
   const int rank = comm.rank();
   Layer layer(c, p, comm);
   const auto w = init_weights(c, 5);
   layer.load_weights(w);
   const size_t n = size_t(c.tokens()) * c.hidden, rows = size_t(layer.local_tokens()), H = size_t(c.hidden);
   const auto x = random_values(n, 6, 1.0), dy = random_values(n, 7, 1.0);
-  auto ref = reference_layer(c, w, x, dy);
+  auto ref = reference_layer(c, w, x, dy, nullptr, layer.local_tokens());
   const size_t off = (rows == size_t(c.tokens()) ? 0 : size_t(rank) * rows) * H;
   auto bits = [&](const std::vector<double>& v) {
     std::vector<uint16_t> o(rows * H);
@@ -98,7 +101,7 @@ double verify(Comm& comm, MPI_Comm mpi, const Parallel& p, bool moe) {
     BRAID_REQUIRE(routes.size() == size_t(c.tokens() * c.top_k), "bench layer: MoE routes of every rank");
     BRAID_MPI_CHECK(MPI_Allgather(local.data(), int(local.size()), MPI_INT, routes.data(), int(local.size()), MPI_INT, mpi));
     if (route_deficit(c, ref, routes) > 2e-2) return INFINITY;  // routed away from a clearly better expert
-    ref = reference_layer(c, w, x, dy, &routes);
+    ref = reference_layer(c, w, x, dy, &routes, layer.local_tokens());
   }
   std::vector<uint16_t> y(rows * H), dx(rows * H);
   BRAID_CUDA_CHECK(cudaMemcpy(y.data(), layer.y(), y.size() * 2, cudaMemcpyDeviceToHost));
@@ -124,6 +127,8 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   if (a.seq) c.seq = a.seq;
   if (a.mb) c.micro_batch = a.mb;
   if (a.moe && !c.moe()) c.experts = 8, c.top_k = 2, c.name += "+moe8x2";
+  c.capacity = a.capacity;
+  c.validate();
   const int tp = a.tp ? a.tp : team.size();
   BRAID_REQUIRE(tp == team.size(), "bench layer: --tp must equal the number of ranks (mpirun -np)");
   const Parallel p{tp, a.sp};
@@ -140,7 +145,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   }
 
   // ---- verification (a small shape of the same kind, same comm) ----
-  const double err = verify(*comm, team.mpi(), p, c.moe());
+  const double err = verify(*comm, team.mpi(), p, c.moe(), c.capacity);
   const double worst_err = team.allreduce_max(err);
   const bool ok = worst_err < 2.5e-2;
   if (root)
@@ -191,6 +196,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
       bench::Json j;
       j.add("bench", "layer").add("phase", pname).add("model", c.name).add("hidden", c.hidden).add("heads", c.heads);
       j.add("kv_heads", c.kv_heads).add("ffn", c.ffn).add("experts", c.experts).add("top_k", c.top_k);
+      if (c.capacity > 0) j.add("capacity", c.capacity);
       j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", tp).add("sp", p.sp).add("comm", comm->name());
       j.add("attention", layer.attention_backend());
       j.add("time_us", st.median_us).add("p10_us", st.p10_us).add("p90_us", st.p90_us);

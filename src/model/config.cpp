@@ -1,4 +1,6 @@
 // Model presets, validation and the operator plan (names, shapes, FLOPs, bytes) of one layer.
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "braid/errors.hpp"
@@ -13,6 +15,14 @@ void ModelConfig::validate() const {
   BRAID_REQUIRE(hd() % 2 == 0, "model: head_dim must be even (rotary pairs)");
   BRAID_REQUIRE(seq > 0 && micro_batch > 0, "model: seq and micro_batch must be > 0");
   if (experts > 0) BRAID_REQUIRE(top_k > 0 && top_k <= experts, "model: need 0 < top_k <= experts");
+  BRAID_REQUIRE(capacity >= 0 && capacity <= 1024, "model: the MoE capacity factor must be in [0, 1024] (0: dropless)");
+  BRAID_REQUIRE(capacity == 0 || experts > 0, "model: a capacity factor needs experts");
+}
+
+int64_t ModelConfig::expert_capacity(int64_t local_tokens) const {
+  if (!moe() || capacity <= 0) return 0;
+  const double rows = capacity * double(local_tokens) * top_k / experts;
+  return std::max<int64_t>(1, int64_t(std::ceil(rows - 1e-9)));
 }
 
 std::string ModelConfig::describe() const {
@@ -20,6 +30,7 @@ std::string ModelConfig::describe() const {
   o << name << ": hidden " << hidden << ", heads " << heads << " (kv " << kv_heads << ", d " << hd() << "), ffn "
     << ffn;
   if (moe()) o << ", " << experts << " experts top-" << top_k;
+  if (moe() && capacity > 0) o << " capacity " << capacity;
   o << ", seq " << seq << " x micro-batch " << micro_batch;
   return o.str();
 }
@@ -124,7 +135,8 @@ std::vector<OpInfo> plan_ops(const ModelConfig& c, const Parallel& p, Phase phas
   const int64_t T = c.tokens(), Tl = sp ? T / tp : T, H = c.hidden, d = c.hd(), S = c.seq, B = c.micro_batch;
   const int64_t hq = c.heads / tp, hkv = c.kv_heads / tp, qd = hq * d, kvd = hkv * d, nqkv = qd + 2 * kvd;
   const int64_t F = c.ffn, Fl = c.moe() ? F : F / tp;
-  const int64_t E = c.experts, El = E / tp, K = c.top_k, R = Tl * K;  // MoE rows sent (= received, balanced)
+  // MoE rows sent (= received): balanced dropless Tl * K; with a capacity factor every expert's slots, E * cap
+  const int64_t E = c.experts, El = E / tp, K = c.top_k, cap = c.expert_capacity(Tl), R = cap > 0 ? E * cap : Tl * K;
   const double attn_fwd = 4.0 * B * hq * (double(S) * S / 2) * d;     // QK^T and PV, causal half
   const std::string tl_h = dims({Tl, H}), t_h = dims({T, H});
   const CommKind row_comm = sp ? CommKind::kReduceScatter : CommKind::kAllReduce;
@@ -150,7 +162,7 @@ std::vector<OpInfo> plan_ops(const ModelConfig& c, const Parallel& p, Phase phas
     } else {
       P.custom("router", dims({Tl, H}) + "x" + dims({H, E}), 2.0 * Tl * H * E, 2.0 * (Tl * H + H * E) + 4.0 * Tl * E);
       P.eltwise("route", dims({R, H}), 2.0 * (Tl * H + R * H) + 4.0 * Tl * E);
-      P.comm("a2a_counts", CommKind::kAllToAll, dims({E}), 8.0 * E * (tp - 1) / tp);
+      P.comm("a2a_counts", CommKind::kAllToAll, dims({E}), cap > 0 ? 0.0 : 8.0 * E * (tp - 1) / tp);  // capacity: none
       P.comm("a2a_dispatch", CommKind::kAllToAll, dims({R, H}), 2.0 * R * H * (tp - 1) / tp);
       P.eltwise("expert_sort", dims({R, H}), 2.0 * 2 * R * H);
       P.gemm("expert_gate_up", R / El, 2 * F, H, double(El));

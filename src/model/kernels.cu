@@ -407,8 +407,9 @@ __global__ void expert_count_kernel(const int* __restrict__ route, float* __rest
   const int tot = Reduce(tmp).Sum(c);
   if (threadIdx.x == 0) counts[e] = float(tot);
 }
+// cap == 0: pos = the dropless expert-major position; cap > 0: e·cap + rank below cap, else -1 (dropped).
 __global__ void expert_position_kernel(const int* __restrict__ route, const float* __restrict__ counts,
-                                       int* __restrict__ pos, int64_t n) {
+                                       int* __restrict__ pos, int64_t n, int cap) {
   using Scan = cub::BlockScan<int, kRouteThreads>;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ int carry;
@@ -416,7 +417,7 @@ __global__ void expert_position_kernel(const int* __restrict__ route, const floa
   if (threadIdx.x == 0) {
     int off = 0;
     for (int j = 0; j < e; ++j) off += int(counts[j]);
-    carry = off;
+    carry = cap > 0 ? 0 : off;
   }
   __syncthreads();
   for (int64_t i0 = 0; i0 < n; i0 += kRouteThreads) {
@@ -424,7 +425,7 @@ __global__ void expert_position_kernel(const int* __restrict__ route, const floa
     const int flag = i < n && route[i] == e;
     int rank, total;
     Scan(tmp).ExclusiveSum(flag, rank, total);
-    if (flag) pos[i] = carry + rank;
+    if (flag) pos[i] = cap == 0 ? carry + rank : carry + rank < cap ? e * cap + carry + rank : -1;
     __syncthreads();
     if (threadIdx.x == 0) carry += total;
     __syncthreads();
@@ -434,9 +435,26 @@ __global__ void expert_position_kernel(const int* __restrict__ route, const floa
 __global__ void permute_rows_kernel(const bf16* __restrict__ h, const int* __restrict__ pos, bf16* __restrict__ send,
                                     int K, int H) {
   const int64_t i = blockIdx.x;
+  if (pos[i] < 0) return;  // dropped by the capacity
   const bf16* src = h + (i / K) * H;
   bf16* dst = send + int64_t(pos[i]) * H;
   for (int j = threadIdx.x; j < H; j += blockDim.x) dst[j] = src[j];
+}
+// block per slot row e·cap + j: zero when j >= counts[e]
+__global__ void zero_padding_kernel(const float* __restrict__ counts, bf16* __restrict__ rows, int64_t cap, int H) {
+  const int64_t r = blockIdx.x, e = r / cap, j = r - e * cap;
+  if (j < int64_t(counts[e])) return;
+  for (int c = threadIdx.x; c < H; c += blockDim.x) rows[r * H + c] = b(0.f);
+}
+__global__ void capacity_maps_kernel(int* __restrict__ sort_map, int* __restrict__ unsort_map, int tp, int El,
+                                     int64_t cap) {
+  const int64_t n = int64_t(tp) * El * cap;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i / (tp * cap), src = (i / cap) % tp, j = i % cap;
+    const int64_t r = (src * El + e) * cap + j;
+    sort_map[i] = int(r);
+    unsort_map[r] = int(i);
+  }
 }
 __global__ void gather_rows_kernel(const bf16* __restrict__ src, bf16* __restrict__ dst, const int* __restrict__ map,
                                    int H) {
@@ -449,7 +467,8 @@ __global__ void combine_kernel(const bf16* __restrict__ x1, const bf16* __restri
   const int64_t t = blockIdx.x;
   for (int j = threadIdx.x; j < H; j += blockDim.x) {
     float v = f(x1[t * H + j]);
-    for (int k = 0; k < K; ++k) v += prob[t * K + k] * f(ret[int64_t(pos[t * K + k]) * H + j]);
+    for (int k = 0; k < K; ++k)
+      if (pos[t * K + k] >= 0) v += prob[t * K + k] * f(ret[int64_t(pos[t * K + k]) * H + j]);
     y[t * H + j] = b(v);
   }
 }
@@ -465,7 +484,7 @@ __global__ void combine_bwd_kernel(const bf16* __restrict__ dy, const bf16* __re
     const int64_t row = pos[t * K + k];
     const float p = prob[t * K + k];
     float s = 0;
-    for (int j = threadIdx.x; j < H; j += kRouteThreads) {
+    for (int j = threadIdx.x; row >= 0 && j < H; j += kRouteThreads) {  // row < 0: dropped, dp = 0
       const float g = f(dy[t * H + j]);
       s += g * f(ret[row * H + j]);
       dret[row * H + j] = b(p * g);
@@ -487,7 +506,8 @@ __global__ void route_bwd_kernel(const bf16* __restrict__ drow, const int* __res
   const int64_t t = blockIdx.x;
   for (int j = threadIdx.x; j < H; j += blockDim.x) {
     float v = 0;
-    for (int k = 0; k < K; ++k) v += f(drow[int64_t(pos[t * K + k]) * H + j]);
+    for (int k = 0; k < K; ++k)
+      if (pos[t * K + k] >= 0) v += f(drow[int64_t(pos[t * K + k]) * H + j]);
     for (int e = 0; e < E; ++e) v += dlogits[t * E + e] * f(wr[int64_t(j) * E + e]);
     dh[t * H + j] = b(v);
   }
@@ -627,15 +647,29 @@ void topk(const float* logits, int* route, float* prob, int64_t T, int E, int K,
   BRAID_CHECK_LAUNCH();
 }
 void route_permute(const int* route, float* counts, int* pos, const bf16* h, bf16* send, int64_t T, int K, int E,
-                   int H, cudaStream_t s) {
+                   int H, cudaStream_t s, int64_t cap) {
   const int64_t n = T * K;
   BRAID_REQUIRE(n < (int64_t(1) << 24), "route_permute: counts are exchanged as fp32 (exact below 2^24)");
+  BRAID_REQUIRE(cap >= 0 && int64_t(E) * cap < (int64_t(1) << 31), "route_permute: capacity slots fit an int");
   expert_count_kernel<<<E, kRouteThreads, 0, s>>>(route, counts, n);
   BRAID_CHECK_LAUNCH();
+  if (cap > 0) route_zero_padding(counts, send, E, cap, H, s);
   if (n == 0) return;
-  expert_position_kernel<<<E, kRouteThreads, 0, s>>>(route, counts, pos, n);
+  expert_position_kernel<<<E, kRouteThreads, 0, s>>>(route, counts, pos, n, int(cap));
   BRAID_CHECK_LAUNCH();
   permute_rows_kernel<<<unsigned(n), 256, 0, s>>>(h, pos, send, K, H);
+  BRAID_CHECK_LAUNCH();
+}
+void capacity_maps(int* sort_map, int* unsort_map, int tp, int El, int64_t cap, cudaStream_t s) {
+  const int64_t n = int64_t(tp) * El * cap;
+  if (n == 0) return;
+  BRAID_REQUIRE(n < (int64_t(1) << 31), "capacity_maps: rows fit an int");
+  capacity_maps_kernel<<<blocks_for(n, 256), 256, 0, s>>>(sort_map, unsort_map, tp, El, cap);
+  BRAID_CHECK_LAUNCH();
+}
+void route_zero_padding(const float* counts, bf16* rows, int E, int64_t cap, int H, cudaStream_t s) {
+  if (E == 0 || cap == 0) return;
+  zero_padding_kernel<<<unsigned(E * cap), 256, 0, s>>>(counts, rows, cap, H);
   BRAID_CHECK_LAUNCH();
 }
 void gather_rows(const bf16* src, bf16* dst, const int* map, int64_t rows, int H, cudaStream_t s) {

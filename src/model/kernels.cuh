@@ -56,11 +56,19 @@ void router_fwd(const bf16* h, const bf16* wr, float* logits, int64_t T, int H, 
 void topk(const float* logits, int* route, float* prob, int64_t T, int E, int K, cudaStream_t s);
 // counts[E] (as float: exact below 2^24) and the stable expert-major position of every (t, k) entry:
 // pos[t·K + k] = Σ_{e' < e} counts[e'] + (entries of expert e before it). Then send[pos] = h[t].
+// cap > 0 (capacity factor): send is [E, cap, H]; pos[t·K + k] = e·cap + (entries of expert e before it) when
+// that is < cap, else -1 (dropped, not sent); slots past counts[e] are zero rows (route_zero_padding).
 void route_permute(const int* route, float* counts, int* pos, const bf16* h, bf16* send, int64_t T, int K, int E,
-                   int H, cudaStream_t s);
+                   int H, cudaStream_t s, int64_t cap = 0);
+// Capacity's static row maps between the receive layout [source][local expert][cap] and the expert-major
+// one [local expert][source][cap]: sort_map[i] = receive row of sorted row i, unsort_map its inverse.
+void capacity_maps(int* sort_map, int* unsort_map, int tp, int El, int64_t cap, cudaStream_t s);
+// rows [E, cap, H]: zero every row e·cap + j with j >= counts[e] (the unused capacity slots).
+void route_zero_padding(const float* counts, bf16* rows, int E, int64_t cap, int H, cudaStream_t s);
 // dst[i] = src[map[i]] for rows of H elements.
 void gather_rows(const bf16* src, bf16* dst, const int* map, int64_t rows, int H, cudaStream_t s);
-// y[t] = x1[t] + Σ_k prob[t,k] · ret[pos[t,k]]
+// y[t] = x1[t] + Σ_k prob[t,k] · ret[pos[t,k]]   (combine, combine_bwd, route_bwd: an entry with pos < 0 was
+// dropped by the capacity: it adds nothing, and its row is neither read nor written)
 void combine(const bf16* x1, const bf16* ret, const int* pos, const float* prob, bf16* y, int64_t T, int K, int H,
              cudaStream_t s);
 // dret[pos[t,k]] = prob[t,k]·dy[t]; dlogits [T, E] (zero but for the selected) through the top-k softmax.

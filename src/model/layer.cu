@@ -46,6 +46,8 @@ struct Layer::Impl {
   bool sp = false, moe = false;
   int64_t T = 0, Tl = 0, H = 0, S = 0, B = 0, d = 0, hq = 0, hkv = 0, qd = 0, kvd = 0, nqkv = 0, Fl = 0, F = 0;
   int64_t E = 0, El = 0, K = 0, Rmax = 0;
+  int64_t cap = 0;    // MoE capacity rows per (source rank, expert) (ModelConfig::capacity); 0: dropless
+  int64_t Srows = 0;  // MoE rows of the send-side buffers (send, ret, dret, drow): Tl * K, or E * cap
   cublasHandle_t blas = nullptr;
   std::unique_ptr<attn::Attention> attention;  // cuDNN fused attention or braid's kernels (attention.hpp)
   void* blas_ws = nullptr;
@@ -196,6 +198,7 @@ struct Layer::Impl {
   void build_backward();
   void moe_exchange_counts(cudaStream_t s);
   void moe_finish_counts(cudaStream_t s);
+  void set_layout();
   void add_op(Phase ph, const std::string& name, std::function<void(cudaStream_t)> f) {
     const int i = int(ph);
     const size_t idx = fn[i].size();
@@ -216,7 +219,11 @@ void Layer::Impl::setup() {
   T = c.tokens(), Tl = sp ? T / tp : T, H = c.hidden, S = c.seq, B = c.micro_batch, d = c.hd();
   hq = c.heads / tp, hkv = c.kv_heads / tp, qd = hq * d, kvd = hkv * d, nqkv = qd + 2 * kvd;
   F = c.ffn, Fl = moe ? F : F / tp, E = c.experts, El = moe ? E / tp : 0, K = c.top_k;
-  Rmax = T * K;  // worst case rows one rank's experts can receive (every token of every rank)
+  // Rows one rank's experts can receive: dropless, the worst case (every token of every rank); with a
+  // capacity factor, exactly E * cap (tp sources x El experts x cap slots, padding included).
+  cap = moe ? c.expert_capacity(Tl) : 0;
+  Rmax = cap > 0 ? E * cap : T * K;
+  Srows = cap > 0 ? E * cap : Tl * K;
   plan[0] = plan_ops(c, p, Phase::kForward);
   plan[1] = plan_ops(c, p, Phase::kBackward);
 
@@ -281,8 +288,8 @@ void Layer::Impl::setup() {
     counts = alloc<float>(E), rcounts = alloc<float>(tp * El);
     route = alloc<int>(Tl * K), pos = alloc<int>(Tl * K);
     sort_map = alloc<int>(Rmax), unsort_map = alloc<int>(Rmax);
-    send = one_phase(&Impl::send, Tl * K * H), ret = alloc<bf16>(Tl * K * H);
-    dret = one_phase(&Impl::dret, Tl * K * H), drow = one_phase(&Impl::drow, Tl * K * H);
+    send = one_phase(&Impl::send, Srows * H), ret = alloc<bf16>(Srows * H);
+    dret = one_phase(&Impl::dret, Srows * H), drow = one_phase(&Impl::drow, Srows * H);
     recv = one_phase(&Impl::recv, Rmax * H), xs = alloc<bf16>(Rmax * H), egu = alloc<bf16>(Rmax * 2 * F);
     eact = alloc<bf16>(Rmax * F), eout = one_phase(&Impl::eout, Rmax * H), eout_u = one_phase(&Impl::eout_u, Rmax * H);
     drecv = one_phase(&Impl::drecv, Rmax * H), dout_s = one_phase(&Impl::dout_s, Rmax * H);
@@ -294,6 +301,11 @@ void Layer::Impl::setup() {
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&counts_ev, cudaEventDisableTiming));
     sc.assign(tp, 0), sd.assign(tp, 0), rc.assign(tp, 0), rd.assign(tp, 0);
     expert_rows.assign(El, 0);
+    if (cap > 0) {  // static layout: every (source, expert) block holds cap rows, padding included
+      for (int64_t e = 0; e < E; ++e) counts_h[e] = float(cap);
+      for (int64_t i = 0; i < tp * El; ++i) rcounts_h[i] = float(cap);
+      set_layout();
+    }
   }
   // Builds the cuDNN graphs (or finds them cached) and allocates their workspaces now, so that the
   // attention operators never allocate: capturable, any stream. BRAID_ATTN=naive|cudnn|auto.
@@ -329,6 +341,13 @@ void Layer::Impl::moe_finish_counts(cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaEventSynchronize(counts_ev));
   host_wait_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   counts_pending = false;
+  set_layout();
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(sort_map, maps_h, R * sizeof(int), cudaMemcpyHostToDevice, s));
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(unsort_map, maps_h + Rmax, R * sizeof(int), cudaMemcpyHostToDevice, s));
+}
+
+// The all-to-all layout, rows per local expert and the row maps (host, maps_h) from counts_h / rcounts_h.
+void Layer::Impl::set_layout() {
   auto rcnt = [&](int src, int e) { return int64_t(rcounts_h[src * El + e]); };
   size_t so = 0, ro = 0;
   for (int r = 0; r < tp; ++r) {
@@ -357,8 +376,6 @@ void Layer::Impl::moe_finish_counts(cudaStream_t s) {
       expert_rows[e] += rcnt(src, e);
     }
   }
-  BRAID_CUDA_CHECK(cudaMemcpyAsync(sort_map, smap, R * sizeof(int), cudaMemcpyHostToDevice, s));
-  BRAID_CUDA_CHECK(cudaMemcpyAsync(unsort_map, umap, R * sizeof(int), cudaMemcpyHostToDevice, s));
 }
 
 void Layer::Impl::build_forward() {
@@ -428,9 +445,12 @@ void Layer::Impl::build_forward() {
   add_op(F_, "router", [=, this](cudaStream_t s) { k::router_fwd(h2, wr, logits, Tl, int(H), int(E), s); });
   add_op(F_, "route", [=, this](cudaStream_t s) {
     k::topk(logits, route, prob, Tl, int(E), int(K), s);
-    k::route_permute(route, counts, pos, h2, send, Tl, int(K), int(E), int(H), s);
+    k::route_permute(route, counts, pos, h2, send, Tl, int(K), int(E), int(H), s, cap);
+    // Capacity: the row maps are the static layout's (saved tensors, so written every forward).
+    if (cap > 0) k::capacity_maps(sort_map, unsort_map, int(tp), int(El), cap, s);
   });
-  add_op(F_, "a2a_counts", [=, this](cudaStream_t s) { moe_exchange_counts(s); });
+  // Capacity: no counts to exchange (static shapes); the operator stays, empty, so the plan is the same.
+  add_op(F_, "a2a_counts", [=, this](cudaStream_t s) { if (cap == 0) moe_exchange_counts(s); });
   add_op(F_, "a2a_dispatch", [=, this](cudaStream_t s) {
     moe_finish_counts(s);
     comm.all_to_all_v(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), DType::kBF16, s);
@@ -494,6 +514,8 @@ void Layer::Impl::build_backward() {
   } else {
     add_op(B_, "combine_bwd", [=, this](cudaStream_t s) {
       k::combine_bwd(dy, ret, pos, route, prob, dret, dlogits, Tl, int(K), int(E), int(H), s);
+      // Capacity: the unused slots travel too; zero rows keep the experts' gradients finite and exact.
+      if (cap > 0) k::route_zero_padding(counts, dret, int(E), cap, int(H), s);
     });
     add_op(B_, "a2a_combine_bwd", [=, this](cudaStream_t s) {
       comm.all_to_all_v(dret, sc.data(), sd.data(), drecv, rc.data(), rd.data(), DType::kBF16, s);
@@ -637,7 +659,8 @@ static std::vector<SavedField> saved_fields(Layer::Impl& m) {
     v.push_back(field(gathered ? "h2f" : "h2", &m.h2f, size_t((m.sp ? m.T : m.Tl) * m.H) * bf));
     return v;
   }
-  // MoE: the router's input, routing state, the combine's input, the experts at capacity (Rmax rows).
+  // MoE: the router's input, routing state, the combine's input, the experts at capacity (Rmax rows);
+  // with a capacity factor also the forward's per-expert counts (combine_bwd zeroes the unused slots).
   v.push_back(h1);
   v.push_back(field("h2", &m.h2, size_t(m.Tl * m.H) * bf));
   v.push_back(field("prob", &m.prob, size_t(m.Tl * m.K) * f32));
@@ -645,10 +668,11 @@ static std::vector<SavedField> saved_fields(Layer::Impl& m) {
   v.push_back(field("pos", &m.pos, size_t(m.Tl * m.K) * i32));
   v.push_back(field("sort_map", &m.sort_map, size_t(m.Rmax) * i32));
   v.push_back(field("unsort_map", &m.unsort_map, size_t(m.Rmax) * i32));
-  v.push_back(field("ret", &m.ret, size_t(m.Tl * m.K * m.H) * bf));
+  v.push_back(field("ret", &m.ret, size_t(m.Srows * m.H) * bf));
   v.push_back(field("xs", &m.xs, size_t(m.Rmax * m.H) * bf));
   v.push_back(field("egu", &m.egu, size_t(m.Rmax * 2 * m.F) * bf));
   v.push_back(field("eact", &m.eact, size_t(m.Rmax * m.F) * bf));
+  if (m.cap > 0) v.push_back(field("counts", &m.counts, size_t(m.E) * f32));
   return v;
 }
 

@@ -208,7 +208,7 @@ LayerWeights shard_of(const LayerWeights& f, const ModelConfig& c, const Paralle
 }
 
 RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                          const std::vector<double>& dy, const std::vector<int>* routes) {
+                          const std::vector<double>& dy, const std::vector<int>* routes, int64_t capacity_group) {
   c.validate();
   const Dims D(c);
   const int64_t T = D.T, H = D.H, S = D.S, d = D.d, F = D.F;
@@ -279,6 +279,12 @@ RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std
     res.logits = logits;
     if (routes) BRAID_REQUIRE(int64_t(routes->size()) == T * K, "reference: routes must have tokens x top_k entries");
     e_gt.resize(T * K), e_up.resize(T * K), e_act.resize(T * K), e_out.resize(T * K);
+    // Capacity: tokens [g * group, (g + 1) * group) are one source rank's; each (group, expert) keeps its
+    // first `cap` (token, k) in order t, then k — the GPU layer's rule (ModelConfig::capacity).
+    const int64_t group = capacity_group > 0 ? capacity_group : T, cap = c.expert_capacity(group);
+    BRAID_REQUIRE(T % group == 0, "reference: capacity_group must divide the tokens");
+    std::vector<int64_t> taken(size_t((T / group) * E), 0);
+    res.kept.assign(T * K, 1);
     for (int64_t t = 0; t < T; ++t) {
       std::vector<int> idx(E);
       std::iota(idx.begin(), idx.end(), 0);
@@ -297,9 +303,13 @@ RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std
       for (int64_t kk = 0; kk < K; ++kk) {
         const int e = idx[kk];
         res.routes[t * K + kk] = e;
-        res.expert_tokens[e]++;
         probs[t * K + kk] = std::exp(lt[e] - mx) / sum;
         const size_t tk = t * K + kk;
+        if (cap > 0 && taken[size_t((t / group) * E + e)]++ >= cap) {
+          res.kept[tk] = 0;  // dropped: contributes nothing, gets no gradient
+          continue;
+        }
+        res.expert_tokens[e]++;
         e_gt[tk].resize(F), e_up[tk].resize(F), e_act[tk].resize(F), e_out[tk].resize(H);
         mm(h2.data() + t * H, w.w1.data() + e * H * F, e_gt[tk].data(), 1, F, H);
         mm(h2.data() + t * H, w.w3.data() + e * H * F, e_up[tk].data(), 1, F, H);
@@ -340,6 +350,7 @@ RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std
         const size_t tk = t * K + kk;
         const int e = res.routes[tk];
         dp[kk] = 0;
+        if (!res.kept[tk]) continue;
         for (int64_t j = 0; j < H; ++j) dp[kk] += dyt[j] * e_out[tk][j], dout[j] = probs[tk] * dyt[j];
         mm_nt(dout.data(), w.w2.data() + e * F * H, dact.data(), 1, H, F);
         mm_tn(e_act[tk].data(), dout.data(), G.w2.data() + e * F * H, 1, H, F, true);
@@ -410,8 +421,8 @@ RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std
 }
 
 double reference_loss(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                      const std::vector<double>& dy, const std::vector<int>* routes) {
-  const auto r = reference_layer(c, w, x, {}, routes);
+                      const std::vector<double>& dy, const std::vector<int>* routes, int64_t capacity_group) {
+  const auto r = reference_layer(c, w, x, {}, routes, capacity_group);
   double s = 0;
   for (size_t i = 0; i < r.y.size(); ++i) s += r.y[i] * dy[i];
   return s;

@@ -37,6 +37,7 @@ struct Args {
   int decompose = 4;  // chunks of the intra-batch decomposition baseline (0: not timed)
   int gemm_sm_reserve = 0;  // > 0: also time variants whose GEMMs leave this many SMs free (-smres)
   int layers = 1;           // > 1: the stack of that many layers (StrandStack) instead of the one-layer variants
+  double capacity = 0;      // MoE capacity factor (ModelConfig::capacity); 0: dropless
   bool graph = true, verify = true;
   bool chain = true;        // stack: also the chained variants (StrandStack::pass_chained); --no-chain drops them
 };
@@ -73,6 +74,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--decompose") a.decompose = std::stoi(val());
     else if (k == "--layers") a.layers = std::stoi(val());
     else if (k == "--no-chain") a.chain = false;
+    else if (k == "--capacity") a.capacity = std::stod(val());
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
   if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1 || a.layers < 1)
@@ -87,6 +89,8 @@ m::ModelConfig model_of(const Args& a, Team& team, m::Parallel* par, const char*
   m::ModelConfig c = m::preset(a.model);
   if (a.seq) c.seq = a.seq;
   if (a.mb) c.micro_batch = a.mb;
+  c.capacity = a.capacity;
+  c.validate();  // (a capacity needs an MoE model)
   const int tp = a.tp ? a.tp : team.size();
   if (tp != team.size())
     throw UsageError(std::string(who) + ": --tp must equal the number of ranks (mpirun -np)", __FILE__, __LINE__);
@@ -407,6 +411,7 @@ m::ModelConfig small_of(const m::ModelConfig& big) {
   m::ModelConfig c = m::preset(big.moe() ? "tiny-moe" : "tiny");
   c.name = big.moe() ? "verify-moe-d32" : "verify-d32";
   c.hidden = 256, c.heads = 8, c.kv_heads = 4, c.seq = 100, c.micro_batch = 2, c.ffn = big.moe() ? 128 : 512;
+  c.capacity = big.capacity;
   return c;
 }
 
@@ -886,7 +891,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const m::ModelConfig c = model_of(a, team, &p, "bench strands");
   const bool root = team.rank() == 0;
   const bool moe = c.moe();
-  const bool graph = a.graph && !moe;  // an MoE forward synchronises the host (dropless counts)
+  // A dropless MoE forward synchronises the host (the counts size the exchange); with a capacity factor it does not.
+  const bool graph = a.graph && (!moe || c.capacity > 0);
   const double mem0 = bench::device_used_bytes();
   auto comm_a = a.throttle > 0 ? m::make_nccl_comm_split(team, a.throttle) : m::make_nccl_comm(team);
   const double mem_comm_a = bench::device_used_bytes();

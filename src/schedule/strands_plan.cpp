@@ -62,7 +62,12 @@ std::string strand_parallel_tag(const model::ModelConfig& c, const model::Parall
   char buf[160];
   std::snprintf(buf, sizeof buf, "tp=%d,sp=%d,ep=%d,seq=%d,mb=%d", p.tp, p.sp ? 1 : 0, c.moe() ? p.tp : 1, c.seq,
                 c.micro_batch);
-  return buf;
+  std::string tag = buf;
+  if (c.moe() && c.capacity > 0) {  // a capacity-factor layer's operators are other shapes (padded, static)
+    std::snprintf(buf, sizeof buf, ",capacity=%g", c.capacity);
+    tag += buf;
+  }
+  return tag;
 }
 
 Layer strand_layer(const model::ModelConfig& c, const model::Parallel& p, const StrandLinks& links,
@@ -412,17 +417,23 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
   // activations at the layer's worst-case capacity Rmax = T * top_k rows per rank (every token of every
   // rank routed here), which is what the layer allocates. sort_map / unsort_map are written by the counts
   // exchange (a host copy on the op's stream). h2 stays the router's input (router_bwd reads it).
-  const double K = c.top_k, Rmax = T * K, F = double(c.ffn);
+  // With a capacity factor every expert buffer holds exactly E * cap rows (the send side too), the route op
+  // writes the static row maps, and the forward's per-expert counts are kept for combine_bwd.
+  const int64_t cap = c.expert_capacity(int64_t(Tl));
+  const double K = c.top_k, F = double(c.ffn), E = c.experts;
+  const double Rmax = cap > 0 ? E * double(cap) : T * K, Srows = cap > 0 ? E * double(cap) : Tl * K;
+  const char* maps_by = cap > 0 ? "f.route" : "f.a2a_counts";
   v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.router_bwd", {}});
   v.push_back({"prob", Tl * K * f32, "f.route", "b.combine_bwd", {}});
   v.push_back({"route", Tl * K * i32, "f.route", "b.combine_bwd", {}});
   v.push_back({"pos", Tl * K * i32, "f.route", "b.route_bwd", {"b.combine_bwd"}});
-  v.push_back({"sort_map", Rmax * i32, "f.a2a_counts", "b.expert_sort_bwd", {}});
-  v.push_back({"unsort_map", Rmax * i32, "f.a2a_counts", "b.expert_unsort_bwd", {}});
-  v.push_back({"ret", Tl * K * H * bf, "f.a2a_combine", "b.combine_bwd", {}});
+  v.push_back({"sort_map", Rmax * i32, maps_by, "b.expert_sort_bwd", {}});
+  v.push_back({"unsort_map", Rmax * i32, maps_by, "b.expert_unsort_bwd", {}});
+  v.push_back({"ret", Srows * H * bf, "f.a2a_combine", "b.combine_bwd", {}});
   v.push_back({"xs", Rmax * H * bf, "f.expert_sort", "b.expert_gate_up_wgrad", {}});
   v.push_back({"egu", Rmax * 2 * F * bf, "f.expert_gate_up", "b.expert_swiglu_bwd", {}});
   v.push_back({"eact", Rmax * F * bf, "f.expert_swiglu", "b.expert_down_wgrad", {}});
+  if (cap > 0) v.push_back({"counts", E * f32, "f.route", "b.combine_bwd", {}});
   return v;
 }
 

@@ -78,6 +78,58 @@ void check_against_reference(bool moe) {
 }
 
 TEST(LayerGpu, DenseMatchesReference) { check_against_reference(false); }
+
+// MoE with a capacity factor (ModelConfig::capacity): against the reference with the same drop rule (on the
+// GPU's routes), and the whole forward + backward captured in one CUDA graph — no host wait — and replayed
+// twice: the same bits as the eager run.
+TEST(LayerGpu, MoECapacityMatchesReferenceAndCaptures) {
+  int64_t dropped_total = 0;
+  for (auto c : shapes(true)) {
+    c.capacity = 1.0;
+    SCOPED_TRACE(c.describe());
+    const m::Parallel p{1, true};
+    m::Layer layer(c, p, *Env::comm_);
+    const auto w = m::init_weights(c, 21);
+    layer.load_weights(w);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 22, 1.0), dy = m::random_values(n, 23, 1.0);
+    cudaStream_t s = Env::team_->stream();
+    const auto got = run_layer(layer, 0, x, dy, s);
+    const auto routes = layer.local_routes();
+    const auto ref = m::reference_layer(c, w, x, dy, &routes, c.tokens());
+    int64_t dropped = 0;
+    for (char k : ref.kept) dropped += !k;
+    dropped_total += dropped;
+    const auto rows = layer.local_expert_rows();
+    for (auto r : rows) EXPECT_EQ(r, c.expert_capacity(c.tokens()));  // static: every expert at capacity
+    std::printf("%s capacity %.2f: %lld of %lld (token, k) dropped, %lld rows per expert\n", c.name.c_str(),
+                c.capacity, (long long)dropped, (long long)(c.tokens() * c.top_k),
+                (long long)c.expert_capacity(c.tokens()));
+    print_errors(got, ref, c, p, 0, layer.local_tokens(), c.name + " capacity vs GPU routes");
+    expect_close(got, ref, c, p, 0, layer.local_tokens(), kTol, c.name + " capacity");
+
+    cudaGraph_t g = braid::test::capture_graph(s, [&] {
+      layer.forward(s);
+      layer.backward(s);
+    });
+    ASSERT_NE(g, nullptr) << "stream capture failed";
+    cudaGraphExec_t ge = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    for (int rep = 0; rep < 2; ++rep) {
+      ASSERT_EQ(cudaMemsetAsync(layer.y(), 0, n * 2, s), cudaSuccess);  // the replay must write them again
+      ASSERT_EQ(cudaMemsetAsync(layer.dx(), 0, n * 2, s), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_EQ(from_device(layer.y(), n), got.y) << "replay " << rep;
+      EXPECT_EQ(from_device(layer.dx(), n), got.dx) << "replay " << rep;
+      const auto gr = layer.download_grads();
+      for (const auto& f : m::field_names(c)) EXPECT_EQ(*m::field(gr, f), *m::field(got.grad, f)) << "d" << f;
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+  EXPECT_GT(dropped_total, 0) << "the test shapes should exceed capacity 1.0 somewhere";
+}
 TEST(LayerGpu, MoEMatchesReference) { check_against_reference(true); }
 
 TEST(LayerGpu, OperatorViewMatchesPlan) {

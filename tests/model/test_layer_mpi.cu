@@ -95,6 +95,35 @@ TEST(LayerMpi, DenseSequenceParallelEqualsTp1) { tp_vs_tp1(false, true); }
 TEST(LayerMpi, DensePlainTpEqualsTp1) { tp_vs_tp1(false, false); }
 TEST(LayerMpi, MoEExpertParallelEqualsTp1) { tp_vs_tp1(true, true); }
 
+// Capacity factor at EP = TP: each rank's local tokens are one capacity group (reference_layer's
+// capacity_group), compared on the layer's own routes (all ranks' tokens).
+TEST(LayerMpi, MoECapacityEqualsReference) {
+  const int tp = Env::world_->size(), rank = Env::world_->rank();
+  for (auto c : shapes(true)) {
+    c.capacity = 1.0;
+    SCOPED_TRACE(c.describe());
+    const m::Parallel p{tp, true};
+    const auto w = m::init_weights(c, 31);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 32, 1.0), dy = m::random_values(n, 33, 1.0);
+    m::Layer layer(c, p, *Env::comm_);
+    layer.load_weights(w);
+    const auto got = run_layer(layer, rank, x, dy, Env::world_->stream());
+    const auto local = layer.local_routes();
+    std::vector<int> routes(size_t(c.tokens() * c.top_k));
+    ASSERT_EQ(local.size() * size_t(tp), routes.size());
+    MPI_Allgather(local.data(), int(local.size()), MPI_INT, routes.data(), int(local.size()), MPI_INT,
+                  Env::world_->mpi());
+    const auto ref = m::reference_layer(c, w, x, dy, &routes, layer.local_tokens());
+    int64_t dropped = 0;
+    for (char k : ref.kept) dropped += !k;
+    std::printf("[rank %d] %s capacity %.2f: %lld of %lld (token, k) dropped\n", rank, c.name.c_str(), c.capacity,
+                (long long)dropped, (long long)(c.tokens() * c.top_k));
+    print_errors(got, ref, c, p, rank, layer.local_tokens(), c.name + " capacity vs GPU routes");
+    expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol, c.name + " capacity");
+  }
+}
+
 // The intra-batch decomposition (chunked AG -> GEMM and GEMM -> RS on two streams) computes the same layer:
 // against the float64 reference with the plain layer's tolerance, forward and backward.
 TEST(LayerMpi, DenseDecompositionEqualsReference) {

@@ -23,12 +23,12 @@ m::ModelConfig tiny(bool moe) {
 
 // Central differences on `samples` entries of every weight and of x, against the analytic gradient;
 // MoE with `routes`: at that fixed routing.
-void fd_check(const m::ModelConfig& c, const std::vector<int>* routes = nullptr) {
+void fd_check(const m::ModelConfig& c, const std::vector<int>* routes = nullptr, int64_t capacity_group = 0) {
   const auto w = m::init_weights(c, 7);
   const size_t n = size_t(c.tokens()) * c.hidden;
   const auto x = m::random_values(n, 11, 1.0);
   const auto dy = m::random_values(n, 13, 1.0);
-  const auto ref = m::reference_layer(c, w, x, dy, routes);
+  const auto ref = m::reference_layer(c, w, x, dy, routes, capacity_group);
   ASSERT_EQ(ref.dx.size(), n);
   const double h = 1e-5;
   auto check = [&](const std::string& name, const std::vector<double>& g, auto&& perturb) {
@@ -49,13 +49,13 @@ void fd_check(const m::ModelConfig& c, const std::vector<int>* routes = nullptr)
     check(name, g, [&](size_t i, double dh) {
       auto wp = w;
       (*m::field(wp, name))[i] += dh;
-      return m::reference_loss(c, wp, x, dy, routes);
+      return m::reference_loss(c, wp, x, dy, routes, capacity_group);
     });
   }
   check("x", ref.dx, [&](size_t i, double dh) {
     auto xp = x;
     xp[i] += dh;
-    return m::reference_loss(c, w, xp, dy, routes);
+    return m::reference_loss(c, w, xp, dy, routes, capacity_group);
   });
 }
 
@@ -178,6 +178,46 @@ TEST(ModelReference, CausalAndBatchIndependent) {
     for (int j = 0; j < c.hidden; ++j) moved |= y0[t * c.hidden + j] != y1[t * c.hidden + j];
     EXPECT_TRUE(moved);
   }
+}
+
+// Capacity factor: each (group of tokens, expert) keeps its first cap (token, k) in order t, then k;
+// the gradient (at fixed routes: the drops depend on them only) still matches finite differences.
+TEST(ModelReference, CapacityKeepsTheFirstRowsPerGroupAndExpert) {
+  auto c = tiny(true);  // 8 tokens, 4 experts, top-2
+  const auto w = m::init_weights(c, 3);
+  const auto x = m::random_values(c.tokens() * c.hidden, 5, 1.0), dy = m::random_values(c.tokens() * c.hidden, 9, 1.0);
+  const auto dropless = m::reference_layer(c, w, x, dy);
+  const int64_t group = 4, K = c.top_k, E = c.experts;
+  c.capacity = 0.5;
+  ASSERT_EQ(c.expert_capacity(group), 1);  // ceil(0.5 * 4 * 2 / 4)
+  const auto r = m::reference_layer(c, w, x, dy, &dropless.routes, group);
+  ASSERT_EQ(r.kept.size(), size_t(c.tokens() * K));
+  std::vector<int64_t> seen(size_t((c.tokens() / group) * E), 0);
+  int dropped = 0;
+  for (int64_t t = 0; t < c.tokens(); ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      const int e = r.routes[t * K + k];
+      const bool keep = seen[size_t((t / group) * E + e)]++ < 1;
+      EXPECT_EQ(bool(r.kept[t * K + k]), keep) << "token " << t << " k " << k;
+      dropped += !keep;
+    }
+  EXPECT_GT(dropped, 0);
+  EXPECT_NE(r.y, dropless.y);
+  // A capacity no group can exceed (cap = group * K / E * E / K = group rows) drops nothing: the dropless layer.
+  c.capacity = double(E) / K;
+  ASSERT_EQ(c.expert_capacity(group), group);
+  const auto same = m::reference_layer(c, w, x, dy, &dropless.routes, group);
+  EXPECT_EQ(same.y, dropless.y);
+  EXPECT_EQ(same.dx, dropless.dx);
+  EXPECT_EQ(same.grad.w1, dropless.grad.w1);
+  EXPECT_EQ(same.grad.router, dropless.grad.router);
+}
+
+TEST(ModelReference, FiniteDifferenceMoECapacity) {
+  auto c = tiny(true);
+  const auto r = m::reference_layer(c, m::init_weights(c, 7), m::random_values(c.tokens() * c.hidden, 11, 1.0), {});
+  c.capacity = 0.5;
+  fd_check(c, &r.routes, 4);
 }
 
 TEST(ModelReference, MoERoutesEveryTokenTopK) {

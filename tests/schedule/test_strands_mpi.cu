@@ -1,7 +1,7 @@
 // Two GPUs: the DHelix strand executor. α's forward co-executed with β's backward (two activation sets,
 // one copy of the weights) must give bitwise the outputs and gradients of running the same micro-batches
 // one after the other on one stream (single strand), for searched and hand-made plans, eagerly and as a
-// replayed CUDA graph; so must the naive round-robin baseline. MoE (EP = TP = 2) is compared with the
+// replayed CUDA graph (MoE: with a capacity factor); so must the naive round-robin baseline. MoE (EP = TP = 2) is compared with the
 // sequential GPU run (same routing), never with the CPU reference.
 #include <gtest/gtest.h>
 
@@ -196,9 +196,13 @@ sch::Plan interleaved_plan(const sch::Layer& dag) {
   return p;
 }
 
-void strands_equal_single(bool moe) {
+// capacity > 0 (MoE): the capacity-factor layer — static shapes, no host wait — so its strands are
+// captured and replayed from CUDA graphs as the dense layer's are.
+void strands_equal_single(bool moe, double capacity = 0) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
-  const auto c = shape(moe);
+  auto c = shape(moe);
+  c.capacity = capacity;
+  const bool graphs = !moe || capacity > 0;
   const m::Parallel par{tp, true};
   m::Layer a(c, par, *Env::comm_a_);
   a.load_weights(m::init_weights(c, 51));
@@ -250,7 +254,7 @@ void strands_equal_single(bool moe) {
     EXPECT_EQ(order.size(), dag.fwd.size() + dag.bwd.size()) << tag;
     expect_same(ref, run_unit(a, b, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");
     expect_same(ref, run_unit(a, b, &ex, st, Variant::kStrands, in, rank), c, tag + " strands again");
-    if (!moe) expect_same(ref, run_unit(a, b, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
+    if (graphs) expect_same(ref, run_unit(a, b, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
   }
   expect_same(ref, run_unit(a, b, nullptr, st, Variant::kRoundRobin, in, rank), c, "round-robin");
   {  // β's collectives on their own (cross-link) stream, as bench strands' strands-whole-2link runs them
@@ -266,7 +270,7 @@ void strands_equal_single(bool moe) {
       const std::string tag = std::string(moe ? "moe" : "dense") + " dependency-ready strands" + (two ? ", two links" : "");
       expect_same(ref, run_unit(a, b, &exd, st, Variant::kStrands, in, rank), c, tag);
       expect_same(ref, run_unit(a, b, &exd, st, Variant::kStrands, in, rank), c, tag + " again");
-      if (!moe) expect_same(ref, run_unit(a, b, &exd, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
+      if (graphs) expect_same(ref, run_unit(a, b, &exd, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
     }
   }
 
@@ -280,7 +284,7 @@ void strands_equal_single(bool moe) {
     expect_same(ref, run_unit(a, bs, nullptr, st, Variant::kSingle, in, rank), c, tag + " single strand");
     sch::StrandExecutor ex(dag, searched, st.s);
     expect_same(ref, run_unit(a, bs, &ex, st, Variant::kStrands, in, rank), c, tag + " strands");
-    if (!moe) expect_same(ref, run_unit(a, bs, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
+    if (graphs) expect_same(ref, run_unit(a, bs, &ex, st, Variant::kGraph, in, rank), c, tag + " CUDA graph");
     expect_same(ref, run_unit(a, bs, nullptr, st, Variant::kRoundRobin, in, rank), c, tag + " round-robin");
   }
   // β sharing α's gradients too (Share::kAll, accumulating): the summed gradients without add_grads.
@@ -338,16 +342,18 @@ void strands_equal_single(bool moe) {
 
 TEST(StrandsMpi, DenseStrandsEqualSingleStrand) { strands_equal_single(false); }
 TEST(StrandsMpi, MoEStrandsEqualSingleStrand) { strands_equal_single(true); }
+TEST(StrandsMpi, MoECapacityStrandsEqualSingleStrandAndCapture) { strands_equal_single(true, 1.0); }
 
 // A stack of layers (StrandStack), dense and MoE: its one-strand-at-a-time pass equals the same micro-batches through
 // separate layer objects (one per layer and micro-batch, the same shared weights and accumulating
 // gradients) bit for bit, and two strands (round-robin, and the dependency-ready two-link executor, eagerly)
 // equal it bit for bit, over two passes with the roles swapped: the slot rotation hands every backward the
 // set its forward wrote.
-void stack_equal_one_at_a_time(bool moe) {
+void stack_equal_one_at_a_time(bool moe, double capacity = 0) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
   if (tp < 2) GTEST_SKIP() << "the strand stack shares y/dy/dx (Layer::share_interfaces): sequence parallelism, TP >= 2";
-  const auto c = shape(moe);
+  auto c = shape(moe);
+  c.capacity = capacity;
   const m::Parallel par{tp, true};
   constexpr int L = 3;
   const size_t n = size_t(c.tokens()) * c.hidden;
@@ -511,6 +517,8 @@ void stack_equal_one_at_a_time(bool moe) {
 TEST(StrandsMpi, StackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(false); }
 // MoE: each layer's host-side routing (Layer::routing) is kept per layer and put back before its backward.
 TEST(StrandsMpi, MoEStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true); }
+// Capacity: the per-expert counts are a saved tensor (combine_bwd zeroes the unused slots) and move with the slots.
+TEST(StrandsMpi, MoECapacityStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 1.0); }
 
 TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();

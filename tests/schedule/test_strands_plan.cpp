@@ -365,6 +365,43 @@ TEST(StrandsPlan, SavedTensorsOfTheMoeLayer) {
   }
 }
 
+// A capacity factor: the same operators; the expert buffers hold E * cap rows (send side too) and the counts
+// are kept for the backward; the row maps come from the route operator.
+TEST(StrandsPlan, SavedTensorsOfTheMoeLayerWithCapacity) {
+  auto c = cfg("mixtral-8x7b", 4096);
+  const m::Parallel p{2, true};
+  const auto dropless = sch::saved_tensors(c, p);
+  c.capacity = 1.25;
+  const int64_t Tl = c.tokens() / 2, cap = c.expert_capacity(Tl);
+  EXPECT_EQ(cap, 640);  // ceil(1.25 * 2048 * 2 / 8)
+  const auto saved = sch::saved_tensors(c, p);
+  ASSERT_EQ(saved.size(), dropless.size() + 1);
+  std::map<std::string, const sch::SavedTensor*> by;
+  for (const auto& t : saved) by[t.name] = &t;
+  ASSERT_TRUE(by.count("counts"));
+  EXPECT_EQ(by["counts"]->bytes, 8 * 4.0);
+  EXPECT_EQ(by["xs"]->bytes, 8.0 * cap * c.hidden * 2);
+  EXPECT_EQ(by["ret"]->bytes, 8.0 * cap * c.hidden * 2);
+  EXPECT_EQ(by["sort_map"]->producer, "f.route");
+  const auto dag = sch::strand_layer(c, p);
+  auto has = [](const std::vector<sch::Op>& ops, const std::string& n) {
+    return std::any_of(ops.begin(), ops.end(), [&](const sch::Op& o) { return o.name == n; });
+  };
+  for (const auto& t : saved) {
+    EXPECT_TRUE(has(dag.fwd, t.producer)) << t.name << " <- " << t.producer;
+    EXPECT_TRUE(has(dag.bwd, t.last_reader)) << t.name << " -> " << t.last_reader;
+  }
+  // The operator view keeps its names; the counts exchange moves nothing.
+  for (auto ph : {m::Phase::kForward, m::Phase::kBackward}) {
+    const auto a = m::plan_ops(cfg("mixtral-8x7b", 4096), p, ph), b = m::plan_ops(c, p, ph);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].name, b[i].name);
+      if (a[i].name == "a2a_counts") EXPECT_EQ(b[i].bytes, 0.0);
+    }
+  }
+}
+
 TEST(StrandsPlan, ArenaPeakBetweenOneAndTwoSets) {
   const auto c = cfg("llama3-70b", 4096);
   const m::Parallel p{2, true};

@@ -28,8 +28,17 @@ struct ModelConfig {
   int micro_batch = 1;  // B
   double rope_theta = 500000.0;
   double norm_eps = 1e-5;
+  // MoE capacity factor. 0: dropless — every (token, k) reaches its expert; the per-expert counts size
+  // the exchange and the expert GEMMs, so each forward waits for them on the host (not capturable).
+  // > 0: each rank sends every expert at most expert_capacity(local tokens) rows, in token order (t, then
+  // k); the rest are dropped (their gate contributes nothing, GShard / Switch style) and unused slots are
+  // zero rows. Every shape is static: no host synchronisation, a whole layer is CUDA-graph capturable.
+  double capacity = 0;
 
   bool moe() const { return experts > 0; }
+  // Rows per (source rank, expert) under `capacity` for a rank holding `local_tokens` tokens:
+  // ceil(capacity * local_tokens * top_k / experts); 0 when dropless.
+  int64_t expert_capacity(int64_t local_tokens) const;
   int hd() const { return head_dim > 0 ? head_dim : hidden / heads; }
   int64_t tokens() const { return int64_t(seq) * micro_batch; }
   int q_dim() const { return heads * hd(); }

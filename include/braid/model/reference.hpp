@@ -39,7 +39,8 @@ struct RefResult {
   std::vector<double> dx;  // [T, H] (empty when dy was empty)
   LayerWeights grad;       // full layout (empty when dy was empty)
   std::vector<int> routes; // MoE: [T, top_k] chosen experts
-  std::vector<int64_t> expert_tokens;  // MoE: rows per expert
+  std::vector<int64_t> expert_tokens;  // MoE: rows per expert (kept ones)
+  std::vector<char> kept;              // MoE: [T, top_k] 1 where the (token, k) reached its expert (capacity)
   std::vector<double> logits;          // MoE: [T, E] router logits
 };
 // Forward, and backward when dy ([T, H]) is not empty. x is [T, H].
@@ -48,8 +49,12 @@ struct RefResult {
 // logits order two near-equal experts the other way routes that token differently, and every gradient
 // summed over tokens moves by that token's whole contribution. Comparing a GPU layer against the
 // reference computed with the GPU's own routes removes that discontinuity (see docs/layer.md).
+// MoE with c.capacity > 0: tokens form groups of `capacity_group` (a source rank's local tokens; 0: all
+// tokens), and each (group, expert) keeps its first c.expert_capacity(capacity_group) (token, k) in order
+// t, then k; the others are dropped (no output, no gradient), as the GPU layer does.
 RefResult reference_layer(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                          const std::vector<double>& dy, const std::vector<int>* routes = nullptr);
+                          const std::vector<double>& dy, const std::vector<int>* routes = nullptr,
+                          int64_t capacity_group = 0);
 
 // MoE: how far `routes` ([T, top_k], e.g. a GPU layer's) is from the float64 top-k of `ref`: per token,
 // the largest logit of ref left out by routes minus the smallest one chosen (<= 0 for a true top-k);
@@ -60,7 +65,8 @@ double route_deficit(const ModelConfig& c, const RefResult& ref, const std::vect
 // Σ y ∘ dy: the scalar whose gradient reference_layer returns (for finite-difference checks); routes
 // as in reference_layer.
 double reference_loss(const ModelConfig& c, const LayerWeights& w, const std::vector<double>& x,
-                      const std::vector<double>& dy, const std::vector<int>* routes = nullptr);
+                      const std::vector<double>& dy, const std::vector<int>* routes = nullptr,
+                      int64_t capacity_group = 0);
 
 // Field access by name ("norm1", "wq", ...); nullptr for an unknown name.
 std::vector<double>* field(LayerWeights& w, const std::string& name);
