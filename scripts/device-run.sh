@@ -366,13 +366,14 @@ if has strands; then  # DHelix: strands vs single strand vs round-robin (verifie
     --out "$out/pairs-llama3-70b-throttled.txt" --json "$out/strands.jsonl" 2>&1 | tee -a "$log"
 fi
 if has strands-mixtral; then  # DHelix on the MoE layer: strands tests, then Mixtral EP=2 with the pool variants
+  # (STRANDS_ARGS: extra bench strands arguments here and in strands-stack, e.g. "--capacity 1.25")
   echo "== strands (Mixtral EP=2, NVLink and throttled, GEMMs leaving ${SMRES_THROTTLED:-4} SMs)" | tee -a "$log"
   (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
   grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
   for thr in ${MIXTRAL_THROTTLES:-0 1}; do  # NCCL CTAs per communicator (0: none); e.g. MIXTRAL_THROTTLES="0 2"
     T=150 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --throttle $thr \
       --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-3} --warmup 2 --no-graph \
-      --gemm-sm-reserve ${SMRES_THROTTLED:-4} --json "$out/strands-mixtral.jsonl" 2>&1 | tee -a "$log"
+      --gemm-sm-reserve ${SMRES_THROTTLED:-4} ${STRANDS_ARGS:-} --json "$out/strands-mixtral.jsonl" 2>&1 | tee -a "$log"
   done
 fi
 if has strands-quick; then  # DHelix: the strands tests, then the throttled 70B case only (~1.5 min)
@@ -418,7 +419,7 @@ if has strands-stack; then  # DHelix over a stack of layers (StrandStack, bench 
         fi
         echo "-- $model, stack of $nl layers, NCCL CTAs ${thr/#0/unlimited} ($(date +%T))" | tee -a "$log"
         T=${STACK_T:-240} mpi bench strands --model $model --tp 2 ${ep[@]+"${ep[@]}"} --seq 4096 --throttle $thr --layers $nl \
-          --iters ${STACK_ITERS:-3} --rounds ${STACK_ROUNDS:-2} --warmup 1 --no-graph --gemm-sm-reserve $res "${pairs[@]}" \
+          --iters ${STACK_ITERS:-3} --rounds ${STACK_ROUNDS:-2} --warmup 1 --no-graph --gemm-sm-reserve $res "${pairs[@]}" ${STRANDS_ARGS:-} \
           --json "$out/strands-stack.jsonl" 2>&1 |
           grep -vE "^ +[0-9]+ |^# (budgeted|best issue|co-run|pool-bounded|static two|ideal|executor model)" | tee -a "$log"
       done
