@@ -14,9 +14,12 @@
 // allocated once at construction (MoE receive buffers are sized for the worst case).
 //
 // Rows: with sp, x/y/dy/dx hold this rank's local_tokens() = T/tp rows (rows rank·T/tp ...); without
-// sp they hold all T rows, replicated. MoE is dropless: the dispatch operator exchanges per-expert
-// counts and waits for them on the host (one device-to-host synchronisation per forward; backward
-// reuses the forward's routing), so a forward with MoE cannot be captured in a CUDA graph.
+// sp they hold all T rows, replicated. MoE is dropless by default: the dispatch operator exchanges
+// per-expert counts and waits for them on the host (one device-to-host synchronisation per forward;
+// backward reuses the forward's routing), so a dropless MoE forward cannot be captured in a CUDA graph.
+// With a capacity factor (ModelConfig::capacity > 0) every shape is static — each rank sends each expert
+// cap = expert_capacity(local tokens) rows (zero-padded; the (token, k) beyond cap in token order are
+// dropped) — so nothing waits on the host and the whole layer is capturable.
 #pragma once
 
 #include <cuda_runtime.h>
