@@ -138,20 +138,6 @@ struct Layer::Impl {
                                     C, CUDA_R_16BF, int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
-  // Row-major C_b[M,N] = op(A_b)[M,K]·op(B_b)[K,N] (+ beta C_b) for b < batch, every operand with its batch
-  // stride: the capacity layer's experts (every expert the same rows) in one launch instead of El.
-  void gemm_strided(cudaStream_t s, bool ta, bool tb, int64_t M, int64_t N, int64_t Kd, const bf16* A, int64_t lda,
-                    int64_t sA, const bf16* Bm, int64_t ldb, int64_t sB, bf16* C, int64_t ldc, int64_t sC, int batch,
-                    float beta = 0.f) {
-    if (M == 0 || N == 0 || Kd == 0 || batch == 0) return;
-    const float alpha = 1.f;
-    BRAID_CUBLAS_CHECK(cublasSetStream(blas, s));
-    BRAID_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                  int(N), int(M), int(Kd), &alpha, Bm, CUDA_R_16BF, int(ldb), sB, A,
-                                                  CUDA_R_16BF, int(lda), sA, &beta, C, CUDA_R_16BF, int(ldc), sC, batch,
-                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
-
   // Row-major C_b[M,N] = A_b[M,K]·op(B) for b < batch (A, C with batch strides sA, sC; B shared).
   void gemm_batched(cudaStream_t s, bool tb, int64_t M, int64_t N, int64_t Kd, const bf16* A, int64_t lda, int64_t sA,
                     const bf16* Bm, int64_t ldb, bf16* C, int64_t ldc, int64_t sC, int batch) {
@@ -470,13 +456,7 @@ void Layer::Impl::build_forward() {
     comm.all_to_all_v(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), DType::kBF16, s);
   });
   add_op(F_, "expert_sort", [=, this](cudaStream_t s) { k::gather_rows(recv, xs, sort_map, R, int(H), s); });
-  // Capacity: every expert has tp * cap rows, so each expert operator is one strided-batched GEMM over the El
-  // experts (one launch, one wave tail instead of El).
-  const int64_t er = tp * cap;  // rows per expert with a capacity factor
   add_op(F_, "expert_gate_up", [=, this](cudaStream_t s) {
-    if (cap > 0)
-      return gemm_strided(s, false, false, er, 2 * F, H, xs, H, er * H, w13, 2 * F, H * 2 * F, egu, 2 * F, er * 2 * F,
-                          int(El));
     int64_t r0 = 0;
     for (int64_t e = 0; e < El; ++e) {
       gemm(s, false, false, expert_rows[e], 2 * F, H, xs + r0 * H, H, w13 + e * H * 2 * F, 2 * F, egu + r0 * 2 * F, 2 * F);
@@ -485,7 +465,6 @@ void Layer::Impl::build_forward() {
   });
   add_op(F_, "expert_swiglu", [=, this](cudaStream_t s) { k::swiglu_fwd(egu, eact, R, int(F), s); });
   add_op(F_, "expert_down", [=, this](cudaStream_t s) {
-    if (cap > 0) return gemm_strided(s, false, false, er, H, F, eact, F, er * F, w2, H, F * H, eout, H, er * H, int(El));
     int64_t r0 = 0;
     for (int64_t e = 0; e < El; ++e) {
       gemm(s, false, false, expert_rows[e], H, F, eact + r0 * F, F, w2 + e * F * H, H, eout + r0 * H, H);
@@ -542,10 +521,7 @@ void Layer::Impl::build_backward() {
       comm.all_to_all_v(dret, sc.data(), sd.data(), drecv, rc.data(), rd.data(), DType::kBF16, s);
     });
     add_op(B_, "expert_sort_bwd", [=, this](cudaStream_t s) { k::gather_rows(drecv, dout_s, sort_map, R, int(H), s); });
-    const int64_t er = tp * cap;  // rows per expert with a capacity factor: one strided-batched GEMM per operator
     add_op(B_, "expert_down_dgrad", [=, this](cudaStream_t s) {
-      if (cap > 0)
-        return gemm_strided(s, false, true, er, F, H, dout_s, H, er * H, w2, H, F * H, deact, F, er * F, int(El));
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, false, true, expert_rows[e], F, H, dout_s + r0 * H, H, w2 + e * F * H, H, deact + r0 * F, F);
@@ -553,9 +529,6 @@ void Layer::Impl::build_backward() {
       }
     });
     add_op(B_, "expert_down_wgrad", [=, this](cudaStream_t s) {
-      if (cap > 0)
-        return gemm_strided(s, true, false, F, H, er, eact, F, er * F, dout_s, H, er * H, dw2, H, F * H, int(El),
-                            wgrad_beta());
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, true, false, F, H, expert_rows[e], eact + r0 * F, F, dout_s + r0 * H, H, dw2 + e * F * H, H, wgrad_beta());
@@ -564,9 +537,6 @@ void Layer::Impl::build_backward() {
     });
     add_op(B_, "expert_swiglu_bwd", [=, this](cudaStream_t s) { k::swiglu_bwd(egu, deact, degu, R, int(F), s); });
     add_op(B_, "expert_gate_up_dgrad", [=, this](cudaStream_t s) {
-      if (cap > 0)
-        return gemm_strided(s, false, true, er, H, 2 * F, degu, 2 * F, er * 2 * F, w13, 2 * F, H * 2 * F, dxs, H, er * H,
-                            int(El));
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, false, true, expert_rows[e], H, 2 * F, degu + r0 * 2 * F, 2 * F, w13 + e * H * 2 * F, 2 * F, dxs + r0 * H, H);
@@ -574,9 +544,6 @@ void Layer::Impl::build_backward() {
       }
     });
     add_op(B_, "expert_gate_up_wgrad", [=, this](cudaStream_t s) {
-      if (cap > 0)
-        return gemm_strided(s, true, false, H, 2 * F, er, xs, H, er * H, degu, 2 * F, er * 2 * F, dw13, 2 * F, H * 2 * F,
-                            int(El), wgrad_beta());
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, true, false, H, 2 * F, expert_rows[e], xs + r0 * H, H, degu + r0 * 2 * F, 2 * F, dw13 + e * H * 2 * F, 2 * F,
