@@ -164,6 +164,17 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   layer.forward(s);
   if (a.backward) layer.backward(s);
   team.synchronize("layer warm-up");
+  double drop_fraction = -1;  // MoE with a capacity factor: what it dropped (the warm-up forward, all ranks)
+  if (c.moe() && c.capacity > 0) {
+    const auto d = layer.moe_drops();
+    double v[2] = {double(d.dropped), double(d.routed)};
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, team.mpi()));
+    drop_fraction = v[1] > 0 ? v[0] / v[1] : 0;
+    if (root)
+      std::printf("# MoE capacity factor %g (%lld rows per source rank and expert): %.2f%% of the routed (token, k) "
+                  "dropped\n",
+                  c.capacity, (long long)c.expert_capacity(layer.local_tokens()), 100 * drop_fraction);
+  }
 
   bench::TimingOptions opt{a.warmup, a.iters};
   struct Row {
@@ -196,7 +207,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
       bench::Json j;
       j.add("bench", "layer").add("phase", pname).add("model", c.name).add("hidden", c.hidden).add("heads", c.heads);
       j.add("kv_heads", c.kv_heads).add("ffn", c.ffn).add("experts", c.experts).add("top_k", c.top_k);
-      if (c.capacity > 0) j.add("capacity", c.capacity);
+      if (c.capacity > 0) j.add("capacity", c.capacity).add("moe_dropped_fraction", drop_fraction);
       j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", tp).add("sp", p.sp).add("comm", comm->name());
       j.add("attention", layer.attention_backend());
       j.add("time_us", st.median_us).add("p10_us", st.p10_us).add("p90_us", st.p90_us);

@@ -859,6 +859,18 @@ void Layer::set_routing(const Routing& r) {
 }
 
 std::vector<int64_t> Layer::local_expert_rows() const { return impl_->expert_rows; }
+Layer::MoeDrops Layer::moe_drops() const {
+  const Impl& m = *impl_;
+  MoeDrops d;
+  if (!m.moe) return d;
+  d.routed = m.Tl * m.K;
+  if (m.cap == 0) return d;
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> c(size_t(m.E));
+  BRAID_CUDA_CHECK(cudaMemcpy(c.data(), m.counts, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (float v : c) d.dropped += std::max<int64_t>(0, int64_t(v) - m.cap);
+  return d;
+}
 double Layer::host_wait_us() const { return impl_->host_wait_us; }
 std::vector<int> Layer::local_routes() const {
   const Impl& m = *impl_;

@@ -488,8 +488,20 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
             Streams& st, m::Comm& comm_a, m::Comm& comm_b, int64_t local_tokens, const std::vector<Variant>& vs,
             double compute_us, double comm_us, double one_set, const std::string& rr_name, int layers,
             const std::string& plan_source, const Plan& plan, bool ok,
-            const std::function<void(double, double)>& context) {
+            const std::function<void(double, double)>& context, const m::Layer& probe) {
   const bool root = team.rank() == 0;
+  // MoE with a capacity factor: what it dropped in the probe layer's last forward, summed over the ranks.
+  double drop_fraction = -1;
+  if (c.moe() && c.capacity > 0) {
+    const auto d = probe.moe_drops();
+    double v[2] = {double(d.dropped), double(d.routed)};
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, team.mpi()));
+    drop_fraction = v[1] > 0 ? v[0] / v[1] : 0;
+    if (root)
+      std::printf("# MoE capacity factor %g (%lld rows per source rank and expert): %.2f%% of the routed (token, k) "
+                  "dropped in the last forward (all ranks)\n",
+                  c.capacity, (long long)c.expert_capacity(local_tokens), 100 * drop_fraction);
+  }
   cudaStream_t s = st.s.compute;
   const bench::TimingOptions opt{a.warmup, a.iters};
   auto med = [&](const std::function<void(int)>& fn) {
@@ -583,6 +595,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
       j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
       j.add("plan_steps", plan.steps.size()).add("verified", ok);
+      if (drop_fraction >= 0) j.add("moe_capacity", c.capacity).add("moe_dropped_fraction", drop_fraction);
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());
     }
@@ -879,7 +892,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
                        sa.memory().total() / 1048576.0, sa.memory().weights / 1048576.0, sa.memory().grads / 1048576.0,
                        sb.memory().total() / 1048576.0, slot / 1048576.0, a.layers, a.layers + 1, extra / 1048576.0,
                        mem_two / mem_single);
-         });
+         }, sa);
   team.synchronize(s, "bench strands (stack) end");
   return ok ? 0 : 3;
 }
@@ -1507,7 +1520,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                        lb.memory().total() / 1048576.0, (mem_comm_a - mem0) / 1048576.0,
                        (mem_comm_b - mem_comm_a) / 1048576.0, (mem_a - mem_comm_b) / 1048576.0,
                        (mem_b - mem_a) / 1048576.0, (mem_peak - mem_b) / 1048576.0);
-         });
+         }, la);
   team.synchronize(s, "bench strands end");
   return 0;
 }

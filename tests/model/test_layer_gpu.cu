@@ -100,6 +100,9 @@ TEST(LayerGpu, MoECapacityMatchesReferenceAndCaptures) {
     int64_t dropped = 0;
     for (char k : ref.kept) dropped += !k;
     dropped_total += dropped;
+    const auto drops = layer.moe_drops();  // the layer's own count, from its forward's per-expert counts
+    EXPECT_EQ(drops.routed, c.tokens() * c.top_k);
+    EXPECT_EQ(drops.dropped, dropped);
     const auto rows = layer.local_expert_rows();
     for (auto r : rows) EXPECT_EQ(r, c.expert_capacity(c.tokens()));  // static: every expert at capacity
     std::printf("%s capacity %.2f: %lld of %lld (token, k) dropped, %lld rows per expert\n", c.name.c_str(),

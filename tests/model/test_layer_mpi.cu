@@ -117,6 +117,9 @@ TEST(LayerMpi, MoECapacityEqualsReference) {
     const auto ref = m::reference_layer(c, w, x, dy, &routes, layer.local_tokens());
     int64_t dropped = 0;
     for (char k : ref.kept) dropped += !k;
+    int64_t mine = layer.moe_drops().dropped, all = 0;  // the layers' own counts, summed over the ranks
+    MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, Env::world_->mpi());
+    EXPECT_EQ(all, dropped);
     std::printf("[rank %d] %s capacity %.2f: %lld of %lld (token, k) dropped\n", rank, c.name.c_str(), c.capacity,
                 (long long)dropped, (long long)(c.tokens() * c.top_k));
     print_errors(got, ref, c, p, rank, layer.local_tokens(), c.name + " capacity vs GPU routes");

@@ -171,6 +171,13 @@ class Layer {
   double host_wait_us() const;
   void set_routing(const Routing& r);
 
+  // MoE: the (token, k) entries this rank routed in its last forward, and how many of them the capacity factor
+  // dropped (reads the forward's per-expert counts: synchronizes the device). {0, 0} for a dense layer; dropped
+  // is 0 when dropless.
+  struct MoeDrops {
+    int64_t routed = 0, dropped = 0;
+  };
+  MoeDrops moe_drops() const;
   // MoE: rows each local expert received in the last forward (host copy), E/tp entries.
   std::vector<int64_t> local_expert_rows() const;
   // MoE: the experts each local token was routed to in the last forward, [local_tokens(), top_k]
