@@ -75,6 +75,13 @@
 # measure-rs halves (peer-copy-engine, with and without --reserve-fit) in one call, each script run into its own
 # $OUT/<sub> (DEADLINE per run) 3.9 min warm; `ncu-t3` (4 algos, 25 shapes) 3 min warm; `ar-stamps` 12 s warm; `ncu-t3`
 # with NCU_CONFIGS (3 configs x 6 shapes x 3 algos) 2.2 min warm; (2 algos, 25 shapes) 2.9 min warm.
+# Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
+# 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
+# two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Next on two GPUs: CTEST_R="test_layer_mpi$|test_strands_mpi$|test_t3_mpi$" (the capacity layer at EP = 2, its strands and
+# stack, the T3 column order at two GPUs), then `strands-mixtral` with and without STRANDS_ARGS="--capacity 1.25" (and
+# `strands-stack` with STACK_MODELS=mixtral-8x7b), `ncu-t3` NCU_CONFIGS="col=BRAID_T3_COLUMN_ORDER=1 base" and
+# `t3-swizzle` T3_CONFIGS="base col=BRAID_T3_COLUMN_ORDER=1" with T3_ALGOS=sequential,t3-direct-tma.
 # Next on two GPUs (H100 first): sweep-t3 with T3_ALGOS=sequential,flashoverlap,t3-direct-tma,t3-auto (t3-auto now tunes
 # direct-tma too), `ncu-t3` with NCU_ALGOS=sequential,t3-direct-tma,t3-auto (direct-tma's default is the whole chunk
 # again), and issue 4's H100 measure-rs (no --reserve-fit: it did not help at two ranks).
