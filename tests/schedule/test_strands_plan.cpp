@@ -397,7 +397,9 @@ TEST(StrandsPlan, SavedTensorsOfTheMoeLayerWithCapacity) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i].name, b[i].name);
-      if (a[i].name == "a2a_counts") EXPECT_EQ(b[i].bytes, 0.0);
+      if (a[i].name == "a2a_counts") {
+        EXPECT_EQ(b[i].bytes, 0.0);
+      }
     }
   }
 }
