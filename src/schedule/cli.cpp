@@ -72,7 +72,7 @@ LinkClass to_link(const std::string& key, const std::string& v) {
 
 const char* kPlanUsage =
     "usage: braid plan-strands --model llama3-70b|llama3-8b|mixtral-8x7b [--tp 2] [--ep 2] [--seq 8192]\n"
-    "                          [--batch 1] [--tp-link local|cross] [--ep-link local|cross]\n"
+    "                          [--batch 1] [--tp-link local|cross] [--ep-link local|cross] [--capacity C]\n"
     "                          [--pairs FILE] [--write-pairs FILE] [--out PLAN] [--oef]\n"
     "                          [--max-seg 4] [--max-orders 1000000] [--max-shift -1]\n";
 
@@ -83,7 +83,7 @@ const char* kPipeUsage =
 int plan_strands(int argc, char** argv, std::ostream& out) {
   auto o = parse_options(argc, argv,
                          {"--model", "--tp", "--ep", "--seq", "--batch", "--tp-link", "--ep-link", "--pairs",
-                          "--write-pairs", "--out", "--max-seg", "--max-orders", "--max-shift"},
+                          "--write-pairs", "--out", "--max-seg", "--max-orders", "--max-shift", "--capacity"},
                          {"--oef", "--help"});
   if (o.count("--help")) {
     out << kPlanUsage;
@@ -99,6 +99,11 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
   if (o.count("--tp-link")) cfg.tp_cross_node = to_link("--tp-link", o["--tp-link"]) == LinkClass::Cross;
   if (o.count("--ep-link")) cfg.ep_cross_node = to_link("--ep-link", o["--ep-link"]) == LinkClass::Cross;
   if (dims.experts == 0 && cfg.ep != 1) throw UsageError("--ep applies to MoE models only", __FILE__, __LINE__);
+  if (o.count("--capacity")) {
+    cfg.capacity = std::stod(o["--capacity"]);
+    if (dims.experts == 0 || cfg.capacity < 0)
+      throw UsageError("--capacity applies to MoE models only and must be >= 0", __FILE__, __LINE__);
+  }
   SearchOptions so;
   if (o.count("--max-seg")) so.max_segment_ops = static_cast<int>(to_long("--max-seg", o["--max-seg"]));
   if (o.count("--max-orders")) so.max_orders = static_cast<std::size_t>(to_long("--max-orders", o["--max-orders"]));

@@ -2,6 +2,8 @@
 #include "braid/schedule/ops.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "braid/errors.hpp"
 
@@ -102,6 +104,11 @@ std::string parallel_string(const ModelDims& m, const LayerConfig& c) {
   if (m.experts > 0) s += ",ep=" + std::to_string(c.ep) + (c.ep_cross_node ? "x" : "");
   if (c.tp_cross_node) s += ",tpx";
   s += ",seq=" + std::to_string(c.seq) + ",batch=" + std::to_string(c.batch);
+  if (m.experts > 0 && c.capacity > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, ",capacity=%g", c.capacity);
+    s += buf;
+  }
   return s;
 }
 
@@ -185,7 +192,10 @@ Layer build_moe_layer(const ModelDims& m, const LayerConfig& c, const Hardware& 
   const double T = double(c.seq) * c.batch, H = m.hidden, F = m.ffn, tp = c.tp, eb = c.elem_bytes;
   const double k = m.top_k, E = m.experts, ep = c.ep;
   const double local_tokens = T / tp;           // sequence-parallel shard each rank routes
-  const double routed = local_tokens * k;       // token-expert rows each rank computes (balanced)
+  // token-expert rows each rank computes and sends: balanced when dropless, every expert's capacity slots
+  // (padding included) with a capacity factor
+  if (c.capacity < 0) throw UsageError("the MoE capacity factor must be >= 0", __FILE__, __LINE__);
+  const double routed = c.capacity > 0 ? E * std::ceil(c.capacity * local_tokens * k / E - 1e-9) : local_tokens * k;
   const double a2a = routed * H * eb * (ep - 1) / ep;
   const LinkClass el = c.ep_cross_node ? LinkClass::Cross : LinkClass::Local;
   const double grouped = 0.85;                  // grouped GEMM efficiency relative to a dense one

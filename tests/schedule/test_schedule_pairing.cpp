@@ -353,3 +353,31 @@ TEST(PlanFile, RoundTrip) {
   std::stringstream malformed("braid-plan 1\nstep f.norm1 -\n");
   EXPECT_THROW(read_plan(malformed), braid::UsageError);
 }
+
+// The analytic MoE layer with a capacity factor: the expert work and the all-to-all bytes grow with the padded
+// rows (E x ceil(C x local tokens x top_k / E) instead of the balanced local tokens x top_k); the rest is unchanged.
+TEST(OperatorModel, MoeCapacityPadsExpertWorkAndAllToAll) {
+  LayerConfig cfg;
+  cfg.ep = 2;
+  const Layer dropless = build_layer(model_dims("mixtral-8x7b"), cfg);
+  cfg.capacity = 1.5;
+  const Layer padded = build_layer(model_dims("mixtral-8x7b"), cfg);
+  EXPECT_NE(padded.parallel, dropless.parallel);  // pair files of the two are not interchangeable
+  ASSERT_EQ(padded.fwd.size(), dropless.fwd.size());
+  int grown = 0, same = 0;
+  for (size_t i = 0; i < padded.fwd.size(); ++i) {
+    const auto &a = dropless.fwd[i], &b = padded.fwd[i];
+    EXPECT_EQ(a.name, b.name);
+    if (a.name == "f.dispatch" || a.name == "f.combine" || a.name == "f.expert_upgate" || a.name == "f.expert_down") {
+      EXPECT_GT(b.solo_us, a.solo_us) << a.name;
+      ++grown;
+    } else if (a.name == "f.qkv" || a.name == "f.attn") {
+      EXPECT_DOUBLE_EQ(b.solo_us, a.solo_us) << a.name;
+      ++same;
+    }
+  }
+  EXPECT_EQ(grown, 4);
+  EXPECT_EQ(same, 2);
+  cfg.capacity = -1;
+  EXPECT_THROW(build_layer(model_dims("mixtral-8x7b"), cfg), braid::UsageError);
+}

@@ -80,6 +80,8 @@ struct LayerConfig {
   bool ep_cross_node = true;      // A2A on the cross-node link (else local)
   bool tp_cross_node = false;     // TP AG/RS on the cross-node link (else local)
   int elem_bytes = 2;             // bf16
+  double capacity = 0;            // MoE capacity factor (model::ModelConfig::capacity): every expert's rows
+                                  // padded to ceil(capacity * local tokens * top_k / experts); 0: dropless
 };
 
 /// Llama-style TP+SP layer: 12 forward and 18 backward operators, dgrad/wgrad separate and the
