@@ -6,6 +6,7 @@
 
 #include "braid/errors.hpp"
 #include "kernels.cuh"
+#include "moe_layout.hpp"
 
 namespace braid::model::kernels {
 namespace {
@@ -450,8 +451,7 @@ __global__ void capacity_maps_kernel(int* __restrict__ sort_map, int* __restrict
                                      int64_t cap) {
   const int64_t n = int64_t(tp) * El * cap;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = i / (tp * cap), src = (i / cap) % tp, j = i % cap;
-    const int64_t r = (src * El + e) * cap + j;
+    const int64_t r = ::braid::model::detail::capacity_receive_row(i, tp, El, cap);
     sort_map[i] = int(r);
     unsort_map[r] = int(i);
   }

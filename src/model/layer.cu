@@ -14,6 +14,7 @@
 #include "braid/model/layer.hpp"
 #include "attention.hpp"
 #include "kernels.cuh"
+#include "moe_layout.hpp"
 
 namespace braid::model {
 
@@ -360,22 +361,8 @@ void Layer::Impl::set_layout() {
   }
   R = int64_t(ro / H);
   BRAID_REQUIRE(R <= Rmax, "layer: received more MoE rows than the worst case (internal error)");
-  int* smap = maps_h;
-  int* umap = maps_h + Rmax;
-  int64_t sorted = 0;
-  for (int e = 0; e < El; ++e) {
-    expert_rows[e] = 0;
-    for (int src = 0; src < tp; ++src) {
-      int64_t roff = int64_t(rd[src] / H);
-      for (int e2 = 0; e2 < e; ++e2) roff += rcnt(src, e2);
-      for (int64_t j = 0; j < rcnt(src, e); ++j) {
-        smap[sorted + j] = int(roff + j);
-        umap[roff + j] = int(sorted + j);
-      }
-      sorted += rcnt(src, e);
-      expert_rows[e] += rcnt(src, e);
-    }
-  }
+  const int64_t sorted = detail::moe_row_maps(int(tp), int(El), rcounts_h, maps_h, maps_h + Rmax, expert_rows.data());
+  BRAID_REQUIRE(sorted == R, "layer: MoE row maps disagree with the all-to-all layout (internal error)");
 }
 
 void Layer::Impl::build_forward() {

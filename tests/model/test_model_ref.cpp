@@ -10,6 +10,7 @@
 #include "braid/errors.hpp"
 #include "braid/model/config.hpp"
 #include "braid/model/reference.hpp"
+#include "model/moe_layout.hpp"  // src/model (internal)
 
 namespace m = braid::model;
 
@@ -330,4 +331,37 @@ TEST(ModelOps, CommunicationOperators) {
     std::set<std::string> names;
     for (const auto& op : m::plan_ops(m::preset("mixtral-8x7b"), {2, true}, ph)) EXPECT_TRUE(names.insert(op.name).second);
   }
+}
+
+// The capacity layer's static row maps (the device formula) are the dropless layer's maps (moe_row_maps, the host
+// code every dropless run uses) with every (source, expert) block at cap rows, at any number of ranks.
+TEST(MoeLayout, CapacityMapsAreTheGeneralMapsAtCapacity) {
+  namespace d = braid::model::detail;
+  for (int tp : {1, 2, 3, 4, 8})
+    for (int El : {1, 2, 3, 4})
+      for (int64_t cap : {1, 2, 5}) {
+        const int64_t n = tp * El * cap;
+        std::vector<float> rc(size_t(tp * El), float(cap));
+        std::vector<int> smap(size_t(n), -1), umap(size_t(n), -1);
+        std::vector<int64_t> rows(size_t(El), 0);
+        ASSERT_EQ(d::moe_row_maps(tp, El, rc.data(), smap.data(), umap.data(), rows.data()), n);
+        for (int e = 0; e < El; ++e) EXPECT_EQ(rows[size_t(e)], tp * cap);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(d::capacity_receive_row(i, tp, El, cap), smap[size_t(i)]) << tp << " " << El << " " << cap << " " << i;
+          EXPECT_EQ(umap[size_t(smap[size_t(i)])], i);
+        }
+      }
+  // Uneven counts: receive rows [src][e][rows] in order, sorted rows [e][src][rows], a permutation.
+  const int tp = 2, El = 2;
+  const std::vector<float> rc = {3, 0, 1, 2};  // src 0: e0 3, e1 0; src 1: e0 1, e1 2
+  std::vector<int> smap(6), umap(6);
+  std::vector<int64_t> rows(2);
+  ASSERT_EQ(d::moe_row_maps(tp, El, rc.data(), smap.data(), umap.data(), rows.data()), 6);
+  EXPECT_EQ(smap, (std::vector<int>{0, 1, 2, 3, 4, 5}));  // e0: src0 rows 0-2, src1 row 3; e1: src1 rows 4-5
+  EXPECT_EQ(rows, (std::vector<int64_t>{4, 2}));
+  const std::vector<float> rc2 = {1, 2, 3, 1};  // src 0: e0 1, e1 2 (rows 0 | 1-2); src 1: e0 3, e1 1 (3-5 | 6)
+  std::vector<int> s2(7), u2(7);
+  ASSERT_EQ(d::moe_row_maps(tp, El, rc2.data(), s2.data(), u2.data(), rows.data()), 7);
+  EXPECT_EQ(s2, (std::vector<int>{0, 3, 4, 5, 1, 2, 6}));
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(u2[size_t(s2[size_t(i)])], i);
 }
