@@ -274,6 +274,28 @@ TEST(ModelOps, PresetsAndValidation) {
   EXPECT_THROW((m::Parallel{2, false}.validate(mx)), braid::UsageError);
 }
 
+TEST(ModelOps, ExpertCapacity) {
+  auto mx = m::preset("mixtral-8x7b");  // 8 experts, top-2
+  EXPECT_EQ(mx.expert_capacity(2048), 0);  // dropless
+  mx.capacity = 1.0;
+  EXPECT_EQ(mx.expert_capacity(2048), 512);
+  mx.capacity = 1.25;
+  EXPECT_EQ(mx.expert_capacity(2048), 640);
+  EXPECT_EQ(mx.expert_capacity(100), 32);  // ceil(31.25)
+  mx.capacity = 1.1;
+  EXPECT_EQ(mx.expert_capacity(1000), 275);  // 1.1 * 250 = 275 exactly (not 276 from rounding noise)
+  mx.capacity = 1e-6;
+  EXPECT_EQ(mx.expert_capacity(8), 1);  // at least one row
+  mx.validate();
+  EXPECT_NE(mx.describe().find("capacity"), std::string::npos);
+  mx.capacity = -1;
+  EXPECT_THROW(mx.validate(), braid::UsageError);
+  auto dense = m::preset("llama3-8b");
+  dense.capacity = 1.0;
+  EXPECT_THROW(dense.validate(), braid::UsageError);
+  EXPECT_EQ(dense.expert_capacity(2048), 0);
+}
+
 TEST(ModelOps, FlopsSumToModelFlops) {
   for (const char* name : {"llama3-8b", "llama3-70b", "mixtral-8x7b"}) {
     auto c = m::preset(name);
