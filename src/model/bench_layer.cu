@@ -164,17 +164,8 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   layer.forward(s);
   if (a.backward) layer.backward(s);
   team.synchronize("layer warm-up");
-  double drop_fraction = -1;  // MoE with a capacity factor: what it dropped (the warm-up forward, all ranks)
-  if (c.moe() && c.capacity > 0) {
-    const auto d = layer.moe_drops();
-    double v[2] = {double(d.dropped), double(d.routed)};
-    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, team.mpi()));
-    drop_fraction = v[1] > 0 ? v[0] / v[1] : 0;
-    if (root)
-      std::printf("# MoE capacity factor %g (%lld rows per source rank and expert): %.2f%% of the routed (token, k) "
-                  "dropped\n",
-                  c.capacity, (long long)c.expert_capacity(layer.local_tokens()), 100 * drop_fraction);
-  }
+  // MoE with a capacity factor: what the warm-up forward dropped, all ranks (-1 otherwise)
+  const double drop_fraction = layer.moe_dropped_fraction(team, true);
 
   bench::TimingOptions opt{a.warmup, a.iters};
   struct Row {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 
@@ -857,6 +858,19 @@ Layer::MoeDrops Layer::moe_drops() const {
   BRAID_CUDA_CHECK(cudaMemcpy(c.data(), m.counts, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
   for (float v : c) d.dropped += std::max<int64_t>(0, int64_t(v) - m.cap);
   return d;
+}
+double Layer::moe_dropped_fraction(const Team& team, bool print) const {
+  const Impl& m = *impl_;
+  if (!m.moe || m.cap == 0) return -1;
+  const auto d = moe_drops();
+  double v[2] = {double(d.dropped), double(d.routed)};
+  BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, team.mpi()));
+  const double f = v[1] > 0 ? v[0] / v[1] : 0;
+  if (print && team.rank() == 0)
+    std::printf("# MoE capacity factor %g (%lld rows per source rank and expert): %.2f%% of the routed (token, k) "
+                "dropped in the last forward (all ranks)\n",
+                m.c.capacity, (long long)m.cap, 100 * f);
+  return f;
 }
 double Layer::host_wait_us() const { return impl_->host_wait_us; }
 std::vector<int> Layer::local_routes() const {

@@ -491,17 +491,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
             const std::function<void(double, double)>& context, const m::Layer& probe) {
   const bool root = team.rank() == 0;
   // MoE with a capacity factor: what it dropped in the probe layer's last forward, summed over the ranks.
-  double drop_fraction = -1;
-  if (c.moe() && c.capacity > 0) {
-    const auto d = probe.moe_drops();
-    double v[2] = {double(d.dropped), double(d.routed)};
-    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, team.mpi()));
-    drop_fraction = v[1] > 0 ? v[0] / v[1] : 0;
-    if (root)
-      std::printf("# MoE capacity factor %g (%lld rows per source rank and expert): %.2f%% of the routed (token, k) "
-                  "dropped in the last forward (all ranks)\n",
-                  c.capacity, (long long)c.expert_capacity(local_tokens), 100 * drop_fraction);
-  }
+  const double drop_fraction = probe.moe_dropped_fraction(team, true);
   cudaStream_t s = st.s.compute;
   const bench::TimingOptions opt{a.warmup, a.iters};
   auto med = [&](const std::function<void(int)>& fn) {

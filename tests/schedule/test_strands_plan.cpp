@@ -344,6 +344,18 @@ TEST(StrandsPlan, SavedTensorsOfTheDenseLayer) {
   EXPECT_NEAR(saved_mib(sch::saved_tensors(cfg("llama3-70b", 4096), m::Parallel{2, true})), 568.5, 0.05);
 }
 
+// Every producer and reader of the saved tensors is an operator of the layer's DAG (the names the GPU layer runs).
+void expect_saved_in_dag(const std::vector<sch::SavedTensor>& saved, const sch::Layer& dag) {
+  auto has = [](const std::vector<sch::Op>& ops, const std::string& n) {
+    return std::any_of(ops.begin(), ops.end(), [&](const sch::Op& o) { return o.name == n; });
+  };
+  for (const auto& t : saved) {
+    EXPECT_TRUE(has(dag.fwd, t.producer)) << t.name << " <- " << t.producer;
+    EXPECT_TRUE(has(dag.bwd, t.last_reader)) << t.name << " -> " << t.last_reader;
+    for (const auto& r : t.other_readers) EXPECT_TRUE(has(dag.bwd, r)) << t.name << " -> " << r;
+  }
+}
+
 TEST(StrandsPlan, SavedTensorsOfTheMoeLayer) {
   const auto c = cfg("mixtral-8x7b", 4096);
   const m::Parallel p{2, true};
@@ -353,16 +365,7 @@ TEST(StrandsPlan, SavedTensorsOfTheMoeLayer) {
   // capacity of T * top_k = 8192 rows: xs 64, egu 448, eact 224 MiB (+ prob/route/pos 16 KiB each, the two
   // row maps 32 KiB each).
   EXPECT_NEAR(mib, 872.25 + (2 * 8 + 3 * 16 + 2 * 32) / 1024.0, 1e-3);
-  // Every producer and reader is an operator of the layer's DAG (the names the GPU layer runs).
-  const auto dag = sch::strand_layer(c, p);
-  auto has = [](const std::vector<sch::Op>& ops, const std::string& n) {
-    return std::any_of(ops.begin(), ops.end(), [&](const sch::Op& o) { return o.name == n; });
-  };
-  for (const auto& t : saved) {
-    EXPECT_TRUE(has(dag.fwd, t.producer)) << t.name << " <- " << t.producer;
-    EXPECT_TRUE(has(dag.bwd, t.last_reader)) << t.name << " -> " << t.last_reader;
-    for (const auto& r : t.other_readers) EXPECT_TRUE(has(dag.bwd, r)) << t.name << " -> " << r;
-  }
+  expect_saved_in_dag(saved, sch::strand_layer(c, p));
 }
 
 // A capacity factor: the same operators; the expert buffers hold E * cap rows (send side too) and the counts
@@ -383,14 +386,7 @@ TEST(StrandsPlan, SavedTensorsOfTheMoeLayerWithCapacity) {
   EXPECT_EQ(by["xs"]->bytes, 8.0 * cap * c.hidden * 2);
   EXPECT_EQ(by["ret"]->bytes, 8.0 * cap * c.hidden * 2);
   EXPECT_EQ(by["sort_map"]->producer, "f.route");
-  const auto dag = sch::strand_layer(c, p);
-  auto has = [](const std::vector<sch::Op>& ops, const std::string& n) {
-    return std::any_of(ops.begin(), ops.end(), [&](const sch::Op& o) { return o.name == n; });
-  };
-  for (const auto& t : saved) {
-    EXPECT_TRUE(has(dag.fwd, t.producer)) << t.name << " <- " << t.producer;
-    EXPECT_TRUE(has(dag.bwd, t.last_reader)) << t.name << " -> " << t.last_reader;
-  }
+  expect_saved_in_dag(saved, sch::strand_layer(c, p));
   // The operator view keeps its names; the counts exchange moves nothing.
   for (auto ph : {m::Phase::kForward, m::Phase::kBackward}) {
     const auto a = m::plan_ops(cfg("mixtral-8x7b", 4096), p, ph), b = m::plan_ops(c, p, ph);

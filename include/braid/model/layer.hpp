@@ -178,6 +178,9 @@ class Layer {
     int64_t routed = 0, dropped = 0;
   };
   MoeDrops moe_drops() const;
+  // moe_drops() summed over the team's ranks as a fraction of the routed (token, k); -1 for a dense or dropless
+  // layer. Collective (every rank calls it); rank 0 prints one line when `print`.
+  double moe_dropped_fraction(const Team& team, bool print = false) const;
   // MoE: rows each local expert received in the last forward (host copy), E/tp entries.
   std::vector<int64_t> local_expert_rows() const;
   // MoE: the experts each local token was routed to in the last forward, [local_tokens(), top_k]
