@@ -19,6 +19,7 @@ enum class OpId : uint32_t {
   kAllReduceTwoShot = 11,
   kAllReduceQuant = 12,
   kAllReduceSymmetric = 13,
+  kPeerComm = 14,  // model::make_peer_comm's barriers
   kTest = 99,
 };
 const char* op_name(uint32_t op);

@@ -22,6 +22,7 @@ const char* op_name(uint32_t op) {
     case OpId::kAllReduceTwoShot: return "allreduce-twoshot";
     case OpId::kAllReduceQuant: return "allreduce-quantized";
     case OpId::kAllReduceSymmetric: return "allreduce-symmetric";
+    case OpId::kPeerComm: return "peer-comm";
     case OpId::kTest: return "test";
   }
   return "unknown-op";

@@ -1,5 +1,6 @@
 // Two GPUs: the layer at TP=2 (sequence parallel; plain TP with all-reduce; MoE with expert
-// parallelism) against TP=1 on the same rank and against the float64 reference.
+// parallelism) against TP=1 on the same rank and against the float64 reference. Over NCCL; in a shared-GPU
+// team (two ranks on one GPU, ctest test_layer_mpi_shared2) over the peer comm (make_default_comm).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -20,8 +21,8 @@ class Env : public ::testing::Environment {
   void SetUp() override {
     world_ = std::make_unique<braid::Team>(MPI_COMM_WORLD);
     self_ = world_->split(world_->rank(), 0);
-    comm_ = m::make_nccl_comm(*world_);
-    self_comm_ = m::make_nccl_comm(*self_);
+    comm_ = m::make_default_comm(*world_);
+    self_comm_ = m::make_default_comm(*self_);
   }
   void TearDown() override {
     self_comm_.reset();
@@ -157,6 +158,7 @@ TEST(LayerMpi, DenseDecompositionEqualsReference) {
 
 TEST(LayerMpi, AllReducerCommForInference) {
   // Plain TP forward with the all-reduce through braid::AllReducer (exact algorithms).
+  if (!Env::world_->has_nccl()) GTEST_SKIP() << "the AllReducer comm sends the rest over NCCL: none in this team";
   const auto c = shapes(false)[1];
   const int tp = Env::world_->size(), rank = Env::world_->rank();
   auto comm = m::make_allreducer_comm(*Env::world_);

@@ -51,4 +51,22 @@ std::unique_ptr<Comm> make_nccl_comm_split(Team& team, int max_ctas = 0);
 // TP: one-shot/two-shot over peer memory, or quantized when opt.precision asks for it).
 std::unique_ptr<Comm> make_allreducer_comm(Team& team, AllReduceOptions opt = {});
 
+// braid's own transport over the team's symmetric peer memory (CUDA IPC), no NCCL at all: every method
+// is rounds of (stage this rank's part into its staging buffer, a cross-rank device barrier, read the
+// peers' staging buffers — copies for the gather and the all-to-all, sums in rank order with fp32
+// accumulation and one rounding for the reductions — and a second barrier before the buffer is reused).
+// The methods of one PeerComm run one after another on its own stream, joined to the caller's stream by
+// events (NCCL's order on one communicator), so one PeerComm may be called from several streams; two
+// PeerComms run side by side. CUDA-graph capturable (the barrier's epochs live on the device); a peer
+// that never arrives is a TimeoutError from Team::synchronize, not a hang. The reductions are the same
+// bits on every rank and equal to the float sum in rank order rounded once. Not tuned for speed (one
+// copy in, one read out, two barriers per round of `staging_bytes`): it exists for teams without NCCL —
+// the shared-GPU teams that check the multi-rank layer and strands on a one-GPU node — and as a
+// reference transport. Needs peer_ok() (UnavailableError otherwise); all_to_all_v also agrees on its
+// number of rounds over MPI (host). staging_bytes: per rank (0: 32 MiB); collective construction.
+std::unique_ptr<Comm> make_peer_comm(Team& team, size_t staging_bytes = 0);
+// NCCL when the team has it (make_nccl_comm / make_nccl_comm_split), the peer comm otherwise (a
+// shared-GPU team). `second`: a communicator of its own (a second strand's).
+std::unique_ptr<Comm> make_default_comm(Team& team, bool second = false);
+
 }  // namespace braid::model

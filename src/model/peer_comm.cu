@@ -1,0 +1,321 @@
+// peer_comm.cu — braid::model::Comm over the team's symmetric peer memory (CUDA IPC), no NCCL
+// (include/braid/model/comm.hpp, make_peer_comm).
+//
+// Every method is rounds of four stream-ordered steps on the comm's own stream:
+//   1. stage  — copy_kernel puts this rank's part of the round into its staging buffer (its symmetric memory);
+//   2. meet   — barrier_kernel: one block per rank meets every rank on the comm's signal slot;
+//   3. read   — copy_kernel / sum_kernel read the peers' staging buffers over peer memory into the output;
+//   4. meet   — again, so that no rank restages (step 1 of the next round or method) while a peer still reads.
+//
+// Memory-ordering contract. Step 1 ends before step 2 starts (stream order: its writes are performed in this
+// GPU's memory when the barrier kernel starts). The barrier kernel's fence.acq_rel.sys, then barrier_block's
+// release store (signal_device.cuh), publish them: a peer whose barrier block acquires our flag and whose read
+// kernel starts after its barrier kernel (stream order) reads the staged bytes. Step 4 orders every peer's
+// reads of our buffer (their read kernels end before their barrier kernels start) before our next step 1.
+// The barrier's epochs are device-side (SignalView::epochs), so a captured CUDA graph replays correctly; a
+// wait is bounded by the team's timeout and records the team's DeviceError (Team::synchronize throws it).
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "braid/errors.hpp"
+#include "braid/model/comm.hpp"
+#include "braid/quant.hpp"
+#include "braid/signal_device.cuh"
+
+namespace braid::model {
+namespace {
+
+struct config {
+  static constexpr int kThreads = 256;          // copy and sum kernels
+  static constexpr int kBlocksPerSm = 4;        // grid cap: a few waves of the copy/sum blocks, no more
+  static constexpr int kVecBytes = 16;          // uint4 accesses where every pointer of a range is aligned
+  static constexpr size_t kDefaultStaging = size_t(32) << 20;  // per rank
+  static_assert(kThreads % 32 == 0 && kThreads >= kMaxPeers, "the barrier's block must cover every peer");
+};
+
+// Up to kMaxPeers independent byte ranges (blockIdx.y = range). Ranges of 0 bytes are allowed.
+struct Copies {
+  const uint8_t* src[kMaxPeers];
+  uint8_t* dst[kMaxPeers];
+  uint64_t bytes[kMaxPeers];
+  int n;
+};
+
+__global__ void __launch_bounds__(config::kThreads) copy_kernel(Copies c) {
+  const int i = blockIdx.y;
+  const uint8_t* __restrict__ s = c.src[i];
+  uint8_t* __restrict__ d = c.dst[i];
+  const uint64_t b = c.bytes[i];
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
+  const uintptr_t align = reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d);
+  if (align % config::kVecBytes == 0) {
+    const uint64_t v = b / config::kVecBytes;
+    for (uint64_t k = tid; k < v; k += stride) reinterpret_cast<uint4*>(d)[k] = reinterpret_cast<const uint4*>(s)[k];
+    for (uint64_t k = v * config::kVecBytes + tid; k < b; k += stride) d[k] = s[k];
+  } else if (align % 2 == 0) {  // element-aligned 16-bit data (every dtype of the layer)
+    const uint64_t v = b / 2;
+    for (uint64_t k = tid; k < v; k += stride)
+      reinterpret_cast<uint16_t*>(d)[k] = reinterpret_cast<const uint16_t*>(s)[k];
+    for (uint64_t k = v * 2 + tid; k < b; k += stride) d[k] = s[k];
+  } else {
+    for (uint64_t k = tid; k < b; k += stride) d[k] = s[k];
+  }
+}
+
+// One block of the comm's signal slot meets every rank (see the contract at the top).
+__global__ void barrier_kernel(SignalView v, int slot) {
+  dev::fence_release();  // what this stream wrote before (the stage copy) is published by the release below
+  dev::barrier_block(v, slot, static_cast<uint32_t>(OpId::kPeerComm));
+}
+
+// Element codecs: the value as float, and float back with one rounding (nearest even).
+template <DType T>
+struct Elem;
+template <>
+struct Elem<DType::kBF16> {
+  using Bits = uint16_t;
+  __device__ static float load(Bits b) { return quant::bf16_bits_to_float(b); }
+  __device__ static Bits store(float f) { return quant::float_to_bf16_bits(f); }
+};
+template <>
+struct Elem<DType::kFP16> {
+  using Bits = uint16_t;
+  __device__ static float load(Bits b) { return quant::half_bits_to_float(b); }
+  __device__ static Bits store(float f) { return quant::float_to_half_bits(f); }
+};
+template <>
+struct Elem<DType::kFP32> {
+  using Bits = float;
+  __device__ static float load(Bits b) { return b; }
+  __device__ static Bits store(float f) { return f; }
+};
+
+struct Sources {
+  const void* src[kMaxPeers];  // world of them, summed in this order
+  int world;
+};
+
+// out[i] = round(((src0[i] + src1[i]) + src2[i]) + ...) in fp32, rounded once to T: the same bits on every rank.
+// src, out: (count) elements of T. 16-byte vectors where every pointer is aligned, element by element otherwise.
+template <DType T>
+__global__ void __launch_bounds__(config::kThreads) sum_kernel(Sources s, void* out, uint64_t count) {
+  using E = Elem<T>;
+  using Bits = typename E::Bits;
+  constexpr int kPer = config::kVecBytes / int(sizeof(Bits));
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
+  uintptr_t align = reinterpret_cast<uintptr_t>(out);
+  for (int r = 0; r < s.world; ++r) align |= reinterpret_cast<uintptr_t>(s.src[r]);
+  uint64_t head = 0;
+  if (align % config::kVecBytes == 0) {
+    const uint64_t v = count / kPer;
+    for (uint64_t k = tid; k < v; k += stride) {
+      float acc[kPer];
+      for (int r = 0; r < s.world; ++r) {
+        uint4 raw = reinterpret_cast<const uint4*>(s.src[r])[k];
+        const Bits* b = reinterpret_cast<const Bits*>(&raw);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) acc[j] = r == 0 ? E::load(b[j]) : acc[j] + E::load(b[j]);
+      }
+      uint4 res;
+      Bits* o = reinterpret_cast<Bits*>(&res);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) o[j] = E::store(acc[j]);
+      reinterpret_cast<uint4*>(out)[k] = res;
+    }
+    head = v * kPer;
+  }
+  for (uint64_t i = head + tid; i < count; i += stride) {
+    float acc = E::load(static_cast<const Bits*>(s.src[0])[i]);
+    for (int r = 1; r < s.world; ++r) acc += E::load(static_cast<const Bits*>(s.src[r])[i]);
+    static_cast<Bits*>(out)[i] = E::store(acc);
+  }
+}
+
+class PeerComm final : public Comm {
+ public:
+  PeerComm(Team& team, size_t staging_bytes) : team_(team) {
+    if (!team.peer_ok())
+      throw UnavailableError("peer comm: needs peer memory between all ranks (" + team.peer_status() + ")",
+                             __FILE__, __LINE__);
+    stage_bytes_ = staging_bytes ? staging_bytes : config::kDefaultStaging;
+    BRAID_REQUIRE(stage_bytes_ >= size_t(config::kVecBytes) * kMaxPeers,
+                  "peer comm: staging_bytes below 16 bytes per peer slot");
+    stage_bytes_ -= stage_bytes_ % config::kVecBytes;
+    stage_ = std::make_unique<SymmetricBuffer>(team, stage_bytes_);  // collective
+    slot_ = team.reserve_slots(1);
+    int dev = 0;
+    BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
+    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&in_, cudaEventDisableTiming));
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&out_, cudaEventDisableTiming));
+  }
+  ~PeerComm() override {
+    cudaStreamSynchronize(st_);
+    cudaEventDestroy(out_);
+    cudaEventDestroy(in_);
+    cudaStreamDestroy(st_);
+    // stage_'s destructor: collective (an MPI barrier), so no peer still maps what we free
+  }
+
+  int rank() const override { return team_.rank(); }
+  int size() const override { return team_.size(); }
+  std::string name() const override { return "peer"; }
+
+  void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    const size_t es = bench::dtype_size(t), W = size_t(size());
+    const size_t C = stage_bytes_ / es;  // elements per round
+    begin(s);
+    for (size_t off = 0; off < count; off += C) {
+      const size_t n = std::min(C, count - off);
+      Copies c{};
+      add(c, bytes(in) + off * es, local(), n * es);
+      copy(c);
+      meet();
+      Copies g{};
+      for (size_t r = 0; r < W; ++r) add(g, peer(int(r)), bytes(out) + (r * count + off) * es, n * es);
+      copy(g);
+      meet();
+    }
+    end(s);
+  }
+
+  void reduce_scatter(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
+    const size_t C = per_peer(es);  // elements per (destination, round)
+    begin(s);
+    for (size_t off = 0; off < count; off += C) {
+      const size_t n = std::min(C, count - off);
+      Copies c{};
+      for (size_t d = 0; d < W; ++d) add(c, bytes(in) + (d * count + off) * es, local() + d * C * es, n * es);
+      copy(c);
+      meet();
+      Sources src{};
+      src.world = int(W);
+      for (size_t r = 0; r < W; ++r) src.src[r] = peer(int(r)) + me * C * es;
+      sum(src, bytes(out) + off * es, n, t);
+      meet();
+    }
+    end(s);
+  }
+
+  void all_reduce(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    const size_t es = bench::dtype_size(t), W = size_t(size());
+    const size_t C = stage_bytes_ / es;
+    begin(s);
+    for (size_t off = 0; off < count; off += C) {
+      const size_t n = std::min(C, count - off);
+      Copies c{};
+      add(c, bytes(in) + off * es, local(), n * es);
+      copy(c);
+      meet();  // out may equal in: every rank reads the staged copies only
+      Sources src{};
+      src.world = int(W);
+      for (size_t r = 0; r < W; ++r) src.src[r] = peer(int(r));
+      sum(src, bytes(out) + off * es, n, t);
+      meet();
+    }
+    end(s);
+  }
+
+  void all_to_all_v(const void* in, const size_t* send_counts, const size_t* send_displs, void* out,
+                    const size_t* recv_counts, const size_t* recv_displs, DType t, cudaStream_t s) override {
+    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
+    const size_t C = per_peer(es);
+    // Every rank must take part in the same number of rounds: the largest segment of any pair, agreed over MPI.
+    unsigned long long most = 0;
+    for (size_t r = 0; r < W; ++r) most = std::max<unsigned long long>(most, std::max(send_counts[r], recv_counts[r]));
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, team_.mpi()));
+    const size_t rounds = (size_t(most) + C - 1) / C;
+    begin(s);
+    for (size_t k = 0; k < rounds; ++k) {
+      const size_t lo = k * C;
+      auto part = [&](size_t total) { return total > lo ? std::min(C, total - lo) : size_t(0); };
+      Copies c{};
+      for (size_t d = 0; d < W; ++d)
+        add(c, bytes(in) + (send_displs[d] + lo) * es, local() + d * C * es, part(send_counts[d]) * es);
+      copy(c);
+      meet();
+      Copies g{};
+      for (size_t r = 0; r < W; ++r)
+        add(g, peer(int(r)) + me * C * es, bytes(out) + (recv_displs[r] + lo) * es, part(recv_counts[r]) * es);
+      copy(g);
+      meet();
+    }
+    end(s);
+  }
+
+ private:
+  static const uint8_t* bytes(const void* p) { return static_cast<const uint8_t*>(p); }
+  static uint8_t* bytes(void* p) { return static_cast<uint8_t*>(p); }
+  uint8_t* local() const { return stage_->local_as<uint8_t>(); }
+  const uint8_t* peer(int r) const { return stage_->peer_as<uint8_t>(r); }
+  // Elements per (peer, round) of the per-peer staging layout, a multiple of 16 bytes.
+  size_t per_peer(size_t es) const {
+    const size_t slot = stage_bytes_ / size_t(size());
+    return (slot - slot % config::kVecBytes) / es;
+  }
+  static void add(Copies& c, const uint8_t* src, uint8_t* dst, size_t n) {
+    c.src[c.n] = src, c.dst[c.n] = dst, c.bytes[c.n] = n, ++c.n;
+  }
+  int grid(uint64_t units) const {
+    const uint64_t want = (units + config::kThreads - 1) / config::kThreads;
+    return int(std::max<uint64_t>(1, std::min<uint64_t>(want, uint64_t(sms_) * config::kBlocksPerSm)));
+  }
+  void copy(const Copies& c) {
+    uint64_t most = 0;
+    for (int i = 0; i < c.n; ++i) most = std::max(most, c.bytes[i]);
+    if (most == 0) return;
+    copy_kernel<<<dim3(grid(most / config::kVecBytes + 1), c.n), config::kThreads, 0, st_>>>(c);
+    BRAID_CHECK_LAUNCH();
+  }
+  void sum(const Sources& s, void* out, size_t n, DType t) {
+    if (n == 0) return;
+    const int g = grid(n * bench::dtype_size(t) / config::kVecBytes + 1);
+    switch (t) {
+      case DType::kBF16: sum_kernel<DType::kBF16><<<g, config::kThreads, 0, st_>>>(s, out, n); break;
+      case DType::kFP16: sum_kernel<DType::kFP16><<<g, config::kThreads, 0, st_>>>(s, out, n); break;
+      case DType::kFP32: sum_kernel<DType::kFP32><<<g, config::kThreads, 0, st_>>>(s, out, n); break;
+    }
+    BRAID_CHECK_LAUNCH();
+  }
+  void meet() {
+    barrier_kernel<<<1, 32, 0, st_>>>(team_.signals(), slot_);
+    BRAID_CHECK_LAUNCH();
+  }
+  // The comm's stream joins the caller's (and leaves it at end): the methods run in issue order.
+  void begin(cudaStream_t s) {
+    BRAID_CUDA_CHECK(cudaEventRecord(in_, s));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(st_, in_, 0));
+  }
+  void end(cudaStream_t s) {
+    BRAID_CUDA_CHECK(cudaEventRecord(out_, st_));
+    BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, out_, 0));
+  }
+
+  Team& team_;
+  size_t stage_bytes_ = 0;
+  std::unique_ptr<SymmetricBuffer> stage_;  // (stage_bytes_) per rank
+  int slot_ = 0;
+  int sms_ = 0;
+  cudaStream_t st_ = nullptr;
+  cudaEvent_t in_ = nullptr, out_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_peer_comm(Team& team, size_t staging_bytes) {
+  return std::make_unique<PeerComm>(team, staging_bytes);
+}
+
+std::unique_ptr<Comm> make_default_comm(Team& team, bool second) {
+  if (!team.has_nccl()) return make_peer_comm(team);
+  return second ? make_nccl_comm_split(team) : make_nccl_comm(team);
+}
+
+}  // namespace braid::model

@@ -1,0 +1,314 @@
+// Any number of ranks (one GPU each, or sharing one GPU: BRAID_SHARED_GPU=1): braid::model::make_peer_comm, the
+// Comm over symmetric peer memory. Every method against the host's answer computed from every rank's
+// (deterministic) input — the sums bit for bit (fp32 in rank order, rounded once) — for bf16, fp16 and fp32, odd
+// counts, a staging buffer small enough to force many rounds, in place, inside a replayed CUDA graph, and two comms
+// on two streams at once; against NCCL too where the team has it.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/model.hpp"
+#include "braid/quant.hpp"
+#include "braid/runtime.hpp"
+#include "capture.hpp"
+
+namespace {
+
+namespace m = braid::model;
+using braid::bench::DType;
+
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override { world_ = std::make_unique<braid::Team>(MPI_COMM_WORLD); }
+  void TearDown() override { world_.reset(); }
+  static std::unique_ptr<braid::Team> world_;
+};
+std::unique_ptr<braid::Team> Env::world_;
+::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+
+// Element values as raw bits (2 or 4 bytes), with the host's float view and one rounding back.
+struct Host {
+  DType t;
+  size_t es() const { return t == DType::kFP32 ? 4 : 2; }
+  float load(const std::vector<uint8_t>& v, size_t i) const {
+    if (t == DType::kFP32) {
+      float f;
+      std::memcpy(&f, v.data() + 4 * i, 4);
+      return f;
+    }
+    uint16_t b;
+    std::memcpy(&b, v.data() + 2 * i, 2);
+    return t == DType::kBF16 ? braid::quant::bf16_bits_to_float(b) : braid::quant::half_bits_to_float(b);
+  }
+  void store(std::vector<uint8_t>& v, size_t i, float f) const {
+    if (t == DType::kFP32) {
+      std::memcpy(v.data() + 4 * i, &f, 4);
+      return;
+    }
+    const uint16_t b = t == DType::kBF16 ? braid::quant::float_to_bf16_bits(f) : braid::quant::float_to_half_bits(f);
+    std::memcpy(v.data() + 2 * i, &b, 2);
+  }
+  // n random values in [-4, 4) from (seed, rank): every rank can rebuild every rank's input.
+  std::vector<uint8_t> random(size_t n, uint64_t seed) const {
+    std::vector<uint8_t> v(n * es());
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 12345;
+    for (size_t i = 0; i < n; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      store(v, i, float(int64_t(x >> 40) - (int64_t(1) << 23)) / float(1 << 21));
+    }
+    return v;
+  }
+};
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes + 16), cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  void put(const std::vector<uint8_t>& h, size_t at = 0) {
+    EXPECT_EQ(cudaMemcpy(static_cast<uint8_t*>(p) + at, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<uint8_t> get(size_t bytes, size_t at = 0) const {
+    std::vector<uint8_t> h(bytes);
+    EXPECT_EQ(cudaMemcpy(h.data(), static_cast<uint8_t*>(p) + at, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+  uint8_t* at(size_t off) const { return static_cast<uint8_t*>(p) + off; }
+};
+
+const DType kTypes[] = {DType::kBF16, DType::kFP16, DType::kFP32};
+const char* tname(DType t) { return braid::bench::dtype_name(t); }
+
+// The comms under test: the default staging and one of 4 KiB (many rounds, 16-byte per-peer slots of odd sizes).
+std::vector<std::unique_ptr<m::Comm>> comms() {
+  std::vector<std::unique_ptr<m::Comm>> c;
+  c.push_back(m::make_peer_comm(*Env::world_));
+  c.push_back(m::make_peer_comm(*Env::world_, 4096 + 48));
+  return c;
+}
+
+void sync() { Env::world_->synchronize("test_comm_mpi"); }
+
+// seed of (test, rank)
+uint64_t seed(int test, int rank) { return uint64_t(test) * 1000 + uint64_t(rank) + 1; }
+
+TEST(PeerComm, AllReduceIsTheRankOrderSumOnEveryRank) {
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  cudaStream_t s = Env::world_->stream();
+  for (auto& comm : comms())
+    for (DType t : kTypes)
+      for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(4099), size_t(70001)})
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(std::string(tname(t)) + " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+          const Host h{t};
+          std::vector<std::vector<uint8_t>> x(W);
+          for (int r = 0; r < W; ++r) x[r] = h.random(n, seed(1, r) + n);
+          std::vector<uint8_t> want(n * h.es());
+          for (size_t i = 0; i < n; ++i) {
+            float acc = h.load(x[0], i);
+            for (int r = 1; r < W; ++r) acc += h.load(x[r], i);
+            h.store(want, i, acc);
+          }
+          Dev in(n * h.es()), out(n * h.es());
+          in.put(x[me]);
+          comm->all_reduce(in.p, in_place ? in.p : out.p, n, t, s);
+          sync();
+          EXPECT_EQ((in_place ? in : out).get(n * h.es()), want);
+        }
+}
+
+TEST(PeerComm, ReduceScatterIsTheRankOrderSumOfEachChunk) {
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  cudaStream_t s = Env::world_->stream();
+  for (auto& comm : comms())
+    for (DType t : kTypes)
+      for (size_t n : {size_t(1), size_t(5), size_t(2049), size_t(30000)}) {
+        SCOPED_TRACE(std::string(tname(t)) + " n=" + std::to_string(n));
+        const Host h{t};
+        std::vector<std::vector<uint8_t>> x(W);
+        for (int r = 0; r < W; ++r) x[r] = h.random(n * W, seed(2, r) + n);
+        std::vector<uint8_t> want(n * h.es());
+        for (size_t i = 0; i < n; ++i) {
+          float acc = h.load(x[0], me * n + i);
+          for (int r = 1; r < W; ++r) acc += h.load(x[r], me * n + i);
+          h.store(want, i, acc);
+        }
+        Dev in(n * W * h.es()), out(n * h.es());
+        in.put(x[me]);
+        comm->reduce_scatter(in.p, out.p, n, t, s);
+        sync();
+        EXPECT_EQ(out.get(n * h.es()), want);
+      }
+}
+
+TEST(PeerComm, AllGatherCopiesEveryRankInOrder) {
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  cudaStream_t s = Env::world_->stream();
+  for (auto& comm : comms())
+    for (DType t : {DType::kBF16, DType::kFP32})
+      for (size_t n : {size_t(1), size_t(3), size_t(4097), size_t(50000)})
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(std::string(tname(t)) + " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+          const Host h{t};
+          const size_t b = n * h.es();
+          std::vector<uint8_t> want;
+          for (int r = 0; r < W; ++r) {
+            const auto x = h.random(n, seed(3, r) + n);
+            want.insert(want.end(), x.begin(), x.end());
+          }
+          Dev in(b), out(b * W);
+          const auto mine = h.random(n, seed(3, me) + n);
+          in.put(mine);
+          if (in_place) out.put(mine, me * b);
+          comm->all_gather(in_place ? static_cast<const void*>(out.at(me * b)) : in.p, out.p, n, t, s);
+          sync();
+          EXPECT_EQ(out.get(b * W), want);
+        }
+}
+
+// Pair (from, to) sends count(from, to) elements; zeros included, uneven, the receive side packed in rank order.
+size_t pair_count(int from, int to, int variant) {
+  if (variant == 0) return size_t(from + 2 * to + 1) * 37;
+  if (variant == 1) return (from + to) % 3 == 0 ? 0 : size_t(from * 911 + to * 1307) % 5000 + 1;
+  return from == to ? 9000 : 3;
+}
+
+TEST(PeerComm, AllToAllVDeliversEverySegment) {
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  cudaStream_t s = Env::world_->stream();
+  const Host h{DType::kBF16};
+  for (auto& comm : comms())
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE("variant " + std::to_string(variant));
+      std::vector<size_t> sc(W), sd(W), rc(W), rd(W);
+      size_t st = 0, rt = 0;
+      for (int r = 0; r < W; ++r) {
+        sc[r] = pair_count(me, r, variant), sd[r] = st + 5, st += sc[r] + 5;  // gaps between the send segments
+        rc[r] = pair_count(r, me, variant), rd[r] = rt, rt += rc[r];
+      }
+      // send segment to r: values seeded by (me, r); receive from r: seeded by (r, me)
+      std::vector<uint8_t> send(st * 2, 0), want(rt * 2);
+      for (int r = 0; r < W; ++r) {
+        const auto seg = h.random(sc[r], seed(4, me) * 31 + r);
+        std::memcpy(send.data() + sd[r] * 2, seg.data(), seg.size());
+        const auto got = h.random(rc[r], seed(4, r) * 31 + me);
+        std::memcpy(want.data() + rd[r] * 2, got.data(), got.size());
+      }
+      Dev in(st * 2), out(rt * 2);
+      in.put(send);
+      comm->all_to_all_v(in.p, sc.data(), sd.data(), out.p, rc.data(), rd.data(), DType::kBF16, s);
+      sync();
+      EXPECT_EQ(out.get(rt * 2), want);
+    }
+}
+
+// Captured once, replayed three times with new inputs: the barrier's device-side epochs make every replay meet.
+TEST(PeerComm, CapturedGraphReplays) {
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  auto comm = m::make_peer_comm(*Env::world_, 8192);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const Host h{DType::kBF16};
+  const size_t n = 5000;
+  Dev in(n * 2), sum(n * 2), all(n * 2 * W);
+  cudaGraph_t g = braid::test::capture_graph(s, [&] {
+    comm->all_reduce(in.p, sum.p, n, DType::kBF16, s);
+    comm->all_gather(sum.p, all.p, n, DType::kBF16, s);
+  });
+  ASSERT_NE(g, nullptr);
+  cudaGraphExec_t ge;
+  ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<std::vector<uint8_t>> x(W);
+    for (int r = 0; r < W; ++r) x[r] = h.random(n, seed(5, r) + 100 * rep);
+    std::vector<uint8_t> want(n * 2);
+    for (size_t i = 0; i < n; ++i) {
+      float acc = h.load(x[0], i);
+      for (int r = 1; r < W; ++r) acc += h.load(x[r], i);
+      h.store(want, i, acc);
+    }
+    in.put(x[me]);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    Env::world_->synchronize(s, "graph replay");
+    EXPECT_EQ(sum.get(n * 2), want) << "replay " << rep;
+    for (int r = 0; r < W; ++r) EXPECT_EQ(all.get(n * 2, r * n * 2), want) << "replay " << rep << " slice " << r;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+
+// Two comms on two streams at once (the strands' two communicators), and one comm called from both streams (its
+// methods run in issue order on its own stream).
+TEST(PeerComm, TwoCommsOnTwoStreams) {
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  auto a = m::make_peer_comm(*Env::world_, 4096), b = m::make_peer_comm(*Env::world_, 4096);
+  cudaStream_t s[2];
+  for (auto& x : s) ASSERT_EQ(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking), cudaSuccess);
+  const Host h{DType::kBF16};
+  const size_t n = 20000;
+  std::vector<std::unique_ptr<Dev>> in, out;
+  std::vector<std::vector<uint8_t>> want;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<std::vector<uint8_t>> x(W);
+    for (int r = 0; r < W; ++r) x[r] = h.random(n, seed(6, r) + 7 * k);
+    std::vector<uint8_t> w(n * 2);
+    for (size_t i = 0; i < n; ++i) {
+      float acc = h.load(x[0], i);
+      for (int r = 1; r < W; ++r) acc += h.load(x[r], i);
+      h.store(w, i, acc);
+    }
+    want.push_back(w);
+    in.push_back(std::make_unique<Dev>(n * 2));
+    out.push_back(std::make_unique<Dev>(n * 2));
+    in.back()->put(x[me]);
+  }
+  a->all_reduce(in[0]->p, out[0]->p, n, DType::kBF16, s[0]);
+  b->all_reduce(in[1]->p, out[1]->p, n, DType::kBF16, s[1]);
+  a->all_reduce(in[2]->p, out[2]->p, n, DType::kBF16, s[1]);  // comm a from the other stream
+  b->all_reduce(in[3]->p, out[3]->p, n, DType::kBF16, s[0]);
+  for (auto x : s) Env::world_->synchronize(x, "two streams");
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(out[k]->get(n * 2), want[k]) << "op " << k;
+  for (auto x : s) cudaStreamDestroy(x);
+}
+
+// Where the team has NCCL: the same bytes as NCCL's gather and all-to-all, and — at two ranks, where a float sum of
+// two values has one order — its sums too.
+TEST(PeerComm, EqualsNcclWhereTheTeamHasIt) {
+  if (!Env::world_->has_nccl()) GTEST_SKIP() << "no NCCL in this team (shared GPU)";
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  auto peer = m::make_peer_comm(*Env::world_, 1 << 16);
+  auto nccl = m::make_nccl_comm(*Env::world_);
+  cudaStream_t s = Env::world_->stream();
+  const Host h{DType::kBF16};
+  const size_t n = 300007;
+  Dev in(n * 2 * W), a(n * 2 * W), b(n * 2 * W);
+  in.put(h.random(n * W, seed(7, me)));
+  peer->all_gather(in.p, a.p, n, DType::kBF16, s);
+  nccl->all_gather(in.p, b.p, n, DType::kBF16, s);
+  sync();
+  EXPECT_EQ(a.get(n * 2 * W), b.get(n * 2 * W));
+  if (W <= 2) {
+    peer->all_reduce(in.p, a.p, n, DType::kBF16, s);
+    nccl->all_reduce(in.p, b.p, n, DType::kBF16, s);
+    sync();
+    EXPECT_EQ(a.get(n * 2), b.get(n * 2));
+    peer->reduce_scatter(in.p, a.p, n, DType::kBF16, s);
+    nccl->reduce_scatter(in.p, b.p, n, DType::kBF16, s);
+    sync();
+    EXPECT_EQ(a.get(n * 2), b.get(n * 2));
+  }
+}
+
+TEST(PeerComm, DefaultCommFollowsTheTeam) {
+  auto c = m::make_default_comm(*Env::world_);
+  EXPECT_EQ(c->name(), Env::world_->has_nccl() ? "nccl" : "peer");
+  EXPECT_EQ(c->size(), Env::world_->size());
+  EXPECT_EQ(c->rank(), Env::world_->rank());
+}
+
+}  // namespace
