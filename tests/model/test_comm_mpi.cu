@@ -69,8 +69,11 @@ struct Dev {
   void* p = nullptr;
   explicit Dev(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes + 16), cudaSuccess); }
   ~Dev() { cudaFree(p); }
+  // A pageable cudaMemcpy may return before its DMA lands, and the comm's streams do not wait for the legacy
+  // stream (non-blocking): synchronize the device before any comm reads the buffer.
   void put(const std::vector<uint8_t>& h, size_t at = 0) {
     EXPECT_EQ(cudaMemcpy(static_cast<uint8_t*>(p) + at, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   std::vector<uint8_t> get(size_t bytes, size_t at = 0) const {
     std::vector<uint8_t> h(bytes);
