@@ -31,6 +31,7 @@ constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16 (as bench layer)
 
 struct Args {
   std::string model = "llama3-8b", plan, pairs, json, out, plan_out, a2a_link = "local";
+  std::string comm;         // "nccl" or "peer" (model::make_peer_comm); empty: NCCL, or peer in a shared-GPU team
   int tp = 0, ep = 0, seq = 0, mb = 0, iters = 10, warmup = 3, throttle = 0, prof_iters = 3, prof_warmup = 1;
   int max_seg = 4, max_shift = -1;
   int rounds = 5;     // interleaved passes over the core variants (time_interleaved)
@@ -75,6 +76,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--layers") a.layers = std::stoi(val());
     else if (k == "--no-chain") a.chain = false;
     else if (k == "--capacity") a.capacity = std::stod(val());
+    else if (k == "--comm") a.comm = val();
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
   if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1 || a.layers < 1)
@@ -82,7 +84,33 @@ Args parse(int argc, char** argv, const char* who) {
                      __FILE__, __LINE__);
   if (a.a2a_link != "local" && a.a2a_link != "cross")
     throw UsageError(std::string(who) + ": --a2a-link must be local or cross", __FILE__, __LINE__);
+  if (!a.comm.empty() && a.comm != "nccl" && a.comm != "peer")
+    throw UsageError(std::string(who) + ": --comm must be nccl or peer", __FILE__, __LINE__);
   return a;
+}
+
+// A strand's communicator: NCCL (strand β's a second communicator; --throttle caps both), or braid's peer comm
+// (--comm peer, one per strand; the default in a shared-GPU team, which has no NCCL). A shared-GPU team's ranks
+// time-slice one GPU: every verification runs, but its times are not measurements, so it writes no JSON.
+std::unique_ptr<m::Comm> strand_comm(Team& team, const Args& a, bool second, const char* who) {
+  const bool peer = a.comm == "peer" || (a.comm.empty() && !team.has_nccl());
+  if (!second && team.shared_gpu()) {
+    if (!a.json.empty() || !a.out.empty())
+      throw UsageError(std::string(who) + ": a shared-GPU team (BRAID_SHARED_GPU=1) checks correctness only: no --json "
+                           "or --out (its times are not measurements)",
+                       __FILE__, __LINE__);
+    if (team.rank() == 0)
+      std::printf("# SHARED GPU (BRAID_SHARED_GPU=1): %d ranks time-slice one GPU over the peer comm; the "
+                  "verifications are real, every time below is NOT a measurement\n",
+                  team.size());
+  }
+  if (peer) {
+    if (a.throttle > 0)
+      throw UsageError(std::string(who) + ": --throttle caps NCCL's CTAs: not with the peer comm", __FILE__, __LINE__);
+    return m::make_peer_comm(team);
+  }
+  if (second || a.throttle > 0) return m::make_nccl_comm_split(team, a.throttle);
+  return m::make_nccl_comm(team);
 }
 
 m::ModelConfig model_of(const Args& a, Team& team, m::Parallel* par, const char* who) {
@@ -367,8 +395,8 @@ int profile_pairs_main(Team& team, int argc, char** argv, const bench::Context& 
   m::Parallel p;
   const m::ModelConfig c = model_of(a, team, &p, "profile-pairs");
   const bool root = team.rank() == 0;
-  auto comm_a = a.throttle > 0 ? m::make_nccl_comm_split(team, a.throttle) : m::make_nccl_comm(team);
-  auto comm_b = m::make_nccl_comm_split(team, a.throttle);
+  auto comm_a = strand_comm(team, a, false, "profile-pairs");
+  auto comm_b = strand_comm(team, a, true, "profile-pairs");
   Streams st;
   m::Layer la(c, p, *comm_a);
   la.init_random_weights(17);
@@ -574,7 +602,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
                   v.mem / 1048576.0, hi, hw);
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
-      j.add("layers", layers).add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("throttle_ctas", a.throttle)
+      j.add("layers", layers).add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("comm", comm_a.name()).add("throttle_ctas", a.throttle)
           .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds)
           .add("gemm_sm_reserve", v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "-smres") == 0 ? a.gemm_sm_reserve : 0);
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
@@ -897,9 +925,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // A dropless MoE forward synchronises the host (the counts size the exchange); with a capacity factor it does not.
   const bool graph = a.graph && (!moe || c.capacity > 0);
   const double mem0 = bench::device_used_bytes();
-  auto comm_a = a.throttle > 0 ? m::make_nccl_comm_split(team, a.throttle) : m::make_nccl_comm(team);
+  auto comm_a = strand_comm(team, a, false, "bench strands");
   const double mem_comm_a = bench::device_used_bytes();
-  auto comm_b = m::make_nccl_comm_split(team, a.throttle);
+  auto comm_b = strand_comm(team, a, true, "bench strands");
   const double mem_comm_b = bench::device_used_bytes();
   Streams st;
   cudaStream_t s = st.s.compute;
