@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# strands-quick layer-capacity t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
+# strands-quick layer-capacity shared-bench t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -973,5 +973,10 @@ if has layer-tp; then  # issue 10: the layer at TP = every GPU of the node (Llam
 fi
 # The device tool returns at most 8 files: bundle the JSON lines and tables.
 # (The search's inputs and caches, e.g. inputs.txt.peer-copy-engine, too: a ninth file is not returned, nor is run.log.)
+if has shared-bench; then  # one GPU: bench strands / layer at TP = EP = 2, two ranks sharing it over the peer comm
+  # (verifications only: the banner says the times are not measurements; scripts/shared-gpu-bench.sh, T1/T2/T3)
+  echo "== shared-bench ($(date +%T))" | tee -a "$log"
+  bash scripts/shared-gpu-bench.sh "$out"
+fi
 (cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv *.txt *.txt.* 2>/dev/null) 2>/dev/null)
 echo "== done" | tee -a "$log"
