@@ -202,6 +202,21 @@ size_t strands_differences(const Snapshot& x, const Snapshot& y, const m::ModelC
   return n;
 }
 
+// Where two snapshots differ (this rank): each tensor's count, gradients by field; "" when they agree.
+std::string strands_difference_report(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
+  std::string r;
+  auto one = [&](const std::string& what, size_t n) {
+    if (n) r += " " + what + " " + std::to_string(n);
+  };
+  one("ya", count_diff(x.ya, y.ya)), one("dxa", count_diff(x.dxa, y.dxa)), one("dxb", count_diff(x.dxb, y.dxb));
+  one("yb2", count_diff(x.yb2, y.yb2));
+  for (const auto& f : m::field_names(c)) {
+    one("gb." + f, count_diff(*m::field(x.gb, f), *m::field(y.gb, f)));
+    one("gsum." + f, count_diff(*m::field(x.gsum, f), *m::field(y.gsum, f)));
+  }
+  return r;
+}
+
 // variant: 0 single strand, 1 strands (eager), 2 strands (CUDA graph), 3 round-robin.
 // accumulating: β shares α's accumulating gradients (Layer::Share::kAll): they are zeroed first, the unit
 // leaves β's contribution and α's backward adds its own — no add_grads.
@@ -744,6 +759,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
         std::printf("# verification (%s, stack of %d layers, two passes): %s vs one strand at a time: %.0f differing "
                     "values (bitwise) -> %s\n",
                     sc.name.c_str(), lv, what.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+      if (diff != 0) std::printf("#   [rank %d] differing:%s\n", team.rank(), strands_difference_report(ref, got, sc).c_str());
     };
     if (!split.empty()) {
       StrandStack sk(va, vb, lv, 0, split);

@@ -350,13 +350,13 @@ TEST(StrandsMpi, MoECapacityStrandsEqualSingleStrandAndCapture) { strands_equal_
 // gradients) bit for bit, and two strands (round-robin, and the dependency-ready two-link executor, eagerly)
 // equal it bit for bit, over two passes with the roles swapped: the slot rotation hands every backward the
 // set its forward wrote.
-void stack_equal_one_at_a_time(bool moe, double capacity = 0) {
+void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
   if (tp < 2) GTEST_SKIP() << "the strand stack shares y/dy/dx (Layer::share_interfaces): sequence parallelism, TP >= 2";
   auto c = shape(moe);
   c.capacity = capacity;
   const m::Parallel par{tp, true};
-  constexpr int L = 3;
+  SCOPED_TRACE(std::to_string(L) + " layers");
   const size_t n = size_t(c.tokens()) * c.hidden;
   // micro-batch a (x, dy), micro-batch b (x, dy), b's next micro-batch (x)
   const std::vector<double> xa = m::random_values(n, 72, 1.0), dya = m::random_values(n, 73, 1.0),
@@ -516,6 +516,8 @@ void stack_equal_one_at_a_time(bool moe, double capacity = 0) {
 }
 
 TEST(StrandsMpi, StackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(false); }
+// Two layers: with a spare slot (L + 2 slots) f's forward never waits for b within a pass.
+TEST(StrandsMpi, StackOfTwoLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(false, 0, 2); }
 // MoE: each layer's host-side routing (Layer::routing) is kept per layer and put back before its backward.
 TEST(StrandsMpi, MoEStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true); }
 // Capacity: the per-expert counts are a saved tensor (combine_bwd zeroes the unused slots) and move with the slots.
