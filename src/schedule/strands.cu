@@ -492,6 +492,10 @@ StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare
   BRAID_CUDA_CHECK(cudaMemset(pool_, 0, pool_bytes));
   for (auto& o : io_)
     for (auto& p : o) BRAID_CUDA_CHECK(cudaMemset(p, 0, round256(io_bytes_)));
+  // cudaMemset runs on the legacy stream, which the callers' non-blocking streams do not wait for: without this a
+  // late memset zeroed the inputs and slots a stack built just before its first pass had been given (forty-third
+  // session: bench strands' spare-slot stack on a shared GPU, every gradient wrong; 2x H200 had been lucky).
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   place(0, 0, 0), place(1, 0, 0);  // the objects free their own saved sets and x (no work is queued yet)
   for (auto& c : copy_) BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
   for (cudaEvent_t* e : {&start_, &copied_[0], &copied_[1]})
