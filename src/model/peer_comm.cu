@@ -173,10 +173,7 @@ class PeerComm final : public Comm {
     begin(s);
     for (size_t off = 0; off < count; off += C) {
       const size_t n = std::min(C, count - off);
-      Copies c{};
-      add(c, bytes(in) + off * es, local(), n * es);
-      copy(c);
-      meet();
+      stage(bytes(in) + off * es, n * es);
       Copies g{};
       for (size_t r = 0; r < W; ++r) add(g, peer(int(r)), bytes(out) + (r * count + off) * es, n * es);
       copy(g);
@@ -210,10 +207,7 @@ class PeerComm final : public Comm {
     begin(s);
     for (size_t off = 0; off < count; off += C) {
       const size_t n = std::min(C, count - off);
-      Copies c{};
-      add(c, bytes(in) + off * es, local(), n * es);
-      copy(c);
-      meet();  // out may equal in: every rank reads the staged copies only
+      stage(bytes(in) + off * es, n * es);  // out may equal in: every rank reads the staged copies only
       Sources src{};
       src.world = int(W);
       for (size_t r = 0; r < W; ++r) src.src[r] = peer(int(r));
@@ -283,6 +277,13 @@ class PeerComm final : public Comm {
       case DType::kFP32: sum_kernel<DType::kFP32><<<g, config::kThreads, 0, st_>>>(s, out, n); break;
     }
     BRAID_CHECK_LAUNCH();
+  }
+  // Steps 1 and 2 for one contiguous piece: it goes to the start of this rank's staging buffer, then every rank meets.
+  void stage(const uint8_t* src, size_t n) {
+    Copies c{};
+    add(c, src, local(), n);
+    copy(c);
+    meet();
   }
   void meet() {
     barrier_kernel<<<1, 32, 0, st_>>>(team_.signals(), slot_);

@@ -65,6 +65,17 @@ struct Host {
   }
 };
 
+// The host's all-reduce of x[0..W) over elements [off, off + n): the float sum in rank order, rounded once.
+std::vector<uint8_t> rank_sum(const Host& h, const std::vector<std::vector<uint8_t>>& x, size_t n, size_t off = 0) {
+  std::vector<uint8_t> want(n * h.es());
+  for (size_t i = 0; i < n; ++i) {
+    float acc = h.load(x[0], off + i);
+    for (size_t r = 1; r < x.size(); ++r) acc += h.load(x[r], off + i);
+    h.store(want, i, acc);
+  }
+  return want;
+}
+
 struct Dev {
   void* p = nullptr;
   explicit Dev(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes + 16), cudaSuccess); }
@@ -110,12 +121,7 @@ TEST(PeerComm, AllReduceIsTheRankOrderSumOnEveryRank) {
           const Host h{t};
           std::vector<std::vector<uint8_t>> x(W);
           for (int r = 0; r < W; ++r) x[r] = h.random(n, seed(1, r) + n);
-          std::vector<uint8_t> want(n * h.es());
-          for (size_t i = 0; i < n; ++i) {
-            float acc = h.load(x[0], i);
-            for (int r = 1; r < W; ++r) acc += h.load(x[r], i);
-            h.store(want, i, acc);
-          }
+          const std::vector<uint8_t> want = rank_sum(h, x, n);
           Dev in(n * h.es()), out(n * h.es());
           in.put(x[me]);
           comm->all_reduce(in.p, in_place ? in.p : out.p, n, t, s);
@@ -134,12 +140,7 @@ TEST(PeerComm, ReduceScatterIsTheRankOrderSumOfEachChunk) {
         const Host h{t};
         std::vector<std::vector<uint8_t>> x(W);
         for (int r = 0; r < W; ++r) x[r] = h.random(n * W, seed(2, r) + n);
-        std::vector<uint8_t> want(n * h.es());
-        for (size_t i = 0; i < n; ++i) {
-          float acc = h.load(x[0], me * n + i);
-          for (int r = 1; r < W; ++r) acc += h.load(x[r], me * n + i);
-          h.store(want, i, acc);
-        }
+        const std::vector<uint8_t> want = rank_sum(h, x, n, me * n);
         Dev in(n * W * h.es()), out(n * h.es());
         in.put(x[me]);
         comm->reduce_scatter(in.p, out.p, n, t, s);
@@ -228,12 +229,7 @@ TEST(PeerComm, CapturedGraphReplays) {
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<std::vector<uint8_t>> x(W);
     for (int r = 0; r < W; ++r) x[r] = h.random(n, seed(5, r) + 100 * rep);
-    std::vector<uint8_t> want(n * 2);
-    for (size_t i = 0; i < n; ++i) {
-      float acc = h.load(x[0], i);
-      for (int r = 1; r < W; ++r) acc += h.load(x[r], i);
-      h.store(want, i, acc);
-    }
+    const std::vector<uint8_t> want = rank_sum(h, x, n);
     in.put(x[me]);
     ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
     Env::world_->synchronize(s, "graph replay");
@@ -259,12 +255,7 @@ TEST(PeerComm, TwoCommsOnTwoStreams) {
   for (int k = 0; k < 4; ++k) {
     std::vector<std::vector<uint8_t>> x(W);
     for (int r = 0; r < W; ++r) x[r] = h.random(n, seed(6, r) + 7 * k);
-    std::vector<uint8_t> w(n * 2);
-    for (size_t i = 0; i < n; ++i) {
-      float acc = h.load(x[0], i);
-      for (int r = 1; r < W; ++r) acc += h.load(x[r], i);
-      h.store(w, i, acc);
-    }
+    const std::vector<uint8_t> w = rank_sum(h, x, n);
     want.push_back(w);
     in.push_back(std::make_unique<Dev>(n * 2));
     out.push_back(std::make_unique<Dev>(n * 2));
