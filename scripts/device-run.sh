@@ -78,6 +78,10 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Forty-third session (one H200 only): `build test` (BUILD_TARGET="braid test_comm_mpi test_layer_mpi test_strands_mpi",
+# CTEST_R="test_comm_mpi|..._shared|test_strands_mpi_np1") 4.8 min cold (build 3 min); `build shared-bench` 2.5 min warm
+# (build 2.1 min; the three shared-GPU benches 17 s); three shared-GPU `bench strands --layers 2|3` 2.6 min cold.
+# On one GPU: CTEST_R="_shared|_np1" checks the layer and strands at TP = EP = 2 over the peer comm (no NCCL there).
 # Next on two GPUs: CTEST_R="test_layer_mpi$|test_strands_mpi$|test_t3_mpi$" (the capacity layer at EP = 2, its strands and
 # stack, the T3 column order at two GPUs), then `strands-mixtral` with and without STRANDS_ARGS="--capacity 1.25" (and
 # `strands-stack` with STACK_MODELS=mixtral-8x7b), `ncu-t3` NCU_CONFIGS="col=BRAID_T3_COLUMN_ORDER=1 base" and

@@ -305,6 +305,8 @@ void allgather_bf16(Team& team, const void* src, void* dst, size_t count, cudaSt
   BRAID_MPI_CHECK(MPI_Allgather(mine.data(), int(count), MPI_UINT16_T, all.data(), int(count), MPI_UINT16_T,
                                 team.mpi()));
   BRAID_CUDA_CHECK(cudaMemcpy(dst, all.data(), all.size() * 2, cudaMemcpyHostToDevice));
+  // A pageable upload may return before its DMA lands, and `s` (non-blocking) does not wait for the legacy stream.
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 size_t count_mismatch(const SumRef& ref, const std::function<int64_t(int64_t)>& ref_index, int64_t count,
