@@ -617,7 +617,8 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
                   v.mem / 1048576.0, hi, hw);
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
-      j.add("layers", layers).add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("comm", comm_a.name()).add("throttle_ctas", a.throttle)
+      j.add("layers", layers).add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("comm", comm_a.name())
+          .add("throttle_ctas", a.throttle)
           .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds)
           .add("gemm_sm_reserve", v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "-smres") == 0 ? a.gemm_sm_reserve : 0);
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
@@ -759,7 +760,8 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
         std::printf("# verification (%s, stack of %d layers, two passes): %s vs one strand at a time: %.0f differing "
                     "values (bitwise) -> %s\n",
                     sc.name.c_str(), lv, what.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
-      if (diff != 0) std::printf("#   [rank %d] differing:%s\n", team.rank(), strands_difference_report(ref, got, sc).c_str());
+      if (diff != 0)
+        std::printf("#   [rank %d] differing:%s\n", team.rank(), strands_difference_report(ref, got, sc).c_str());
     };
     if (!split.empty()) {
       StrandStack sk(va, vb, lv, 0, split);
