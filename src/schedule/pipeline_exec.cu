@@ -18,6 +18,7 @@
 #include "braid/runtime.hpp"
 #include "braid/schedule/pipeline_exec.hpp"
 #include "braid/schedule/strands.hpp"
+#include "braid/signal_device.cuh"
 
 namespace braid::schedule {
 
@@ -47,6 +48,42 @@ double hash_grads(const m::LayerWeights& g) {
   return hash52(all.data(), all.size() * sizeof(double));
 }
 
+// Peer channels (a team without NCCL: ranks sharing one GPU). Per channel, every rank holds a symmetric staging
+// buffer [M][T*H] and flags [2][M]: [0][mb] "data of step e arrived" (the sender's kPeerSendBlocks blocks each add 1
+// into the receiver's, so step e is complete at e x kPeerSendBlocks), [1][mb] "step e consumed" (the receiver stores e
+// into the sender's). Ordering: each send block's stores into the receiver's buffer, then bar.sync, then thread 0's
+// fence.acq_rel.sys and red.release.sys on the flag; the receiver's wait is an acquire (wait_geq), its copy out runs
+// after it in stream order, and its consumed-store follows that copy (fence, st.release.sys), which the sender's next
+// step acquires before it overwrites the buffer. Every wait is bounded by the team's timeout (a TimeoutError from
+// Team::synchronize, not a hang).
+constexpr int kPeerSendBlocks = 32;
+constexpr int kPeerSendThreads = 256;
+
+__global__ void __launch_bounds__(kPeerSendThreads)
+    peer_send_kernel(SignalView v, const uint4* __restrict__ src, uint4* __restrict__ dst, size_t vecs,
+                     const uint32_t* consumed, uint32_t consumed_epoch, uint32_t* arrived, int peer) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) ok = dev::wait_geq(v, consumed, consumed_epoch, uint32_t(OpId::kFlagWait), 0, peer);
+  __syncthreads();
+  if (!ok) return;  // timed out: the receiver's wait times out too (the error is recorded)
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    dev::fence_release();
+    dev::add_release(arrived, 1);
+  }
+}
+
+__global__ void peer_arrived_kernel(SignalView v, const uint32_t* arrived, uint32_t expect, int peer) {
+  dev::wait_geq(v, arrived, expect, uint32_t(OpId::kFlagWait), 0, peer);
+}
+
+__global__ void peer_consumed_kernel(uint32_t* consumed, uint32_t epoch) {
+  dev::fence_release();  // the copy out of the channel buffer, earlier on this stream, is over
+  dev::store_release(consumed, epoch);
+}
+
 }  // namespace
 
 struct PipelineExecutor::Impl {
@@ -66,8 +103,12 @@ struct PipelineExecutor::Impl {
     ncclComm_t comm = nullptr;   // its own NCCL communicator (split from the team's)
     cudaStream_t stream = nullptr;
     void* staging = nullptr;     // [M][T*H] on the sending or receiving rank: one buffer per micro-batch
+    // Peer transport (`peer`): staging [M][T*H] and flags [2][M] in symmetric memory (see peer_send_kernel).
+    std::unique_ptr<SymmetricBuffer> peer_staging, peer_flags;
   };
   std::map<std::pair<int, int>, Channel> channels;
+  bool peer = false;       // channels over peer memory (the team has no NCCL) instead of NCCL send/recv
+  uint32_t step_no = 0;    // steps enqueued: the peer channels' epoch
   cudaStream_t cs = nullptr, local = nullptr, cross = nullptr;  // compute, and the strand executor's links
   std::unique_ptr<StrandExecutor> strands;                      // for SI blocks
   std::vector<cudaEvent_t> events;
@@ -103,16 +144,34 @@ struct PipelineExecutor::Impl {
   void recv(int boundary, int dir, int from, int mb, void* dst) {
     Channel& ch = channels.at({boundary, dir});
     void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
-    BRAID_NCCL_CHECK(ncclRecv(buf, elems, ncclBfloat16, from, ch.comm, ch.stream));
+    if (peer) {
+      peer_arrived_kernel<<<1, 1, 0, ch.stream>>>(team.signals(), ch.peer_flags->local_as<uint32_t>() + mb,
+                                                  step_no * kPeerSendBlocks, from);
+      BRAID_CHECK_LAUNCH();
+    } else {
+      BRAID_NCCL_CHECK(ncclRecv(buf, elems, ncclBfloat16, from, ch.comm, ch.stream));
+    }
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(cs, record(ch.stream), 0));
     copy(dst, buf);
+    if (peer) {
+      peer_consumed_kernel<<<1, 1, 0, cs>>>(ch.peer_flags->peer_as<uint32_t>(from) + M + mb, step_no);
+      BRAID_CHECK_LAUNCH();
+    }
   }
   void send(int boundary, int dir, int to, int mb, const void* src) {
     Channel& ch = channels.at({boundary, dir});
     void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
     copy(buf, src);
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, record(cs), 0));
-    BRAID_NCCL_CHECK(ncclSend(buf, elems, ncclBfloat16, to, ch.comm, ch.stream));
+    if (peer) {
+      auto* dst = ch.peer_staging->peer_as<char>(to) + size_t(mb) * elems * 2;
+      peer_send_kernel<<<kPeerSendBlocks, kPeerSendThreads, 0, ch.stream>>>(
+          team.signals(), static_cast<const uint4*>(buf), reinterpret_cast<uint4*>(dst), elems * 2 / 16,
+          ch.peer_flags->local_as<uint32_t>() + M + mb, step_no - 1, ch.peer_flags->peer_as<uint32_t>(to) + mb, to);
+      BRAID_CHECK_LAUNCH();
+    } else {
+      BRAID_NCCL_CHECK(ncclSend(buf, elems, ncclBfloat16, to, ch.comm, ch.stream));
+    }
   }
 
   void prepare(const PipeTask& t) {
@@ -204,17 +263,30 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
     throw UsageError("pipeline: " + why + " (the executor's channels are FIFOs)", __FILE__, __LINE__);
   // Collective part first, identical on every rank: the stage's own communicator, then the channels.
   I.solo = team.split(I.rank, 0);
-  I.comm1 = m::make_nccl_comm(*I.solo);
+  I.comm1 = m::make_default_comm(*I.solo);
+  // Without NCCL (ranks sharing one GPU) the channels go over peer memory (peer_send_kernel).
+  I.peer = !team.has_nccl();
+  if (I.peer) {
+    BRAID_REQUIRE(team.peer_ok(), "pipeline: a team without NCCL needs peer memory (" + team.peer_status() + ")");
+    BRAID_REQUIRE(I.elems * 2 % 16 == 0, "pipeline: peer channels copy 16-byte vectors (tokens x hidden % 8 == 0)");
+  }
   for (int b = 0; b + 1 < I.C; ++b) {
     if (I.stage_of(b) == I.stage_of(b + 1)) continue;
     for (int dir = 0; dir < 2; ++dir) {
       Impl::Channel ch;
-      ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-      if (opt.channel_ctas > 0) cfg.minCTAs = 1, cfg.maxCTAs = opt.channel_ctas;
-      BRAID_NCCL_CHECK(ncclCommSplit(team.nccl(), 0, I.rank, &ch.comm, &cfg));
+      if (I.peer) {  // collective: every rank, in the same order
+        ch.peer_staging = std::make_unique<SymmetricBuffer>(team, size_t(I.M) * I.elems * 2);
+        ch.peer_flags = std::make_unique<SymmetricBuffer>(team, size_t(2) * I.M * sizeof(uint32_t));
+        BRAID_CUDA_CHECK(cudaMemset(ch.peer_flags->local(), 0, ch.peer_flags->bytes()));  // synchronized below
+        ch.staging = ch.peer_staging->local();
+      } else {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        if (opt.channel_ctas > 0) cfg.minCTAs = 1, cfg.maxCTAs = opt.channel_ctas;
+        BRAID_NCCL_CHECK(ncclCommSplit(team.nccl(), 0, I.rank, &ch.comm, &cfg));
+        if (I.rank == I.stage_of(b) || I.rank == I.stage_of(b + 1))
+          BRAID_CUDA_CHECK(cudaMalloc(&ch.staging, size_t(I.M) * I.elems * 2));
+      }
       BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking));
-      if (I.rank == I.stage_of(b) || I.rank == I.stage_of(b + 1))
-        BRAID_CUDA_CHECK(cudaMalloc(&ch.staging, size_t(I.M) * I.elems * 2));
       I.channels.emplace(std::make_pair(b, dir), std::move(ch));
     }
   }
@@ -265,7 +337,7 @@ PipelineExecutor::~PipelineExecutor() {
   for (auto& [key, ch] : I.channels) {
     if (ch.stream) cudaStreamSynchronize(ch.stream), cudaStreamDestroy(ch.stream);
     if (ch.comm) ncclCommDestroy(ch.comm);
-    cudaFree(ch.staging);
+    if (!ch.peer_staging) cudaFree(ch.staging);  // (peer channels: the symmetric buffers free theirs, collectively)
   }
   I.strands.reset();
   for (auto e : I.events)
@@ -279,6 +351,7 @@ PipelineExecutor::~PipelineExecutor() {
 void PipelineExecutor::step(cudaStream_t stream) {
   Impl& I = *impl_;
   I.next_event = 0;
+  ++I.step_no;
   // Fork: the compute stream and every channel start after the caller's prior work.
   cudaEvent_t start = I.event();
   BRAID_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -392,6 +465,13 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   c.validate();
   const int P = team.size(), M = a.microbatches;
   const bool root = team.rank() == 0;
+  if (team.shared_gpu()) {  // the ranks time-slice one GPU: a correctness check, never a measurement
+    BRAID_REQUIRE(a.json.empty(), "bench pipeline: a shared-GPU team (BRAID_SHARED_GPU=1) checks correctness only: no "
+                                  "--json (its times are not measurements)");
+    if (root)
+      std::printf("# SHARED GPU (BRAID_SHARED_GPU=1): %d ranks time-slice one GPU, channels over peer memory; the "
+                  "verification is real, every time below is NOT a measurement\n", P);
+  }
   cudaStream_t s = team.stream();
   struct Run {
     std::string name;
@@ -440,7 +520,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   double t_f = 0, t_b = 0, t_b0 = 0;
   {
     auto solo = team.split(team.rank(), 0);  // must outlive the communicator made from it
-    auto comm = m::make_nccl_comm(*solo);
+    auto comm = m::make_default_comm(*solo);
     m::Layer l(c, m::Parallel{1, false}, *comm);
     l.init_random_weights(7);
     // Random inputs as the executor's (x uniform in ±1, dy in ±1e-2): GEMMs on zeros run at higher clocks.

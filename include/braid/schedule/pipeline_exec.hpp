@@ -21,7 +21,10 @@
 // and receives of different boundaries never wait on each other), with one buffer per micro-batch on
 // both ends: a send goes from a copy and a receive lands in the channel's buffer, then is copied into
 // the slot, so no slot waits for a transfer and only the schedule's data dependencies link the ranks.
-// Every wait is stream-ordered; nothing synchronises the host inside step().
+// Every wait is stream-ordered; nothing synchronises the host inside step(). In a team without NCCL (ranks
+// sharing one GPU, TeamOptions::shared_gpu) the channels go over peer memory instead: the sender's blocks push
+// into the receiver's buffer and count arrivals on its flag, the receiver stores "consumed" into the sender's
+// (pipeline_exec.cu); for correctness checks on one GPU only.
 #pragma once
 
 #include <cuda_runtime.h>
