@@ -81,7 +81,9 @@
 # Forty-third session (one H200 only): `build test` (BUILD_TARGET="braid test_comm_mpi test_layer_mpi test_strands_mpi",
 # CTEST_R="test_comm_mpi|..._shared|test_strands_mpi_np1") 4.8 min cold (build 3 min); `build shared-bench` 2.5 min warm
 # (build 2.1 min; the three shared-GPU benches 17 s); three shared-GPU `bench strands --layers 2|3` 2.6 min cold.
-# On one GPU: CTEST_R="_shared|_np1" checks the layer and strands at TP = EP = 2 over the peer comm (no NCCL there).
+# On one GPU: CTEST_R="_shared|_np1" checks the layer and strands at TP = EP = 2 over the peer comm (no NCCL there);
+# test_pipeline_mpi_shared2 (the PP executor's peer channels, 13e12da) has never run. 2x H200 at the end: `build` of
+# braid + test_layer_mpi + test_strands_mpi and those two ctest entries in 152 s from a cold machine (32 cores).
 # Next on two GPUs: CTEST_R="test_layer_mpi$|test_strands_mpi$|test_t3_mpi$" (the capacity layer at EP = 2, its strands and
 # stack, the T3 column order at two GPUs), then `strands-mixtral` with and without STRANDS_ARGS="--capacity 1.25" (and
 # `strands-stack` with STACK_MODELS=mixtral-8x7b), `ncu-t3` NCU_CONFIGS="col=BRAID_T3_COLUMN_ORDER=1 base" and
