@@ -18,7 +18,7 @@ constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16
 
 struct Args {
   std::string model = "llama3-8b", ar = "nccl", json;
-  std::string comm;  // "nccl" (with --ar) or "peer" (make_peer_comm); empty: NCCL, or peer in a shared-GPU team
+  std::string comm;  // "nccl" (with --ar), "peer" or "peer-ce" (make_peer_comm); empty: NCCL, or peer in a shared-GPU team
   int tp = 0, seq = 0, mb = 0, iters = 20, warmup = 5;
   bool moe = false, backward = false, sp = true, per_op = true;
   double capacity = 0;  // MoE capacity factor (ModelConfig::capacity)
@@ -138,7 +138,9 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   const bool root = team.rank() == 0;
 
   std::unique_ptr<Comm> comm;
-  BRAID_REQUIRE(a.comm.empty() || a.comm == "nccl" || a.comm == "peer", "bench layer: --comm must be nccl or peer");
+  PeerCommOptions po;
+  const bool peer = peer_engine_from_name(a.comm, &po.engine);
+  BRAID_REQUIRE(a.comm.empty() || a.comm == "nccl" || peer, "bench layer: --comm must be nccl, peer or peer-ce");
   if (team.shared_gpu()) {  // the ranks time-slice one GPU: a correctness check, never a measurement
     BRAID_REQUIRE(a.json.empty(), "bench layer: a shared-GPU team (BRAID_SHARED_GPU=1) checks correctness only: no "
                                   "--json (its times are not measurements)");
@@ -146,9 +148,9 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
       std::printf("# SHARED GPU (BRAID_SHARED_GPU=1): %d ranks time-slice one GPU over the peer comm; the "
                   "verification is real, every time below is NOT a measurement\n", team.size());
   }
-  if (a.comm == "peer" || (a.comm.empty() && !team.has_nccl())) {
+  if (peer || (a.comm.empty() && !team.has_nccl())) {
     BRAID_REQUIRE(a.ar == "nccl", "bench layer: --ar picks the all-reduce of the NCCL comm: not with the peer comm");
-    comm = make_peer_comm(team);
+    comm = make_peer_comm(team, po);
   } else if (a.ar == "nccl") {
     comm = make_nccl_comm(team);
   } else {

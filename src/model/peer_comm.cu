@@ -2,16 +2,23 @@
 // (include/braid/model/comm.hpp, make_peer_comm).
 //
 // Every method is rounds of four stream-ordered steps on the comm's own stream:
-//   1. stage  — copy_kernel puts this rank's part of the round into its staging buffer (its symmetric memory);
+//   1. stage  — this rank's part of the round goes into its staging buffer (its symmetric memory);
 //   2. meet   — barrier_kernel: one block per rank meets every rank on the comm's signal slot;
-//   3. read   — copy_kernel / sum_kernel read the peers' staging buffers over peer memory into the output;
+//   3. read   — the peers' staging buffers are read over peer memory into the output;
 //   4. meet   — again, so that no rank restages (step 1 of the next round or method) while a peer still reads.
+// Engine kSm: copy_kernel stages and reads, sum_kernel reads the peers' staging and sums. Engine kCopyEngine:
+// cudaMemcpyAsync stages and reads (pulls straight into the output, or into the local receive buffer, which a
+// sum_kernel of few CTAs then reduces with this rank's own part after step 4 — local reads only); this rank's own
+// part of a gather or an all-to-all is one local copy from the input, outside the rounds.
 //
 // Memory-ordering contract. Step 1 ends before step 2 starts (stream order: its writes are performed in this
 // GPU's memory when the barrier kernel starts). The barrier kernel's fence.acq_rel.sys, then barrier_block's
 // release store (signal_device.cuh), publish them: a peer whose barrier block acquires our flag and whose read
 // kernel starts after its barrier kernel (stream order) reads the staged bytes. Step 4 orders every peer's
-// reads of our buffer (their read kernels end before their barrier kernels start) before our next step 1.
+// reads of our buffer (their read kernels end before their barrier kernels start) before our next step 1. With
+// the copy engines the same holds by stream order: a cudaMemcpyAsync completes (its bytes are in the destination's
+// memory) before the next operation of its stream starts, so a stage copy precedes our barrier's release and a
+// peer's pull follows its barrier's acquire.
 // The barrier's epochs are device-side (SignalView::epochs), so a captured CUDA graph replays correctly; a
 // wait is bounded by the team's timeout and records the team's DeviceError (Team::synchronize throws it).
 #include <cuda_runtime.h>
@@ -21,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "braid/errors.hpp"
 #include "braid/model/comm.hpp"
@@ -35,6 +43,8 @@ struct config {
   static constexpr int kBlocksPerSm = 4;        // grid cap: a few waves of the copy/sum blocks, no more
   static constexpr int kVecBytes = 16;          // uint4 accesses where every pointer of a range is aligned
   static constexpr size_t kDefaultStaging = size_t(32) << 20;  // per rank
+  static constexpr int kCeSumSmDivisor = 8;     // kCopyEngine's default sum grid: 1/8 of the SMs
+  static constexpr int kSumUnroll = 4;          // 16-byte loads in flight per source and thread in sum_kernel
   static_assert(kThreads % 32 == 0 && kThreads >= kMaxPeers, "the barrier's block must cover every peer");
 };
 
@@ -101,31 +111,44 @@ struct Sources {
 };
 
 // out[i] = round(((src0[i] + src1[i]) + src2[i]) + ...) in fp32, rounded once to T: the same bits on every rank.
-// src, out: (count) elements of T. 16-byte vectors where every pointer is aligned, element by element otherwise.
+// src, out: (count) elements of T. 16-byte vectors where every pointer is aligned (kSumUnroll of them in flight per
+// source and thread, so that a grid of few CTAs still keeps HBM busy), element by element otherwise.
 template <DType T>
 __global__ void __launch_bounds__(config::kThreads) sum_kernel(Sources s, void* out, uint64_t count) {
   using E = Elem<T>;
   using Bits = typename E::Bits;
   constexpr int kPer = config::kVecBytes / int(sizeof(Bits));
+  constexpr int U = config::kSumUnroll;
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
   uintptr_t align = reinterpret_cast<uintptr_t>(out);
   for (int r = 0; r < s.world; ++r) align |= reinterpret_cast<uintptr_t>(s.src[r]);
   uint64_t head = 0;
   if (align % config::kVecBytes == 0) {
     const uint64_t v = count / kPer;
-    for (uint64_t k = tid; k < v; k += stride) {
-      float acc[kPer];
+    for (uint64_t k0 = tid; k0 < v; k0 += U * stride) {
+      float acc[U][kPer];
       for (int r = 0; r < s.world; ++r) {
-        uint4 raw = reinterpret_cast<const uint4*>(s.src[r])[k];
-        const Bits* b = reinterpret_cast<const Bits*>(&raw);
+        const uint4* src = reinterpret_cast<const uint4*>(s.src[r]);
+        uint4 raw[U];
 #pragma unroll
-        for (int j = 0; j < kPer; ++j) acc[j] = r == 0 ? E::load(b[j]) : acc[j] + E::load(b[j]);
+        for (int u = 0; u < U; ++u)
+          if (k0 + u * stride < v) raw[u] = src[k0 + u * stride];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const Bits* b = reinterpret_cast<const Bits*>(&raw[u]);
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) acc[u][j] = r == 0 ? E::load(b[j]) : acc[u][j] + E::load(b[j]);
+        }
       }
-      uint4 res;
-      Bits* o = reinterpret_cast<Bits*>(&res);
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) o[j] = E::store(acc[j]);
-      reinterpret_cast<uint4*>(out)[k] = res;
+      for (int u = 0; u < U; ++u) {
+        if (k0 + u * stride >= v) break;
+        uint4 res;
+        Bits* o = reinterpret_cast<Bits*>(&res);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) o[j] = E::store(acc[u][j]);
+        reinterpret_cast<uint4*>(out)[k0 + u * stride] = res;
+      }
     }
     head = v * kPer;
   }
@@ -136,13 +159,59 @@ __global__ void __launch_bounds__(config::kThreads) sum_kernel(Sources s, void* 
   }
 }
 
+// The copy engines' copies of one step, issued as one batch: cudaMemcpyBatchAsync with the hint to overlap with
+// compute where the runtime has it (CUDA >= 12.8), cudaMemcpyAsync per copy otherwise and while the stream is being
+// captured (the batch call is not capturable: cudaErrorStreamCaptureUnsupported, CUDA 13.0). Sources are read in
+// stream order. Measured on one H200 (docs/layer.md): a copy within one GPU runs as a kernel either way — the hint
+// did not move it to a copy engine — so only the copies between two GPUs (the pulls) leave the SMs alone.
+struct CeBatch {
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  std::vector<size_t> bytes;
+  void add(const uint8_t* s, uint8_t* d, size_t n) {
+    if (n == 0 || s == d) return;
+    src.push_back(s), dst.push_back(d), bytes.push_back(n);
+  }
+  void issue(cudaStream_t st) {
+    if (dst.empty()) return;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    BRAID_CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
+#if CUDART_VERSION >= 12080
+    if (cap != cudaStreamCaptureStatusNone) {
+      for (size_t i = 0; i < dst.size(); ++i)
+        BRAID_CUDA_CHECK(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, st));
+      dst.clear(), src.clear(), bytes.clear();
+      return;
+    }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t first = 0;
+#if CUDART_VERSION >= 13000
+    BRAID_CUDA_CHECK(cudaMemcpyBatchAsync(dst.data(), src.data(), bytes.data(), dst.size(), &attr, &first, 1, st));
+#else
+    size_t fail = 0;
+    BRAID_CUDA_CHECK(cudaMemcpyBatchAsync(dst.data(), const_cast<void**>(src.data()), bytes.data(), dst.size(), &attr,
+                                          &first, 1, &fail, st));
+#endif
+#else
+    for (size_t i = 0; i < dst.size(); ++i)
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, st));
+#endif
+    dst.clear(), src.clear(), bytes.clear();
+  }
+};
+
+using Engine = PeerCommOptions::Engine;
+
 class PeerComm final : public Comm {
  public:
-  PeerComm(Team& team, size_t staging_bytes) : team_(team) {
+  PeerComm(Team& team, const PeerCommOptions& opt) : team_(team), ce_(opt.engine == Engine::kCopyEngine) {
     if (!team.peer_ok())
       throw UnavailableError("peer comm: needs peer memory between all ranks (" + team.peer_status() + ")",
                              __FILE__, __LINE__);
-    stage_bytes_ = staging_bytes ? staging_bytes : config::kDefaultStaging;
+    BRAID_REQUIRE(opt.sum_ctas >= 0, "peer comm: sum_ctas must be >= 0");
+    stage_bytes_ = opt.staging_bytes ? opt.staging_bytes : config::kDefaultStaging;
     BRAID_REQUIRE(stage_bytes_ >= size_t(config::kVecBytes) * kMaxPeers,
                   "peer comm: staging_bytes below 16 bytes per peer slot");
     stage_bytes_ -= stage_bytes_ % config::kVecBytes;
@@ -151,7 +220,15 @@ class PeerComm final : public Comm {
     int dev = 0;
     BRAID_CUDA_CHECK(cudaGetDevice(&dev));
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
-    BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    sum_ctas_ = opt.sum_ctas ? opt.sum_ctas : ce_ ? std::max(1, sms_ / config::kCeSumSmDivisor) : 0;
+    if (ce_) {
+      BRAID_CUDA_CHECK(cudaMalloc(&recv_, stage_bytes_));
+      int least = 0, greatest = 0;
+      BRAID_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(&st_, cudaStreamNonBlocking, greatest));
+    } else {
+      BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    }
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&in_, cudaEventDisableTiming));
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&out_, cudaEventDisableTiming));
   }
@@ -160,14 +237,16 @@ class PeerComm final : public Comm {
     cudaEventDestroy(out_);
     cudaEventDestroy(in_);
     cudaStreamDestroy(st_);
+    if (recv_) cudaFree(recv_);
     // stage_'s destructor: collective (an MPI barrier), so no peer still maps what we free
   }
 
   int rank() const override { return team_.rank(); }
   int size() const override { return team_.size(); }
-  std::string name() const override { return "peer"; }
+  std::string name() const override { return ce_ ? "peer-ce" : "peer"; }
 
   void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    if (ce_) return all_gather_ce(in, out, count, t, s);
     const size_t es = bench::dtype_size(t), W = size_t(size());
     const size_t C = stage_bytes_ / es;  // elements per round
     begin(s);
@@ -183,6 +262,7 @@ class PeerComm final : public Comm {
   }
 
   void reduce_scatter(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    if (ce_) return reduce_scatter_ce(in, out, count, t, s);
     const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
     const size_t C = per_peer(es);  // elements per (destination, round)
     begin(s);
@@ -202,6 +282,7 @@ class PeerComm final : public Comm {
   }
 
   void all_reduce(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    if (ce_) return all_reduce_ce(in, out, count, t, s);
     const size_t es = bench::dtype_size(t), W = size_t(size());
     const size_t C = stage_bytes_ / es;
     begin(s);
@@ -221,11 +302,11 @@ class PeerComm final : public Comm {
                     const size_t* recv_counts, const size_t* recv_displs, DType t, cudaStream_t s) override {
     const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
     const size_t C = per_peer(es);
-    // Every rank must take part in the same number of rounds: the largest segment of any pair, agreed over MPI.
-    unsigned long long most = 0;
-    for (size_t r = 0; r < W; ++r) most = std::max<unsigned long long>(most, std::max(send_counts[r], recv_counts[r]));
-    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, team_.mpi()));
-    const size_t rounds = (size_t(most) + C - 1) / C;
+    BRAID_REQUIRE(send_counts[me] == recv_counts[me], "peer comm: all_to_all_v's own segment differs in size (send " +
+                                                          std::to_string(send_counts[me]) + ", receive " +
+                                                          std::to_string(recv_counts[me]) + ")");
+    const size_t rounds = agreed_rounds(send_counts, recv_counts, C);
+    if (ce_) return all_to_all_v_ce(in, send_counts, send_displs, out, recv_counts, recv_displs, es, C, rounds, s);
     begin(s);
     for (size_t k = 0; k < rounds; ++k) {
       const size_t lo = k * C;
@@ -245,6 +326,114 @@ class PeerComm final : public Comm {
   }
 
  private:
+  // ---- Engine::kCopyEngine: every byte by cudaMemcpyAsync, sums from local memory only ----
+
+  void all_gather_ce(const void* in, void* out, size_t count, DType t, cudaStream_t s) {
+    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
+    const size_t C = stage_bytes_ / es;  // elements per round
+    begin(s);
+    CeBatch b;
+    b.add(bytes(in), bytes(out) + me * count * es, count * es);  // own slice (nothing when in place)
+    if (W > 1)
+      for (size_t off = 0; off < count; off += C) {
+        const size_t n = std::min(C, count - off);
+        b.add(bytes(in) + off * es, local(), n * es);
+        b.issue(st_);
+        meet();
+        for (size_t r = 0; r < W; ++r)
+          if (r != me) b.add(peer(int(r)), bytes(out) + (r * count + off) * es, n * es);
+        b.issue(st_);
+        meet();
+      }
+    b.issue(st_);
+    end(s);
+  }
+
+  void reduce_scatter_ce(const void* in, void* out, size_t count, DType t, cudaStream_t s) {
+    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
+    const size_t C = per_peer(es);  // elements per (destination, round); receive slot r holds rank r's part
+    begin(s);
+    CeBatch b;
+    for (size_t off = 0; off < count; off += C) {
+      const size_t n = std::min(C, count - off);
+      if (W > 1) {
+        for (size_t d = 0; d < W; ++d)
+          if (d != me) b.add(bytes(in) + (d * count + off) * es, local() + d * C * es, n * es);
+        b.issue(st_);
+        meet();
+        for (size_t r = 0; r < W; ++r)
+          if (r != me) b.add(peer(int(r)) + me * C * es, recv_ + r * C * es, n * es);
+        b.issue(st_);
+        meet();
+      }
+      Sources src{};
+      src.world = int(W);
+      for (size_t r = 0; r < W; ++r) src.src[r] = r == me ? bytes(in) + (me * count + off) * es : recv_ + r * C * es;
+      sum(src, bytes(out) + off * es, n, t);
+    }
+    end(s);
+  }
+
+  void all_reduce_ce(const void* in, void* out, size_t count, DType t, cudaStream_t s) {
+    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
+    const size_t C = per_peer(es);  // elements per round: the receive buffer holds W - 1 peers' rounds
+    begin(s);
+    CeBatch b;
+    for (size_t off = 0; off < count; off += C) {
+      const size_t n = std::min(C, count - off);
+      if (W > 1) {
+        b.add(bytes(in) + off * es, local(), n * es);
+        b.issue(st_);
+        meet();
+        for (size_t r = 0; r < W; ++r)
+          if (r != me) b.add(peer(int(r)), recv_ + r * C * es, n * es);
+        b.issue(st_);
+        meet();
+      }
+      // Own part read from the input (the staged bytes' equal); in place, each element is read before it is written.
+      Sources src{};
+      src.world = int(W);
+      for (size_t r = 0; r < W; ++r) src.src[r] = r == me ? bytes(in) + off * es : recv_ + r * C * es;
+      sum(src, bytes(out) + off * es, n, t);
+    }
+    end(s);
+  }
+
+  void all_to_all_v_ce(const void* in, const size_t* send_counts, const size_t* send_displs, void* out,
+                       const size_t* recv_counts, const size_t* recv_displs, size_t es, size_t C, size_t rounds,
+                       cudaStream_t s) {
+    const size_t W = size_t(size()), me = size_t(rank());
+    begin(s);
+    CeBatch b;
+    b.add(bytes(in) + send_displs[me] * es, bytes(out) + recv_displs[me] * es, send_counts[me] * es);
+    for (size_t k = 0; k < rounds; ++k) {
+      const size_t lo = k * C;
+      auto part = [&](size_t total) { return total > lo ? std::min(C, total - lo) : size_t(0); };
+      for (size_t d = 0; d < W; ++d)
+        if (d != me) b.add(bytes(in) + (send_displs[d] + lo) * es, local() + d * C * es, part(send_counts[d]) * es);
+      b.issue(st_);
+      meet();
+      for (size_t r = 0; r < W; ++r)
+        if (r != me)
+          b.add(peer(int(r)) + me * C * es, bytes(out) + (recv_displs[r] + lo) * es, part(recv_counts[r]) * es);
+      b.issue(st_);
+      meet();
+    }
+    b.issue(st_);
+    end(s);
+  }
+
+  // Every rank must take part in the same number of rounds: the largest segment between two different ranks
+  // (the own segment is one local copy, outside the rounds, with kCopyEngine; kSm stages it too), over MPI.
+  size_t agreed_rounds(const size_t* send_counts, const size_t* recv_counts, size_t C) const {
+    const size_t W = size_t(size()), me = size_t(rank());
+    unsigned long long most = 0;
+    for (size_t r = 0; r < W; ++r)
+      if (!ce_ || r != me) most = std::max<unsigned long long>(most, std::max(send_counts[r], recv_counts[r]));
+    BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, team_.mpi()));
+    return (size_t(most) + C - 1) / C;
+  }
+
   static const uint8_t* bytes(const void* p) { return static_cast<const uint8_t*>(p); }
   static uint8_t* bytes(void* p) { return static_cast<uint8_t*>(p); }
   uint8_t* local() const { return stage_->local_as<uint8_t>(); }
@@ -270,7 +459,8 @@ class PeerComm final : public Comm {
   }
   void sum(const Sources& s, void* out, size_t n, DType t) {
     if (n == 0) return;
-    const int g = grid(n * bench::dtype_size(t) / config::kVecBytes + 1);
+    int g = grid(n * bench::dtype_size(t) / config::kVecBytes + 1);
+    if (sum_ctas_ > 0) g = std::min(g, sum_ctas_);
     switch (t) {
       case DType::kBF16: sum_kernel<DType::kBF16><<<g, config::kThreads, 0, st_>>>(s, out, n); break;
       case DType::kFP16: sum_kernel<DType::kFP16><<<g, config::kThreads, 0, st_>>>(s, out, n); break;
@@ -300,10 +490,13 @@ class PeerComm final : public Comm {
   }
 
   Team& team_;
+  const bool ce_;  // Engine::kCopyEngine
   size_t stage_bytes_ = 0;
   std::unique_ptr<SymmetricBuffer> stage_;  // (stage_bytes_) per rank
   int slot_ = 0;
   int sms_ = 0;
+  int sum_ctas_ = 0;          // grid cap of sum_kernel (0: none)
+  uint8_t* recv_ = nullptr;   // kCopyEngine: (stage_bytes_) local, slot r (per_peer elements) = rank r's pulled part
   cudaStream_t st_ = nullptr;
   cudaEvent_t in_ = nullptr, out_ = nullptr;
 };
@@ -311,7 +504,19 @@ class PeerComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_peer_comm(Team& team, size_t staging_bytes) {
-  return std::make_unique<PeerComm>(team, staging_bytes);
+  PeerCommOptions o;
+  o.staging_bytes = staging_bytes;
+  return std::make_unique<PeerComm>(team, o);
+}
+
+std::unique_ptr<Comm> make_peer_comm(Team& team, const PeerCommOptions& opt) {
+  return std::make_unique<PeerComm>(team, opt);
+}
+
+bool peer_engine_from_name(const std::string& name, PeerCommOptions::Engine* engine) {
+  if (name == "peer") return *engine = Engine::kSm, true;
+  if (name == "peer-ce") return *engine = Engine::kCopyEngine, true;
+  return false;
 }
 
 std::unique_ptr<Comm> make_default_comm(Team& team, bool second) {

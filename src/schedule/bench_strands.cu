@@ -31,7 +31,7 @@ constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16 (as bench layer)
 
 struct Args {
   std::string model = "llama3-8b", plan, pairs, json, out, plan_out, a2a_link = "local";
-  std::string comm;         // "nccl" or "peer" (model::make_peer_comm); empty: NCCL, or peer in a shared-GPU team
+  std::string comm;         // "nccl", "peer" or "peer-ce" (model::make_peer_comm, SM or copy engines); empty: NCCL, or peer in a shared-GPU team
   int tp = 0, ep = 0, seq = 0, mb = 0, iters = 10, warmup = 3, throttle = 0, prof_iters = 3, prof_warmup = 1;
   int max_seg = 4, max_shift = -1;
   int rounds = 5;     // interleaved passes over the core variants (time_interleaved)
@@ -84,16 +84,18 @@ Args parse(int argc, char** argv, const char* who) {
                      __FILE__, __LINE__);
   if (a.a2a_link != "local" && a.a2a_link != "cross")
     throw UsageError(std::string(who) + ": --a2a-link must be local or cross", __FILE__, __LINE__);
-  if (!a.comm.empty() && a.comm != "nccl" && a.comm != "peer")
-    throw UsageError(std::string(who) + ": --comm must be nccl or peer", __FILE__, __LINE__);
+  m::PeerCommOptions::Engine engine;
+  if (!a.comm.empty() && a.comm != "nccl" && !m::peer_engine_from_name(a.comm, &engine))
+    throw UsageError(std::string(who) + ": --comm must be nccl, peer or peer-ce", __FILE__, __LINE__);
   return a;
 }
 
 // A strand's communicator: NCCL (strand β's a second communicator; --throttle caps both), or braid's peer comm
-// (--comm peer, one per strand; the default in a shared-GPU team, which has no NCCL). A shared-GPU team's ranks
+// (--comm peer or peer-ce, one per strand; the default in a shared-GPU team, which has no NCCL). A shared-GPU team's ranks
 // time-slice one GPU: every verification runs, but its times are not measurements, so it writes no JSON.
 std::unique_ptr<m::Comm> strand_comm(Team& team, const Args& a, bool second, const char* who) {
-  const bool peer = a.comm == "peer" || (a.comm.empty() && !team.has_nccl());
+  m::PeerCommOptions po;
+  const bool peer = m::peer_engine_from_name(a.comm, &po.engine) || (a.comm.empty() && !team.has_nccl());
   if (!second && team.shared_gpu()) {
     if (!a.json.empty() || !a.out.empty())
       throw UsageError(std::string(who) + ": a shared-GPU team (BRAID_SHARED_GPU=1) checks correctness only: no --json "
@@ -107,7 +109,7 @@ std::unique_ptr<m::Comm> strand_comm(Team& team, const Args& a, bool second, con
   if (peer) {
     if (a.throttle > 0)
       throw UsageError(std::string(who) + ": --throttle caps NCCL's CTAs: not with the peer comm", __FILE__, __LINE__);
-    return m::make_peer_comm(team);
+    return m::make_peer_comm(team, po);
   }
   if (second || a.throttle > 0) return m::make_nccl_comm_split(team, a.throttle);
   return m::make_nccl_comm(team);

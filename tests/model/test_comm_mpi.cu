@@ -1,5 +1,5 @@
 // Any number of ranks (one GPU each, or sharing one GPU: BRAID_SHARED_GPU=1): braid::model::make_peer_comm, the
-// Comm over symmetric peer memory. Every method against the host's answer computed from every rank's
+// Comm over symmetric peer memory, with both engines (SM kernels; copy engines with a local sum). Every method against the host's answer computed from every rank's
 // (deterministic) input — the sums bit for bit (fp32 in rank order, rounded once) — for bf16, fp16 and fp32, odd
 // counts, a staging buffer small enough to force many rounds, in place, inside a replayed CUDA graph, and two comms
 // on two streams at once; against NCCL too where the team has it.
@@ -97,11 +97,25 @@ struct Dev {
 const DType kTypes[] = {DType::kBF16, DType::kFP16, DType::kFP32};
 const char* tname(DType t) { return braid::bench::dtype_name(t); }
 
-// The comms under test: the default staging and one of 4 KiB (many rounds, 16-byte per-peer slots of odd sizes).
+using Engine = m::PeerCommOptions::Engine;
+const Engine kEngines[] = {Engine::kSm, Engine::kCopyEngine};
+
+std::unique_ptr<m::Comm> peer_comm(Engine e, size_t staging_bytes = 0, int sum_ctas = 0) {
+  m::PeerCommOptions o;
+  o.engine = e;
+  o.staging_bytes = staging_bytes;
+  o.sum_ctas = sum_ctas;
+  return m::make_peer_comm(*Env::world_, o);
+}
+
+// The comms under test, both engines: the default staging and one of 4 KiB (many rounds, 16-byte per-peer slots of
+// odd sizes; the copy engines' sum on one CTA there).
 std::vector<std::unique_ptr<m::Comm>> comms() {
   std::vector<std::unique_ptr<m::Comm>> c;
   c.push_back(m::make_peer_comm(*Env::world_));
   c.push_back(m::make_peer_comm(*Env::world_, 4096 + 48));
+  c.push_back(peer_comm(Engine::kCopyEngine));
+  c.push_back(peer_comm(Engine::kCopyEngine, 4096 + 48, 1));
   return c;
 }
 
@@ -117,7 +131,7 @@ TEST(PeerComm, AllReduceIsTheRankOrderSumOnEveryRank) {
     for (DType t : kTypes)
       for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(4099), size_t(70001)})
         for (bool in_place : {false, true}) {
-          SCOPED_TRACE(std::string(tname(t)) + " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+          SCOPED_TRACE(comm->name() + " " + tname(t) + " n=" + std::to_string(n) + (in_place ? " in place" : ""));
           const Host h{t};
           std::vector<std::vector<uint8_t>> x(W);
           for (int r = 0; r < W; ++r) x[r] = h.random(n, seed(1, r) + n);
@@ -136,7 +150,7 @@ TEST(PeerComm, ReduceScatterIsTheRankOrderSumOfEachChunk) {
   for (auto& comm : comms())
     for (DType t : kTypes)
       for (size_t n : {size_t(1), size_t(5), size_t(2049), size_t(30000)}) {
-        SCOPED_TRACE(std::string(tname(t)) + " n=" + std::to_string(n));
+        SCOPED_TRACE(comm->name() + " " + tname(t) + " n=" + std::to_string(n));
         const Host h{t};
         std::vector<std::vector<uint8_t>> x(W);
         for (int r = 0; r < W; ++r) x[r] = h.random(n * W, seed(2, r) + n);
@@ -156,7 +170,7 @@ TEST(PeerComm, AllGatherCopiesEveryRankInOrder) {
     for (DType t : {DType::kBF16, DType::kFP32})
       for (size_t n : {size_t(1), size_t(3), size_t(4097), size_t(50000)})
         for (bool in_place : {false, true}) {
-          SCOPED_TRACE(std::string(tname(t)) + " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+          SCOPED_TRACE(comm->name() + " " + tname(t) + " n=" + std::to_string(n) + (in_place ? " in place" : ""));
           const Host h{t};
           const size_t b = n * h.es();
           std::vector<uint8_t> want;
@@ -187,7 +201,7 @@ TEST(PeerComm, AllToAllVDeliversEverySegment) {
   const Host h{DType::kBF16};
   for (auto& comm : comms())
     for (int variant = 0; variant < 3; ++variant) {
-      SCOPED_TRACE("variant " + std::to_string(variant));
+      SCOPED_TRACE(comm->name() + " variant " + std::to_string(variant));
       std::vector<size_t> sc(W), sd(W), rc(W), rd(W);
       size_t st = 0, rt = 0;
       for (int r = 0; r < W; ++r) {
@@ -211,9 +225,10 @@ TEST(PeerComm, AllToAllVDeliversEverySegment) {
 }
 
 // Captured once, replayed three times with new inputs: the barrier's device-side epochs make every replay meet.
-TEST(PeerComm, CapturedGraphReplays) {
+void captured_graph_replays(Engine e) {
+  SCOPED_TRACE(e == Engine::kSm ? "peer" : "peer-ce");
   const int W = Env::world_->size(), me = Env::world_->rank();
-  auto comm = m::make_peer_comm(*Env::world_, 8192);
+  auto comm = peer_comm(e, 8192);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const Host h{DType::kBF16};
@@ -243,9 +258,10 @@ TEST(PeerComm, CapturedGraphReplays) {
 
 // Two comms on two streams at once (the strands' two communicators), and one comm called from both streams (its
 // methods run in issue order on its own stream).
-TEST(PeerComm, TwoCommsOnTwoStreams) {
+void two_comms_on_two_streams(Engine e) {
+  SCOPED_TRACE(e == Engine::kSm ? "peer" : "peer-ce");
   const int W = Env::world_->size(), me = Env::world_->rank();
-  auto a = m::make_peer_comm(*Env::world_, 4096), b = m::make_peer_comm(*Env::world_, 4096);
+  auto a = peer_comm(e, 4096), b = peer_comm(e, 4096);
   cudaStream_t s[2];
   for (auto& x : s) ASSERT_EQ(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking), cudaSuccess);
   const Host h{DType::kBF16};
@@ -272,10 +288,10 @@ TEST(PeerComm, TwoCommsOnTwoStreams) {
 
 // Where the team has NCCL: the same bytes as NCCL's gather and all-to-all, and — at two ranks, where a float sum of
 // two values has one order — its sums too.
-TEST(PeerComm, EqualsNcclWhereTheTeamHasIt) {
-  if (!Env::world_->has_nccl()) GTEST_SKIP() << "no NCCL in this team (shared GPU)";
+void equals_nccl(Engine e) {
+  SCOPED_TRACE(e == Engine::kSm ? "peer" : "peer-ce");
   const int W = Env::world_->size(), me = Env::world_->rank();
-  auto peer = m::make_peer_comm(*Env::world_, 1 << 16);
+  auto peer = peer_comm(e, 1 << 16);
   auto nccl = m::make_nccl_comm(*Env::world_);
   cudaStream_t s = Env::world_->stream();
   const Host h{DType::kBF16};
@@ -296,6 +312,39 @@ TEST(PeerComm, EqualsNcclWhereTheTeamHasIt) {
     sync();
     EXPECT_EQ(a.get(n * 2), b.get(n * 2));
   }
+}
+
+TEST(PeerComm, CapturedGraphReplays) {
+  for (Engine e : kEngines) captured_graph_replays(e);
+}
+TEST(PeerComm, TwoCommsOnTwoStreams) {
+  for (Engine e : kEngines) two_comms_on_two_streams(e);
+}
+TEST(PeerComm, EqualsNcclWhereTheTeamHasIt) {
+  if (!Env::world_->has_nccl()) GTEST_SKIP() << "no NCCL in this team (shared GPU)";
+  for (Engine e : kEngines) equals_nccl(e);
+}
+
+TEST(PeerComm, EngineNames) {
+  Engine e = Engine::kSm;
+  EXPECT_TRUE(m::peer_engine_from_name("peer-ce", &e));
+  EXPECT_EQ(e, Engine::kCopyEngine);
+  EXPECT_TRUE(m::peer_engine_from_name("peer", &e));
+  EXPECT_EQ(e, Engine::kSm);
+  EXPECT_FALSE(m::peer_engine_from_name("nccl", &e));
+  EXPECT_EQ(peer_comm(Engine::kCopyEngine, 4096)->name(), "peer-ce");
+}
+
+TEST(PeerComm, AllToAllVRejectsAnOwnSegmentOfTwoSizes) {
+  const int W = Env::world_->size(), me = Env::world_->rank();
+  std::vector<size_t> sc(W, 4), sd(W), rc(W, 4), rd(W);
+  for (int r = 0; r < W; ++r) sd[r] = rd[r] = size_t(r) * 8;
+  rc[me] = 5;  // on every rank, before any rank communicates
+  Dev in(W * 16), out(W * 16);
+  for (Engine e : kEngines)
+    EXPECT_THROW(peer_comm(e, 4096)->all_to_all_v(in.p, sc.data(), sd.data(), out.p, rc.data(), rd.data(),
+                                                   DType::kBF16, Env::world_->stream()),
+                 braid::Error);
 }
 
 TEST(PeerComm, DefaultCommFollowsTheTeam) {

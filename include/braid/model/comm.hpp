@@ -65,6 +65,25 @@ std::unique_ptr<Comm> make_allreducer_comm(Team& team, AllReduceOptions opt = {}
 // reference transport. Needs peer_ok() (UnavailableError otherwise); all_to_all_v also agrees on its
 // number of rounds over MPI (host). staging_bytes: per rank (0: 32 MiB); collective construction.
 std::unique_ptr<Comm> make_peer_comm(Team& team, size_t staging_bytes = 0);
+
+// The peer comm's options. Engine::kSm is the comm above (SM copy and sum kernels read the peers' staging
+// over peer memory). Engine::kCopyEngine moves every byte with the copy engines (cudaMemcpyAsync: the stage
+// copy, and the peers' staging pulled straight into the output — all-gather, all-to-all-v — or into a local
+// receive buffer of staging_bytes that a sum kernel of `sum_ctas` CTAs then reduces with this rank's part,
+// local reads only, same rank order and rounding, so the same bits as kSm); the comm's stream has the
+// highest priority. Its SM work is the two 32-thread barrier blocks per round and the reductions' local sum:
+// a collective beside a GEMM takes the link and HBM bandwidth but (almost) no SMs — the copy-engine
+// argument of T3 and of FlashOverlap's copy-engine transport, for the layer's own collectives. Name
+// "peer-ce". Graph capture and the timeout contract are kSm's.
+struct PeerCommOptions {
+  enum class Engine { kSm, kCopyEngine };
+  Engine engine = Engine::kSm;
+  size_t staging_bytes = 0;  // per rank (0: 32 MiB); kCopyEngine also allocates a local buffer of this size
+  int sum_ctas = 0;          // CTAs of the reductions' sum kernel; 0: kSm a few waves, kCopyEngine 1/8 of the SMs
+};
+std::unique_ptr<Comm> make_peer_comm(Team& team, const PeerCommOptions& opt);
+// "peer" / "peer-ce" (the comm's name()) -> its engine; false for any other name.
+bool peer_engine_from_name(const std::string& name, PeerCommOptions::Engine* engine);
 // NCCL when the team has it (make_nccl_comm / make_nccl_comm_split), the peer comm otherwise (a
 // shared-GPU team). `second`: a communicator of its own (a second strand's).
 std::unique_ptr<Comm> make_default_comm(Team& team, bool second = false);
