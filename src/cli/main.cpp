@@ -70,9 +70,13 @@ const char* kUsage =
     "        --shape M,N,K [--rounds R] [--profile-range] | ag-gemm --algo sequential,t3\n"
     "                                    T3: track-and-trigger GEMM+RS and AG+GEMM (no SMs for communication);\n"
     "                                    --profile-range: one run per algo as a profiler range (ncu app-range)\n"
-    "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--capacity C] [--backward] [--comm nccl|peer]\n"
+    "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--capacity C] [--backward] [--comm nccl|peer|peer-ce]\n"
     "              [--json FILE]\n"
     "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"
+    "  bench comm [--comm nccl,peer,peer-ce] [--op allgather,reducescatter,allreduce,alltoall] [-b 1M] [-e 256M] [-f 4]\n"
+    "             [--gemm M,N,K [--gemm-sm-reserve SMS] | --no-gemm] [--json FILE]\n"
+    "                                    the layer's Comm implementations (NCCL; braid's peer comm on SMs or copy\n"
+    "                                    engines), verified, alone and beside a cuBLAS GEMM on a second stream\n"
     "  bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,32,66,132] [--chunks K] [--json FILE]\n"
     "                                    peer copy rates: copy engine (also as K copies: alone, flagged, after\n"
     "                                    events), SM push, SM pull (1 / 4 loads in flight)\n"
@@ -86,7 +90,7 @@ const char* kUsage =
     "                                    SimGrid scale-out simulation of collectives and fused transitions\n"
     "  bench strands --model llama3-70b|llama3-8b|mixtral-8x7b --tp 2 [--ep 2] --seq S [--plan FILE]\n"
     "                [--pairs FILE] [--throttle CTAS] [--decompose CHUNKS] [--gemm-sm-reserve SMS] [--no-graph]\n"
-    "                [--layers L [--no-chain]] [--capacity C] [--comm nccl|peer] [--json FILE]\n"
+    "                [--layers L [--no-chain]] [--capacity C] [--comm nccl|peer|peer-ce] [--json FILE]\n"
     "                                    DHelix on the GPU: strands vs single strand vs round-robin vs\n"
     "                                    intra-batch decomposition, verified; --layers L: a stack of L\n"
     "                                    layers (two strands hold L + 1 layers' activations), its units\n"
@@ -175,6 +179,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   }
   if (what == "transitions") return braid::fusion::bench_transitions(team, argc, argv, ctx);
   if (what == "layer") return braid::model::bench_layer_main(team, argc, argv, ctx);
+  if (what == "comm") return braid::model::bench_comm_main(team, argc, argv, ctx);
   if (what == "strands") return braid::schedule::bench_strands_main(team, argc, argv, ctx);
   if (what == "pipeline") return braid::schedule::bench_pipeline_main(team, argc, argv, ctx);
   if (what == "gemm-rs" || what == "gemm-ar" || what == "gemm-a2a" || what == "t3-gemm-rs" || what == "ag-gemm" ||
