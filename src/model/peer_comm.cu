@@ -44,7 +44,7 @@ struct config {
   static constexpr int kVecBytes = 16;          // uint4 accesses where every pointer of a range is aligned
   static constexpr size_t kDefaultStaging = size_t(32) << 20;  // per rank
   static constexpr int kCeSumSmDivisor = 8;     // kCopyEngine's default sum grid: 1/8 of the SMs
-  static constexpr int kSumUnroll = 4;          // 16-byte loads in flight per source and thread in sum_kernel
+  static constexpr int kSumUnroll = 4;          // 16-byte loads in flight per thread (and source) in copy/sum kernels
   static_assert(kThreads % 32 == 0 && kThreads >= kMaxPeers, "the barrier's block must cover every peer");
 };
 
@@ -64,9 +64,22 @@ __global__ void __launch_bounds__(config::kThreads) copy_kernel(Copies c) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
   const uintptr_t align = reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d);
   if (align % config::kVecBytes == 0) {
+    // kSumUnroll 16-byte loads in flight per thread before their stores (a remote load's rate is bound by the
+    // bytes in flight: docs/flash-communication.md), the remainder one vector at a time.
+    constexpr int U = config::kSumUnroll;
     const uint64_t v = b / config::kVecBytes;
-    for (uint64_t k = tid; k < v; k += stride) reinterpret_cast<uint4*>(d)[k] = reinterpret_cast<const uint4*>(s)[k];
-    for (uint64_t k = v * config::kVecBytes + tid; k < b; k += stride) d[k] = s[k];
+    const uint4* __restrict__ sv = reinterpret_cast<const uint4*>(s);
+    uint4* __restrict__ dv = reinterpret_cast<uint4*>(d);
+    uint64_t k = tid;
+    for (; k + (U - 1) * stride < v; k += U * stride) {
+      uint4 r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) r[u] = sv[k + u * stride];
+#pragma unroll
+      for (int u = 0; u < U; ++u) dv[k + u * stride] = r[u];
+    }
+    for (; k < v; k += stride) dv[k] = sv[k];
+    for (uint64_t j = v * config::kVecBytes + tid; j < b; j += stride) d[j] = s[j];
   } else if (align % 2 == 0) {  // element-aligned 16-bit data (every dtype of the layer)
     const uint64_t v = b / 2;
     for (uint64_t k = tid; k < v; k += stride)
