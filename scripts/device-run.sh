@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# strands-quick layer-capacity shared-bench t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
+# strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -78,6 +78,11 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Forty-fourth session (one H200 only): `build test` (BUILD_TARGET="braid test_pipeline_mpi test_t3_mpi test_overlap_mpi",
+# CTEST_R="test_pipeline_mpi_shared2|test_t3_mpi_shared2|test_overlap_mpi_shared2": all pass) 2.8 min cold; `build test`
+# with test_comm_mpi (+ test_layer_mpi) and one-rank `bench comm` runs 3.2-4 min cold. Next on two GPUs: `bench-comm`
+# (COMM_RESERVES="0 8", ~3 min?) and `strands-ce` (the strands over peer-ce against NCCL at NVLink, GEMMs leaving
+# SMRES_CE SMs) — the copy-engine comm has never run between two GPUs; test_comm_mpi$ (both engines, NCCL compared).
 # Forty-third session (one H200 only): `build test` (BUILD_TARGET="braid test_comm_mpi test_layer_mpi test_strands_mpi",
 # CTEST_R="test_comm_mpi|..._shared|test_strands_mpi_np1") 4.8 min cold (build 3 min); `build shared-bench` 2.5 min warm
 # (build 2.1 min; the three shared-GPU benches 17 s); three shared-GPU `bench strands --layers 2|3` 2.6 min cold.
@@ -976,6 +981,26 @@ fi
 if has layer-tp; then  # issue 10: the layer at TP = every GPU of the node (Llama-3-70B shapes)
   echo "== bench layer, tp $ngpu" | tee -a "$log"
   T=240 mpi bench layer --model llama3-70b --tp "$ngpu" --seq 8192 --backward --json "$out/layer-tp$ngpu.jsonl" 2>&1 | tee -a "$log"
+fi
+if has bench-comm; then  # the layer's Comm implementations alone and beside a cuBLAS GEMM (docs/layer.md, bench comm)
+  # COMM_RESERVES: SMs the GEMM leaves free, one run each; COMM_IMPLS, COMM_MIN/COMM_MAX, COMM_GEMM (M,N,K)
+  echo "== bench comm ($(date +%T))" | tee -a "$log"
+  for r in ${COMM_RESERVES:-0 8}; do
+    T=240 mpi bench comm --comm "${COMM_IMPLS:-nccl,peer,peer-ce}" -b "${COMM_MIN:-1M}" -e "${COMM_MAX:-256M}" -f 4 \
+      --gemm "${COMM_GEMM:-8192,8192,8192}" --gemm-sm-reserve "$r" --json "$out/bench-comm.jsonl" 2>&1 | tee -a "$log"
+  done
+fi
+if has strands-ce; then  # DHelix over braid's copy-engine peer comm against NCCL, NVLink (peer-ce has no throttle)
+  # CE_COMMS, CE_MODELS, SMRES_CE (SMs the GEMMs leave: the comm's barriers, stage copies and sums need some)
+  echo "== strands, --comm ${CE_COMMS:-nccl peer-ce} ($(date +%T))" | tee -a "$log"
+  for c in ${CE_COMMS:-nccl peer-ce}; do
+    for model in ${CE_MODELS:-llama3-70b mixtral-8x7b}; do
+      ep=(); [[ $model == mixtral-8x7b ]] && ep=(--ep 2)
+      T=200 mpi bench strands --model "$model" --tp 2 ${ep[@]+"${ep[@]}"} --seq 4096 --comm "$c" \
+        --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-3} --warmup 2 --no-graph \
+        --gemm-sm-reserve ${SMRES_CE:-4} ${STRANDS_ARGS:-} --json "$out/strands-ce.jsonl" 2>&1 | tee -a "$log"
+    done
+  done
 fi
 # The device tool returns at most 8 files: bundle the JSON lines and tables.
 # (The search's inputs and caches, e.g. inputs.txt.peer-copy-engine, too: a ninth file is not returned, nor is run.log.)
