@@ -16,20 +16,15 @@
 #include "braid/quant.hpp"
 #include "braid/runtime.hpp"
 #include "capture.hpp"
+#include "world_team.hpp"
 
 namespace {
 
 namespace m = braid::model;
 using braid::bench::DType;
 
-class Env : public ::testing::Environment {
- public:
-  void SetUp() override { world_ = std::make_unique<braid::Team>(MPI_COMM_WORLD); }
-  void TearDown() override { world_.reset(); }
-  static std::unique_ptr<braid::Team> world_;
-};
-std::unique_ptr<braid::Team> Env::world_;
-::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new braid::test::WorldTeam);
+braid::Team& world() { return braid::test::WorldTeam::get(); }
 
 // Element values as raw bits (2 or 4 bytes), with the host's float view and one rounding back.
 struct Host {
@@ -105,28 +100,28 @@ std::unique_ptr<m::Comm> peer_comm(Engine e, size_t staging_bytes = 0, int sum_c
   o.engine = e;
   o.staging_bytes = staging_bytes;
   o.sum_ctas = sum_ctas;
-  return m::make_peer_comm(*Env::world_, o);
+  return m::make_peer_comm(world(), o);
 }
 
 // The comms under test, both engines: the default staging and one of 4 KiB (many rounds, 16-byte per-peer slots of
 // odd sizes; the copy engines' sum on one CTA there).
 std::vector<std::unique_ptr<m::Comm>> comms() {
   std::vector<std::unique_ptr<m::Comm>> c;
-  c.push_back(m::make_peer_comm(*Env::world_));
-  c.push_back(m::make_peer_comm(*Env::world_, 4096 + 48));
+  c.push_back(m::make_peer_comm(world()));
+  c.push_back(m::make_peer_comm(world(), 4096 + 48));
   c.push_back(peer_comm(Engine::kCopyEngine));
   c.push_back(peer_comm(Engine::kCopyEngine, 4096 + 48, 1));
   return c;
 }
 
-void sync() { Env::world_->synchronize("test_comm_mpi"); }
+void sync() { world().synchronize("test_comm_mpi"); }
 
 // seed of (test, rank)
 uint64_t seed(int test, int rank) { return uint64_t(test) * 1000 + uint64_t(rank) + 1; }
 
 TEST(PeerComm, AllReduceIsTheRankOrderSumOnEveryRank) {
-  const int W = Env::world_->size(), me = Env::world_->rank();
-  cudaStream_t s = Env::world_->stream();
+  const int W = world().size(), me = world().rank();
+  cudaStream_t s = world().stream();
   for (auto& comm : comms())
     for (DType t : kTypes)
       for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(4099), size_t(70001)})
@@ -145,8 +140,8 @@ TEST(PeerComm, AllReduceIsTheRankOrderSumOnEveryRank) {
 }
 
 TEST(PeerComm, ReduceScatterIsTheRankOrderSumOfEachChunk) {
-  const int W = Env::world_->size(), me = Env::world_->rank();
-  cudaStream_t s = Env::world_->stream();
+  const int W = world().size(), me = world().rank();
+  cudaStream_t s = world().stream();
   for (auto& comm : comms())
     for (DType t : kTypes)
       for (size_t n : {size_t(1), size_t(5), size_t(2049), size_t(30000)}) {
@@ -164,8 +159,8 @@ TEST(PeerComm, ReduceScatterIsTheRankOrderSumOfEachChunk) {
 }
 
 TEST(PeerComm, AllGatherCopiesEveryRankInOrder) {
-  const int W = Env::world_->size(), me = Env::world_->rank();
-  cudaStream_t s = Env::world_->stream();
+  const int W = world().size(), me = world().rank();
+  cudaStream_t s = world().stream();
   for (auto& comm : comms())
     for (DType t : {DType::kBF16, DType::kFP32})
       for (size_t n : {size_t(1), size_t(3), size_t(4097), size_t(50000)})
@@ -196,8 +191,8 @@ size_t pair_count(int from, int to, int variant) {
 }
 
 TEST(PeerComm, AllToAllVDeliversEverySegment) {
-  const int W = Env::world_->size(), me = Env::world_->rank();
-  cudaStream_t s = Env::world_->stream();
+  const int W = world().size(), me = world().rank();
+  cudaStream_t s = world().stream();
   const Host h{DType::kBF16};
   for (auto& comm : comms())
     for (int variant = 0; variant < 3; ++variant) {
@@ -227,7 +222,7 @@ TEST(PeerComm, AllToAllVDeliversEverySegment) {
 // Captured once, replayed three times with new inputs: the barrier's device-side epochs make every replay meet.
 void captured_graph_replays(Engine e) {
   SCOPED_TRACE(e == Engine::kSm ? "peer" : "peer-ce");
-  const int W = Env::world_->size(), me = Env::world_->rank();
+  const int W = world().size(), me = world().rank();
   auto comm = peer_comm(e, 8192);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
@@ -247,7 +242,7 @@ void captured_graph_replays(Engine e) {
     const std::vector<uint8_t> want = rank_sum(h, x, n);
     in.put(x[me]);
     ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
-    Env::world_->synchronize(s, "graph replay");
+    world().synchronize(s, "graph replay");
     EXPECT_EQ(sum.get(n * 2), want) << "replay " << rep;
     for (int r = 0; r < W; ++r) EXPECT_EQ(all.get(n * 2, r * n * 2), want) << "replay " << rep << " slice " << r;
   }
@@ -260,7 +255,7 @@ void captured_graph_replays(Engine e) {
 // methods run in issue order on its own stream).
 void two_comms_on_two_streams(Engine e) {
   SCOPED_TRACE(e == Engine::kSm ? "peer" : "peer-ce");
-  const int W = Env::world_->size(), me = Env::world_->rank();
+  const int W = world().size(), me = world().rank();
   auto a = peer_comm(e, 4096), b = peer_comm(e, 4096);
   cudaStream_t s[2];
   for (auto& x : s) ASSERT_EQ(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking), cudaSuccess);
@@ -281,7 +276,7 @@ void two_comms_on_two_streams(Engine e) {
   b->all_reduce(in[1]->p, out[1]->p, n, DType::kBF16, s[1]);
   a->all_reduce(in[2]->p, out[2]->p, n, DType::kBF16, s[1]);  // comm a from the other stream
   b->all_reduce(in[3]->p, out[3]->p, n, DType::kBF16, s[0]);
-  for (auto x : s) Env::world_->synchronize(x, "two streams");
+  for (auto x : s) world().synchronize(x, "two streams");
   for (int k = 0; k < 4; ++k) EXPECT_EQ(out[k]->get(n * 2), want[k]) << "op " << k;
   for (auto x : s) cudaStreamDestroy(x);
 }
@@ -290,10 +285,10 @@ void two_comms_on_two_streams(Engine e) {
 // two values has one order — its sums too.
 void equals_nccl(Engine e) {
   SCOPED_TRACE(e == Engine::kSm ? "peer" : "peer-ce");
-  const int W = Env::world_->size(), me = Env::world_->rank();
+  const int W = world().size(), me = world().rank();
   auto peer = peer_comm(e, 1 << 16);
-  auto nccl = m::make_nccl_comm(*Env::world_);
-  cudaStream_t s = Env::world_->stream();
+  auto nccl = m::make_nccl_comm(world());
+  cudaStream_t s = world().stream();
   const Host h{DType::kBF16};
   const size_t n = 300007;
   Dev in(n * 2 * W), a(n * 2 * W), b(n * 2 * W);
@@ -321,7 +316,7 @@ TEST(PeerComm, TwoCommsOnTwoStreams) {
   for (Engine e : kEngines) two_comms_on_two_streams(e);
 }
 TEST(PeerComm, EqualsNcclWhereTheTeamHasIt) {
-  if (!Env::world_->has_nccl()) GTEST_SKIP() << "no NCCL in this team (shared GPU)";
+  if (!world().has_nccl()) GTEST_SKIP() << "no NCCL in this team (shared GPU)";
   for (Engine e : kEngines) equals_nccl(e);
 }
 
@@ -336,22 +331,22 @@ TEST(PeerComm, EngineNames) {
 }
 
 TEST(PeerComm, AllToAllVRejectsAnOwnSegmentOfTwoSizes) {
-  const int W = Env::world_->size(), me = Env::world_->rank();
+  const int W = world().size(), me = world().rank();
   std::vector<size_t> sc(W, 4), sd(W), rc(W, 4), rd(W);
   for (int r = 0; r < W; ++r) sd[r] = rd[r] = size_t(r) * 8;
   rc[me] = 5;  // on every rank, before any rank communicates
   Dev in(W * 16), out(W * 16);
   for (Engine e : kEngines)
     EXPECT_THROW(peer_comm(e, 4096)->all_to_all_v(in.p, sc.data(), sd.data(), out.p, rc.data(), rd.data(),
-                                                   DType::kBF16, Env::world_->stream()),
+                                                   DType::kBF16, world().stream()),
                  braid::Error);
 }
 
 TEST(PeerComm, DefaultCommFollowsTheTeam) {
-  auto c = m::make_default_comm(*Env::world_);
-  EXPECT_EQ(c->name(), Env::world_->has_nccl() ? "nccl" : "peer");
-  EXPECT_EQ(c->size(), Env::world_->size());
-  EXPECT_EQ(c->rank(), Env::world_->rank());
+  auto c = m::make_default_comm(world());
+  EXPECT_EQ(c->name(), world().has_nccl() ? "nccl" : "peer");
+  EXPECT_EQ(c->size(), world().size());
+  EXPECT_EQ(c->rank(), world().rank());
 }
 
 }  // namespace

@@ -14,20 +14,15 @@
 #include "braid/model.hpp"
 #include "braid/runtime.hpp"
 #include "braid/schedule/pipeline_exec.hpp"
+#include "world_team.hpp"
 
 namespace {
 
 namespace m = braid::model;
 namespace sch = braid::schedule;
 
-class Env : public ::testing::Environment {
- public:
-  void SetUp() override { world_ = std::make_unique<braid::Team>(MPI_COMM_WORLD); }
-  void TearDown() override { world_.reset(); }
-  static std::unique_ptr<braid::Team> world_;
-};
-std::unique_ptr<braid::Team> Env::world_;
-::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+::testing::Environment* const kEnv = ::testing::AddGlobalTestEnvironment(new braid::test::WorldTeam);
+braid::Team& world() { return braid::test::WorldTeam::get(); }
 
 m::ModelConfig tiny() {
   m::ModelConfig c = m::preset("tiny");
@@ -41,7 +36,7 @@ struct Hashes {
 };
 
 Hashes run(const sch::PipeSchedule& s, int lpc, int steps = 1) {
-  braid::Team& team = *Env::world_;
+  braid::Team& team = world();
   sch::PipelineExecutor ex(team, tiny(), s, {lpc, 3});
   Hashes first;
   for (int i = 0; i < steps; ++i) {
@@ -69,7 +64,7 @@ void expect_same(const Hashes& a, const Hashes& b, const std::string& what) {
 }
 
 TEST(PipelineMpi, SchedulesEqualTheUnpipelinedRun) {
-  const int P = Env::world_->size();
+  const int P = world().size();
   for (int lpc : {1, 2})
     for (int M : {1, 2 * P + 1}) {
       const std::string tag = "layers per chunk " + std::to_string(lpc) + ", " + std::to_string(M) + " micro-batches";
@@ -83,7 +78,7 @@ TEST(PipelineMpi, SchedulesEqualTheUnpipelinedRun) {
 }
 
 TEST(PipelineMpi, RejectsMismatchedStages) {
-  braid::Team& team = *Env::world_;
+  braid::Team& team = world();
   EXPECT_THROW(sch::PipelineExecutor(team, tiny(), sch::make_1f1b(team.size() + 1, 2)), braid::Error);
 }
 
