@@ -25,10 +25,11 @@ namespace braid::model {
 int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
 // `braid bench comm [--comm nccl,peer,peer-ce] [--op allgather,reducescatter,allreduce,alltoall] [-b 1M] [-e 256M]
-//  [-f 4] [--gemm M,N,K [--gemm-sm-reserve SMS] | --no-gemm] [--iters N] [--warmup N] [--json FILE]`: the Comm implementations per
-// collective and size (bf16; nccl-tests' sizes, algbw and busbw), verified bit for bit, timed alone and — k calls
-// — beside one cuBLAS GEMM on a second stream: the GEMM's and the collectives' slowdowns and the fraction of the
-// shorter one hidden. Returns 0, or 3 when a row failed verification.
+//  [-f 4] [--gemm M,N,K [--gemm-sm-reserve SMS] | --no-gemm] [--throttle CTAS] [--iters N] [--warmup N]
+//  [--json FILE]`: the Comm implementations per collective and size (bf16; nccl-tests' sizes, algbw and busbw),
+// verified bit for bit, timed alone and — k calls — beside one cuBLAS GEMM on a second stream: the GEMM's and the
+// collectives' slowdowns and the fraction of the shorter one hidden. --throttle caps NCCL's CTAs (the strands'
+// throttled link). Returns 0, or 3 when a row failed verification.
 int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
 }  // namespace braid::model

@@ -74,7 +74,7 @@ const char* kUsage =
     "              [--json FILE]\n"
     "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"
     "  bench comm [--comm nccl,peer,peer-ce] [--op allgather,reducescatter,allreduce,alltoall] [-b 1M] [-e 256M] [-f 4]\n"
-    "             [--gemm M,N,K [--gemm-sm-reserve SMS] | --no-gemm] [--json FILE]\n"
+    "             [--gemm M,N,K [--gemm-sm-reserve SMS] | --no-gemm] [--throttle CTAS] [--json FILE]\n"
     "                                    the layer's Comm implementations (NCCL; braid's peer comm on SMs or copy\n"
     "                                    engines), verified, alone and beside a cuBLAS GEMM on a second stream\n"
     "  bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,32,66,132] [--chunks K] [--json FILE]\n"

@@ -28,6 +28,7 @@ struct Args {
   bench::GemmShape gemm{8192, 8192, 8192};
   bool corun = true;
   int gemm_sm_reserve = 0;  // SMs the GEMM leaves free (cublasSetSmCountTarget)
+  int throttle = 0;         // > 0: NCCL on a communicator of its own capped to this many CTAs (make_nccl_comm_split)
   bench::TimingOptions timing{5, 20};
   std::string json;
 };
@@ -53,6 +54,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--gemm") a.gemm = bench::parse_gemm_shape(val());
     else if (k == "--no-gemm") a.corun = false;
     else if (k == "--gemm-sm-reserve") a.gemm_sm_reserve = std::stoi(val());
+    else if (k == "--throttle") a.throttle = std::stoi(val());
     else if (k == "--iters") a.timing.iters = std::stoi(val());
     else if (k == "--warmup") a.timing.warmup = std::stoi(val());
     else if (k == "--json") a.json = val();
@@ -71,7 +73,8 @@ Args parse(int argc, char** argv) {
       throw UsageError("bench comm: --op takes allgather, reducescatter, allreduce, alltoall (got '" + o + "')",
                        __FILE__, __LINE__);
   if (a.gemm.m < 1 || a.gemm.n < 1 || a.gemm.k < 1) throw UsageError("bench comm: --gemm M,N,K >= 1", __FILE__, __LINE__);
-  if (a.gemm_sm_reserve < 0) throw UsageError("bench comm: --gemm-sm-reserve >= 0", __FILE__, __LINE__);
+  if (a.gemm_sm_reserve < 0 || a.throttle < 0)
+    throw UsageError("bench comm: --gemm-sm-reserve and --throttle >= 0", __FILE__, __LINE__);
   return a;
 }
 
@@ -172,8 +175,8 @@ Corun time_corun(Team& team, cudaStream_t cs, cudaStream_t gs, Gemm& gemm, const
   return {worst[0], worst[1], worst[2]};
 }
 
-std::unique_ptr<Comm> make(Team& team, const std::string& name) {
-  if (name == "nccl") return make_nccl_comm(team);
+std::unique_ptr<Comm> make(Team& team, const std::string& name, int throttle) {
+  if (name == "nccl") return throttle > 0 ? make_nccl_comm_split(team, throttle) : make_nccl_comm(team);
   PeerCommOptions o;
   peer_engine_from_name(name, &o.engine);
   return make_peer_comm(team, o);
@@ -204,8 +207,9 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
   bench::DeviceBuffer in(std::max(cmax.in, cmax.out) * 2), out(std::max(cmax.in, cmax.out) * 2);
   if (root) {
     std::printf("# braid bench comm: %d ranks, bf16, %d warm-up + %d timed iterations, median of the slowest rank; "
-                "verified before timing and again after the co-run\n",
-                W, a.timing.warmup, a.timing.iters);
+                "verified before timing and again after the co-run; NCCL %s\n",
+                W, a.timing.warmup, a.timing.iters,
+                a.throttle > 0 ? ("capped to " + std::to_string(a.throttle) + " CTAs").c_str() : "uncapped");
     if (a.corun)
       std::printf("# beside the collectives: cuBLAS bf16 GEMM %lldx%lldx%lld on a second stream (leaving %d SMs), alone "
                   "%.1f us (%.0f TFLOP/s); k calls of the collective co-run with one GEMM (k ~ GEMM / collective time); hidden = "
@@ -221,7 +225,7 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
       if (root) std::printf("# nccl: skipped (this team has no NCCL: shared GPU)\n");
       continue;
     }
-    std::unique_ptr<Comm> comm = make(team, name);
+    std::unique_ptr<Comm> comm = make(team, name, a.throttle);
     for (const auto& op : a.ops)
       for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
            bytes = std::max(bytes + 1, size_t(double(bytes) * a.factor))) {
@@ -264,6 +268,7 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
           std::printf("%s\n", wrong ? "  FAILED" : "");
           bench::Json j;
           j.add("op", op).add("algo", name).add("dtype", "bf16").add("world", W).add("bytes", size_bytes)
+              .add("throttle_ctas", name == "nccl" ? a.throttle : 0)
               .add("count", std::max(c.in, c.out)).add("time_us", st.median_us).add("p10_us", st.p10_us)
               .add("p90_us", st.p90_us).add("iters", st.iters).add("algbw", algbw).add("busbw", busbw)
               .add("correct", wrong == 0).add("wrong", wrong);
