@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "braid/bench.hpp"
+#include "braid/copy_device.cuh"
 #include "braid/runtime.hpp"
 
 namespace braid::bench {
@@ -146,19 +147,10 @@ size_t run_nccl_bench(Team& team, const NcclBenchArgs& a) {
 namespace {
 // 16-byte vector copy with a grid-stride loop; `src` or `dst` is a peer's memory. U loads are issued
 // before their U stores (U = 1: one load in flight per thread; U = 4 keeps four, for remote loads, whose
-// rate is bound by the bytes in flight).
+// rate is bound by the bytes in flight): dev::copy_vectors.
 template <int U>
 __global__ void copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst, size_t n16) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  for (; i + (U - 1) * stride < n16; i += U * stride) {
-    int4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = src[i + u * stride];
-#pragma unroll
-    for (int u = 0; u < U; ++u) dst[i + u * stride] = v[u];
-  }
-  for (; i < n16; i += stride) dst[i] = src[i];
+  dev::copy_vectors<U>(src, dst, n16, blockIdx.x * uint64_t(blockDim.x) + threadIdx.x, uint64_t(gridDim.x) * blockDim.x);
 }
 __global__ void noop_kernel() {}
 __global__ void compare_kernel(const uint32_t* a, const uint32_t* b, size_t n, unsigned long long* wrong) {

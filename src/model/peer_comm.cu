@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/copy_device.cuh"
 #include "braid/errors.hpp"
 #include "braid/model/comm.hpp"
 #include "braid/quant.hpp"
@@ -64,21 +65,9 @@ __global__ void __launch_bounds__(config::kThreads) copy_kernel(Copies c) {
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
   const uintptr_t align = reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d);
   if (align % config::kVecBytes == 0) {
-    // kSumUnroll 16-byte loads in flight per thread before their stores (a remote load's rate is bound by the
-    // bytes in flight: docs/flash-communication.md), the remainder one vector at a time.
-    constexpr int U = config::kSumUnroll;
+    // kSumUnroll 16-byte loads in flight per thread (remote pulls are bound by the bytes in flight)
     const uint64_t v = b / config::kVecBytes;
-    const uint4* __restrict__ sv = reinterpret_cast<const uint4*>(s);
-    uint4* __restrict__ dv = reinterpret_cast<uint4*>(d);
-    uint64_t k = tid;
-    for (; k + (U - 1) * stride < v; k += U * stride) {
-      uint4 r[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) r[u] = sv[k + u * stride];
-#pragma unroll
-      for (int u = 0; u < U; ++u) dv[k + u * stride] = r[u];
-    }
-    for (; k < v; k += stride) dv[k] = sv[k];
+    dev::copy_vectors<config::kSumUnroll>(reinterpret_cast<const uint4*>(s), reinterpret_cast<uint4*>(d), v, tid, stride);
     for (uint64_t j = v * config::kVecBytes + tid; j < b; j += stride) d[j] = s[j];
   } else if (align % 2 == 0) {  // element-aligned 16-bit data (every dtype of the layer)
     const uint64_t v = b / 2;
