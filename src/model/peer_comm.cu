@@ -176,9 +176,9 @@ struct CeBatch {
   }
   void issue(cudaStream_t st) {
     if (dst.empty()) return;
+#if CUDART_VERSION >= 12080
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     BRAID_CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
-#if CUDART_VERSION >= 12080
     if (cap != cudaStreamCaptureStatusNone) {
       for (size_t i = 0; i < dst.size(); ++i)
         BRAID_CUDA_CHECK(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, st));
