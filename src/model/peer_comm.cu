@@ -6,10 +6,10 @@
 //   2. meet   — barrier_kernel: one block per rank meets every rank on the comm's signal slot;
 //   3. read   — the peers' staging buffers are read over peer memory into the output;
 //   4. meet   — again, so that no rank restages (step 1 of the next round or method) while a peer still reads.
-// Engine kSm: copy_kernel stages and reads, sum_kernel reads the peers' staging and sums. Engine kCopyEngine:
-// cudaMemcpyAsync stages and reads (pulls straight into the output, or into the local receive buffer, which a
-// sum_kernel of few CTAs then reduces with this rank's own part after step 4 — local reads only); this rank's own
-// part of a gather or an all-to-all is one local copy from the input, outside the rounds.
+// The engines differ only in who moves the bytes (copy()) and where a reduction reads (sum_round()). Engine kSm:
+// copy_kernel stages and reads, sum_kernel reads the peers' staging and sums. Engine kCopyEngine: the copy engines
+// stage and read (pulls straight into the output; for a reduction into the local receive buffer, which a sum_kernel
+// of few CTAs then reduces with this rank's own staged part after step 4 — local reads only).
 //
 // Memory-ordering contract. Step 1 ends before step 2 starts (stream order: its writes are performed in this
 // GPU's memory when the barrier kernel starts). The barrier kernel's fence.acq_rel.sys, then barrier_block's
@@ -28,7 +28,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "braid/copy_device.cuh"
 #include "braid/errors.hpp"
@@ -161,48 +160,39 @@ __global__ void __launch_bounds__(config::kThreads) sum_kernel(Sources s, void* 
   }
 }
 
-// The copy engines' copies of one step, issued as one batch: cudaMemcpyBatchAsync with the hint to overlap with
-// compute where the runtime has it (CUDA >= 12.8), cudaMemcpyAsync per copy otherwise and while the stream is being
-// captured (the batch call is not capturable: cudaErrorStreamCaptureUnsupported, CUDA 13.0). Sources are read in
-// stream order. Measured on one H200 (docs/layer.md): a copy within one GPU runs as a kernel either way — the hint
-// did not move it to a copy engine — so only the copies between two GPUs (the pulls) leave the SMs alone.
-struct CeBatch {
-  std::vector<void*> dst;
-  std::vector<const void*> src;
-  std::vector<size_t> bytes;
-  void add(const uint8_t* s, uint8_t* d, size_t n) {
-    if (n == 0 || s == d) return;
-    src.push_back(s), dst.push_back(d), bytes.push_back(n);
-  }
-  void issue(cudaStream_t st) {
-    if (dst.empty()) return;
+// The copy engines' copies of one step (Engine::kCopyEngine), issued as one batch: cudaMemcpyBatchAsync with the hint
+// to overlap with compute where the runtime has it (CUDA >= 12.8), cudaMemcpyAsync per copy otherwise and while the
+// stream is being captured (the batch call is not capturable: cudaErrorStreamCaptureUnsupported, CUDA 13.0). Sources
+// are read in stream order; empty ranges and copies onto themselves are skipped. Measured on one H200
+// (docs/layer.md): a copy within one GPU runs as a kernel either way — the hint did not move it to a copy engine — so
+// only the copies between two GPUs (the pulls) leave the SMs alone.
+void copy_engines(const Copies& c, cudaStream_t st) {
+  void* dst[kMaxPeers];
+  const void* src[kMaxPeers];
+  size_t bytes[kMaxPeers];
+  size_t n = 0;
+  for (int i = 0; i < c.n; ++i)
+    if (c.bytes[i] != 0 && c.src[i] != c.dst[i]) dst[n] = c.dst[i], src[n] = c.src[i], bytes[n] = c.bytes[i], ++n;
+  if (n == 0) return;
 #if CUDART_VERSION >= 12080
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    BRAID_CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
-    if (cap != cudaStreamCaptureStatusNone) {
-      for (size_t i = 0; i < dst.size(); ++i)
-        BRAID_CUDA_CHECK(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, st));
-      dst.clear(), src.clear(), bytes.clear();
-      return;
-    }
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  BRAID_CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
+  if (cap == cudaStreamCaptureStatusNone) {
     cudaMemcpyAttributes attr{};
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
     size_t first = 0;
 #if CUDART_VERSION >= 13000
-    BRAID_CUDA_CHECK(cudaMemcpyBatchAsync(dst.data(), src.data(), bytes.data(), dst.size(), &attr, &first, 1, st));
+    BRAID_CUDA_CHECK(cudaMemcpyBatchAsync(dst, src, bytes, n, &attr, &first, 1, st));
 #else
     size_t fail = 0;
-    BRAID_CUDA_CHECK(cudaMemcpyBatchAsync(dst.data(), const_cast<void**>(src.data()), bytes.data(), dst.size(), &attr,
-                                          &first, 1, &fail, st));
+    BRAID_CUDA_CHECK(cudaMemcpyBatchAsync(dst, const_cast<void**>(src), bytes, n, &attr, &first, 1, &fail, st));
 #endif
-#else
-    for (size_t i = 0; i < dst.size(); ++i)
-      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, st));
-#endif
-    dst.clear(), src.clear(), bytes.clear();
+    return;
   }
-};
+#endif
+  for (size_t i = 0; i < n; ++i) BRAID_CUDA_CHECK(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, st));
+}
 
 using Engine = PeerCommOptions::Engine;
 
@@ -248,7 +238,6 @@ class PeerComm final : public Comm {
   std::string name() const override { return ce_ ? "peer-ce" : "peer"; }
 
   void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    if (ce_) return all_gather_ce(in, out, count, t, s);
     const size_t es = bench::dtype_size(t), W = size_t(size());
     const size_t C = stage_bytes_ / es;  // elements per round
     begin(s);
@@ -264,7 +253,6 @@ class PeerComm final : public Comm {
   }
 
   void reduce_scatter(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    if (ce_) return reduce_scatter_ce(in, out, count, t, s);
     const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
     const size_t C = per_peer(es);  // elements per (destination, round)
     begin(s);
@@ -274,28 +262,20 @@ class PeerComm final : public Comm {
       for (size_t d = 0; d < W; ++d) add(c, bytes(in) + (d * count + off) * es, local() + d * C * es, n * es);
       copy(c);
       meet();
-      Sources src{};
-      src.world = int(W);
-      for (size_t r = 0; r < W; ++r) src.src[r] = peer(int(r)) + me * C * es;
-      sum(src, bytes(out) + off * es, n, t);
-      meet();
+      sum_round(me * C * es, bytes(out) + off * es, n, t);
     }
     end(s);
   }
 
   void all_reduce(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    if (ce_) return all_reduce_ce(in, out, count, t, s);
-    const size_t es = bench::dtype_size(t), W = size_t(size());
-    const size_t C = stage_bytes_ / es;
+    const size_t es = bench::dtype_size(t);
+    // elements per round (kCopyEngine: the receive buffer holds every peer's round)
+    const size_t C = ce_ ? per_peer(es) : stage_bytes_ / es;
     begin(s);
     for (size_t off = 0; off < count; off += C) {
       const size_t n = std::min(C, count - off);
       stage(bytes(in) + off * es, n * es);  // out may equal in: every rank reads the staged copies only
-      Sources src{};
-      src.world = int(W);
-      for (size_t r = 0; r < W; ++r) src.src[r] = peer(int(r));
-      sum(src, bytes(out) + off * es, n, t);
-      meet();
+      sum_round(0, bytes(out) + off * es, n, t);
     }
     end(s);
   }
@@ -308,7 +288,6 @@ class PeerComm final : public Comm {
                                                           std::to_string(send_counts[me]) + ", receive " +
                                                           std::to_string(recv_counts[me]) + ")");
     const size_t rounds = agreed_rounds(send_counts, recv_counts, C);
-    if (ce_) return all_to_all_v_ce(in, send_counts, send_displs, out, recv_counts, recv_displs, es, C, rounds, s);
     begin(s);
     for (size_t k = 0; k < rounds; ++k) {
       const size_t lo = k * C;
@@ -328,110 +307,11 @@ class PeerComm final : public Comm {
   }
 
  private:
-  // ---- Engine::kCopyEngine: every byte by cudaMemcpyAsync, sums from local memory only ----
-
-  void all_gather_ce(const void* in, void* out, size_t count, DType t, cudaStream_t s) {
-    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
-    const size_t C = stage_bytes_ / es;  // elements per round
-    begin(s);
-    CeBatch b;
-    b.add(bytes(in), bytes(out) + me * count * es, count * es);  // own slice (nothing when in place)
-    if (W > 1)
-      for (size_t off = 0; off < count; off += C) {
-        const size_t n = std::min(C, count - off);
-        b.add(bytes(in) + off * es, local(), n * es);
-        b.issue(st_);
-        meet();
-        for (size_t r = 0; r < W; ++r)
-          if (r != me) b.add(peer(int(r)), bytes(out) + (r * count + off) * es, n * es);
-        b.issue(st_);
-        meet();
-      }
-    b.issue(st_);
-    end(s);
-  }
-
-  void reduce_scatter_ce(const void* in, void* out, size_t count, DType t, cudaStream_t s) {
-    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
-    const size_t C = per_peer(es);  // elements per (destination, round); receive slot r holds rank r's part
-    begin(s);
-    CeBatch b;
-    for (size_t off = 0; off < count; off += C) {
-      const size_t n = std::min(C, count - off);
-      if (W > 1) {
-        for (size_t d = 0; d < W; ++d)
-          if (d != me) b.add(bytes(in) + (d * count + off) * es, local() + d * C * es, n * es);
-        b.issue(st_);
-        meet();
-        for (size_t r = 0; r < W; ++r)
-          if (r != me) b.add(peer(int(r)) + me * C * es, recv_ + r * C * es, n * es);
-        b.issue(st_);
-        meet();
-      }
-      Sources src{};
-      src.world = int(W);
-      for (size_t r = 0; r < W; ++r) src.src[r] = r == me ? bytes(in) + (me * count + off) * es : recv_ + r * C * es;
-      sum(src, bytes(out) + off * es, n, t);
-    }
-    end(s);
-  }
-
-  void all_reduce_ce(const void* in, void* out, size_t count, DType t, cudaStream_t s) {
-    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
-    const size_t C = per_peer(es);  // elements per round: the receive buffer holds W - 1 peers' rounds
-    begin(s);
-    CeBatch b;
-    for (size_t off = 0; off < count; off += C) {
-      const size_t n = std::min(C, count - off);
-      if (W > 1) {
-        b.add(bytes(in) + off * es, local(), n * es);
-        b.issue(st_);
-        meet();
-        for (size_t r = 0; r < W; ++r)
-          if (r != me) b.add(peer(int(r)), recv_ + r * C * es, n * es);
-        b.issue(st_);
-        meet();
-      }
-      // Own part read from the input (the staged bytes' equal); in place, each element is read before it is written.
-      Sources src{};
-      src.world = int(W);
-      for (size_t r = 0; r < W; ++r) src.src[r] = r == me ? bytes(in) + off * es : recv_ + r * C * es;
-      sum(src, bytes(out) + off * es, n, t);
-    }
-    end(s);
-  }
-
-  void all_to_all_v_ce(const void* in, const size_t* send_counts, const size_t* send_displs, void* out,
-                       const size_t* recv_counts, const size_t* recv_displs, size_t es, size_t C, size_t rounds,
-                       cudaStream_t s) {
-    const size_t W = size_t(size()), me = size_t(rank());
-    begin(s);
-    CeBatch b;
-    b.add(bytes(in) + send_displs[me] * es, bytes(out) + recv_displs[me] * es, send_counts[me] * es);
-    for (size_t k = 0; k < rounds; ++k) {
-      const size_t lo = k * C;
-      auto part = [&](size_t total) { return total > lo ? std::min(C, total - lo) : size_t(0); };
-      for (size_t d = 0; d < W; ++d)
-        if (d != me) b.add(bytes(in) + (send_displs[d] + lo) * es, local() + d * C * es, part(send_counts[d]) * es);
-      b.issue(st_);
-      meet();
-      for (size_t r = 0; r < W; ++r)
-        if (r != me)
-          b.add(peer(int(r)) + me * C * es, bytes(out) + (recv_displs[r] + lo) * es, part(recv_counts[r]) * es);
-      b.issue(st_);
-      meet();
-    }
-    b.issue(st_);
-    end(s);
-  }
-
-  // Every rank must take part in the same number of rounds: the largest segment between two different ranks
-  // (the own segment is one local copy, outside the rounds, with kCopyEngine; kSm stages it too), over MPI.
+  // Every rank must take part in the same number of rounds: the largest segment of any pair, agreed over MPI.
   size_t agreed_rounds(const size_t* send_counts, const size_t* recv_counts, size_t C) const {
-    const size_t W = size_t(size()), me = size_t(rank());
     unsigned long long most = 0;
-    for (size_t r = 0; r < W; ++r)
-      if (!ce_ || r != me) most = std::max<unsigned long long>(most, std::max(send_counts[r], recv_counts[r]));
+    for (size_t r = 0; r < size_t(size()); ++r)
+      most = std::max<unsigned long long>(most, std::max(send_counts[r], recv_counts[r]));
     BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, team_.mpi()));
     return (size_t(most) + C - 1) / C;
   }
@@ -453,6 +333,7 @@ class PeerComm final : public Comm {
     return int(std::max<uint64_t>(1, std::min<uint64_t>(want, uint64_t(sms_) * config::kBlocksPerSm)));
   }
   void copy(const Copies& c) {
+    if (ce_) return copy_engines(c, st_);
     uint64_t most = 0;
     for (int i = 0; i < c.n; ++i) most = std::max(most, c.bytes[i]);
     if (most == 0) return;
@@ -469,6 +350,28 @@ class PeerComm final : public Comm {
       case DType::kFP32: sum_kernel<DType::kFP32><<<g, config::kThreads, 0, st_>>>(s, out, n); break;
     }
     BRAID_CHECK_LAUNCH();
+  }
+  // Steps 3 and 4 of a reduction round: out[n] = the sum in rank order of every rank's staged part at byte `at` of
+  // its staging buffer. kSm: the sum kernel reads the peers' staging over peer memory, then every rank meets.
+  // kCopyEngine: the peers' parts are pulled into the receive buffer (slot r: rank r's), every rank meets (the
+  // staging is free again), then the sum reads local memory only — this rank's own staging and the receive slots.
+  void sum_round(size_t at, void* out, size_t n, DType t) {
+    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank()), slot = per_peer(es) * es;
+    Sources src{};
+    src.world = int(W);
+    if (!ce_) {
+      for (size_t r = 0; r < W; ++r) src.src[r] = peer(int(r)) + at;
+      sum(src, out, n, t);
+      meet();
+      return;
+    }
+    Copies pull{};
+    for (size_t r = 0; r < W; ++r)
+      if (r != me) add(pull, peer(int(r)) + at, recv_ + r * slot, n * es);
+    copy(pull);
+    meet();
+    for (size_t r = 0; r < W; ++r) src.src[r] = r == me ? local() + at : recv_ + r * slot;
+    sum(src, out, n, t);
   }
   // Steps 1 and 2 for one contiguous piece: it goes to the start of this rank's staging buffer, then every rank meets.
   void stage(const uint8_t* src, size_t n) {
