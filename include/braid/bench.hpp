@@ -26,6 +26,8 @@ namespace braid::bench {
 size_t parse_size(const std::string& s);
 // 65536 -> "64K", 1536 -> "1.5K".
 std::string format_size(size_t bytes);
+// "a,b,,c" -> {"a", "b", "c"}: a comma-separated option value, empty items dropped.
+std::vector<std::string> split_list(const std::string& s);
 
 enum class DType { kBF16, kFP16, kFP32 };
 size_t dtype_size(DType t);

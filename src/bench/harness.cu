@@ -18,6 +18,14 @@
 
 namespace braid::bench {
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 size_t parse_size(const std::string& s) {
   if (s.empty()) throw UsageError("empty size", __FILE__, __LINE__);
   size_t pos = 0;

@@ -153,15 +153,7 @@ int cmd_bench(int argc, char** argv, const Options& o) {
   }
   if (what == "allreduce") {
     braid::bench::AllReduceBenchArgs a;
-    if (o.has("--algo")) {
-      a.algos.clear();
-      std::string list = o.get("--algo", "");
-      for (size_t p = 0; p <= list.size();) {
-        const size_t q = std::min(list.find(',', p), list.size());
-        if (q > p) a.algos.push_back(list.substr(p, q - p));
-        p = q + 1;
-      }
-    }
+    if (o.has("--algo")) a.algos = braid::bench::split_list(o.get("--algo", ""));
     a.min_bytes = braid::bench::parse_size(o.get("-b", "64K"));
     a.max_bytes = braid::bench::parse_size(o.get("-e", "1G"));
     a.factor = std::stod(o.get("-f", "2"));

@@ -24,6 +24,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "braid/bench.hpp"
 #include "braid/errors.hpp"
 #include "braid/fusion/build.hpp"
 #include "braid/fusion/pass.hpp"
@@ -1015,14 +1016,7 @@ const std::map<std::string, ModelPreset>& presets() {
   return m;
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+using bench::split_list;
 
 Transition parse_transition(std::string s) {
   for (auto& ch : s) ch = static_cast<char>(std::tolower(ch));

@@ -33,21 +33,11 @@ struct Args {
   std::string json;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> v;
-  for (size_t p = 0; p <= s.size();) {
-    const size_t q = std::min(s.find(',', p), s.size());
-    if (q > p) v.push_back(s.substr(p, q - p));
-    p = q + 1;
-  }
-  return v;
-}
-
 Args parse(int argc, char** argv) {
   Args a;
   bench::for_each_option(argc, argv, [&](const std::string& k, const bench::OptionValue& val) {
-    if (k == "--comm") a.comms = split_list(val());
-    else if (k == "--op") a.ops = split_list(val());
+    if (k == "--comm") a.comms = bench::split_list(val());
+    else if (k == "--op") a.ops = bench::split_list(val());
     else if (k == "-b") a.min_bytes = bench::parse_size(val());
     else if (k == "-e") a.max_bytes = bench::parse_size(val());
     else if (k == "-f") a.factor = std::stod(val());
