@@ -42,6 +42,14 @@ struct Stats {
 // Order statistics of a sample (nearest-rank percentiles).
 Stats summarize(std::vector<double> us);
 
+// Element counts per rank of one collective call at a sweep point of `bytes` (nccl-tests convention: `bytes` is the
+// larger of the per-rank send and receive buffers; the element count is rounded down to a multiple of `world`).
+// op: allreduce | reducescatter | allgather | alltoall (alltoall: in / world elements to each rank). UsageError else.
+struct CollectiveCounts {
+  size_t in, out;
+};
+CollectiveCounts collective_counts(const std::string& op, size_t bytes, size_t esize, int world);
+
 // nccl-tests bus-bandwidth factor: allreduce 2(n-1)/n; reducescatter, allgather, alltoall (n-1)/n.
 double busbw_factor(const std::string& op, int world);
 

@@ -18,6 +18,16 @@
 
 namespace braid::bench {
 
+CollectiveCounts collective_counts(const std::string& op, size_t bytes, size_t esize, int world) {
+  size_t n = bytes / esize;
+  n -= n % size_t(world);  // divisible by world for the sharded ops
+  if (op == "allreduce") return {n, n};
+  if (op == "reducescatter") return {n, n / world};
+  if (op == "allgather") return {n / world, n};
+  if (op == "alltoall") return {n, n};
+  throw UsageError("unknown collective '" + op + "'", __FILE__, __LINE__);
+}
+
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);

@@ -12,20 +12,7 @@
 namespace braid::bench {
 namespace {
 
-// Element counts for a sweep point of `bytes` (nccl-tests convention: `bytes` is the size of the
-// larger of the per-rank send and receive buffers).
-struct Counts {
-  size_t in, out;  // elements per rank
-};
-Counts counts_for(const std::string& op, size_t bytes, size_t esize, int world) {
-  size_t n = bytes / esize;
-  n -= n % world;  // divisible by world for the sharded ops
-  if (op == "allreduce") return {n, n};
-  if (op == "reducescatter") return {n, n / world};
-  if (op == "allgather") return {n / world, n};
-  if (op == "alltoall") return {n, n};
-  throw UsageError("unknown NCCL op '" + op + "'", __FILE__, __LINE__);
-}
+using Counts = CollectiveCounts;
 
 void enqueue(const std::string& op, const void* in, void* out, const Counts& c, DType t, Team& team,
              cudaStream_t s) {
@@ -55,7 +42,7 @@ size_t run_nccl_bench(Team& team, const NcclBenchArgs& a) {
   const size_t es = dtype_size(a.dtype);
   const int world = team.size();
   cudaStream_t s = team.stream();
-  const Counts cmax = counts_for(a.op, a.max_bytes, es, world);
+  const Counts cmax = collective_counts(a.op, a.max_bytes, es, world);
   // One input pool and one output pool, each at least 128 MiB; small sizes rotate through slices of
   // them so that every timed launch reads and writes memory that is not in L2.
   const size_t pool_in = std::max<size_t>(cmax.in * es, size_t(128) << 20);
@@ -76,7 +63,7 @@ size_t run_nccl_bench(Team& team, const NcclBenchArgs& a) {
   int rows = 0;
   for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
        bytes = std::max(bytes + 1, static_cast<size_t>(bytes * a.factor))) {
-    const Counts c = counts_for(a.op, bytes, es, world);
+    const Counts c = collective_counts(a.op, bytes, es, world);
     if (c.in == 0 || c.out == 0) continue;
     const size_t in_bytes = c.in * es, out_bytes = c.out * es;
     // Slices are 256-byte aligned; as many as rotation needs and the pools hold.

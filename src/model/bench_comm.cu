@@ -68,18 +68,7 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// Element counts of one call: in and out per rank (nccl-tests' sizes: `bytes` is the larger buffer).
-struct Counts {
-  size_t in, out;
-};
-Counts counts_for(const std::string& op, size_t bytes, int world) {
-  size_t n = bytes / 2;  // bf16
-  n -= n % size_t(world);
-  if (op == "allreduce") return {n, n};
-  if (op == "reducescatter") return {n, n / world};
-  if (op == "allgather") return {n / world, n};
-  return {n, n};  // alltoall: n / world to each rank
-}
+using Counts = bench::CollectiveCounts;
 
 // One call of `op` on `comm` (the all-to-all as all_to_all_v with equal segments).
 void enqueue(Comm& comm, const std::string& op, const void* in, void* out, const Counts& c, cudaStream_t s) {
@@ -193,7 +182,7 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
     gemm = std::make_unique<Gemm>(a.gemm, team.rank(), a.gemm_sm_reserve, gs);
     gemm_alone = median(bench::time_iterations(&team, gs, a.timing, [&](int) { gemm->run(); }));
   }
-  const Counts cmax = counts_for("allgather", a.max_bytes, W);  // every op's buffers fit max_bytes
+  const Counts cmax = bench::collective_counts("allgather", a.max_bytes, 2, W);  // every op's buffers fit max_bytes
   bench::DeviceBuffer in(std::max(cmax.in, cmax.out) * 2), out(std::max(cmax.in, cmax.out) * 2);
   if (root) {
     std::printf("# braid bench comm: %d ranks, bf16, %d warm-up + %d timed iterations, median of the slowest rank; "
@@ -219,7 +208,7 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
     for (const auto& op : a.ops)
       for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
            bytes = std::max(bytes + 1, size_t(double(bytes) * a.factor))) {
-        const Counts c = counts_for(op, bytes, W);
+        const Counts c = bench::collective_counts(op, bytes, 2, W);
         if (c.in == 0 || c.out == 0) continue;
         const uint64_t seed = 0xC0A1D000ULL + bytes;
         auto check = [&]() {
