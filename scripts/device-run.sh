@@ -78,6 +78,12 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Forty-fifth session (one H200 only): `build test bench-comm` (BUILD_TARGET="braid test_comm_mpi test_layer_mpi",
+# CTEST_R="test_comm_mpi|test_layer_mpi_shared2": pass; test_comm_mpi_shared8 alone 145 s; COMM_MAX=64M) 6.6 min cold;
+# `build` (BUILD_TARGET=braid) + one-rank `bench allreduce --phases` + `ncu-gemm` with NCU_KERNELS=quant_onestep
+# NCU_COUNT=3 NCU_ARGS="allreduce --algo int4-1step,int8-1step -b 64M -e 64M --iters 3 --warmup 1" 2.9 min cold (the
+# three profiled launches were all INT4's); full `build test` with CTEST_E="shared8|shared4|_np4|_np8" 7.6 min cold
+# (46 entries: 37 pass, 9 two-rank skip). `bench nccl` takes one --op per run.
 # Forty-fourth session (one H200 only): `build test` (BUILD_TARGET="braid test_pipeline_mpi test_t3_mpi test_overlap_mpi",
 # CTEST_R="test_pipeline_mpi_shared2|test_t3_mpi_shared2|test_overlap_mpi_shared2": all pass) 2.8 min cold; `build test`
 # with test_comm_mpi (+ test_layer_mpi) and one-rank `bench comm` runs 3.2-4 min cold. Next on two GPUs: `bench-comm`
