@@ -6,6 +6,8 @@
 //   2. meet   — barrier_kernel: one block per rank meets every rank on the comm's signal slot;
 //   3. read   — the peers' staging buffers are read over peer memory into the output;
 //   4. meet   — again, so that no rank restages (step 1 of the next round or method) while a peer still reads.
+// (all_gather copies its own part straight into the output in step 1, beside the stage copy; at one rank it stages
+// nothing.)
 // The engines differ only in who moves the bytes (copy()) and where a reduction reads (sum_round()). Engine kSm:
 // copy_kernel stages and reads, sum_kernel reads the peers' staging and sums. Engine kCopyEngine: the copy engines
 // stage and read (pulls straight into the output; for a reduction into the local receive buffer, which a sum_kernel
@@ -238,14 +240,21 @@ class PeerComm final : public Comm {
   std::string name() const override { return ce_ ? "peer-ce" : "peer"; }
 
   void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
-    const size_t es = bench::dtype_size(t), W = size_t(size());
+    const size_t es = bench::dtype_size(t), W = size_t(size()), me = size_t(rank());
     const size_t C = stage_bytes_ / es;  // elements per round
     begin(s);
     for (size_t off = 0; off < count; off += C) {
       const size_t n = std::min(C, count - off);
-      stage(bytes(in) + off * es, n * es);
+      // Steps 1-2 with this rank's own part copied into the output beside the stage copy (one batch), so only the
+      // peers' parts follow the barrier; at one rank nothing is staged.
+      Copies c{};
+      if (W > 1) add(c, bytes(in) + off * es, local(), n * es);
+      add(c, bytes(in) + off * es, bytes(out) + (me * count + off) * es, n * es);
+      copy(c);
+      meet();
       Copies g{};
-      for (size_t r = 0; r < W; ++r) add(g, peer(int(r)), bytes(out) + (r * count + off) * es, n * es);
+      for (size_t r = 0; r < W; ++r)
+        if (r != me) add(g, peer(int(r)), bytes(out) + (r * count + off) * es, n * es);
       copy(g);
       meet();
     }
