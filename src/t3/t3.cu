@@ -174,7 +174,8 @@ GemmReduceScatter::GemmReduceScatter(Team& team, const RsOptions& opt) : team_(t
   const auto seg_rows = env::integer("BRAID_T3_SEGMENT_ROWS", 0, int64_t(1) << 30);
   // direct-tma's column order (stored[] per segment and tile column, every owner's segment in one swizzle strip):
   // BRAID_T3_COLUMN_ORDER=1.
-  // Off by default: its map passes test_t3_map's symbolic run (worlds 2-8); not GPU-run yet (forty-first session).
+  // Off by default (docs/t3.md, forty-sixth session, 2x H200): DRAM bytes 0.376x of sequential against the whole
+  // chunk's 0.560x on the within-2x shapes, but 4.4% slower; t3-auto picks by time.
   const bool column_order = env::flag("BRAID_T3_COLUMN_ORDER").value_or(false);
   map_ = make_address_map(opt.variant, W, team.rank(), opt.m, opt.n, detail::kBM, detail::kBN, regions,
                           seg_rows ? int((*seg_rows + detail::kBM - 1) / detail::kBM) : -1, column_order);
