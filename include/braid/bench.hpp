@@ -41,6 +41,14 @@ struct Stats {
 };
 // Order statistics of a sample (nearest-rank percentiles).
 Stats summarize(std::vector<double> us);
+// time_interleaved's samples of one fn split back into its passes: `rounds` consecutive equal chunks (its
+// per-pass iteration count), the median of each. Throws UsageError unless us.size() is a positive multiple of rounds.
+std::vector<double> round_medians(const std::vector<double>& us, int rounds);
+// Per pass r, the fraction of the reference's exposed time (ref[r] - base[r]) that variant v removes:
+// 1 - max(0, v[r] - base[r]) / (ref[r] - base[r]); NaN where the reference exposes nothing. All three are
+// round_medians of the same interleaved timing, so each pass compares runs made side by side.
+std::vector<double> hidden_by_round(const std::vector<double>& v, const std::vector<double>& ref,
+                                    const std::vector<double>& base);
 
 // Element counts per rank of one collective call at a sweep point of `bytes` (nccl-tests convention: `bytes` is the
 // larger of the per-rank send and receive buffers; the element count is rounded down to a multiple of `world`).
@@ -169,9 +177,14 @@ struct Context {
   std::string date;     // ISO 8601 UTC
   std::string commit;   // BRAID_COMMIT at build time
   std::string command;  // the command line
+  std::string env;      // the run's BRAID_* / NCCL_* settings (run_environment), e.g. "BRAID_T3_COLUMN_ORDER=1"
   int world = 1;
 };
 Context make_context(int argc, char** argv, int world);
+// The environment variables that change what a run measures, as "NAME=VALUE NAME=VALUE", sorted: every
+// BRAID_* and NCCL_* entry of `envp` (a NULL-terminated environ-style array) except the bookkeeping ones
+// (BRAID_COMMIT, which has its own field, the watchdogs' BRAID_DEADLINE_S / BRAID_TEST_DEADLINE_S, BRAID_OFFLINE).
+std::string run_environment(const char* const* envp);
 // Short folder name for results, e.g. "h100x2".
 std::string card_tag(const std::string& card, int world);
 

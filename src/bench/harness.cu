@@ -9,6 +9,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>  // environ
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -183,6 +185,27 @@ std::vector<size_t> interleave_order(size_t n, int r) {
   for (size_t j = 0; j < n; ++j)  // even passes ascend from r mod n, odd ones descend from it
     order[j] = r % 2 == 0 ? (j + size_t(r)) % n : (size_t(r) % n + n - j % n) % n;
   return order;
+}
+
+std::vector<double> round_medians(const std::vector<double>& us, int rounds) {
+  BRAID_REQUIRE(rounds >= 1 && !us.empty() && us.size() % size_t(rounds) == 0,
+                "round_medians: the sample must split into `rounds` equal passes");
+  const size_t per = us.size() / size_t(rounds);
+  std::vector<double> med;
+  for (int r = 0; r < rounds; ++r)
+    med.push_back(summarize(std::vector<double>(us.begin() + long(r * per), us.begin() + long((r + 1) * per))).median_us);
+  return med;
+}
+
+std::vector<double> hidden_by_round(const std::vector<double>& v, const std::vector<double>& ref,
+                                    const std::vector<double>& base) {
+  BRAID_REQUIRE(v.size() == ref.size() && v.size() == base.size(), "hidden_by_round: one value per pass in each");
+  std::vector<double> h;
+  for (size_t r = 0; r < v.size(); ++r) {
+    const double exposed_ref = ref[r] - base[r];
+    h.push_back(exposed_ref > 0 ? 1.0 - std::max(0.0, v[r] - base[r]) / exposed_ref : std::nan(""));
+  }
+  return h;
 }
 
 std::vector<std::vector<double>> time_interleaved(Team* team, cudaStream_t stream, const TimingOptions& opt,
@@ -507,8 +530,26 @@ Context make_context(int argc, char** argv, int world) {
   }
   if (world > 1) cmd = "mpirun -np " + std::to_string(world) + " " + cmd;
   c.command = cmd;
+  c.env = run_environment(environ);
   c.world = world;
   return c;
+}
+
+std::string run_environment(const char* const* envp) {
+  static const char* const kSkip[] = {"BRAID_COMMIT", "BRAID_DEADLINE_S", "BRAID_TEST_DEADLINE_S", "BRAID_OFFLINE"};
+  std::vector<std::string> kept;
+  for (const char* const* e = envp; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (kv.rfind("BRAID_", 0) != 0 && kv.rfind("NCCL_", 0) != 0) continue;
+    const std::string name = kv.substr(0, kv.find('='));
+    bool skip = false;
+    for (const char* k : kSkip) skip = skip || name == k;
+    if (!skip) kept.push_back(kv);
+  }
+  std::sort(kept.begin(), kept.end());
+  std::string o;
+  for (const auto& kv : kept) o += (o.empty() ? "" : " ") + kv;
+  return o;
 }
 
 std::string card_tag(const std::string& card, int world) {
@@ -568,7 +609,7 @@ Json& Json::add_raw(const std::string& k, const std::string& j) {
   return *this;
 }
 Json& Json::add_context(const Context& c) {
-  return add("card", c.card).add("date", c.date).add("commit", c.commit).add("command", c.command);
+  return add("card", c.card).add("date", c.date).add("commit", c.commit).add("command", c.command).add("env", c.env);
 }
 std::string Json::str() const {
   std::string o = "{";

@@ -469,6 +469,7 @@ struct Variant {
   double us;
   double mem;      // device bytes the variant needs (allocator accounting)
   int rounds = 0;  // > 0: timed interleaved with the core variants over this many passes
+  std::vector<double> round_us;  // timed interleaved: the median of each pass (bench::round_medians)
   // Host side, per call (a unit or a pass), averaged over every call the timing made (warm-up included):
   // the time the host took to issue it, and of that the time blocked waiting for MoE all-to-all counts.
   // The GPU runs ahead of the host only while issue < time; negative: not measured.
@@ -489,6 +490,7 @@ struct Interleaved {
     int calls = 0;
   };
   std::vector<std::shared_ptr<Host>> hosts;
+  std::vector<double> compute_rounds;  // after time(): compute only's median in each pass
   void add(const std::string& name, std::function<void(int)> fn, double mem) {
     names.push_back(name), fns.push_back(std::move(fn)), mems.push_back(mem);
   }
@@ -519,9 +521,11 @@ struct Interleaved {
     };
     for (size_t i = 0; i < fns.size(); ++i) {
       vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], rounds});
+      vs.back().round_us = bench::round_medians(t[i], rounds);
       host_of(i, vs.back());
     }
     if (compute_host) host_of(fns.size(), *compute_host);
+    compute_rounds = bench::round_medians(t.back(), rounds);
     return bench::summarize(t.back()).median_us;
   }
 };
@@ -533,7 +537,8 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
             Streams& st, m::Comm& comm_a, m::Comm& comm_b, int64_t local_tokens, const std::vector<Variant>& vs,
             double compute_us, double comm_us, double one_set, const std::string& rr_name, int layers,
             const std::string& plan_source, const Plan& plan, bool ok,
-            const std::function<void(double, double)>& context, const m::Layer& probe) {
+            const std::function<void(double, double)>& context, const m::Layer& probe,
+            const std::vector<double>& compute_rounds = {}) {
   const bool root = team.rank() == 0;
   // MoE with a capacity factor: what it dropped in the probe layer's last forward, summed over the ranks.
   const double drop_fraction = probe.moe_dropped_fraction(team, true);
@@ -597,8 +602,12 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       std::printf("# compute from the pair table's solo operator times: %.1f us (compute-only pass %.1f us); hidden(solo) "
                   "measures exposure against it\n",
                   solo_us, compute_us);
-    std::printf("%-20s %10s %12s %7s %12s %8s %11s %9s %9s %9s %10s %10s\n", "variant", "time(us)", "tokens/s", "MFU",
-                "exposed(us)", "hidden", "hidden(solo)", "vs single", "vs rr", "mem(MiB)", "host(us)", "moewait");
+    if (!compute_rounds.empty())
+      std::printf("# hidden/pass: the hidden fraction in each interleaved pass (the variant, the single strand and compute "
+                  "only timed side by side in that pass), lowest-highest; '-' for a variant timed on its own\n");
+    std::printf("%-20s %10s %12s %7s %12s %8s %11s %12s %9s %9s %9s %10s %10s\n", "variant", "time(us)", "tokens/s", "MFU",
+                "exposed(us)", "hidden", "hidden(solo)", "hidden/pass", "vs single", "vs rr", "mem(MiB)", "host(us)",
+                "moewait");
   }
   for (const auto& v : vs) {
     const double exposed = std::max(0.0, v.us - compute_us);
@@ -608,14 +617,25 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
     // a unit (a stack's pass) moves one micro-batch's forward and another's backward through the layer (the stack)
     const double tok_s = double(c.tokens()) / (v.us * 1e-6);
     const double mfu = flops / (v.us * 1e-6) / kPeakFlops;
+    // The spread over passes: each pass's hidden fraction against that pass's single strand and compute only.
+    double pass_lo = std::nan(""), pass_hi = std::nan("");
+    if (!compute_rounds.empty() && v.round_us.size() == compute_rounds.size() &&
+        vs[0].round_us.size() == compute_rounds.size())
+      for (const double h : bench::hidden_by_round(v.round_us, vs[0].round_us, compute_rounds))
+        if (!std::isnan(h)) {
+          pass_lo = std::isnan(pass_lo) ? h : std::min(pass_lo, h);
+          pass_hi = std::isnan(pass_hi) ? h : std::max(pass_hi, h);
+        }
     if (root) {
       char hs[32] = "-";
       if (solo_us > 0) std::snprintf(hs, sizeof hs, "%.1f%%", 100 * hidden_solo);
       char hi[32] = "-", hw[32] = "-";
       if (v.host_issue_us >= 0) std::snprintf(hi, sizeof hi, "%.0f", v.host_issue_us);
       if (v.host_wait_us >= 0) std::snprintf(hw, sizeof hw, "%.0f", v.host_wait_us);
-      std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %11s %8.3fx %8.3fx %9.1f %10s %10s\n", v.name.c_str(), v.us,
-                  tok_s, 100 * mfu, exposed, 100 * hidden, hs, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0,
+      char hp[32] = "-";
+      if (!std::isnan(pass_lo)) std::snprintf(hp, sizeof hp, "%.0f..%.0f%%", 100 * pass_lo, 100 * pass_hi);
+      std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %11s %12s %8.3fx %8.3fx %9.1f %10s %10s\n", v.name.c_str(),
+                  v.us, tok_s, 100 * mfu, exposed, 100 * hidden, hs, hp, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0,
                   v.mem / 1048576.0, hi, hw);
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
@@ -626,6 +646,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
       j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
       j.add("compute_solo_sum_us", solo_us).add("hidden_fraction_vs_solo_sum", hidden_solo);
+      j.add("hidden_fraction_pass_min", pass_lo).add("hidden_fraction_pass_max", pass_hi);
       j.add("host_issue_us", v.host_issue_us).add("host_moe_wait_us", v.host_wait_us);
       j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
       j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
@@ -930,7 +951,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
                        sa.memory().total() / 1048576.0, sa.memory().weights / 1048576.0, sa.memory().grads / 1048576.0,
                        sb.memory().total() / 1048576.0, slot / 1048576.0, a.layers, a.layers + 1, extra / 1048576.0,
                        mem_two / mem_single);
-         }, sa);
+         }, sa, iv.compute_rounds);
   team.synchronize(s, "bench strands (stack) end");
   return ok ? 0 : 3;
 }
@@ -1343,6 +1364,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   StrandExecutor ex_dep(dag_dep, whole_pass_plan(dag_dep, plan), st.s);
   StrandExecutor ex_dep2(dag_dep2, whole_pass_plan(dag_dep2, plan), st.s);
   std::vector<std::unique_ptr<StrandExecutor>> order_ex;
+  std::vector<double> compute_rounds;  // compute only's median per interleaved pass (the hidden/pass column)
   {
     Interleaved iv;
     iv.add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
@@ -1404,6 +1426,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       iv.add(name, [&, e](int) { e->run(la, lb); }, two_sets);
     }
     compute_us = iv.time(team, s, opt, a.rounds, [&](int) { run_compute_only(la, lb, s); }, vs);
+    compute_rounds = iv.compute_rounds;
     if (root)
       std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d iterations each; compute "
                   "only %.1f us interleaved, %.1f us timed alone before\n",
@@ -1558,7 +1581,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                        lb.memory().total() / 1048576.0, (mem_comm_a - mem0) / 1048576.0,
                        (mem_comm_b - mem_comm_a) / 1048576.0, (mem_a - mem_comm_b) / 1048576.0,
                        (mem_b - mem_a) / 1048576.0, (mem_peak - mem_b) / 1048576.0);
-         }, la);
+         }, la, compute_rounds);
   team.synchronize(s, "bench strands end");
   return 0;
 }

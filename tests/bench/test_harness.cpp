@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include <cmath>
 #include <cstdio>
 
 #include "braid/bench.hpp"
@@ -65,6 +66,37 @@ TEST(Harness, JsonRowsCarryTheSchemaFields) {
   EXPECT_NE(s.find("\"correct\": true"), std::string::npos) << s;
   EXPECT_NE(s.find("--op \\\"allreduce\\\""), std::string::npos) << s;
   EXPECT_EQ(card_tag(c.card, 2), "h100x2");
+  EXPECT_NE(s.find("\"env\": \"\""), std::string::npos) << s;
+}
+
+// time_interleaved appends each pass's samples in pass order: the per-pass medians, and the hidden fraction
+// of each pass against the same pass's reference and compute-only run.
+TEST(Harness, RoundMediansAndHiddenByRound) {
+  const std::vector<double> us = {5, 1, 3, 10, 30, 20};  // two passes of three
+  EXPECT_EQ(round_medians(us, 2), (std::vector<double>{3, 20}));
+  EXPECT_EQ(round_medians(us, 1), (std::vector<double>{7.5}));
+  EXPECT_EQ(round_medians(us, 3), (std::vector<double>{3, 6.5, 25}));
+  EXPECT_THROW(round_medians(us, 4), braid::UsageError);
+  EXPECT_THROW(round_medians({}, 1), braid::UsageError);
+  EXPECT_THROW(round_medians(us, 0), braid::UsageError);
+  // base (compute only) 100, 110; the reference (single strand) 120, 120; a variant 105, 108.
+  const auto h = hidden_by_round({105, 108}, {120, 120}, {100, 110});
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_DOUBLE_EQ(h[0], 0.75);  // 5 of 20 exposed left
+  EXPECT_DOUBLE_EQ(h[1], 1.0);   // faster than compute only: nothing exposed
+  EXPECT_TRUE(std::isnan(hidden_by_round({1}, {1}, {2})[0]));  // the reference exposes nothing
+  EXPECT_THROW(hidden_by_round({1, 2}, {1}, {1}), braid::UsageError);
+}
+
+// Rows name the settings that change what was measured (a knob A/B's two runs share one command line).
+TEST(Harness, RunEnvironmentKeepsTheKnobsOnly) {
+  const char* envp[] = {"PATH=/usr/bin", "BRAID_T3_COLUMN_ORDER=1", "NCCL_NVLS_ENABLE=0", "BRAID_COMMIT=abc",
+                        "BRAID_DEADLINE_S=90", "BRAID_TEST_DEADLINE_S=45", "BRAID_OFFLINE=1", "HOME=/root",
+                        "BRAID_AR_1STEP_PULL16=0", "XBRAID_X=1", nullptr};
+  EXPECT_EQ(run_environment(envp), "BRAID_AR_1STEP_PULL16=0 BRAID_T3_COLUMN_ORDER=1 NCCL_NVLS_ENABLE=0");
+  const char* none[] = {"PATH=/usr/bin", nullptr};
+  EXPECT_EQ(run_environment(none), "");
+  EXPECT_EQ(run_environment(nullptr), "");
 }
 
 // time_interleaved's pass orders: each a permutation; over passes the first variant changes, and a
