@@ -83,7 +83,8 @@
 # test_t3_mpi$' (48 s), COMM_MAX=64M, STRANDS_ITERS=5 STRANDS_ROUNDS=2) 4.6 min cold; `build strands-mixtral`
 # (MIXTRAL_THROTTLES="0 1", 10 iterations x 4 rounds) 4.6 min cold; `build t3-swizzle ncu-t3` (two configs x 2 algos x 25
 # shapes each) 6 min warm; Mixtral `strands-stack` (STACK_TEST=0, one throttle) ~35 s warm per run, several runs in one
-# call by calling this script once per $OUT/<sub> (E= and STRANDS_ARGS differ per run); `build strands-stack` 4 min cold.
+# call by calling this script once per $OUT/<sub> (E= and STRANDS_ARGS differ per run); `build strands-stack` 4 min cold;
+# a seventh call `build strands-stack` (BUILD_TARGET=braid, one Mixtral stack) 2.6 min cold, 155 s of command.
 # Forty-fifth session (one H200 only): `build test bench-comm` (BUILD_TARGET="braid test_comm_mpi test_layer_mpi",
 # CTEST_R="test_comm_mpi|test_layer_mpi_shared2": pass; test_comm_mpi_shared8 alone 145 s; COMM_MAX=64M) 6.6 min cold;
 # `build` (BUILD_TARGET=braid) + one-rank `bench allreduce --phases` + `ncu-gemm` with NCU_KERNELS=quant_onestep
