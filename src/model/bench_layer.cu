@@ -1,5 +1,6 @@
 // `braid bench layer`: verify the layer on a small shape against the CPU reference, then time forward
 // and backward at the asked shape, per operator and whole, and report MFU and tokens/s.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -186,30 +187,56 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   struct Row {
     std::string phase, name, kind, shape;
     double us, flops, bytes;
+    double host_us;  // host time to issue one call (mean over every call the timing made, warm-up included)
+  };
+  // Times fn on the GPU (time_iterations) and, around each call, on the host: what the issuing thread spends in
+  // the call (launch APIs, cuBLAS/cuDNN/NCCL host work, a dropless MoE dispatch's wait for its counts). An
+  // operator whose host time reaches its GPU time keeps the GPU waiting on the host whenever the queue is empty.
+  auto timed = [&](const std::function<void()>& fn, double* host_us) {
+    double host = 0;
+    int calls = 0;
+    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      ++calls;
+    }));
+    *host_us = calls ? host / calls : 0;
+    return st;
   };
   std::vector<Row> rows;
   auto phase_run = [&](Phase ph) {
     const char* pname = ph == Phase::kForward ? "forward" : "backward";
-    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) {
+    double phase_host_us = 0;
+    const double waited0 = layer.host_wait_us();
+    int phase_calls = 0;
+    const auto st = timed([&] {
       if (ph == Phase::kForward) layer.forward(s);
       else layer.backward(s);
-    }));
-    double comm_us = 0, comp_us = 0;
+      ++phase_calls;
+    }, &phase_host_us);
+    // of the host time, blocked waiting for a dropless MoE dispatch's counts (waiting for the GPU, not issuing)
+    const double phase_wait_us = phase_calls ? (layer.host_wait_us() - waited0) / phase_calls : 0;
+    double comm_us = 0, comp_us = 0, ops_host_us = 0;
     if (a.per_op) {
       const auto& ops = layer.ops(ph);
       for (size_t i = 0; i < ops.size(); ++i) {
-        const auto os = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) { layer.run_op(ph, i, s); }));
+        double host_us = 0;
+        const auto os = timed([&] { layer.run_op(ph, i, s); }, &host_us);
         (ops[i].kind == OpKind::kComm ? comm_us : comp_us) += os.median_us;
+        ops_host_us += host_us;
         rows.push_back({pname, ops[i].name, ops[i].kind == OpKind::kComm ? comm_name(ops[i].comm) : "compute",
-                        ops[i].shape, os.median_us, ops[i].flops, ops[i].bytes});
+                        ops[i].shape, os.median_us, ops[i].flops, ops[i].bytes, host_us});
       }
     }
     const double flops = layer_model_flops(c, ph) / tp;  // per GPU
     const double mfu = flops / (st.median_us * 1e-6) / kPeakFlops;
     const double tok_s = double(c.tokens()) / (st.median_us * 1e-6);
     if (root) {
-      std::printf("%-9s %10.1f us  (sum of ops: compute %.1f us, communication %.1f us)  MFU %.1f%%  %.0f tokens/s\n",
-                  pname, st.median_us, comp_us, comm_us, 100 * mfu, tok_s);
+      std::printf("%-9s %10.1f us  (sum of ops: compute %.1f us, communication %.1f us)  MFU %.1f%%  %.0f tokens/s; "
+                  "host %.1f us per call, of it %.1f us waiting for MoE counts%s\n",
+                  pname, st.median_us, comp_us, comm_us, 100 * mfu, tok_s, phase_host_us, phase_wait_us,
+                  phase_host_us - phase_wait_us >= st.median_us ? " (host-bound: the GPU waits for the host)" : "");
       bench::Json j;
       j.add("bench", "layer").add("phase", pname).add("model", c.name).add("hidden", c.hidden).add("heads", c.heads);
       j.add("kv_heads", c.kv_heads).add("ffn", c.ffn).add("experts", c.experts).add("top_k", c.top_k);
@@ -218,6 +245,8 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
       j.add("attention", layer.attention_backend());
       j.add("time_us", st.median_us).add("p10_us", st.p10_us).add("p90_us", st.p90_us);
       j.add("ops_compute_us", comp_us).add("ops_comm_us", comm_us).add("model_tflops_per_gpu", flops / 1e12);
+      j.add("host_issue_us", phase_host_us).add("host_moe_wait_us", phase_wait_us);
+      if (a.per_op) j.add("ops_host_issue_us", ops_host_us);
       j.add("mfu", mfu).add("tokens_per_s", tok_s).add("verified", ok).add("verify_rel_l2", worst_err);
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());
@@ -227,14 +256,17 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   if (a.backward) phase_run(Phase::kBackward);
 
   if (root && a.per_op) {
-    std::printf("\n%-9s %-22s %-13s %10s %9s %9s  %s\n", "phase", "op", "kind", "time(us)", "TFLOP/s", "GB/s", "shape");
+    std::printf("\n# host(us): the host's time to issue one call of the op (its GPU time is time(us)); '*': host >= GPU\n");
+    std::printf("%-9s %-22s %-13s %10s %9s %9s %10s  %s\n", "phase", "op", "kind", "time(us)", "TFLOP/s", "GB/s",
+                "host(us)", "shape");
     for (const auto& r : rows) {
-      std::printf("%-9s %-22s %-13s %10.1f %9.1f %9.1f  %s\n", r.phase.c_str(), r.name.c_str(), r.kind.c_str(), r.us,
-                  r.flops / (r.us * 1e-6) / 1e12, r.bytes / (r.us * 1e-6) / 1e9, r.shape.c_str());
+      std::printf("%-9s %-22s %-13s %10.1f %9.1f %9.1f %9.1f%s  %s\n", r.phase.c_str(), r.name.c_str(), r.kind.c_str(),
+                  r.us, r.flops / (r.us * 1e-6) / 1e12, r.bytes / (r.us * 1e-6) / 1e9, r.host_us,
+                  r.host_us >= r.us ? "*" : " ", r.shape.c_str());
       bench::Json j;
       j.add("bench", "layer_op").add("phase", r.phase).add("op", r.name).add("kind", r.kind).add("shape", r.shape);
       j.add("model", c.name).add("seq", c.seq).add("tp", tp).add("time_us", r.us).add("flops", r.flops);
-      j.add("bytes", r.bytes).add_context(ctx);
+      j.add("bytes", r.bytes).add("host_issue_us", r.host_us).add_context(ctx);
       bench::append_jsonl(a.json, j.str());
     }
   }
