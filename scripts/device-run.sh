@@ -87,7 +87,8 @@
 # a seventh call `build strands-stack` (BUILD_TARGET=braid, one Mixtral stack) 2.6 min cold, 155 s of command.
 # Done on 2x H200 there: bench-comm, strands-ce, test_comm_mpi$ at two GPUs, the Mixtral stack dropless vs --capacity 1.0,
 # DEFER_DISPATCH, T3's column order (ncu-t3 / t3-swizzle). Next on 2x H200: the Mixtral stack on NVLink (STACK_THROTTLES=0,
-# dropless and capacity); on 2x H100: the plan below ("On 2x H100"), plus ncu-t3 with NCU_CONFIGS="col=BRAID_T3_COLUMN_ORDER=1
+# dropless and capacity), and `layer-capacity` with CAPACITIES="0 1.0" (bench layer's new host(us) columns: where the
+# dropless passes lose to the host; first GPU run of 4e65acc); on 2x H100: the plan below ("On 2x H100"), plus ncu-t3 with NCU_CONFIGS="col=BRAID_T3_COLUMN_ORDER=1
 # base" NCU_ALGOS=sequential,t3-direct-tma NCU_SHAPES from bench/shapes/within2x-h100x2.txt (issue 8's DRAM criterion).
 # Forty-fifth session (one H200 only): `build test bench-comm` (BUILD_TARGET="braid test_comm_mpi test_layer_mpi",
 # CTEST_R="test_comm_mpi|test_layer_mpi_shared2": pass; test_comm_mpi_shared8 alone 145 s; COMM_MAX=64M) 6.6 min cold;
