@@ -104,6 +104,10 @@ Layer strand_layer(const model::ModelConfig& c, const model::Parallel& p, const 
           if (infos[size_t(j)].name == "router_bwd") op.deps.push_back(j);
       if (fwd || !is_sink(o.name)) last_main = int(i);
       op.solo_us = solo_estimate(o, op.type, p.tp, op.link, hw);
+      // Dropless MoE: the dispatch's issue waits on the host for the counts (model::Layer's moe_finish_counts);
+      // with a capacity factor the shapes are static and nothing waits.
+      if (fwd && o.name == "a2a_dispatch" && c.moe() && c.capacity <= 0 && i > 0 && infos[i - 1].name == "a2a_counts")
+        op.host_waits_for = int(i) - 1;
       out.push_back(op);
     }
   }
@@ -136,6 +140,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
   };
   Strand st[2] = {{&fseg, Pass::Forward}, {&bseg, Pass::Backward}};
   double free_at[3] = {0, 0, 0};  // compute, local, cross
+  double host = 0;                // the host gate: no op issued from here on starts earlier (Op::host_waits_for)
   // dep_ready: an op is ready at the end of its latest dependency issued here (else at 0).
   std::vector<double> end_of[2] = {std::vector<double>(dag.fwd.size(), 0.0), std::vector<double>(dag.bwd.size(), 0.0)};
   auto ready_of = [&](int s, const Op& op) {
@@ -143,6 +148,11 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
     double r = 0;
     for (int d : op.deps) r = std::max(r, end_of[s][d]);
     return r;
+  };
+  // The host gate once `op` of strand s is issued: its waited-for op's end (issued earlier: it precedes op in
+  // its pass's order), else unchanged.
+  auto gate_after = [&](int s, const Op& op) {
+    return op.host_waits_for >= 0 ? std::max(host, end_of[s][op.host_waits_for]) : host;
   };
   std::vector<std::pair<double, double>> frees;  // scheduled backward frees: (end time, bytes)
   double allocated = 0;                          // forward allocations so far
@@ -170,7 +180,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
       if (st[s].k >= st[s].seg->size()) continue;
       const int i = (*st[s].seg)[st[s].k];
       const Op& op = dag.ops(st[s].pass)[i];
-      double start = std::max(free_at[int(op.link)], ready_of(s, op));
+      double start = std::max({free_at[int(op.link)], ready_of(s, op), gate_after(s, op)});
       if (mem && s == 0 && mem->alloc_f[i] > 0) {
         start = fits_at(start, mem->alloc_f[i]);
         if (start < 0) continue;  // blocked until the backward strand frees more
@@ -189,6 +199,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
     Strand& s = st[best];
     const int i = (*s.seg)[s.k++];
     const Op& op = dag.ops(s.pass)[i];
+    host = gate_after(best, op);
     const double end = best_start + std::max(op.solo_us, 0.0);
     free_at[int(op.link)] = end;
     s.ready = end;
@@ -264,15 +275,24 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int be
     }
     return true;
   };
+  // The host gate (Op::host_waits_for): only a forward op waits, for the op just before it in the forward order
+  // (the dropless MoE dispatch for its counts), so the waited op's end is the forward strand's free time then.
+  for (size_t k = 0; k < nf; ++k) {
+    const int w = dag.fwd[fo[k]].host_waits_for;
+    BRAID_REQUIRE(w < 0 || (k > 0 && fo[k - 1] == w),
+                  "best_issue_order: a host-gated operator must directly follow the operator it waits for");
+  }
+  for (const Op& o : dag.bwd)
+    BRAID_REQUIRE(o.host_waits_for < 0, "best_issue_order: host-gated backward operators are not modelled");
   struct State {
-    double t[5];  // free times: compute, local, cross stream; forward, backward strand
+    double t[6];  // free times: compute, local, cross stream; forward, backward strand; the host gate
     int parent;   // index into the previous diagonal's arena
     int pass, op; // the op issued last (pass 0 forward, 1 backward)
   };
   auto finish = [](const State& x) { return *std::max_element(x.t, x.t + 5); };
-  auto sum = [](const State& x) { return x.t[0] + x.t[1] + x.t[2] + x.t[3] + x.t[4]; };
+  auto sum = [](const State& x) { return x.t[0] + x.t[1] + x.t[2] + x.t[3] + x.t[4] + x.t[5]; };
   auto dominates = [](const State& a, const State& b) {
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < 6; ++i)
       if (a.t[i] > b.t[i] + 1e-9) return false;
     return true;
   };
@@ -281,7 +301,7 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int be
   const size_t total = nf + nm + ns;
   std::vector<std::vector<State>> arena(total + 1);
   std::vector<std::map<Key, std::vector<int>>> cell(total + 1);
-  arena[0].push_back(State{{0, 0, 0, 0, 0}, -1, -1, -1});
+  arena[0].push_back(State{{0, 0, 0, 0, 0, 0}, -1, -1, -1});
   cell[0][Key{0, 0, 0u}] = {0};
   for (size_t d = 0; d < total; ++d) {
     std::map<Key, std::vector<State>> cand;
@@ -292,7 +312,8 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int be
         for (int idx : idxs) {
           State x = arena[d][idx];
           const int l = int(o.link);
-          const double end = std::max(x.t[l], x.t[3 + pass]) + std::max(o.solo_us, 0.0);
+          if (o.host_waits_for >= 0) x.t[5] = std::max(x.t[5], x.t[3 + pass]);
+          const double end = std::max({x.t[l], x.t[3 + pass], x.t[5]}) + std::max(o.solo_us, 0.0);
           x.t[l] = x.t[3 + pass] = end;
           x.parent = idx, x.pass = pass, x.op = op;
           cand[next].push_back(x);
@@ -349,6 +370,7 @@ std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
   double ready[2] = {0, 0};       // forward strand, backward strand
   std::vector<double> end_of[2] = {std::vector<double>(dag.fwd.size(), 0.0), std::vector<double>(dag.bwd.size(), 0.0)};
   std::vector<OpSpan> spans;
+  double host = 0;  // the host gate (Op::host_waits_for): no op issued after a gated op starts before its wait ends
   for (const auto& st : plan.steps)
     for (const auto& [pass, i] : list_schedule(dag, st.fwd, st.bwd)) {
       const Op& op = dag.ops(pass)[i];
@@ -358,7 +380,8 @@ std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
         r = 0;
         for (int d : op.deps) r = std::max(r, end_of[s][d]);
       }
-      const double start = std::max(free_at[int(op.link)], r);
+      if (op.host_waits_for >= 0) host = std::max(host, end_of[s][op.host_waits_for]);
+      const double start = std::max({free_at[int(op.link)], r, host});
       ready[s] = free_at[int(op.link)] = end_of[s][i] = start + std::max(op.solo_us, 0.0);
       spans.push_back({pass, i, start, ready[s]});
     }
@@ -631,6 +654,7 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
   std::vector<double> work(n);
   std::vector<int> pos[2] = {std::vector<int>(dag.fwd.size(), -1), std::vector<int>(dag.bwd.size(), -1)};
   int last_on[3] = {-1, -1, -1}, last_of[2] = {-1, -1};
+  std::vector<size_t> gates;  // the host gate: items every item issued from here on waits for (Op::host_waits_for)
   for (size_t k = 0; k < n; ++k) {
     const int s = order[k].first == Pass::Forward ? 0 : 1;
     const Op& op = op_of(k);
@@ -638,6 +662,11 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
     pos[s][order[k].second] = int(k);
     stream[k] = int(op.link);
     work[k] = std::max(op.solo_us, 0.0);
+    if (op.host_waits_for >= 0) {
+      BRAID_REQUIRE(pos[s][op.host_waits_for] >= 0, "corun_makespan_us: a host-gated op issued before the op it waits for");
+      gates.push_back(size_t(pos[s][op.host_waits_for]));
+    }
+    for (size_t g : gates) preds[k].push_back(g);
     if (last_on[stream[k]] >= 0) preds[k].push_back(size_t(last_on[stream[k]]));
     if (dag.dep_ready) {
       for (int d : op.deps) {

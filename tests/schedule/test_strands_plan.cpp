@@ -149,6 +149,75 @@ TEST(StrandsPlan, BestIssueOrderBeatsTheGreedyWhereItShould) {
   EXPECT_EQ(best.order[0].first, sch::Pass::Backward);
 }
 
+// The host gate (Op::host_waits_for): the dropless MoE dispatch's issue waits on the host for its counts, so
+// no operator issued after it — of either strand — starts before the counts are done. An order that issues the
+// other strand's work before the dispatch keeps the GPU busy through the wait; every executor model charges it.
+TEST(StrandsPlan, HostGateDelaysEverythingIssuedAfterIt) {
+  sch::Layer dag;
+  auto op = [](const char* name, sch::Pass pass, sch::OpKind kind, sch::LinkClass link, double us) {
+    sch::Op o;
+    o.name = name, o.pass = pass, o.kind = kind, o.link = link, o.type = kind == sch::OpKind::Comm ? "a2a" : "gemm";
+    o.solo_us = us;
+    return o;
+  };
+  const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
+  using K = sch::OpKind;
+  using L = sch::LinkClass;
+  dag.fwd = {op("f.route", F, K::Compute, L::Compute, 10), op("f.counts", F, K::Comm, L::Local, 20),
+             op("f.dispatch", F, K::Comm, L::Local, 5), op("f.expert", F, K::Compute, L::Compute, 10)};
+  for (int i = 1; i < 4; ++i) dag.fwd[size_t(i)].deps = {i - 1};
+  dag.bwd = {op("b.gemm", B, K::Compute, L::Compute, 30)};
+  using O = std::vector<std::pair<sch::Pass, int>>;
+  const O after{{F, 0}, {F, 1}, {F, 2}, {B, 0}, {F, 3}};   // b.gemm issued after the dispatch
+  const O before{{F, 0}, {F, 1}, {B, 0}, {F, 2}, {F, 3}};  // ... and before it
+  const sch::PairTable none;
+  // Ungated both orders run b.gemm at 10-40 beside the counts (10-30), the dispatch 30-35, the experts 40-50.
+  EXPECT_NEAR(sch::corun_makespan_us(dag, after, none, 0.0), 50, 1e-6);
+  EXPECT_NEAR(sch::corun_makespan_us(dag, before, none, 0.0), 50, 1e-6);
+  dag.fwd[2].host_waits_for = 1;
+  // Gated: issued after the dispatch, b.gemm waits for the counts (30-60), the experts follow it (60-70).
+  EXPECT_NEAR(sch::corun_makespan_us(dag, after, none, 0.0), 70, 1e-6);
+  EXPECT_NEAR(sch::corun_makespan_us(dag, before, none, 0.0), 50, 1e-6);
+  EXPECT_NEAR(sch::plan_makespan_us(dag, sch::order_plan(dag, after)), 70, 1e-6);
+  EXPECT_NEAR(sch::plan_makespan_us(dag, sch::order_plan(dag, before)), 50, 1e-6);
+  // The DP finds the order that issues b.gemm before the wait.
+  const auto best = sch::best_issue_order(dag);
+  EXPECT_NEAR(best.makespan_us, 50, 1e-6);
+  const auto at = [&](const O& o, sch::Pass pass, int i) {
+    return std::find(o.begin(), o.end(), std::make_pair(pass, i)) - o.begin();
+  };
+  EXPECT_LT(at(best.order, B, 0), at(best.order, F, 2));
+  EXPECT_NEAR(sch::plan_makespan_us(dag, sch::order_plan(dag, best.order)), 50, 1e-6);
+  // A gate on an op that does not directly follow its waited op is refused by the DP.
+  dag.fwd[2].host_waits_for = 0;
+  EXPECT_THROW(sch::best_issue_order(dag), braid::UsageError);
+}
+
+// The real layers: only the dropless MoE forward's dispatch is gated, on the counts just before it.
+TEST(StrandsPlan, HostGateOnTheDroplessDispatchOnly) {
+  const m::Parallel p{2, true};
+  for (const std::string name : {"llama3-70b", "mixtral-8x7b"})
+    for (const double capacity : {0.0, 1.0}) {
+      auto c = cfg(name, 4096);
+      if (!c.moe() && capacity > 0) continue;  // a capacity factor needs experts
+      c.capacity = capacity;
+      const auto dag = sch::strand_layer(c, p);
+      int gated = 0;
+      for (size_t i = 0; i < dag.fwd.size(); ++i)
+        if (dag.fwd[i].host_waits_for >= 0) {
+          ++gated;
+          EXPECT_EQ(dag.fwd[i].name, "f.a2a_dispatch");
+          EXPECT_EQ(dag.fwd[size_t(dag.fwd[i].host_waits_for)].name, "f.a2a_counts");
+          EXPECT_EQ(dag.fwd[i].host_waits_for, int(i) - 1);
+        }
+      for (const auto& o : dag.bwd) EXPECT_EQ(o.host_waits_for, -1) << o.name;
+      EXPECT_EQ(gated, name == "mixtral-8x7b" && capacity == 0 ? 1 : 0) << name << " capacity " << capacity;
+      // The executor models run on it (the DP's precondition holds).
+      const auto best = sch::best_issue_order(dag);
+      EXPECT_GT(best.makespan_us, 0);
+    }
+}
+
 // Without sequence parallelism an accumulating layer folds its replicated gradients (an MoE layer's router gradient
 // among them) into the totals inside norm1_bwd: the router's weight gradient, a movable sink, must precede it in every
 // order (an order that moved it after norm1_bwd lost that backward's router gradient at one rank).

@@ -29,6 +29,12 @@ struct Op {
   Pass pass = Pass::Forward;
   std::vector<int> deps;      // indices of operators of the same pass that must finish first
   double solo_us = 0;         // time when running alone (analytic or profiled)
+  /// The host gate: index of an operator of the same pass (directly before this one in its pass's order) whose
+  /// GPU completion the issuing thread waits for before it can issue this operator — the dropless MoE dispatch,
+  /// which needs the all-to-all counts on the host. -1: none. Every operator issued after this one, of either
+  /// strand, then starts no earlier than that completion (the executor models: list_schedule, plan_timeline,
+  /// best_issue_order, corun_makespan_us; not the segment pairing DP).
+  int host_waits_for = -1;
 };
 
 /// The forward and backward DAGs of one layer for one parallel setting.
