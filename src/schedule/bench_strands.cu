@@ -349,21 +349,37 @@ PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex
   fill_inputs(b, 41, s);
   a.forward(s), a.backward(s), b.forward(s), b.backward(s);
   team.synchronize(s, "profile-pairs warm-up");
-  auto time_of = [&](const std::vector<int>& f, const std::vector<int>& bw) {
+  // The step's GPU time (median), and in *host_us the host's mean time per call to issue it (warm-up included).
+  auto time_of = [&](const std::vector<int>& f, const std::vector<int>& bw, double* host_us = nullptr) {
+    double host = 0;
+    int calls = 0;
     const auto st = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) {
+      const auto t0 = std::chrono::steady_clock::now();
       ex.run_step(f.empty() ? nullptr : &a, f, bw.empty() ? nullptr : &b, bw);
+      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      ++calls;
     }));
+    if (host_us) *host_us = calls ? host / calls : 0;
     return st.median_us;
   };
   // An empty step (fork + join only) is the fixed cost of every measurement; subtract it so that it
-  // does not count as overlap in eq. (1).
-  const double empty_us = time_of({}, {});
+  // does not count as overlap in eq. (1). The same for the host: an operator's host time is its step's less
+  // the empty step's (the fork and join events).
+  double empty_host_us = 0;
+  const double empty_us = time_of({}, {}, &empty_host_us);
   auto net = [&](double us) { return std::max(us - empty_us, 0.01); };
   PairTable t;
   t.node = node;
   t.model = dag.model, t.parallel = dag.parallel;
-  for (size_t i = 0; i < dag.fwd.size(); ++i) t.set_solo(dag.fwd[i].name, net(time_of({int(i)}, {})));
-  for (size_t j = 0; j < dag.bwd.size(); ++j) t.set_solo(dag.bwd[j].name, net(time_of({}, {int(j)})));
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto& ops = pass == 0 ? dag.fwd : dag.bwd;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      double host_us = 0;
+      const double us = pass == 0 ? time_of({int(i)}, {}, &host_us) : time_of({}, {int(i)}, &host_us);
+      t.set_solo(ops[i].name, net(us));
+      t.set_host(ops[i].name, std::max(host_us - empty_host_us, 0.0));
+    }
+  }
   size_t pairs = 0;
   for (size_t i = 0; i < dag.fwd.size(); ++i)
     for (size_t j = 0; j < dag.bwd.size(); ++j) {
@@ -372,9 +388,24 @@ PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex
       t.set_corun(f.name, bo.name, net(time_of({int(i)}, {int(j)})));
       ++pairs;
     }
-  if (verbose)
+  if (verbose) {
     std::printf("# profiled %zu solo operators and %zu co-run pairs (empty step %.1f us subtracted)\n", t.solo.size(),
                 pairs, empty_us);
+    // Issuing against running: the host's time to issue each operator once (its step less the empty step's, a
+    // dropless MoE dispatch's count wait included) beside the operators' solo GPU times, per pass.
+    for (int pass = 0; pass < 2; ++pass) {
+      double host = 0, gpu = 0, worst = 0;
+      std::string worst_name = "-";
+      for (const Op& o : pass == 0 ? dag.fwd : dag.bwd) {
+        const double h = t.host_us(o.name).value_or(0), g = t.solo_us(o.name).value_or(0);
+        host += h, gpu += g;
+        if (h - g > worst) worst = h - g, worst_name = o.name;
+      }
+      std::printf("# host issue, %s: %.1f us for the operators once against %.1f us of their solo GPU time; most "
+                  "host over GPU: %s (%+.1f us)\n",
+                  pass == 0 ? "forward" : "backward", host, gpu, worst_name.c_str(), worst);
+    }
+  }
   return t;
 }
 

@@ -31,6 +31,14 @@ std::pair<std::string, std::string> key(const std::string& a, const std::string&
 
 void PairTable::set_solo(const std::string& name, double us) { solo[name] = us; }
 
+void PairTable::set_host(const std::string& name, double us) { host[name] = us; }
+
+std::optional<double> PairTable::host_us(const std::string& name) const {
+  auto it = host.find(name);
+  if (it == host.end()) return std::nullopt;
+  return it->second;
+}
+
 void PairTable::set_corun(const std::string& a, const std::string& b, double us) {
   corun[key(a, b)] = us;
 }
@@ -72,6 +80,7 @@ void write_pair_table(std::ostream& os, const PairTable& t) {
   os << std::setprecision(17);
   for (const auto& [n, us] : t.solo) os << "solo " << n << " " << us << "\n";
   for (const auto& [k, us] : t.corun) os << "corun " << k.first << " " << k.second << " " << us << "\n";
+  for (const auto& [n, us] : t.host) os << "host " << n << " " << us << "\n";
 }
 
 PairTable read_pair_table(std::istream& is) {
@@ -105,6 +114,9 @@ PairTable read_pair_table(std::istream& is) {
     } else if (w[0] == "corun") {
       if (w.size() != 4) fail("corun <a> <b> <us>");
       t.set_corun(w[1], w[2], number(w[3]));
+    } else if (w[0] == "host") {
+      if (w.size() != 3) fail("host <name> <us>");
+      t.set_host(w[1], number(w[2]));
     } else {
       fail("unknown record '" + w[0] + "'");
     }

@@ -35,7 +35,8 @@ TEST(Oef, TableAndMatrix) {
 
 TEST(PairFile, RoundTripIsExact) {
   const Layer L = build_layer(model_dims("mixtral-8x7b"), LayerConfig{});
-  const PairTable t = synthetic_pair_table(L);
+  PairTable t = synthetic_pair_table(L);
+  t.set_host("f.ag1", 12.25), t.set_host("b.down_dgrad", 0.1 + 0.2);  // optional host issue times
   std::stringstream ss;
   write_pair_table(ss, t);
   const PairTable r = read_pair_table(ss);
@@ -44,6 +45,9 @@ TEST(PairFile, RoundTripIsExact) {
   EXPECT_EQ(r.parallel, t.parallel);
   EXPECT_EQ(r.solo, t.solo);
   EXPECT_EQ(r.corun, t.corun);
+  EXPECT_EQ(r.host, t.host);
+  EXPECT_DOUBLE_EQ(*r.host_us("f.ag1"), 12.25);
+  EXPECT_FALSE(r.host_us("f.qkv").has_value());
   std::stringstream again;
   write_pair_table(again, r);
   std::stringstream first;
@@ -53,7 +57,8 @@ TEST(PairFile, RoundTripIsExact) {
 
 TEST(PairFile, RejectsMalformedRecords) {
   for (const char* bad : {"", "braid-pairs 2\n", "braid-pairs 1\nsolo f.a\n", "braid-pairs 1\nsolo f.a x\n",
-                          "braid-pairs 1\ncorun f.a b.x -3\n", "braid-pairs 1\nfrobnicate 1\n"}) {
+                          "braid-pairs 1\ncorun f.a b.x -3\n", "braid-pairs 1\nfrobnicate 1\n",
+                          "braid-pairs 1\nhost f.a\n", "braid-pairs 1\nhost f.a -1\n"}) {
     std::stringstream ss(bad);
     EXPECT_THROW(read_pair_table(ss), braid::UsageError) << bad;
   }

@@ -14,7 +14,10 @@
 //     parallel <setting>
 //     solo <name> <microseconds>
 //     corun <name-a> <name-b> <microseconds>
-// Pairs are unordered: "corun a b t" and "corun b a t" are the same record.
+//     host <name> <microseconds>
+// Pairs are unordered: "corun a b t" and "corun b a t" are the same record. "host" (optional, files from the
+// forty-sixth session on): the host time one issue of the operator took in the profiler (the thread's time in
+// the calls, less an empty step's), beside its solo GPU time: where issuing, not the GPU, would bound a pass.
 #pragma once
 
 #include <iosfwd>
@@ -38,11 +41,16 @@ struct PairTable {
   std::string node = "unknown", model, parallel;
   std::map<std::string, double> solo;                          // name -> us
   std::map<std::pair<std::string, std::string>, double> corun; // (min name, max name) -> us
+  std::map<std::string, double> host;                          // name -> host issue us (optional)
 
   /// Records a solo time.
   void set_solo(const std::string& name, double us);
   /// Records a co-run time of an unordered pair.
   void set_corun(const std::string& a, const std::string& b, double us);
+  /// Records the host time to issue `name` once.
+  void set_host(const std::string& name, double us);
+  /// The host issue time of `name`, if recorded.
+  std::optional<double> host_us(const std::string& name) const;
   /// The solo time of `name`, if recorded.
   std::optional<double> solo_us(const std::string& name) const;
   /// The co-run time of {a, b}, if recorded.
