@@ -1,6 +1,7 @@
 // The GPU layer's operator lists as schedule DAGs (strands.hpp): names, types, links, dependencies and
 // analytic solo times. CPU only.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -118,6 +119,9 @@ void apply_solo_times(Layer& dag, const PairTable& t) {
   for (auto* ops : {&dag.fwd, &dag.bwd})
     for (auto& op : *ops)
       if (const auto s = t.solo_us(op.name)) op.solo_us = *s;
+  for (auto* ops : {&dag.fwd, &dag.bwd})
+    for (auto& op : *ops)
+      if (const auto h = t.host_us(op.name)) op.host_us = *h;
 }
 
 namespace {
@@ -140,7 +144,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
   };
   Strand st[2] = {{&fseg, Pass::Forward}, {&bseg, Pass::Backward}};
   double free_at[3] = {0, 0, 0};  // compute, local, cross
-  double host = 0;                // the host gate: no op issued from here on starts earlier (Op::host_waits_for)
+  double host = 0;  // the host: when the last op issued was enqueued (its gate and issue time, Op::host_us)
   // dep_ready: an op is ready at the end of its latest dependency issued here (else at 0).
   std::vector<double> end_of[2] = {std::vector<double>(dag.fwd.size(), 0.0), std::vector<double>(dag.bwd.size(), 0.0)};
   auto ready_of = [&](int s, const Op& op) {
@@ -149,10 +153,10 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
     for (int d : op.deps) r = std::max(r, end_of[s][d]);
     return r;
   };
-  // The host gate once `op` of strand s is issued: its waited-for op's end (issued earlier: it precedes op in
-  // its pass's order), else unchanged.
+  // When `op` of strand s would be enqueued if issued next: after the previous issue, after its gate's end (the
+  // waited-for op precedes it in its pass's order, so it is scheduled already), plus its own issue time.
   auto gate_after = [&](int s, const Op& op) {
-    return op.host_waits_for >= 0 ? std::max(host, end_of[s][op.host_waits_for]) : host;
+    return (op.host_waits_for >= 0 ? std::max(host, end_of[s][op.host_waits_for]) : host) + std::max(op.host_us, 0.0);
   };
   std::vector<std::pair<double, double>> frees;  // scheduled backward frees: (end time, bytes)
   double allocated = 0;                          // forward allocations so far
@@ -285,7 +289,7 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int be
   for (const Op& o : dag.bwd)
     BRAID_REQUIRE(o.host_waits_for < 0, "best_issue_order: host-gated backward operators are not modelled");
   struct State {
-    double t[6];  // free times: compute, local, cross stream; forward, backward strand; the host gate
+    double t[6];  // free times: compute, local, cross stream; forward, backward strand; the host (last enqueue)
     int parent;   // index into the previous diagonal's arena
     int pass, op; // the op issued last (pass 0 forward, 1 backward)
   };
@@ -313,6 +317,7 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched, int be
           State x = arena[d][idx];
           const int l = int(o.link);
           if (o.host_waits_for >= 0) x.t[5] = std::max(x.t[5], x.t[3 + pass]);
+          x.t[5] += std::max(o.host_us, 0.0);
           const double end = std::max({x.t[l], x.t[3 + pass], x.t[5]}) + std::max(o.solo_us, 0.0);
           x.t[l] = x.t[3 + pass] = end;
           x.parent = idx, x.pass = pass, x.op = op;
@@ -370,7 +375,7 @@ std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
   double ready[2] = {0, 0};       // forward strand, backward strand
   std::vector<double> end_of[2] = {std::vector<double>(dag.fwd.size(), 0.0), std::vector<double>(dag.bwd.size(), 0.0)};
   std::vector<OpSpan> spans;
-  double host = 0;  // the host gate (Op::host_waits_for): no op issued after a gated op starts before its wait ends
+  double host = 0;  // the host: when the last op was enqueued (Op::host_waits_for, Op::host_us)
   for (const auto& st : plan.steps)
     for (const auto& [pass, i] : list_schedule(dag, st.fwd, st.bwd)) {
       const Op& op = dag.ops(pass)[i];
@@ -381,6 +386,7 @@ std::vector<OpSpan> plan_timeline(const Layer& dag, const Plan& plan) {
         for (int d : op.deps) r = std::max(r, end_of[s][d]);
       }
       if (op.host_waits_for >= 0) host = std::max(host, end_of[s][op.host_waits_for]);
+      host += std::max(op.host_us, 0.0);  // enqueued once the host has issued it
       const double start = std::max({free_at[int(op.link)], r, host});
       ready[s] = free_at[int(op.link)] = end_of[s][i] = start + std::max(op.solo_us, 0.0);
       spans.push_back({pass, i, start, ready[s]});
@@ -654,7 +660,8 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
   std::vector<double> work(n);
   std::vector<int> pos[2] = {std::vector<int>(dag.fwd.size(), -1), std::vector<int>(dag.bwd.size(), -1)};
   int last_on[3] = {-1, -1, -1}, last_of[2] = {-1, -1};
-  std::vector<size_t> gates;  // the host gate: items every item issued from here on waits for (Op::host_waits_for)
+  std::vector<int> gate_item(n, -1);  // the item whose end the host waits for before issuing item k (Op::host_waits_for)
+  std::vector<double> host_us(n, 0.0);
   for (size_t k = 0; k < n; ++k) {
     const int s = order[k].first == Pass::Forward ? 0 : 1;
     const Op& op = op_of(k);
@@ -664,9 +671,9 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
     work[k] = std::max(op.solo_us, 0.0);
     if (op.host_waits_for >= 0) {
       BRAID_REQUIRE(pos[s][op.host_waits_for] >= 0, "corun_makespan_us: a host-gated op issued before the op it waits for");
-      gates.push_back(size_t(pos[s][op.host_waits_for]));
+      gate_item[k] = pos[s][op.host_waits_for];
     }
-    for (size_t g : gates) preds[k].push_back(g);
+    host_us[k] = std::max(op.host_us, 0.0);
     if (last_on[stream[k]] >= 0) preds[k].push_back(size_t(last_on[stream[k]]));
     if (dag.dep_ready) {
       for (int d : op.deps) {
@@ -686,14 +693,22 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
     if (!t || da <= 0 || db <= 0) return 1.0;
     return 1.0 + weight * std::max(0.0, *t - std::max(da, db)) / std::min(da, db);
   };
-  std::vector<double> left = work;
+  std::vector<double> left = work, enqueued(n, 0.0), done_at(n, 0.0);
   std::vector<char> done(n, 0), running(n, 0);
-  double now = 0;
-  size_t finished = 0;
+  double now = 0, host = 0;
+  size_t finished = 0, issued = 0;
   while (finished < n) {
-    // Start every item whose predecessors are done and whose stream is idle (streams are FIFOs in order).
-    for (size_t k = 0; k < n; ++k) {
-      if (done[k] || running[k]) continue;
+    // The host issues in order: item k is enqueued at max(the previous enqueue, its gate item's end) + its issue
+    // time; a gated item waits (and every item after it) until its gate item is done.
+    for (; issued < n; ++issued) {
+      const int g = gate_item[issued];
+      if (g >= 0 && !done[size_t(g)]) break;
+      host = (g >= 0 ? std::max(host, done_at[size_t(g)]) : host) + host_us[issued];
+      enqueued[issued] = host;
+    }
+    // Start every enqueued item whose predecessors are done and whose stream is idle (streams are FIFOs in order).
+    for (size_t k = 0; k < issued; ++k) {
+      if (done[k] || running[k] || enqueued[k] > now + 1e-9) continue;
       bool ok = true;
       for (size_t p : preds[k]) ok = ok && done[p];
       if (ok) running[k] = 1;
@@ -701,19 +716,21 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
     std::vector<size_t> run;
     for (size_t k = 0; k < n; ++k)
       if (running[k]) run.push_back(k);
-    BRAID_REQUIRE(!run.empty(), "corun_makespan_us: no op can start (internal error)");
-    // Rates, then the next completion.
+    // Rates, then the next event: a completion, or an item's enqueue.
     std::vector<double> rate(run.size(), 1.0);
     for (size_t i = 0; i < run.size(); ++i)
       for (size_t j = 0; j < run.size(); ++j)
         if (i != j) rate[i] = std::min(rate[i], 1.0 / slow(run[i], run[j]));
     double dt = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < run.size(); ++i) dt = std::min(dt, left[run[i]] / rate[i]);
+    for (size_t k = 0; k < issued; ++k)
+      if (!done[k] && !running[k] && enqueued[k] > now + 1e-9) dt = std::min(dt, enqueued[k] - now);
+    BRAID_REQUIRE(std::isfinite(dt), "corun_makespan_us: no op can start (internal error)");
     now += dt;
     for (size_t i = 0; i < run.size(); ++i) {
       left[run[i]] -= dt * rate[i];
       if (left[run[i]] <= 1e-9 * std::max(1.0, work[run[i]])) {
-        left[run[i]] = 0, running[run[i]] = 0, done[run[i]] = 1, ++finished;
+        left[run[i]] = 0, running[run[i]] = 0, done[run[i]] = 1, done_at[run[i]] = now, ++finished;
       }
     }
   }

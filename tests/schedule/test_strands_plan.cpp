@@ -193,6 +193,71 @@ TEST(StrandsPlan, HostGateDelaysEverythingIssuedAfterIt) {
   EXPECT_THROW(sch::best_issue_order(dag), braid::UsageError);
 }
 
+// The host's issue time (Op::host_us): one host thread enqueues the ops in issue order, each when the previous is
+// issued plus its own issue time (after its gate's end, if gated); an op starts on the GPU no earlier. A pass whose
+// ops take longer to issue than to run is bound by the host, in every executor model alike.
+TEST(StrandsPlan, HostIssueTimeBoundsAPass) {
+  sch::Layer dag;
+  auto op = [](const char* name, sch::Pass pass, sch::OpKind kind, sch::LinkClass link, double us, double host) {
+    sch::Op o;
+    o.name = name, o.pass = pass, o.kind = kind, o.link = link, o.type = kind == sch::OpKind::Comm ? "a2a" : "gemm";
+    o.solo_us = us, o.host_us = host;
+    return o;
+  };
+  const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
+  using K = sch::OpKind;
+  using L = sch::LinkClass;
+  using O = std::vector<std::pair<sch::Pass, int>>;
+  const sch::PairTable none;
+  // Host-bound chain: each op takes 30 us to issue and 10 to run: enqueued at 30 and 60, done at 40 and 70.
+  dag.fwd = {op("f.a", F, K::Compute, L::Compute, 10, 30), op("f.b", F, K::Compute, L::Compute, 10, 30)};
+  dag.fwd[1].deps = {0};
+  dag.bwd = {op("b.c", B, K::Compute, L::Compute, 5, 0)};
+  const O order{{F, 0}, {F, 1}, {B, 0}};
+  EXPECT_NEAR(sch::corun_makespan_us(dag, order, none, 0.0), 75, 1e-6);  // b.c enqueued at 60, runs 70-75
+  EXPECT_NEAR(sch::plan_makespan_us(dag, sch::order_plan(dag, order)), 75, 1e-6);
+  // The DP: b.c issued first (enqueued at 0) runs 0-5; f.a 30-40, f.b 60-70.
+  const auto best = sch::best_issue_order(dag);
+  EXPECT_NEAR(best.makespan_us, 70, 1e-6);
+  EXPECT_EQ(best.order.front(), std::make_pair(B, 0));
+  EXPECT_NEAR(sch::corun_makespan_us(dag, best.order, none, 0.0), 70, 1e-6);
+  // With the gate: the host issues the dispatch only after the counts are done, then pays its issue time.
+  dag.fwd = {op("f.counts", F, K::Comm, L::Local, 20, 1), op("f.dispatch", F, K::Comm, L::Local, 5, 10),
+             op("f.expert", F, K::Compute, L::Compute, 10, 1)};
+  dag.fwd[1].deps = {0}, dag.fwd[2].deps = {1};
+  dag.fwd[1].host_waits_for = 0;
+  dag.bwd = {op("b.gemm", B, K::Compute, L::Compute, 30, 1)};
+  // counts enqueued at 1 (1-21); the dispatch issued at 21 + 10 = 31 (31-36); b.gemm enqueued at 32 (32-62);
+  // the experts enqueued at 33, after b.gemm on the compute stream: 62-72.
+  const O after{{F, 0}, {F, 1}, {B, 0}, {F, 2}};
+  EXPECT_NEAR(sch::corun_makespan_us(dag, after, none, 0.0), 72, 1e-6);
+  EXPECT_NEAR(sch::plan_makespan_us(dag, sch::order_plan(dag, after)), 72, 1e-6);
+  // b.gemm first: enqueued at 1 (1-31); counts at 2 (2-22); dispatch at 32 (32-37); experts at 33, compute free
+  // at 31, after the dispatch: 37-47.
+  const O before{{B, 0}, {F, 0}, {F, 1}, {F, 2}};
+  EXPECT_NEAR(sch::corun_makespan_us(dag, before, none, 0.0), 47, 1e-6);
+  EXPECT_NEAR(sch::plan_makespan_us(dag, sch::order_plan(dag, before)), 47, 1e-6);
+  // Better still, the DP's: counts first (1-21), b.gemm enqueued at 2 (2-32), the dispatch at 31 (31-36), the
+  // experts 36-46 — b.gemm fills the host's wait and the dispatch's issue.
+  const auto best2 = sch::best_issue_order(dag);
+  EXPECT_NEAR(best2.makespan_us, 46, 1e-6);
+  EXPECT_EQ(best2.order, (O{{F, 0}, {B, 0}, {F, 1}, {F, 2}}));
+  EXPECT_NEAR(sch::corun_makespan_us(dag, best2.order, none, 0.0), 46, 1e-6);
+  EXPECT_NEAR(sch::plan_makespan_us(dag, sch::order_plan(dag, best2.order)), 46, 1e-6);
+}
+
+// The profiled host times reach the DAG with the solo times.
+TEST(StrandsPlan, ApplySoloTimesCarriesHostTimes) {
+  auto dag = sch::strand_layer(cfg("mixtral-8x7b", 4096), m::Parallel{2, true});
+  sch::PairTable t;
+  t.set_solo("f.norm1", 7), t.set_host("f.norm1", 3.5), t.set_host("b.norm1_bwd", 2);
+  sch::apply_solo_times(dag, t);
+  EXPECT_DOUBLE_EQ(dag.fwd[size_t(dag.find(sch::Pass::Forward, "f.norm1"))].solo_us, 7);
+  EXPECT_DOUBLE_EQ(dag.fwd[size_t(dag.find(sch::Pass::Forward, "f.norm1"))].host_us, 3.5);
+  EXPECT_DOUBLE_EQ(dag.bwd[size_t(dag.find(sch::Pass::Backward, "b.norm1_bwd"))].host_us, 2);
+  EXPECT_DOUBLE_EQ(dag.fwd[size_t(dag.find(sch::Pass::Forward, "f.router"))].host_us, 0);
+}
+
 // The real layers: only the dropless MoE forward's dispatch is gated, on the counts just before it.
 TEST(StrandsPlan, HostGateOnTheDroplessDispatchOnly) {
   const m::Parallel p{2, true};

@@ -35,6 +35,11 @@ struct Op {
   /// strand, then starts no earlier than that completion (the executor models: list_schedule, plan_timeline,
   /// best_issue_order, corun_makespan_us; not the segment pairing DP).
   int host_waits_for = -1;
+  /// The host's time to issue this operator (us; profiled, PairTable::host_us; 0: free). The executor models
+  /// issue every operator in issue order on one host thread: operator k is enqueued at
+  /// H_k = max(H_{k-1}, its gate's end) + host_us and starts on the GPU no earlier — so a pass whose operators
+  /// take the host longer to issue than the GPU to run is bound by the host.
+  double host_us = 0;
 };
 
 /// The forward and backward DAGs of one layer for one parallel setting.
