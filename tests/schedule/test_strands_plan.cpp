@@ -28,6 +28,15 @@ m::ModelConfig cfg(const std::string& name, int seq) {
   return c;
 }
 
+// A synthetic operator: a GEMM, or a collective of type `comm_type`; solo and host issue times in us.
+sch::Op make_op(const char* name, sch::Pass pass, sch::OpKind kind, sch::LinkClass link, double us, double host = 0,
+                const char* comm_type = "ag") {
+  sch::Op o;
+  o.name = name, o.pass = pass, o.kind = kind, o.link = link, o.type = kind == sch::OpKind::Comm ? comm_type : "gemm";
+  o.solo_us = us, o.host_us = host;
+  return o;
+}
+
 TEST(StrandsPlan, DagMirrorsTheLayerOperators) {
   for (const std::string name : {"llama3-8b", "llama3-70b", "mixtral-8x7b"}) {
     const auto c = cfg(name, 4096);
@@ -155,10 +164,7 @@ TEST(StrandsPlan, BestIssueOrderBeatsTheGreedyWhereItShould) {
 TEST(StrandsPlan, HostGateDelaysEverythingIssuedAfterIt) {
   sch::Layer dag;
   auto op = [](const char* name, sch::Pass pass, sch::OpKind kind, sch::LinkClass link, double us) {
-    sch::Op o;
-    o.name = name, o.pass = pass, o.kind = kind, o.link = link, o.type = kind == sch::OpKind::Comm ? "a2a" : "gemm";
-    o.solo_us = us;
-    return o;
+    return make_op(name, pass, kind, link, us, 0, "a2a");
   };
   const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
   using K = sch::OpKind;
@@ -199,10 +205,7 @@ TEST(StrandsPlan, HostGateDelaysEverythingIssuedAfterIt) {
 TEST(StrandsPlan, HostIssueTimeBoundsAPass) {
   sch::Layer dag;
   auto op = [](const char* name, sch::Pass pass, sch::OpKind kind, sch::LinkClass link, double us, double host) {
-    sch::Op o;
-    o.name = name, o.pass = pass, o.kind = kind, o.link = link, o.type = kind == sch::OpKind::Comm ? "a2a" : "gemm";
-    o.solo_us = us, o.host_us = host;
-    return o;
+    return make_op(name, pass, kind, link, us, host, "a2a");
   };
   const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
   using K = sch::OpKind;
@@ -609,10 +612,7 @@ TEST(StrandsPlan, ParallelTag) {
 TEST(StrandsPlan, CorunModelOnAPair) {
   sch::Layer dag;
   auto op = [](const char* name, sch::Pass pass, sch::OpKind kind, sch::LinkClass link, double us) {
-    sch::Op o;
-    o.name = name, o.pass = pass, o.kind = kind, o.link = link, o.type = kind == sch::OpKind::Comm ? "ag" : "gemm";
-    o.solo_us = us;
-    return o;
+    return make_op(name, pass, kind, link, us);
   };
   const auto F = sch::Pass::Forward, B = sch::Pass::Backward;
   dag.fwd = {op("f.g", F, sch::OpKind::Compute, sch::LinkClass::Compute, 100)};
