@@ -75,6 +75,15 @@ struct TimingOptions {
 // team's bounded wait.
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn);
+// The host side of timed calls: wrap(fn) returns fn with each call's host time (the issuing thread's time in it:
+// launch APIs, library host work, host waits) added to total_us and counted in calls. The returned function
+// refers to this clock, which must outlive it.
+struct HostClock {
+  double total_us = 0;
+  int calls = 0;
+  double per_call_us() const { return calls > 0 ? total_us / calls : 0; }
+  std::function<void(int)> wrap(std::function<void(int)> fn);
+};
 
 // Several variants compared with each other: `rounds` passes, each pass timing every fn in turn for
 // about iters / rounds iterations (warm-up `opt.warmup` in the first pass, 2 in later ones), so that

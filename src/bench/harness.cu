@@ -180,6 +180,15 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
   return us;
 }
 
+std::function<void(int)> HostClock::wrap(std::function<void(int)> fn) {
+  return [this, fn = std::move(fn)](int i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn(i);
+    total_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    ++calls;
+  };
+}
+
 std::vector<size_t> interleave_order(size_t n, int r) {
   std::vector<size_t> order(n);
   for (size_t j = 0; j < n; ++j)  // even passes ascend from r mod n, odd ones descend from it

@@ -1,6 +1,5 @@
 // `braid bench layer`: verify the layer on a small shape against the CPU reference, then time forward
 // and backward at the asked shape, per operator and whole, and report MFU and tokens/s.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -193,15 +192,9 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   // the call (launch APIs, cuBLAS/cuDNN/NCCL host work, a dropless MoE dispatch's wait for its counts). An
   // operator whose host time reaches its GPU time keeps the GPU waiting on the host whenever the queue is empty.
   auto timed = [&](const std::function<void()>& fn, double* host_us) {
-    double host = 0;
-    int calls = 0;
-    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) {
-      const auto t0 = std::chrono::steady_clock::now();
-      fn();
-      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      ++calls;
-    }));
-    *host_us = calls ? host / calls : 0;
+    bench::HostClock clock;
+    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, clock.wrap([&](int) { fn(); })));
+    *host_us = clock.per_call_us();
     return st;
   };
   std::vector<Row> rows;

@@ -1,7 +1,6 @@
 // `braid profile-pairs` and `braid bench strands`: the operator-pair profiler on the GPU and the strand
 // benchmark (verification, then every variant timed). See docs/dhelix.md, "GPU part".
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -351,15 +350,11 @@ PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex
   team.synchronize(s, "profile-pairs warm-up");
   // The step's GPU time (median), and in *host_us the host's mean time per call to issue it (warm-up included).
   auto time_of = [&](const std::vector<int>& f, const std::vector<int>& bw, double* host_us = nullptr) {
-    double host = 0;
-    int calls = 0;
-    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, [&](int) {
-      const auto t0 = std::chrono::steady_clock::now();
+    bench::HostClock clock;
+    const auto st = bench::summarize(bench::time_iterations(&team, s, opt, clock.wrap([&](int) {
       ex.run_step(f.empty() ? nullptr : &a, f, bw.empty() ? nullptr : &b, bw);
-      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-      ++calls;
-    }));
-    if (host_us) *host_us = calls ? host / calls : 0;
+    })));
+    if (host_us) *host_us = clock.per_call_us();
     return st.median_us;
   };
   // An empty step (fork + join only) is the fixed cost of every measurement; subtract it so that it
@@ -517,8 +512,8 @@ struct Interleaved {
   // Optional: the layers' cumulative MoE host wait (model::Layer::host_wait_us summed), read around each call.
   std::function<double()> waited;
   struct Host {
-    double issue_us = 0, wait_us = 0;
-    int calls = 0;
+    bench::HostClock issue;  // the host's time per call
+    double wait_us = 0;      // of it, blocked on MoE counts
   };
   std::vector<std::shared_ptr<Host>> hosts;
   std::vector<double> compute_rounds;  // after time(): compute only's median in each pass
@@ -534,21 +529,19 @@ struct Interleaved {
     for (auto& fn : fns) {
       auto h = std::make_shared<Host>();
       hosts.push_back(h);
-      timed.push_back([this, h, &fn](int i) {
+      timed.push_back(h->issue.wrap([this, h, &fn](int i) {
         const double w0 = waited ? waited() : 0;
-        const auto t0 = std::chrono::steady_clock::now();
         fn(i);
-        h->issue_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
         h->wait_us += (waited ? waited() : 0) - w0;
-        ++h->calls;
-      });
+      }));
     }
     const auto t = bench::time_interleaved(&team, s, opt, rounds, timed);
     fns.pop_back();
     auto host_of = [&](size_t i, Variant& v) {
-      if (hosts[i]->calls == 0) return;
-      v.host_issue_us = hosts[i]->issue_us / hosts[i]->calls;
-      v.host_wait_us = waited ? hosts[i]->wait_us / hosts[i]->calls : -1;
+      const int calls = hosts[i]->issue.calls;
+      if (calls == 0) return;
+      v.host_issue_us = hosts[i]->issue.per_call_us();
+      v.host_wait_us = waited ? hosts[i]->wait_us / calls : -1;
     };
     for (size_t i = 0; i < fns.size(); ++i) {
       vs.push_back({names[i], bench::summarize(t[i]).median_us, mems[i], rounds});

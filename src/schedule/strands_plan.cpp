@@ -155,7 +155,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
   };
   // When `op` of strand s would be enqueued if issued next: after the previous issue, after its gate's end (the
   // waited-for op precedes it in its pass's order, so it is scheduled already), plus its own issue time.
-  auto gate_after = [&](int s, const Op& op) {
+  auto enqueue_at = [&](int s, const Op& op) {
     return (op.host_waits_for >= 0 ? std::max(host, end_of[s][op.host_waits_for]) : host) + std::max(op.host_us, 0.0);
   };
   std::vector<std::pair<double, double>> frees;  // scheduled backward frees: (end time, bytes)
@@ -184,7 +184,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
       if (st[s].k >= st[s].seg->size()) continue;
       const int i = (*st[s].seg)[st[s].k];
       const Op& op = dag.ops(st[s].pass)[i];
-      double start = std::max({free_at[int(op.link)], ready_of(s, op), gate_after(s, op)});
+      double start = std::max({free_at[int(op.link)], ready_of(s, op), enqueue_at(s, op)});
       if (mem && s == 0 && mem->alloc_f[i] > 0) {
         start = fits_at(start, mem->alloc_f[i]);
         if (start < 0) continue;  // blocked until the backward strand frees more
@@ -203,7 +203,7 @@ std::vector<std::pair<Pass, int>> schedule(const Layer& dag, const std::vector<i
     Strand& s = st[best];
     const int i = (*s.seg)[s.k++];
     const Op& op = dag.ops(s.pass)[i];
-    host = gate_after(best, op);
+    host = enqueue_at(best, op);
     const double end = best_start + std::max(op.solo_us, 0.0);
     free_at[int(op.link)] = end;
     s.ready = end;

@@ -1,7 +1,9 @@
 // CPU: sizes, statistics, bus-bandwidth factors and JSON rows of the benchmark harness.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include <cmath>
 #include <cstdio>
@@ -86,6 +88,22 @@ TEST(Harness, RoundMediansAndHiddenByRound) {
   EXPECT_DOUBLE_EQ(h[1], 1.0);   // faster than compute only: nothing exposed
   EXPECT_TRUE(std::isnan(hidden_by_round({1}, {1}, {2})[0]));  // the reference exposes nothing
   EXPECT_THROW(hidden_by_round({1, 2}, {1}, {1}), braid::UsageError);
+}
+
+// HostClock::wrap: the wrapped fn still runs (with its argument), and each call's host time is counted.
+TEST(Harness, HostClockCountsEachCall) {
+  HostClock clock;
+  int sum = 0;
+  const auto fn = clock.wrap([&](int i) {
+    sum += i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  });
+  EXPECT_EQ(clock.per_call_us(), 0);
+  fn(3), fn(4);
+  EXPECT_EQ(sum, 7);
+  EXPECT_EQ(clock.calls, 2);
+  EXPECT_GE(clock.total_us, 4000);
+  EXPECT_GE(clock.per_call_us(), 2000);
 }
 
 // Rows name the settings that change what was measured (a knob A/B's two runs share one command line).
