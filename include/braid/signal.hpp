@@ -20,14 +20,17 @@ enum class OpId : uint32_t {
   kAllReduceQuant = 12,
   kAllReduceSymmetric = 13,
   kPeerComm = 14,  // model::make_peer_comm's barriers
+  kRowsExchange = 15,  // model::Comm::all_to_all_rows (a bound exceeded)
   kTest = 99,
 };
 const char* op_name(uint32_t op);
 
 // Written by the first device wait that times out (code 0 -> nonzero by atomicCAS), read by the host.
 // Lives in pinned, host-mapped memory so the host can read it while a kernel is still stuck.
+// Code 2: a device-side bound was exceeded (expected = the bound, observed = the value; e.g. a rows exchange whose
+// device counts exceed its buffers: the kernel moved nothing and recorded this instead of overrunning).
 struct DeviceError {
-  uint32_t code;      // 0: none; 1: timeout
+  uint32_t code;      // 0: none; 1: timeout; 2: bound exceeded
   uint32_t op;        // OpId
   uint32_t flag;      // flag slot index that was waited on
   int32_t peer;       // rank expected to signal it

@@ -72,6 +72,20 @@ __device__ __forceinline__ void record_timeout(const SignalView& v, uint32_t op,
   }
 }
 
+// A device-side bound exceeded (DeviceError code 2): value against bound, recorded once per rank.
+__device__ __forceinline__ void record_bound(DeviceError* err, int rank, uint32_t op, uint64_t bound, uint64_t value) {
+  if (atomicCAS(&err->code, 0u, 2u) == 0u) {
+    err->op = op;
+    err->flag = 0;
+    err->peer = -1;
+    err->expected = uint32_t(bound > 0xffffffffull ? 0xffffffffull : bound);
+    err->observed = uint32_t(value > 0xffffffffull ? 0xffffffffull : value);
+    err->rank = rank;
+    err->block = blockIdx.x;
+    __threadfence_system();
+  }
+}
+
 // True once an error has been recorded by any thread of this rank (lets other waiters bail out).
 __device__ __forceinline__ bool error_raised(const SignalView& v) {
   return *reinterpret_cast<volatile uint32_t*>(&v.err->code) != 0u;

@@ -1,4 +1,6 @@
 // NCCL implementation of braid::model::Comm, and the variant whose all-reduce is braid::AllReducer.
+#include <algorithm>
+
 #include "braid/errors.hpp"
 #include "braid/model/comm.hpp"
 
@@ -44,11 +46,33 @@ class NcclComm : public Comm {
     }
     BRAID_NCCL_CHECK(ncclGroupEnd());
   }
+  // NCCL's send/receive take host counts: the device-counted exchange goes through a peer comm of this comm's own
+  // (its staging sized by reserve_rows_exchange), ordered with the NCCL calls by the caller's stream.
+  void all_to_all_rows(const void* in, void* out, const int* rows_mat, bool transpose, size_t row_elems,
+                       size_t max_rows, DType t, cudaStream_t s) override {
+    if (size() == 1) return Comm::all_to_all_rows(in, out, rows_mat, transpose, row_elems, max_rows, t, s);
+    BRAID_REQUIRE(rows_ != nullptr, "nccl comm: all_to_all_rows before reserve_rows_exchange");
+    rows_->all_to_all_rows(in, out, rows_mat, transpose, row_elems, max_rows, t, s);
+  }
+  void reserve_rows_exchange(size_t max_rows, size_t row_elems, DType t) override {
+    if (size() == 1) return;
+    if (!rows_) {
+      if (!team_.peer_ok())
+        throw UnavailableError("nccl comm: the all-to-all with device counts needs peer memory between the ranks (" +
+                                   team_.peer_status() + ")",
+                               __FILE__, __LINE__);
+      PeerCommOptions o;
+      o.staging_bytes = std::max<size_t>(size_t(1) << 20, max_rows * row_elems * bench::dtype_size(t));
+      rows_ = make_peer_comm(team_, o);
+    }
+    rows_->reserve_rows_exchange(max_rows, row_elems, t);
+  }
 
  protected:
   Team& team_;
   ncclComm_t nccl_ = nullptr;
   bool owned_ = false;
+  std::unique_ptr<Comm> rows_;  // the peer comm of all_to_all_rows (reserve_rows_exchange), or none
 };
 
 class AllReducerComm : public NcclComm {

@@ -58,12 +58,10 @@ struct Copies {
   int n;
 };
 
-__global__ void __launch_bounds__(config::kThreads) copy_kernel(Copies c) {
-  const int i = blockIdx.y;
-  const uint8_t* __restrict__ s = c.src[i];
-  uint8_t* __restrict__ d = c.dst[i];
-  const uint64_t b = c.bytes[i];
-  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
+// b bytes from s to d by the grid's threads (tid of stride): 16-byte vectors where both pointers allow, 16-bit
+// elements or bytes otherwise.
+__device__ __forceinline__ void copy_bytes(const uint8_t* __restrict__ s, uint8_t* __restrict__ d, uint64_t b,
+                                           uint64_t tid, uint64_t stride) {
   const uintptr_t align = reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d);
   if (align % config::kVecBytes == 0) {
     // kSumUnroll 16-byte loads in flight per thread (remote pulls are bound by the bytes in flight)
@@ -78,6 +76,81 @@ __global__ void __launch_bounds__(config::kThreads) copy_kernel(Copies c) {
   } else {
     for (uint64_t k = tid; k < b; k += stride) d[k] = s[k];
   }
+}
+
+__global__ void __launch_bounds__(config::kThreads) copy_kernel(Copies c) {
+  const int i = blockIdx.y;
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
+  copy_bytes(c.src[i], c.dst[i], c.bytes[i], tid, stride);
+}
+
+// ---- The rows exchange (Comm::all_to_all_rows): counts on the device, one round.
+// M(src, dst): rows rank src sends to rank dst, from the device count matrix [world][world] (transposed on request).
+struct RowsMat {
+  const int* m;
+  int world;
+  bool transpose;
+  __device__ int operator()(int src, int dst) const { return transpose ? m[dst * world + src] : m[src * world + dst]; }
+};
+struct RowsBound {
+  uint64_t max_rows;  // every rank's rows sent and received
+  DeviceError* err;   // where a violation is recorded (nullptr: the kernel traps)
+  int rank;
+};
+
+// The same verdict on every rank (every rank holds the same matrix): no rank sends or receives more than the bound
+// and no count is negative. A violation is recorded (block 0, thread 0) and nothing moves anywhere.
+__device__ bool rows_fit(const RowsMat& M, const RowsBound& b) {
+  for (int r = 0; r < M.world; ++r) {
+    int64_t out = 0, in = 0;
+    bool neg = false;
+    for (int q = 0; q < M.world; ++q) out += M(r, q), in += M(q, r), neg |= M(r, q) < 0;
+    const int64_t most = out > in ? out : in;
+    if (neg || most > int64_t(b.max_rows)) {
+      if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+        if (!b.err) __trap();
+        dev::record_bound(b.err, b.rank, static_cast<uint32_t>(OpId::kRowsExchange), b.max_rows,
+                          neg ? ~0ull : uint64_t(most));
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+// This rank's rows sent (sum over d of M(me, d), packed in destination order) from in to dst: the stage step, or at
+// one rank the whole exchange.
+__global__ void __launch_bounds__(config::kThreads) rows_stage_kernel(const uint8_t* in, uint8_t* dst, RowsMat M,
+                                                                       int me, uint64_t row_bytes, RowsBound bound) {
+  if (!rows_fit(M, bound)) return;
+  uint64_t rows = 0;
+  for (int d = 0; d < M.world; ++d) rows += uint64_t(M(me, d));
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
+  copy_bytes(in, dst, rows * row_bytes, tid, stride);
+}
+
+struct RowsPeers {
+  const uint8_t* stage[kMaxPeers];  // rank r's staging buffer (over peer memory)
+};
+// The read step (blockIdx.y = source rank r): r's rows for this rank, which start in r's staging after its rows for
+// ranks 0..me-1, go to out after the rows from ranks 0..r-1.
+__global__ void __launch_bounds__(config::kThreads) rows_pull_kernel(RowsPeers p, uint8_t* out, RowsMat M, int me,
+                                                                      uint64_t row_bytes, RowsBound bound) {
+  if (!rows_fit(M, bound)) return;
+  const int r = blockIdx.y;
+  uint64_t from = 0, to = 0;
+  for (int d = 0; d < me; ++d) from += uint64_t(M(r, d));
+  for (int q = 0; q < r; ++q) to += uint64_t(M(q, me));
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
+  copy_bytes(p.stage[r] + from * row_bytes, out + to * row_bytes, uint64_t(M(r, me)) * row_bytes, tid, stride);
+}
+
+int rows_grid(uint64_t bytes) {
+  int dev = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const uint64_t want = bytes / (uint64_t(config::kThreads) * config::kVecBytes * config::kSumUnroll) + 1;
+  return int(std::min<uint64_t>(want, uint64_t(sms) * config::kBlocksPerSm));
 }
 
 // One block of the comm's signal slot meets every rank (see the contract at the top).
@@ -315,6 +388,53 @@ class PeerComm final : public Comm {
     end(s);
   }
 
+  // One round whatever the sizes (the host does not know them): this rank's rows sent are staged whole (staging of
+  // at least max_rows rows, reserve_rows_exchange), every rank meets, each rank pulls its rows from every peer's
+  // staging (rows_pull_kernel: one grid row per source), every rank meets again. SM kernels for both engines: the copy
+  // engines need their sizes on the host.
+  void all_to_all_rows(const void* in, void* out, const int* rows_mat, bool transpose, size_t row_elems,
+                       size_t max_rows, DType t, cudaStream_t s) override {
+    const size_t row_bytes = row_elems * bench::dtype_size(t), W = size_t(size());
+    BRAID_REQUIRE(max_rows * row_bytes <= rows_reserved_,
+                  "peer comm: all_to_all_rows beyond reserve_rows_exchange (" + std::to_string(max_rows * row_bytes) +
+                      " bytes, " + std::to_string(rows_reserved_) + " reserved)");
+    const RowsMat M{rows_mat, int(W), transpose};
+    const SignalView v = team_.signals();
+    const RowsBound bound{max_rows, v.err, rank()};
+    const int g = rows_grid(max_rows * row_bytes);
+    begin(s);
+    if (W == 1) {
+      rows_stage_kernel<<<g, config::kThreads, 0, st_>>>(bytes(in), bytes(out), M, 0, row_bytes, bound);
+      BRAID_CHECK_LAUNCH();
+      return end(s);
+    }
+    rows_stage_kernel<<<g, config::kThreads, 0, st_>>>(bytes(in), local(), M, rank(), row_bytes, bound);
+    BRAID_CHECK_LAUNCH();
+    meet();
+    RowsPeers p{};
+    for (size_t r = 0; r < W; ++r) p.stage[r] = peer(int(r));
+    rows_pull_kernel<<<dim3(g, unsigned(W)), config::kThreads, 0, st_>>>(p, bytes(out), M, rank(), row_bytes, bound);
+    BRAID_CHECK_LAUNCH();
+    meet();
+    end(s);
+  }
+
+  void reserve_rows_exchange(size_t max_rows, size_t row_elems, DType t) override {
+    size_t need = max_rows * row_elems * bench::dtype_size(t);
+    need += (config::kVecBytes - need % config::kVecBytes) % config::kVecBytes;
+    rows_reserved_ = std::max(rows_reserved_, need);
+    if (need <= stage_bytes_) return;  // the same decision on every rank (the same arguments)
+    BRAID_CUDA_CHECK(cudaStreamSynchronize(st_));
+    stage_.reset();  // collective: every rank unmaps the old staging before it is freed
+    stage_ = std::make_unique<SymmetricBuffer>(team_, need);
+    stage_bytes_ = need;
+    if (ce_) {
+      BRAID_CUDA_CHECK(cudaFree(recv_));
+      recv_ = nullptr;
+      BRAID_CUDA_CHECK(cudaMalloc(&recv_, stage_bytes_));
+    }
+  }
+
  private:
   // Every rank must take part in the same number of rounds: the largest segment of any pair, agreed over MPI.
   size_t agreed_rounds(const size_t* send_counts, const size_t* recv_counts, size_t C) const {
@@ -406,6 +526,7 @@ class PeerComm final : public Comm {
   Team& team_;
   const bool ce_;  // Engine::kCopyEngine
   size_t stage_bytes_ = 0;
+  size_t rows_reserved_ = 0;                // bytes all_to_all_rows may move per rank (reserve_rows_exchange)
   std::unique_ptr<SymmetricBuffer> stage_;  // (stage_bytes_) per rank
   int slot_ = 0;
   int sms_ = 0;
@@ -416,6 +537,27 @@ class PeerComm final : public Comm {
 };
 
 }  // namespace
+
+// The base class's rows exchange: one rank only (a device-counted copy; a bound exceeded traps, there is no team).
+void Comm::all_to_all_rows(const void* in, void* out, const int* rows_mat, bool transpose, size_t row_elems,
+                           size_t max_rows, DType t, cudaStream_t s) {
+  if (size() != 1)
+    throw UnavailableError("comm '" + name() + "': no all-to-all with device counts at " + std::to_string(size()) +
+                               " ranks",
+                           __FILE__, __LINE__);
+  const size_t row_bytes = row_elems * bench::dtype_size(t);
+  const RowsBound bound{max_rows, nullptr, 0};
+  rows_stage_kernel<<<rows_grid(max_rows * row_bytes), config::kThreads, 0, s>>>(
+      static_cast<const uint8_t*>(in), static_cast<uint8_t*>(out), RowsMat{rows_mat, 1, transpose}, 0, row_bytes, bound);
+  BRAID_CHECK_LAUNCH();
+}
+
+void Comm::reserve_rows_exchange(size_t, size_t, DType) {
+  if (size() != 1)
+    throw UnavailableError("comm '" + name() + "': no all-to-all with device counts at " + std::to_string(size()) +
+                               " ranks",
+                           __FILE__, __LINE__);
+}
 
 std::unique_ptr<Comm> make_peer_comm(Team& team, size_t staging_bytes) {
   PeerCommOptions o;

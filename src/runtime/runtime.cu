@@ -23,6 +23,7 @@ const char* op_name(uint32_t op) {
     case OpId::kAllReduceQuant: return "allreduce-quantized";
     case OpId::kAllReduceSymmetric: return "allreduce-symmetric";
     case OpId::kPeerComm: return "peer-comm";
+    case OpId::kRowsExchange: return "rows-exchange";
     case OpId::kTest: return "test";
   }
   return "unknown-op";
@@ -360,6 +361,11 @@ void Team::check_device_error(const char* what) const {
   if (const_cast<volatile DeviceError*>(err_host_)->code == 0) return;
   DeviceError e;
   std::memcpy(&e, err_host_, sizeof(e));  // the waiter wrote the fields before its fence
+  if (e.code == 2)
+    throw UsageError(std::string(what) + ": a device-side bound was exceeded in op '" + op_name(e.op) + "' on rank " +
+                         std::to_string(e.rank) + ": " + std::to_string(e.observed) + " against a bound of " +
+                         std::to_string(e.expected) + " (nothing was moved)",
+                     __FILE__, __LINE__);
   throw TimeoutError(std::string(what) + ": device wait timed out in op '" + op_name(e.op) + "' on rank " +
                          std::to_string(e.rank) + " (block " + std::to_string(e.block) + "), flag slot " +
                          std::to_string(e.flag) + " from peer " + std::to_string(e.peer) + ": expected epoch " +

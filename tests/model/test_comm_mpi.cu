@@ -219,6 +219,112 @@ TEST(PeerComm, AllToAllVDeliversEverySegment) {
     }
 }
 
+// The rows exchange with device counts (Comm::all_to_all_rows): rows of 24 bf16 elements (48 bytes: 16-byte rows)
+// and of 3 (6 bytes: the element path), the matrix and its transpose, every comm — the peer comms (both engines: the
+// exchange runs on SM kernels in both), and the NCCL comm (through its own peer comm) where the team has NCCL — and
+// once inside a captured graph replayed with a new matrix. A count beyond max_rows is a typed error, nothing moved.
+TEST(PeerComm, AllToAllRowsDeliversDeviceCountedRows) {
+  const int W = world().size(), me = world().rank();
+  cudaStream_t s = world().stream();
+  const Host h{DType::kBF16};
+  std::vector<std::unique_ptr<m::Comm>> cs;
+  cs.push_back(peer_comm(Engine::kSm));
+  cs.push_back(peer_comm(Engine::kCopyEngine, 4096));
+  if (world().has_nccl()) cs.push_back(m::make_nccl_comm(world()));
+  for (auto& comm : cs)
+    for (size_t row : {size_t(24), size_t(3)}) {
+      const size_t max_rows = 3 * 9000;
+      comm->reserve_rows_exchange(max_rows, row, DType::kBF16);
+      for (int variant = 0; variant < 3; ++variant)
+        for (bool tr : {false, true}) {
+          SCOPED_TRACE(comm->name() + " row " + std::to_string(row) + " variant " + std::to_string(variant) +
+                       (tr ? " transposed" : ""));
+          // M[src][dst] = rows src sends dst (the same on every rank); transposed: src sends M[dst][src]
+          std::vector<int> M(size_t(W) * W);
+          for (int a = 0; a < W; ++a)
+            for (int b = 0; b < W; ++b) M[size_t(a) * W + b] = int(pair_count(a, b, variant)) % 9001;
+          auto sends = [&](int src, int dst) { return size_t(tr ? M[size_t(dst) * W + src] : M[size_t(src) * W + dst]); };
+          size_t st = 0, rt = 0;
+          for (int r = 0; r < W; ++r) st += sends(me, r), rt += sends(r, me);
+          std::vector<uint8_t> send(st * row * 2), want(rt * row * 2);
+          size_t so = 0, ro = 0;
+          for (int r = 0; r < W; ++r) {
+            const auto seg = h.random(sends(me, r) * row, seed(9, me) * 31 + r);
+            std::memcpy(send.data() + so, seg.data(), seg.size()), so += seg.size();
+            const auto got = h.random(sends(r, me) * row, seed(9, r) * 31 + me);
+            std::memcpy(want.data() + ro, got.data(), got.size()), ro += got.size();
+          }
+          Dev in(st * row * 2 + 16), out(rt * row * 2 + 16), mat(M.size() * 4);
+          in.put(send);
+          mat.put(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(M.data()),
+                                       reinterpret_cast<const uint8_t*>(M.data()) + M.size() * 4));
+          comm->all_to_all_rows(in.p, out.p, static_cast<const int*>(mat.p), tr, row, max_rows, DType::kBF16, s);
+          sync();
+          EXPECT_EQ(out.get(rt * row * 2), want);
+        }
+    }
+  // Captured with one matrix, replayed with another (the counts are read when the graph runs).
+  auto comm = peer_comm(Engine::kSm);
+  const size_t row = 8, max_rows = 64;
+  comm->reserve_rows_exchange(max_rows, row, DType::kBF16);
+  Dev in(max_rows * row * 2), out(max_rows * row * 2), mat(size_t(W) * W * 4);
+  cudaGraph_t g = braid::test::capture_graph(s, [&] {
+    comm->all_to_all_rows(in.p, out.p, static_cast<const int*>(mat.p), false, row, max_rows, DType::kBF16, s);
+  });
+  ASSERT_NE(g, nullptr);
+  cudaGraphExec_t ge = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<int> M(size_t(W) * W);
+    for (int a = 0; a < W; ++a)
+      for (int b = 0; b < W; ++b) M[size_t(a) * W + b] = (a + b + rep) % 3 * 5;  // <= 10 rows per pair
+    size_t st = 0, rt = 0;
+    for (int r = 0; r < W; ++r) st += size_t(M[size_t(me) * W + r]), rt += size_t(M[size_t(r) * W + me]);
+    std::vector<uint8_t> send(st * row * 2), want(rt * row * 2);
+    size_t so = 0, ro = 0;
+    for (int r = 0; r < W; ++r) {
+      const auto seg = h.random(size_t(M[size_t(me) * W + r]) * row, seed(10 + rep, me) * 31 + r);
+      std::memcpy(send.data() + so, seg.data(), seg.size()), so += seg.size();
+      const auto got = h.random(size_t(M[size_t(r) * W + me]) * row, seed(10 + rep, r) * 31 + me);
+      std::memcpy(want.data() + ro, got.data(), got.size()), ro += got.size();
+    }
+    in.put(send);
+    mat.put(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(M.data()),
+                                 reinterpret_cast<const uint8_t*>(M.data()) + M.size() * 4));
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    sync();
+    EXPECT_EQ(out.get(rt * row * 2), want) << "replay " << rep;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+}
+
+// Beyond the bound: every rank sees the same matrix, so every rank refuses it — a typed error from
+// Team::synchronize, nothing moved. On a team of its own (the recorded error stays with that team).
+TEST(PeerComm, AllToAllRowsRefusesCountsBeyondItsBound) {
+  const int W = world().size();
+  auto team = world().split(0, world().rank());
+  auto comm = m::make_peer_comm(*team);
+  const size_t row = 8, max_rows = 64;
+  comm->reserve_rows_exchange(max_rows, row, DType::kBF16);
+  Dev in(max_rows * row * 2), out(max_rows * row * 2), mat(size_t(W) * W * 4);
+  const std::vector<int> M(size_t(W) * W, int(max_rows));  // every rank sends max_rows to every rank
+  mat.put(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(M.data()),
+                               reinterpret_cast<const uint8_t*>(M.data()) + M.size() * 4));
+  const std::vector<uint8_t> zeros(max_rows * row * 2, 0);
+  out.put(zeros);
+  in.put(Host{DType::kBF16}.random(max_rows * row, 77));
+  comm->all_to_all_rows(in.p, out.p, static_cast<const int*>(mat.p), false, row, max_rows, DType::kBF16,
+                        team->stream());
+  if (W == 1) {  // one rank sending max_rows to itself is within the bound: delivered
+    team->synchronize("rows within the bound");
+    EXPECT_NE(out.get(max_rows * row * 2), zeros);
+    return;
+  }
+  EXPECT_THROW(team->synchronize("rows beyond the bound"), braid::UsageError);
+  EXPECT_EQ(out.get(max_rows * row * 2), zeros);
+}
+
 // Captured once, replayed three times with new inputs: the barrier's device-side epochs make every replay meet.
 void captured_graph_replays(Engine e) {
   SCOPED_TRACE(e == Engine::kSm ? "peer" : "peer-ce");

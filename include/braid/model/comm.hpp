@@ -36,6 +36,21 @@ class Comm {
   // of size() entries. Equal counts give the classic all-to-all.
   virtual void all_to_all_v(const void* in, const size_t* send_counts, const size_t* send_displs, void* out,
                             const size_t* recv_counts, const size_t* recv_displs, DType t, cudaStream_t s) = 0;
+
+  // Variable all-to-all of rows whose counts live on the device: a dropless MoE dispatch that never waits on the
+  // host (capturable in a CUDA graph). rows_mat: device int32 [size][size], the same values on every rank;
+  // rows_mat[src * size + dst] = rows rank src sends to rank dst (transpose: the transposed matrix — the reverse
+  // exchange, where rank a sends back to rank b the rows it got from b). in: this rank's rows for rank 0, then for
+  // rank 1, ... (row_elems elements of t each); out: the rows from rank 0, then rank 1, ... . max_rows bounds this
+  // rank's rows sent and received (the buffers' rows); a rank sending more is a DeviceError (Team::synchronize), not
+  // an overrun. Needs reserve_rows_exchange(max_rows, row_elems, t) first. The base class serves one rank (a copy);
+  // the peer comm serves any team with peer memory, the NCCL comms through a peer comm of their own (NCCL's
+  // send/receive take host counts).
+  virtual void all_to_all_rows(const void* in, void* out, const int* rows_mat, bool transpose, size_t row_elems,
+                               size_t max_rows, DType t, cudaStream_t s);
+  // Collective (every rank, the same arguments): makes all_to_all_rows ready for max_rows rows of row_elems elements
+  // of t (staging memory). Call before any capture; a smaller request than an earlier one is a no-op.
+  virtual void reserve_rows_exchange(size_t max_rows, size_t row_elems, DType t);
 };
 
 // Plain NCCL on the team's communicator (ncclAllGather, ncclReduceScatter, ncclAllReduce, grouped
