@@ -22,6 +22,7 @@ struct Args {
   int tp = 0, seq = 0, mb = 0, iters = 20, warmup = 5;
   bool moe = false, backward = false, sp = true, per_op = true;
   double capacity = 0;  // MoE capacity factor (ModelConfig::capacity)
+  bool device_sizes = false;  // --moe-sizes device (ModelConfig::moe_device_sizes)
 };
 
 Args parse(int argc, char** argv) {
@@ -46,6 +47,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--no-sp") a.sp = false;
     else if (k == "--no-per-op") a.per_op = false;
     else if (k == "--capacity") a.capacity = std::stod(val());
+    else if (k == "--moe-sizes") {
+      const std::string v = val();
+      BRAID_REQUIRE(v == "host" || v == "device", "bench layer: --moe-sizes host|device");
+      a.device_sizes = v == "device";
+    }
     // other words (bench, layer, ...) belong to the CLI
   }
   return a;
@@ -66,10 +72,11 @@ double rel_l2_host(const std::vector<uint16_t>& got, const std::vector<double>& 
 
 // Forward + backward of a small shape of the same kind against the float64 reference; returns the worst
 // relative L2 error over y, dx and every weight-gradient shard of this rank.
-double verify(Comm& comm, MPI_Comm mpi, const Parallel& p, bool moe, double capacity) {
+double verify(Comm& comm, MPI_Comm mpi, const Parallel& p, bool moe, double capacity, bool device_sizes) {
   ModelConfig c = preset(moe ? "tiny-moe" : "tiny");
   c.hidden = 256, c.heads = 8, c.kv_heads = 4, c.seq = 100, c.ffn = moe ? 128 : 512;
   c.capacity = moe ? capacity : 0;
+  c.moe_device_sizes = moe && device_sizes;
   const int rank = comm.rank();
   Layer layer(c, p, comm);
   const auto w = init_weights(c, 5);
@@ -130,6 +137,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   if (a.mb) c.micro_batch = a.mb;
   if (a.moe && !c.moe()) c.experts = 8, c.top_k = 2, c.name += "+moe8x2";
   c.capacity = a.capacity;
+  c.moe_device_sizes = a.device_sizes;
   c.validate();
   const int tp = a.tp ? a.tp : team.size();
   BRAID_REQUIRE(tp == team.size(), "bench layer: --tp must equal the number of ranks (mpirun -np)");
@@ -160,7 +168,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
   }
 
   // ---- verification (a small shape of the same kind, same comm) ----
-  const double err = verify(*comm, team.mpi(), p, c.moe(), c.capacity);
+  const double err = verify(*comm, team.mpi(), p, c.moe(), c.capacity, c.moe_device_sizes);
   const double worst_err = team.allreduce_max(err);
   const bool ok = worst_err < 2.5e-2;
   if (root)
@@ -234,6 +242,7 @@ int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ct
       j.add("bench", "layer").add("phase", pname).add("model", c.name).add("hidden", c.hidden).add("heads", c.heads);
       j.add("kv_heads", c.kv_heads).add("ffn", c.ffn).add("experts", c.experts).add("top_k", c.top_k);
       if (c.capacity > 0) j.add("capacity", c.capacity).add("moe_dropped_fraction", drop_fraction);
+      if (c.moe()) j.add("moe_sizes", c.moe_device_sizes ? "device" : "host");
       j.add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", tp).add("sp", p.sp).add("comm", comm->name());
       j.add("attention", layer.attention_backend());
       j.add("time_us", st.median_us).add("p10_us", st.p10_us).add("p90_us", st.p90_us);

@@ -17,6 +17,8 @@ void ModelConfig::validate() const {
   if (experts > 0) BRAID_REQUIRE(top_k > 0 && top_k <= experts, "model: need 0 < top_k <= experts");
   BRAID_REQUIRE(capacity >= 0 && capacity <= 1024, "model: the MoE capacity factor must be in [0, 1024] (0: dropless)");
   BRAID_REQUIRE(capacity == 0 || experts > 0, "model: a capacity factor needs experts");
+  BRAID_REQUIRE(!moe_device_sizes || (experts > 0 && capacity == 0),
+                "model: device-side MoE sizes need a dropless MoE model (experts, capacity 0)");
 }
 
 int64_t ModelConfig::expert_capacity(int64_t local_tokens) const {
@@ -31,6 +33,7 @@ std::string ModelConfig::describe() const {
     << ffn;
   if (moe()) o << ", " << experts << " experts top-" << top_k;
   if (moe() && capacity > 0) o << " capacity " << capacity;
+  if (moe_device_sizes) o << " (dropless, counts on the device)";
   o << ", seq " << seq << " x micro-batch " << micro_batch;
   return o.str();
 }

@@ -325,8 +325,16 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(const bf16* __restrict__ 
 }
 }  // namespace attn
 
-__global__ void swiglu_fwd_kernel(const bf16* __restrict__ gu, bf16* __restrict__ act, int64_t T, int F) {
-  const int64_t n = T * F;
+// min(*rows_dev, bound) when the rows live on the device, else bound
+__device__ __forceinline__ int64_t rows_of(const int* rows_dev, int64_t bound) {
+  if (!rows_dev) return bound;
+  const int64_t r = *rows_dev;
+  return r < bound ? (r < 0 ? 0 : r) : bound;
+}
+
+__global__ void swiglu_fwd_kernel(const bf16* __restrict__ gu, bf16* __restrict__ act, int64_t T, int F,
+                                  const int* rows_dev) {
+  const int64_t n = rows_of(rows_dev, T) * F;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / F;
     const int j = int(idx % F);
@@ -335,8 +343,8 @@ __global__ void swiglu_fwd_kernel(const bf16* __restrict__ gu, bf16* __restrict_
   }
 }
 __global__ void swiglu_bwd_kernel(const bf16* __restrict__ gu, const bf16* __restrict__ dact, bf16* __restrict__ dgu,
-                                  int64_t T, int F) {
-  const int64_t n = T * F;
+                                  int64_t T, int F, const int* rows_dev) {
+  const int64_t n = rows_of(rows_dev, T) * F;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = idx / F;
     const int j = int(idx % F);
@@ -457,11 +465,66 @@ __global__ void capacity_maps_kernel(int* __restrict__ sort_map, int* __restrict
   }
 }
 __global__ void gather_rows_kernel(const bf16* __restrict__ src, bf16* __restrict__ dst, const int* __restrict__ map,
-                                   int H) {
+                                   int H, const int* rows_dev) {
   const int64_t i = blockIdx.x;
+  if (rows_dev && i >= rows_of(rows_dev, gridDim.x)) return;
   const bf16* s = src + int64_t(map[i]) * H;
   for (int j = threadIdx.x; j < H; j += blockDim.x) dst[i * H + j] = s[j];
 }
+// The device layout (moe_device_layout). Every block derives the (source, local expert) blocks' starts in both
+// layouts from counts_all in shared memory — receive order [src][e], sorted order [e][src] — then the grid fills the
+// maps; block 0 also writes the matrix, the rows per expert and R.
+constexpr int kLayoutBlocks = 1024;  // tp x El blocks at most
+constexpr int kLayoutThreads = 256;
+constexpr int kLayoutGrid = 264;     // 2 waves of 132 SMs; the maps are a few thousand rows
+__global__ void __launch_bounds__(kLayoutThreads) moe_layout_kernel(const float* __restrict__ counts_all, int tp, int me,
+                                                                   int El, int* __restrict__ layout,
+                                                                   int* __restrict__ sort_map,
+                                                                   int* __restrict__ unsort_map, int64_t Rmax) {
+  __shared__ int sorted_start[kLayoutBlocks + 1];  // block b = e·tp + src, sorted order
+  __shared__ int recv_start[kLayoutBlocks];        // receive row where (src, e) starts: index e·tp + src too
+  __shared__ int total;
+  const int E = tp * El, nb = tp * El;
+  auto rcnt = [&](int src, int e) { return int(counts_all[int64_t(src) * E + int64_t(me) * El + e]); };
+  if (threadIdx.x == 0) {
+    int acc = 0;
+    for (int src = 0; src < tp; ++src)
+      for (int e = 0; e < El; ++e) recv_start[e * tp + src] = acc, acc += rcnt(src, e);
+    acc = 0;
+    for (int e = 0; e < El; ++e)
+      for (int src = 0; src < tp; ++src) sorted_start[e * tp + src] = acc, acc += rcnt(src, e);
+    sorted_start[nb] = acc;
+    total = acc;
+  }
+  __syncthreads();
+  const int R = total;
+  if (R > Rmax) {  // cannot happen for the layer's own counts (Rmax is the worst case)
+    if (blockIdx.x == 0 && threadIdx.x == 0) layout[int64_t(tp) * tp + El] = 0;
+    __trap();
+  }
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < tp * tp; i += blockDim.x) {
+      const int src = i / tp, dst = i % tp;
+      int rows = 0;
+      for (int e = 0; e < El; ++e) rows += int(counts_all[int64_t(src) * E + int64_t(dst) * El + e]);
+      layout[i] = rows;
+    }
+    for (int e = threadIdx.x; e < El; e += blockDim.x) layout[tp * tp + e] = sorted_start[(e + 1) * tp] - sorted_start[e * tp];
+    if (threadIdx.x == 0) layout[tp * tp + El] = R;
+  }
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < R; i += gridDim.x * blockDim.x) {
+    int lo = 0, hi = nb - 1;  // the last block whose start is <= i
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (sorted_start[mid] <= i) lo = mid;
+      else hi = mid - 1;
+    }
+    const int r = recv_start[lo] + (i - sorted_start[lo]);
+    sort_map[i] = r;
+    unsort_map[r] = i;
+  }
+}
+
 __global__ void combine_kernel(const bf16* __restrict__ x1, const bf16* __restrict__ ret, const int* __restrict__ pos,
                                const float* __restrict__ prob, bf16* __restrict__ y, int K, int H) {
   const int64_t t = blockIdx.x;
@@ -614,14 +677,14 @@ void attention_bwd(const bf16* qkv, const bf16* o, const bf16* dout, const float
   BRAID_ATTN_DISPATCH(a.d, (attention_bwd_d<D>(qkv, dout, lse, delta, dqkv, a, s)));
 }
 
-void swiglu_fwd(const bf16* gu, bf16* act, int64_t T, int F, cudaStream_t s) {
+void swiglu_fwd(const bf16* gu, bf16* act, int64_t T, int F, cudaStream_t s, const int* rows_dev) {
   if (T * F == 0) return;
-  swiglu_fwd_kernel<<<blocks_for(T * F, 256), 256, 0, s>>>(gu, act, T, F);
+  swiglu_fwd_kernel<<<blocks_for(T * F, 256), 256, 0, s>>>(gu, act, T, F, rows_dev);
   BRAID_CHECK_LAUNCH();
 }
-void swiglu_bwd(const bf16* gu, const bf16* dact, bf16* dgu, int64_t T, int F, cudaStream_t s) {
+void swiglu_bwd(const bf16* gu, const bf16* dact, bf16* dgu, int64_t T, int F, cudaStream_t s, const int* rows_dev) {
   if (T * F == 0) return;
-  swiglu_bwd_kernel<<<blocks_for(T * F, 256), 256, 0, s>>>(gu, dact, dgu, T, F);
+  swiglu_bwd_kernel<<<blocks_for(T * F, 256), 256, 0, s>>>(gu, dact, dgu, T, F, rows_dev);
   BRAID_CHECK_LAUNCH();
 }
 void add(const bf16* a, const bf16* bb, bf16* y, int64_t n, cudaStream_t s) {
@@ -672,9 +735,16 @@ void route_zero_padding(const float* counts, bf16* rows, int E, int64_t cap, int
   zero_padding_kernel<<<unsigned(E * cap), 256, 0, s>>>(counts, rows, cap, H);
   BRAID_CHECK_LAUNCH();
 }
-void gather_rows(const bf16* src, bf16* dst, const int* map, int64_t rows, int H, cudaStream_t s) {
+void gather_rows(const bf16* src, bf16* dst, const int* map, int64_t rows, int H, cudaStream_t s, const int* rows_dev) {
   if (rows == 0) return;
-  gather_rows_kernel<<<unsigned(rows), 256, 0, s>>>(src, dst, map, H);
+  gather_rows_kernel<<<unsigned(rows), 256, 0, s>>>(src, dst, map, H, rows_dev);
+  BRAID_CHECK_LAUNCH();
+}
+void moe_device_layout(const float* counts_all, int tp, int me, int El, int* layout, int* sort_map, int* unsort_map,
+                       int64_t Rmax, cudaStream_t s) {
+  BRAID_REQUIRE(tp >= 1 && El >= 1 && int64_t(tp) * El <= kLayoutBlocks, "moe_device_layout: tp x local experts <= 1024");
+  BRAID_REQUIRE(Rmax < (int64_t(1) << 31), "moe_device_layout: rows fit an int");
+  moe_layout_kernel<<<kLayoutGrid, kLayoutThreads, 0, s>>>(counts_all, tp, me, El, layout, sort_map, unsort_map, Rmax);
   BRAID_CHECK_LAUNCH();
 }
 void combine(const bf16* x1, const bf16* ret, const int* pos, const float* prob, bf16* y, int64_t T, int K, int H,

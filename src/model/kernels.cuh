@@ -41,8 +41,10 @@ void attention_bwd(const bf16* qkv, const bf16* o, const bf16* dout, const float
                    const AttnShape& a, cudaStream_t s);
 
 // ---- SwiGLU: gu [T, 2F] = (gate | up) -> act [T, F] = silu(gate)·up; backward dgu from dact.
-void swiglu_fwd(const bf16* gu, bf16* act, int64_t T, int F, cudaStream_t s);
-void swiglu_bwd(const bf16* gu, const bf16* dact, bf16* dgu, int64_t T, int F, cudaStream_t s);
+// rows_dev (optional, device): the rows are min(*rows_dev, T) — T is then a bound (the MoE layer's device sizes).
+void swiglu_fwd(const bf16* gu, bf16* act, int64_t T, int F, cudaStream_t s, const int* rows_dev = nullptr);
+void swiglu_bwd(const bf16* gu, const bf16* dact, bf16* dgu, int64_t T, int F, cudaStream_t s,
+                const int* rows_dev = nullptr);
 
 // ---- elementwise: y = a + b
 void add(const bf16* a, const bf16* b, bf16* y, int64_t n, cudaStream_t s);
@@ -65,8 +67,18 @@ void route_permute(const int* route, float* counts, int* pos, const bf16* h, bf1
 void capacity_maps(int* sort_map, int* unsort_map, int tp, int El, int64_t cap, cudaStream_t s);
 // rows [E, cap, H]: zero every row e·cap + j with j >= counts[e] (the unused capacity slots).
 void route_zero_padding(const float* counts, bf16* rows, int E, int64_t cap, int H, cudaStream_t s);
-// dst[i] = src[map[i]] for rows of H elements.
-void gather_rows(const bf16* src, bf16* dst, const int* map, int64_t rows, int H, cudaStream_t s);
+// dst[i] = src[map[i]] for rows of H elements; rows_dev (optional, device): min(*rows_dev, rows) rows.
+void gather_rows(const bf16* src, bf16* dst, const int* map, int64_t rows, int H, cudaStream_t s,
+                 const int* rows_dev = nullptr);
+// Dropless MoE with its counts on the device (ModelConfig::moe_device_sizes). counts_all [tp, E] fp32: every rank's
+// per-expert counts (route_permute's, all-gathered). For this rank (`me`, experts me·El .. me·El + El - 1) writes
+// layout (int32, moe_layout_ints(tp, El) of them): [0, tp·tp) the exchange's row matrix, rows[src·tp + dst] = rows
+// rank src sends rank dst (the same on every rank); [tp·tp, tp·tp + El) the rows per local expert; then R, the rows
+// received (<= Rmax). sort_map / unsort_map [Rmax]: the rows of moe_row_maps (moe_layout.hpp), entries < R written.
+// A count matrix beyond Rmax rows writes R = 0 and nothing else, and traps (a layer bug: the buffers hold the worst case).
+inline int64_t moe_layout_ints(int tp, int El) { return int64_t(tp) * tp + El + 1; }
+void moe_device_layout(const float* counts_all, int tp, int me, int El, int* layout, int* sort_map, int* unsort_map,
+                       int64_t Rmax, cudaStream_t s);
 // y[t] = x1[t] + Σ_k prob[t,k] · ret[pos[t,k]]   (combine, combine_bwd, route_bwd: an entry with pos < 0 was
 // dropped by the capacity: it adds nothing, and its row is neither read nor written)
 void combine(const bf16* x1, const bf16* ret, const int* pos, const float* prob, bf16* y, int64_t T, int K, int H,

@@ -15,6 +15,7 @@
 #include "braid/model/layer.hpp"
 #include "attention.hpp"
 #include "kernels.cuh"
+#include "moe_gemm.hpp"
 #include "moe_layout.hpp"
 
 namespace braid::model {
@@ -105,6 +106,19 @@ struct Layer::Impl {
   cudaEvent_t counts_ev = nullptr;
   bool counts_pending = false;
   double host_wait_us = 0;  // cumulative host time blocked in moe_finish_counts (Layer::host_wait_us)
+  // Dropless with the counts on the device (ModelConfig::moe_device_sizes): nothing above (host counts, sc/rc,
+  // expert_rows, R) is used. a2a_counts all-gathers the counts into counts_all [tp, E] and moe_device_layout writes
+  // `layout` (int32 [tp·tp row matrix | El expert rows | R], a saved tensor: the backward's exchanges and GEMMs read
+  // it) and the row maps; the exchanges are Comm::all_to_all_rows, the expert GEMMs grouped (one object per call
+  // site: a call's device argument arrays stay its own while it runs).
+  bool dev_sizes = false;
+  float* counts_all = nullptr;
+  int* layout = nullptr;
+  enum GroupedSite { kGateUp, kDown, kDownDgrad, kDownWgrad, kGateUpDgrad, kGateUpWgrad, kSites };
+  std::unique_ptr<detail::GroupedGemm> grouped[kSites];
+  const int* layout_rows() const { return layout; }                       // [tp, tp]
+  const int* layout_experts() const { return layout + tp * tp; }          // [El]
+  const int* layout_R() const { return layout + tp * tp + El; }           // [1]
 
   Impl(const ModelConfig& cfg, const Parallel& par, Comm& cm) : c(cfg), p(par), comm(cm) {}
 
@@ -303,6 +317,14 @@ void Layer::Impl::setup() {
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&counts_ev, cudaEventDisableTiming));
     sc.assign(tp, 0), sd.assign(tp, 0), rc.assign(tp, 0), rd.assign(tp, 0);
     expert_rows.assign(El, 0);
+    dev_sizes = c.moe_device_sizes;
+    if (dev_sizes) {
+      counts_all = alloc<float>(tp * E);
+      layout = alloc<int>(k::moe_layout_ints(int(tp), int(El)));
+      for (auto& g : grouped) g = std::make_unique<detail::GroupedGemm>(int(El));
+      // the exchanges move at most Rmax rows per rank either way (collective: every rank, the same sizes)
+      comm.reserve_rows_exchange(size_t(std::max(Rmax, Srows)), size_t(H), DType::kBF16);
+    }
     if (cap > 0) {  // static layout: every (source, expert) block holds cap rows, padding included
       for (int64_t e = 0; e < E; ++e) counts_h[e] = float(cap);
       for (int64_t i = 0; i < tp * El; ++i) rcounts_h[i] = float(cap);
@@ -438,29 +460,48 @@ void Layer::Impl::build_forward() {
     if (cap > 0) k::capacity_maps(sort_map, unsort_map, int(tp), int(El), cap, s);
   });
   // Capacity: no counts to exchange (static shapes); the operator stays, empty, so the plan is the same.
-  add_op(F_, "a2a_counts", [=, this](cudaStream_t s) { if (cap == 0) moe_exchange_counts(s); });
+  add_op(F_, "a2a_counts", [=, this](cudaStream_t s) {
+    if (dev_sizes) {
+      comm.all_gather(counts, counts_all, size_t(E), DType::kFP32, s);
+      return k::moe_device_layout(counts_all, int(tp), rank, int(El), layout, sort_map, unsort_map, Rmax, s);
+    }
+    if (cap == 0) moe_exchange_counts(s);
+  });
   add_op(F_, "a2a_dispatch", [=, this](cudaStream_t s) {
+    if (dev_sizes) return comm.all_to_all_rows(send, recv, layout_rows(), false, size_t(H), size_t(Rmax), DType::kBF16, s);
     moe_finish_counts(s);
     comm.all_to_all_v(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), DType::kBF16, s);
   });
-  add_op(F_, "expert_sort", [=, this](cudaStream_t s) { k::gather_rows(recv, xs, sort_map, R, int(H), s); });
+  add_op(F_, "expert_sort", [=, this](cudaStream_t s) {
+    if (dev_sizes) return k::gather_rows(recv, xs, sort_map, Rmax, int(H), s, layout_R());
+    k::gather_rows(recv, xs, sort_map, R, int(H), s);
+  });
   add_op(F_, "expert_gate_up", [=, this](cudaStream_t s) {
+    if (dev_sizes) return grouped[kGateUp]->fprop(s, layout_experts(), int(El), 2 * F, H, xs, w13, egu);
     int64_t r0 = 0;
     for (int64_t e = 0; e < El; ++e) {
       gemm(s, false, false, expert_rows[e], 2 * F, H, xs + r0 * H, H, w13 + e * H * 2 * F, 2 * F, egu + r0 * 2 * F, 2 * F);
       r0 += expert_rows[e];
     }
   });
-  add_op(F_, "expert_swiglu", [=, this](cudaStream_t s) { k::swiglu_fwd(egu, eact, R, int(F), s); });
+  add_op(F_, "expert_swiglu", [=, this](cudaStream_t s) {
+    if (dev_sizes) return k::swiglu_fwd(egu, eact, Rmax, int(F), s, layout_R());
+    k::swiglu_fwd(egu, eact, R, int(F), s);
+  });
   add_op(F_, "expert_down", [=, this](cudaStream_t s) {
+    if (dev_sizes) return grouped[kDown]->fprop(s, layout_experts(), int(El), H, F, eact, w2, eout);
     int64_t r0 = 0;
     for (int64_t e = 0; e < El; ++e) {
       gemm(s, false, false, expert_rows[e], H, F, eact + r0 * F, F, w2 + e * F * H, H, eout + r0 * H, H);
       r0 += expert_rows[e];
     }
   });
-  add_op(F_, "expert_unsort", [=, this](cudaStream_t s) { k::gather_rows(eout, eout_u, unsort_map, R, int(H), s); });
+  add_op(F_, "expert_unsort", [=, this](cudaStream_t s) {
+    if (dev_sizes) return k::gather_rows(eout, eout_u, unsort_map, Rmax, int(H), s, layout_R());
+    k::gather_rows(eout, eout_u, unsort_map, R, int(H), s);
+  });
   add_op(F_, "a2a_combine", [=, this](cudaStream_t s) {
+    if (dev_sizes) return comm.all_to_all_rows(eout_u, ret, layout_rows(), true, size_t(H), size_t(Rmax), DType::kBF16, s);
     comm.all_to_all_v(eout_u, rc.data(), rd.data(), ret, sc.data(), sd.data(), DType::kBF16, s);
   });
   add_op(F_, "combine", [=, this](cudaStream_t s) { k::combine(x1, ret, pos, prob, y, Tl, int(K), int(H), s); });
@@ -506,10 +547,16 @@ void Layer::Impl::build_backward() {
       if (cap > 0) k::route_zero_padding(counts, dret, int(E), cap, int(H), s);
     });
     add_op(B_, "a2a_combine_bwd", [=, this](cudaStream_t s) {
+      if (dev_sizes)
+        return comm.all_to_all_rows(dret, drecv, layout_rows(), false, size_t(H), size_t(Rmax), DType::kBF16, s);
       comm.all_to_all_v(dret, sc.data(), sd.data(), drecv, rc.data(), rd.data(), DType::kBF16, s);
     });
-    add_op(B_, "expert_sort_bwd", [=, this](cudaStream_t s) { k::gather_rows(drecv, dout_s, sort_map, R, int(H), s); });
+    add_op(B_, "expert_sort_bwd", [=, this](cudaStream_t s) {
+      if (dev_sizes) return k::gather_rows(drecv, dout_s, sort_map, Rmax, int(H), s, layout_R());
+      k::gather_rows(drecv, dout_s, sort_map, R, int(H), s);
+    });
     add_op(B_, "expert_down_dgrad", [=, this](cudaStream_t s) {
+      if (dev_sizes) return grouped[kDownDgrad]->dgrad(s, layout_experts(), int(El), F, H, dout_s, w2, deact);
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, false, true, expert_rows[e], F, H, dout_s + r0 * H, H, w2 + e * F * H, H, deact + r0 * F, F);
@@ -517,14 +564,20 @@ void Layer::Impl::build_backward() {
       }
     });
     add_op(B_, "expert_down_wgrad", [=, this](cudaStream_t s) {
+      if (dev_sizes)
+        return grouped[kDownWgrad]->wgrad(s, layout_experts(), int(El), F, H, eact, dout_s, dw2, wgrad_beta());
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, true, false, F, H, expert_rows[e], eact + r0 * F, F, dout_s + r0 * H, H, dw2 + e * F * H, H, wgrad_beta());
         r0 += expert_rows[e];
       }
     });
-    add_op(B_, "expert_swiglu_bwd", [=, this](cudaStream_t s) { k::swiglu_bwd(egu, deact, degu, R, int(F), s); });
+    add_op(B_, "expert_swiglu_bwd", [=, this](cudaStream_t s) {
+      if (dev_sizes) return k::swiglu_bwd(egu, deact, degu, Rmax, int(F), s, layout_R());
+      k::swiglu_bwd(egu, deact, degu, R, int(F), s);
+    });
     add_op(B_, "expert_gate_up_dgrad", [=, this](cudaStream_t s) {
+      if (dev_sizes) return grouped[kGateUpDgrad]->dgrad(s, layout_experts(), int(El), H, 2 * F, degu, w13, dxs);
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, false, true, expert_rows[e], H, 2 * F, degu + r0 * 2 * F, 2 * F, w13 + e * H * 2 * F, 2 * F, dxs + r0 * H, H);
@@ -532,6 +585,8 @@ void Layer::Impl::build_backward() {
       }
     });
     add_op(B_, "expert_gate_up_wgrad", [=, this](cudaStream_t s) {
+      if (dev_sizes)
+        return grouped[kGateUpWgrad]->wgrad(s, layout_experts(), int(El), H, 2 * F, xs, degu, dw13, wgrad_beta());
       int64_t r0 = 0;
       for (int64_t e = 0; e < El; ++e) {
         gemm(s, true, false, H, 2 * F, expert_rows[e], xs + r0 * H, H, degu + r0 * 2 * F, 2 * F, dw13 + e * H * 2 * F, 2 * F,
@@ -539,8 +594,13 @@ void Layer::Impl::build_backward() {
         r0 += expert_rows[e];
       }
     });
-    add_op(B_, "expert_unsort_bwd", [=, this](cudaStream_t s) { k::gather_rows(dxs, dxr, unsort_map, R, int(H), s); });
+    add_op(B_, "expert_unsort_bwd", [=, this](cudaStream_t s) {
+      if (dev_sizes) return k::gather_rows(dxs, dxr, unsort_map, Rmax, int(H), s, layout_R());
+      k::gather_rows(dxs, dxr, unsort_map, R, int(H), s);
+    });
     add_op(B_, "a2a_dispatch_bwd", [=, this](cudaStream_t s) {
+      if (dev_sizes)
+        return comm.all_to_all_rows(dxr, drow, layout_rows(), true, size_t(H), size_t(Rmax), DType::kBF16, s);
       comm.all_to_all_v(dxr, rc.data(), rd.data(), drow, sc.data(), sd.data(), DType::kBF16, s);
     });
     add_op(B_, "route_bwd", [=, this](cudaStream_t s) { k::route_bwd(drow, pos, dlogits, wr, dh2, Tl, int(K), int(E), int(H), s); });
@@ -661,6 +721,7 @@ static std::vector<SavedField> saved_fields(Layer::Impl& m) {
   v.push_back(field("egu", &m.egu, size_t(m.Rmax * 2 * m.F) * bf));
   v.push_back(field("eact", &m.eact, size_t(m.Rmax * m.F) * bf));
   if (m.cap > 0) v.push_back(field("counts", &m.counts, size_t(m.E) * f32));
+  if (m.dev_sizes) v.push_back(field("moe_layout", &m.layout, size_t(k::moe_layout_ints(int(m.tp), int(m.El))) * i32));
   return v;
 }
 
@@ -783,6 +844,8 @@ void Layer::share_interfaces(const Layer& owner) {
 void Layer::set_gemm_sm_target(int sms) {
   BRAID_REQUIRE(sms >= 0, "layer: set_gemm_sm_target needs sms >= 0");
   BRAID_CUBLAS_CHECK(cublasSetSmCountTarget(impl_->blas, sms));
+  for (auto& g : impl_->grouped)
+    if (g) g->set_sm_count(sms);
 }
 
 void Layer::share_cublas_workspace(const Layer& other) {
@@ -846,7 +909,14 @@ void Layer::set_routing(const Routing& r) {
   m.sc = r.sc, m.sd = r.sd, m.rc = r.rc, m.rd = r.rd, m.expert_rows = r.expert_rows, m.R = r.rows;
 }
 
-std::vector<int64_t> Layer::local_expert_rows() const { return impl_->expert_rows; }
+std::vector<int64_t> Layer::local_expert_rows() const {
+  const Impl& m = *impl_;
+  if (!m.dev_sizes) return m.expert_rows;
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // the counts on the device: the last forward's layout
+  std::vector<int> r(size_t(m.El));
+  if (!r.empty()) BRAID_CUDA_CHECK(cudaMemcpy(r.data(), m.layout_experts(), r.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  return std::vector<int64_t>(r.begin(), r.end());
+}
 Layer::MoeDrops Layer::moe_drops() const {
   const Impl& m = *impl_;
   MoeDrops d;

@@ -38,6 +38,7 @@ struct Args {
   int gemm_sm_reserve = 0;  // > 0: also time variants whose GEMMs leave this many SMs free (-smres)
   int layers = 1;           // > 1: the stack of that many layers (StrandStack) instead of the one-layer variants
   double capacity = 0;      // MoE capacity factor (ModelConfig::capacity); 0: dropless
+  bool device_sizes = false;  // --moe-sizes device: dropless with the counts on the device (ModelConfig::moe_device_sizes)
   bool graph = true, verify = true;
   bool chain = true;        // stack: also the chained variants (StrandStack::pass_chained); --no-chain drops them
 };
@@ -75,6 +76,12 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--layers") a.layers = std::stoi(val());
     else if (k == "--no-chain") a.chain = false;
     else if (k == "--capacity") a.capacity = std::stod(val());
+    else if (k == "--moe-sizes") {
+      const std::string v = val();
+      if (v != "host" && v != "device")
+        throw UsageError(std::string(who) + ": --moe-sizes host|device", __FILE__, __LINE__);
+      a.device_sizes = v == "device";
+    }
     else if (k == "--comm") a.comm = val();
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
@@ -119,7 +126,8 @@ m::ModelConfig model_of(const Args& a, Team& team, m::Parallel* par, const char*
   if (a.seq) c.seq = a.seq;
   if (a.mb) c.micro_batch = a.mb;
   c.capacity = a.capacity;
-  c.validate();  // (a capacity needs an MoE model)
+  c.moe_device_sizes = a.device_sizes;
+  c.validate();  // (a capacity needs an MoE model; device sizes a dropless one)
   const int tp = a.tp ? a.tp : team.size();
   if (tp != team.size())
     throw UsageError(std::string(who) + ": --tp must equal the number of ranks (mpirun -np)", __FILE__, __LINE__);
@@ -483,6 +491,7 @@ m::ModelConfig small_of(const m::ModelConfig& big) {
   c.name = big.moe() ? "verify-moe-d32" : "verify-d32";
   c.hidden = 256, c.heads = 8, c.kv_heads = 4, c.seq = 100, c.micro_batch = 2, c.ffn = big.moe() ? 128 : 512;
   c.capacity = big.capacity;
+  c.moe_device_sizes = big.moe_device_sizes;
   return c;
 }
 
@@ -677,6 +686,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
       j.add("plan_steps", plan.steps.size()).add("verified", ok);
       if (drop_fraction >= 0) j.add("moe_capacity", c.capacity).add("moe_dropped_fraction", drop_fraction);
+      if (c.moe()) j.add("moe_sizes", c.moe_device_sizes ? "device" : "host");
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());
     }
@@ -987,8 +997,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const m::ModelConfig c = model_of(a, team, &p, "bench strands");
   const bool root = team.rank() == 0;
   const bool moe = c.moe();
-  // A dropless MoE forward synchronises the host (the counts size the exchange); with a capacity factor it does not.
-  const bool graph = a.graph && (!moe || c.capacity > 0);
+  // A dropless MoE forward synchronises the host (the counts size the exchange); with a capacity factor or the
+  // counts on the device it does not.
+  const bool graph = a.graph && (!moe || c.capacity > 0 || c.moe_device_sizes);
   const double mem0 = bench::device_used_bytes();
   auto comm_a = strand_comm(team, a, false, "bench strands");
   const double mem_comm_a = bench::device_used_bytes();

@@ -68,6 +68,7 @@ std::string strand_parallel_tag(const model::ModelConfig& c, const model::Parall
     std::snprintf(buf, sizeof buf, ",capacity=%g", c.capacity);
     tag += buf;
   }
+  if (c.moe_device_sizes) tag += ",moe-sizes=device";  // grouped GEMMs and device-counted exchanges: other times
   return tag;
 }
 
@@ -107,7 +108,9 @@ Layer strand_layer(const model::ModelConfig& c, const model::Parallel& p, const 
       op.solo_us = solo_estimate(o, op.type, p.tp, op.link, hw);
       // Dropless MoE: the dispatch's issue waits on the host for the counts (model::Layer's moe_finish_counts);
       // with a capacity factor the shapes are static and nothing waits.
-      if (fwd && o.name == "a2a_dispatch" && c.moe() && c.capacity <= 0 && i > 0 && infos[i - 1].name == "a2a_counts")
+      // (With its counts on the device, ModelConfig::moe_device_sizes, it does not wait either.)
+      if (fwd && o.name == "a2a_dispatch" && c.moe() && c.capacity <= 0 && !c.moe_device_sizes && i > 0 &&
+          infos[i - 1].name == "a2a_counts")
         op.host_waits_for = int(i) - 1;
       out.push_back(op);
     }
@@ -463,6 +466,14 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
   v.push_back({"egu", Rmax * 2 * F * bf, "f.expert_gate_up", "b.expert_swiglu_bwd", {}});
   v.push_back({"eact", Rmax * F * bf, "f.expert_swiglu", "b.expert_down_wgrad", {}});
   if (cap > 0) v.push_back({"counts", E * f32, "f.route", "b.combine_bwd", {}});
+  // Counts on the device: the layout the counts exchange writes (row matrix, rows per expert, R; int32
+  // kernels::moe_layout_ints), read by every sized op of the backward — the weight gradients may run later.
+  if (c.moe_device_sizes) {
+    const double El = E / p.tp;
+    v.push_back({"moe_layout", (double(p.tp) * p.tp + El + 1) * i32, "f.a2a_counts", "b.a2a_dispatch_bwd",
+                 {"b.a2a_combine_bwd", "b.expert_sort_bwd", "b.expert_down_dgrad", "b.expert_down_wgrad",
+                  "b.expert_swiglu_bwd", "b.expert_gate_up_dgrad", "b.expert_gate_up_wgrad", "b.expert_unsort_bwd"}});
+  }
   return v;
 }
 

@@ -12,6 +12,8 @@
 #include "layer_check.hpp"
 #include "capture.hpp"
 #include "model/attention.hpp"  // src/model (internal)
+#include "model/kernels.cuh"
+#include "model/moe_layout.hpp"
 
 namespace {
 
@@ -134,6 +136,119 @@ TEST(LayerGpu, MoECapacityMatchesReferenceAndCaptures) {
   EXPECT_GT(dropped_total, 0) << "the test shapes should exceed capacity 1.0 somewhere";
 }
 TEST(LayerGpu, MoEMatchesReference) { check_against_reference(true); }
+
+// Dropless MoE with its counts on the device (ModelConfig::moe_device_sizes: device layout, grouped GEMMs with
+// device problem sizes, the device-counted exchange): against the float64 reference on the GPU's routes, close to
+// the host-sized layer (other GEMM kernels: not the same bits), and the whole forward + backward captured in one
+// CUDA graph — dropless and no host wait — replayed twice with the eager run's bits.
+TEST(LayerGpu, MoEDeviceSizesMatchReferenceAndCapture) {
+  for (auto c : shapes(true)) {
+    c.moe_device_sizes = true;
+    SCOPED_TRACE(c.describe());
+    const m::Parallel p{1, true};
+    m::Layer layer(c, p, *Env::comm_);
+    const auto w = m::init_weights(c, 21);
+    layer.load_weights(w);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 22, 1.0), dy = m::random_values(n, 23, 1.0);
+    cudaStream_t s = Env::team_->stream();
+    const auto got = run_layer(layer, 0, x, dy, s);
+    EXPECT_EQ(layer.host_wait_us(), 0.0) << "counts on the device: the host never waits";
+    const auto rows = layer.local_expert_rows();
+    int64_t total = 0;
+    for (auto r : rows) total += r;
+    EXPECT_EQ(total, c.tokens() * c.top_k) << "dropless: every (token, k) reaches an expert";
+    const auto routes = layer.local_routes();
+    const auto ref = m::reference_layer(c, w, x, dy, &routes);
+    print_errors(got, ref, c, p, 0, layer.local_tokens(), c.name + " device sizes vs GPU routes");
+    expect_close(got, ref, c, p, 0, layer.local_tokens(), kTol, c.name + " device sizes");
+
+    // The host-sized layer on the same input: the same routes, close outputs.
+    auto ch = c;
+    ch.moe_device_sizes = false;
+    m::Layer host(ch, p, *Env::comm_);
+    host.load_weights(w);
+    const auto hgot = run_layer(host, 0, x, dy, s);
+    EXPECT_EQ(host.local_routes(), routes);
+    EXPECT_EQ(host.local_expert_rows(), rows);
+    EXPECT_LT(rel_l2(got.y, hgot.y), kTol) << "device vs host sizes: y";
+    EXPECT_LT(rel_l2(got.dx, hgot.dx), kTol) << "device vs host sizes: dx";
+    for (const auto& f : m::field_names(c))
+      EXPECT_LT(rel_l2(*m::field(got.grad, f), *m::field(hgot.grad, f)), kTol) << "device vs host sizes: d" << f;
+
+    cudaGraph_t g = braid::test::capture_graph(s, [&] {
+      layer.forward(s);
+      layer.backward(s);
+    });
+    ASSERT_NE(g, nullptr) << "stream capture failed";
+    cudaGraphExec_t ge = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    for (int rep = 0; rep < 2; ++rep) {
+      ASSERT_EQ(cudaMemsetAsync(layer.y(), 0, n * 2, s), cudaSuccess);  // the replay must write them again
+      ASSERT_EQ(cudaMemsetAsync(layer.dx(), 0, n * 2, s), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_EQ(from_device(layer.y(), n), got.y) << "replay " << rep;
+      EXPECT_EQ(from_device(layer.dx(), n), got.dx) << "replay " << rep;
+      const auto gr = layer.download_grads();
+      for (const auto& f : m::field_names(c)) EXPECT_EQ(*m::field(gr, f), *m::field(got.grad, f)) << "d" << f;
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+}
+
+// The device layout (kernels::moe_device_layout) against the host's row maps (moe_row_maps) on random counts: every
+// rank's view for tp 1..4, local experts 1..8, empty (source, expert) blocks included.
+TEST(LayerGpu, DeviceLayoutEqualsHostMaps) {
+  uint64_t seed = 7;
+  auto rnd = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int tp = 1; tp <= 4; ++tp)
+    for (int El : {1, 3, 8}) {
+      const int E = tp * El;
+      std::vector<float> all(static_cast<size_t>(tp) * E);
+      for (auto& v : all) v = float(rnd() % 4 == 0 ? 0 : rnd() % 37);
+      int64_t Rmax = 0;
+      for (float v : all) Rmax += int64_t(v);
+      float* d_all = nullptr;
+      int *d_layout = nullptr, *d_smap = nullptr, *d_umap = nullptr;
+      const int64_t ints = m::kernels::moe_layout_ints(tp, El);
+      ASSERT_EQ(cudaMalloc(&d_all, all.size() * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&d_layout, ints * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&d_smap, (Rmax + 1) * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&d_umap, (Rmax + 1) * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(d_all, all.data(), all.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      for (int me = 0; me < tp; ++me) {
+        SCOPED_TRACE("tp " + std::to_string(tp) + " El " + std::to_string(El) + " rank " + std::to_string(me));
+        m::kernels::moe_device_layout(d_all, tp, me, El, d_layout, d_smap, d_umap, Rmax, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<int> layout(static_cast<size_t>(ints), 0);
+        ASSERT_EQ(cudaMemcpy(layout.data(), d_layout, ints * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        std::vector<float> rc(static_cast<size_t>(tp) * El);  // rcounts[src * El + e]
+        for (int src = 0; src < tp; ++src)
+          for (int e = 0; e < El; ++e) rc[size_t(src) * El + e] = all[size_t(src) * E + size_t(me) * El + e];
+        std::vector<int> smap(static_cast<size_t>(Rmax) + 1), umap(static_cast<size_t>(Rmax) + 1);
+        std::vector<int64_t> erows(static_cast<size_t>(El));
+        const int64_t R = m::detail::moe_row_maps(tp, El, rc.data(), smap.data(), umap.data(), erows.data());
+        EXPECT_EQ(layout[size_t(tp) * tp + El], R);
+        for (int e = 0; e < El; ++e) EXPECT_EQ(layout[size_t(tp) * tp + e], erows[e]) << "expert " << e;
+        for (int src = 0; src < tp; ++src)
+          for (int dst = 0; dst < tp; ++dst) {
+            int rows = 0;
+            for (int e = 0; e < El; ++e) rows += int(all[size_t(src) * E + size_t(dst) * El + e]);
+            EXPECT_EQ(layout[size_t(src) * tp + dst], rows) << src << " -> " << dst;
+          }
+        std::vector<int> gs(static_cast<size_t>(R)), gu(static_cast<size_t>(R));
+        if (R > 0) {
+          ASSERT_EQ(cudaMemcpy(gs.data(), d_smap, R * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(gu.data(), d_umap, R * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        }
+        EXPECT_TRUE(std::equal(gs.begin(), gs.end(), smap.begin())) << "sort map";
+        EXPECT_TRUE(std::equal(gu.begin(), gu.end(), umap.begin())) << "unsort map";
+      }
+      cudaFree(d_all), cudaFree(d_layout), cudaFree(d_smap), cudaFree(d_umap);
+    }
+}
 
 TEST(LayerGpu, OperatorViewMatchesPlan) {
   const auto c = m::preset("tiny");

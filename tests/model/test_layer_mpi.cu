@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "capture.hpp"
 #include "layer_check.hpp"
 
 namespace {
@@ -125,6 +126,73 @@ TEST(LayerMpi, MoECapacityEqualsReference) {
                 (long long)dropped, (long long)(c.tokens() * c.top_k));
     print_errors(got, ref, c, p, rank, layer.local_tokens(), c.name + " capacity vs GPU routes");
     expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol, c.name + " capacity");
+  }
+}
+
+// Dropless with the counts on the device (ModelConfig::moe_device_sizes) at EP = TP: the all-gathered counts, the
+// device layout, the device-counted exchange (Comm::all_to_all_rows: the peer comm, or the NCCL comm's own peer
+// comm) and the grouped GEMMs — against the float64 reference on the layer's own routes, close to the host-sized
+// layer on the same input (the same routes), and forward + backward captured in one CUDA graph on every rank and
+// replayed twice with the eager run's bits.
+TEST(LayerMpi, MoEDeviceSizesEqualReferenceAndCapture) {
+  const int tp = Env::world_->size(), rank = Env::world_->rank();
+  for (auto c : shapes(true)) {
+    c.moe_device_sizes = true;
+    SCOPED_TRACE(c.describe());
+    const m::Parallel p{tp, true};
+    const auto w = m::init_weights(c, 31);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 32, 1.0), dy = m::random_values(n, 33, 1.0);
+    cudaStream_t s = Env::world_->stream();
+    m::Layer layer(c, p, *Env::comm_);
+    layer.load_weights(w);
+    const auto got = run_layer(layer, rank, x, dy, s);
+    EXPECT_EQ(layer.host_wait_us(), 0.0);
+    const auto local = layer.local_routes();
+    std::vector<int> routes(size_t(c.tokens() * c.top_k));
+    ASSERT_EQ(local.size() * size_t(tp), routes.size());
+    MPI_Allgather(local.data(), int(local.size()), MPI_INT, routes.data(), int(local.size()), MPI_INT,
+                  Env::world_->mpi());
+    int64_t rows = 0, all = 0;
+    for (auto r : layer.local_expert_rows()) rows += r;
+    MPI_Allreduce(&rows, &all, 1, MPI_INT64_T, MPI_SUM, Env::world_->mpi());
+    EXPECT_EQ(all, c.tokens() * c.top_k) << "dropless: every (token, k) reaches an expert";
+    const auto ref = m::reference_layer(c, w, x, dy, &routes);
+    print_errors(got, ref, c, p, rank, layer.local_tokens(), c.name + " device sizes vs GPU routes");
+    expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol, c.name + " device sizes");
+
+    auto ch = c;
+    ch.moe_device_sizes = false;
+    m::Layer host(ch, p, *Env::comm_);
+    host.load_weights(w);
+    const auto hgot = run_layer(host, rank, x, dy, s);
+    EXPECT_EQ(host.local_routes(), local);
+    EXPECT_EQ(host.local_expert_rows(), layer.local_expert_rows());
+    EXPECT_LT(rel_l2(got.y, hgot.y), kTol) << "device vs host sizes: y";
+    EXPECT_LT(rel_l2(got.dx, hgot.dx), kTol) << "device vs host sizes: dx";
+    for (const auto& f : m::field_names(c))
+      EXPECT_LT(rel_l2(*m::field(got.grad, f), *m::field(hgot.grad, f)), kTol) << "device vs host sizes: d" << f;
+
+    cudaGraph_t g = braid::test::capture_graph(s, [&] {
+      layer.forward(s);
+      layer.backward(s);
+    });
+    ASSERT_NE(g, nullptr) << "stream capture failed";
+    cudaGraphExec_t ge = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    const size_t local_n = size_t(layer.local_tokens()) * c.hidden;
+    for (int rep = 0; rep < 2; ++rep) {
+      ASSERT_EQ(cudaMemsetAsync(layer.y(), 0, local_n * 2, s), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(layer.dx(), 0, local_n * 2, s), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+      Env::world_->synchronize(s, "device-sizes replay");
+      EXPECT_EQ(from_device(layer.y(), local_n), got.y) << "replay " << rep;
+      EXPECT_EQ(from_device(layer.dx(), local_n), got.dx) << "replay " << rep;
+      const auto gr = layer.download_grads();
+      for (const auto& f : m::field_names(c)) EXPECT_EQ(*m::field(gr, f), *m::field(got.grad, f)) << "d" << f;
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
   }
 }
 

@@ -199,11 +199,14 @@ sch::Plan interleaved_plan(const sch::Layer& dag) {
 
 // capacity > 0 (MoE): the capacity-factor layer — static shapes, no host wait — so its strands are
 // captured and replayed from CUDA graphs as the dense layer's are.
-void strands_equal_single(bool moe, double capacity = 0) {
+// device_sizes (MoE, dropless): the counts on the device (ModelConfig::moe_device_sizes) — no host wait either, so
+// captured and replayed too.
+void strands_equal_single(bool moe, double capacity = 0, bool device_sizes = false) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
   auto c = shape(moe);
   c.capacity = capacity;
-  const bool graphs = !moe || capacity > 0;
+  c.moe_device_sizes = device_sizes;
+  const bool graphs = !moe || capacity > 0 || device_sizes;
   const m::Parallel par{tp, true};
   m::Layer a(c, par, *Env::comm_a_);
   a.load_weights(m::init_weights(c, 51));
@@ -344,17 +347,19 @@ void strands_equal_single(bool moe, double capacity = 0) {
 TEST(StrandsMpi, DenseStrandsEqualSingleStrand) { strands_equal_single(false); }
 TEST(StrandsMpi, MoEStrandsEqualSingleStrand) { strands_equal_single(true); }
 TEST(StrandsMpi, MoECapacityStrandsEqualSingleStrandAndCapture) { strands_equal_single(true, 1.0); }
+TEST(StrandsMpi, MoEDeviceSizesStrandsEqualSingleStrandAndCapture) { strands_equal_single(true, 0, true); }
 
 // A stack of layers (StrandStack), dense and MoE: its one-strand-at-a-time pass equals the same micro-batches through
 // separate layer objects (one per layer and micro-batch, the same shared weights and accumulating
 // gradients) bit for bit, and two strands (round-robin, and the dependency-ready two-link executor, eagerly)
 // equal it bit for bit, over two passes with the roles swapped: the slot rotation hands every backward the
 // set its forward wrote.
-void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3) {
+void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3, bool device_sizes = false) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
   if (tp < 2) GTEST_SKIP() << "the strand stack shares y/dy/dx (Layer::share_interfaces): sequence parallelism, TP >= 2";
   auto c = shape(moe);
   c.capacity = capacity;
+  c.moe_device_sizes = device_sizes;
   const m::Parallel par{tp, true};
   SCOPED_TRACE(std::to_string(L) + " layers");
   const size_t n = size_t(c.tokens()) * c.hidden;
@@ -522,6 +527,7 @@ TEST(StrandsMpi, StackOfTwoLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at
 TEST(StrandsMpi, MoEStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true); }
 // Capacity: the per-expert counts are a saved tensor (combine_bwd zeroes the unused slots) and move with the slots.
 TEST(StrandsMpi, MoECapacityStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 1.0); }
+TEST(StrandsMpi, MoEDeviceSizesStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 0, 3, true); }
 
 TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
   if (!Env::world_->has_nccl()) GTEST_SKIP() << "an NCCL communicator capped at one CTA: no NCCL in this team";

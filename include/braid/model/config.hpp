@@ -34,6 +34,12 @@ struct ModelConfig {
   // k); the rest are dropped (their gate contributes nothing, GShard / Switch style) and unused slots are
   // zero rows. Every shape is static: no host synchronisation, a whole layer is CUDA-graph capturable.
   double capacity = 0;
+  // Dropless only (capacity 0): where the per-expert counts live. false: on the host — the forward waits for
+  // them (the exchange's sizes, one cuBLAS GEMM per expert). true: on the device — a layout kernel turns the
+  // exchanged counts into the row maps, the exchange sizes and the experts' rows; the all-to-alls read their
+  // counts on the device (Comm::all_to_all_rows) and the expert GEMMs are grouped GEMMs whose problem sizes are
+  // read on the device (model/moe_gemm.hpp): no host wait, the MoE layer CUDA-graph capturable, dropless.
+  bool moe_device_sizes = false;
 
   bool moe() const { return experts > 0; }
   // Rows per (source rank, expert) under `capacity` for a rank holding `local_tokens` tokens:

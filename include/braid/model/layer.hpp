@@ -19,7 +19,9 @@
 // backward reuses the forward's routing), so a dropless MoE forward cannot be captured in a CUDA graph.
 // With a capacity factor (ModelConfig::capacity > 0) every shape is static — each rank sends each expert
 // cap = expert_capacity(local tokens) rows (zero-padded; the (token, k) beyond cap in token order are
-// dropped) — so nothing waits on the host and the whole layer is capturable.
+// dropped) — so nothing waits on the host and the whole layer is capturable. Dropless with the counts on the
+// device (ModelConfig::moe_device_sizes) nothing waits either: the exchanges take device counts
+// (Comm::all_to_all_rows) and the expert GEMMs device problem sizes (grouped GEMMs), also capturable.
 #pragma once
 
 #include <cuda_runtime.h>
