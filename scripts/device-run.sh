@@ -78,6 +78,16 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Forty-seventh session (one H200, then 2x H200): `build layer-capacity` (BUILD_TARGET=braid, CAPACITIES="0 1.0") 2.9 min
+# cold + a one-rank `bench strands` 10 s warm; `build test` (BUILD_TARGET="braid test_moe_gemm_gpu test_layer_gpu
+# test_layer_mpi test_comm_mpi test_strands_mpi", CTEST_R="test_moe_gemm|test_layer_gpu$|..._shared2|_np1") 1.7 min warm;
+# on 2x H200 `build test strands-stack` (the same targets, CTEST_R="test_moe_gemm|test_layer_mpi$|test_strands_mpi$|
+# test_comm_mpi$", STACK_TEST=0 STACK_MODELS=mixtral-8x7b STACK_THROTTLES=1 STRANDS_ARGS="--moe-sizes device") 3.8 min
+# cold; three Mixtral stacks (one call of this script per $OUT/<sub>, ~40 s each) + four `bench layer` 2.1 min warm;
+# `strands-mixtral` with the graph variants at 10 x 3 ran past its old 150-s limit (now MIXTRAL_T, default 300).
+# Next: `build test` with CTEST_R="test_layer_gpu$|test_strands_mpi" (the SwiGLU/gather grid for device-counted rows has
+# not run), then the Mixtral stack with STRANDS_ARGS="--moe-sizes device" at STACK_THROTTLES="1 2" against host counts
+# in the same call (compute-only pass 240 ms device against 188 ms host: where it goes), on 2x H100 when lent.
 # Forty-sixth session (2x H200, six calls, ~1520 s held): `build test bench-comm strands-ce` (BUILD_TARGET="braid
 # test_comm_mpi test_layer_mpi test_strands_mpi test_t3_mpi", CTEST_R='test_comm_mpi$|test_layer_mpi$|test_strands_mpi$|
 # test_t3_mpi$' (48 s), COMM_MAX=64M, STRANDS_ITERS=5 STRANDS_ROUNDS=2) 4.6 min cold; `build strands-mixtral`
@@ -408,7 +418,7 @@ if has strands-mixtral; then  # DHelix on the MoE layer: strands tests, then Mix
   (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_strands" > "$out/ctest-strands.log" 2>&1)
   grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-strands.log" | tee -a "$log"
   for thr in ${MIXTRAL_THROTTLES:-0 1}; do  # NCCL CTAs per communicator (0: none); e.g. MIXTRAL_THROTTLES="0 2"
-    T=150 mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --throttle $thr \
+    T=${MIXTRAL_T:-300} mpi bench strands --model mixtral-8x7b --tp 2 --ep 2 --seq 4096 --throttle $thr \
       --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-3} --warmup 2 ${STRANDS_NO_GRAPH---no-graph} \
       --gemm-sm-reserve ${SMRES_THROTTLED:-4} ${STRANDS_ARGS:-} --json "$out/strands-mixtral.jsonl" 2>&1 | tee -a "$log"
   done
