@@ -286,6 +286,41 @@ TEST(StrandsPlan, HostGateOnTheDroplessDispatchOnly) {
     }
 }
 
+// Dropless with the counts on the device (ModelConfig::moe_device_sizes): no host gate, the layout is a saved tensor
+// written by the counts exchange and read to the end of the backward (the weight gradients may run last), the pair
+// files are tagged apart from the host-sized layer's.
+TEST(StrandsPlan, DeviceSizedMoEHasNoHostGateAndSavesItsLayout) {
+  const m::Parallel p{2, true};
+  auto c = cfg("mixtral-8x7b", 4096);
+  c.moe_device_sizes = true;
+  const auto dag = sch::strand_layer(c, p);
+  for (const auto& o : dag.fwd) EXPECT_EQ(o.host_waits_for, -1) << o.name;
+  const auto saved = sch::saved_tensors(c, p);
+  int found = 0;
+  for (const auto& t : saved)
+    if (t.name == "moe_layout") {
+      ++found;
+      EXPECT_EQ(t.producer, "f.a2a_counts");
+      EXPECT_EQ(t.last_reader, "b.a2a_dispatch_bwd");
+      EXPECT_EQ(t.bytes, (2.0 * 2 + 4 + 1) * 4);  // [tp, tp] rows, El = 4 experts, R (int32)
+      for (const char* r : {"b.expert_down_wgrad", "b.expert_gate_up_wgrad", "b.a2a_combine_bwd"})
+        EXPECT_NE(std::find(t.other_readers.begin(), t.other_readers.end(), std::string(r)), t.other_readers.end()) << r;
+    }
+  EXPECT_EQ(found, 1);
+  auto host = c;
+  host.moe_device_sizes = false;
+  for (const auto& t : sch::saved_tensors(host, p)) EXPECT_NE(t.name, "moe_layout");
+  EXPECT_NE(sch::strand_parallel_tag(c, p), sch::strand_parallel_tag(host, p));
+  EXPECT_NE(sch::strand_parallel_tag(c, p).find("moe-sizes=device"), std::string::npos);
+  EXPECT_THROW(
+      [&] {
+        auto bad = c;
+        bad.capacity = 1.0;  // device sizes are dropless only
+        bad.validate();
+      }(),
+      braid::UsageError);
+}
+
 // Without sequence parallelism an accumulating layer folds its replicated gradients (an MoE layer's router gradient
 // among them) into the totals inside norm1_bwd: the router's weight gradient, a movable sink, must precede it in every
 // order (an order that moved it after norm1_bwd lost that backward's router gradient at one rank).
