@@ -13,6 +13,7 @@ class NcclComm : public Comm {
   NcclComm(Team& team, int max_ctas) : team_(team) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     if (max_ctas > 0) cfg.minCTAs = 1, cfg.maxCTAs = max_ctas;
+    max_ctas_ = max_ctas;
     BRAID_NCCL_CHECK(ncclCommSplit(team.nccl(), 0, team.rank(), &nccl_, &cfg));
     owned_ = true;
   }
@@ -63,6 +64,7 @@ class NcclComm : public Comm {
                                __FILE__, __LINE__);
       PeerCommOptions o;
       o.staging_bytes = std::max<size_t>(size_t(1) << 20, max_rows * row_elems * bench::dtype_size(t));
+      o.max_ctas = max_ctas_;  // a throttled communicator's rows exchange is throttled too
       rows_ = make_peer_comm(team_, o);
     }
     rows_->reserve_rows_exchange(max_rows, row_elems, t);
@@ -72,6 +74,7 @@ class NcclComm : public Comm {
   Team& team_;
   ncclComm_t nccl_ = nullptr;
   bool owned_ = false;
+  int max_ctas_ = 0;            // make_nccl_comm_split's cap (0: none), also the rows exchange's
   std::unique_ptr<Comm> rows_;  // the peer comm of all_to_all_rows (reserve_rows_exchange), or none
 };
 

@@ -278,6 +278,8 @@ class PeerComm final : public Comm {
       throw UnavailableError("peer comm: needs peer memory between all ranks (" + team.peer_status() + ")",
                              __FILE__, __LINE__);
     BRAID_REQUIRE(opt.sum_ctas >= 0, "peer comm: sum_ctas must be >= 0");
+    BRAID_REQUIRE(opt.max_ctas >= 0, "peer comm: max_ctas must be >= 0");
+    max_ctas_ = opt.max_ctas;
     stage_bytes_ = opt.staging_bytes ? opt.staging_bytes : config::kDefaultStaging;
     BRAID_REQUIRE(stage_bytes_ >= size_t(config::kVecBytes) * kMaxPeers,
                   "peer comm: staging_bytes below 16 bytes per peer slot");
@@ -288,6 +290,7 @@ class PeerComm final : public Comm {
     BRAID_CUDA_CHECK(cudaGetDevice(&dev));
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
     sum_ctas_ = opt.sum_ctas ? opt.sum_ctas : ce_ ? std::max(1, sms_ / config::kCeSumSmDivisor) : 0;
+    if (max_ctas_ > 0) sum_ctas_ = sum_ctas_ > 0 ? std::min(sum_ctas_, max_ctas_) : max_ctas_;
     if (ce_) {
       BRAID_CUDA_CHECK(cudaMalloc(&recv_, stage_bytes_));
       int least = 0, greatest = 0;
@@ -401,7 +404,7 @@ class PeerComm final : public Comm {
     const RowsMat M{rows_mat, int(W), transpose};
     const SignalView v = team_.signals();
     const RowsBound bound{max_rows, v.err, rank()};
-    const int g = rows_grid(max_rows * row_bytes);
+    const int g = max_ctas_ > 0 ? std::min(rows_grid(max_rows * row_bytes), max_ctas_) : rows_grid(max_rows * row_bytes);
     begin(s);
     if (W == 1) {
       rows_stage_kernel<<<g, config::kThreads, 0, st_>>>(bytes(in), bytes(out), M, 0, row_bytes, bound);
@@ -413,7 +416,9 @@ class PeerComm final : public Comm {
     meet();
     RowsPeers p{};
     for (size_t r = 0; r < W; ++r) p.stage[r] = peer(int(r));
-    rows_pull_kernel<<<dim3(g, unsigned(W)), config::kThreads, 0, st_>>>(p, bytes(out), M, rank(), row_bytes, bound);
+    // one grid row per source: under a cap the rows share it (max_ctas in all, at least one per source)
+    const int gp = max_ctas_ > 0 ? std::max(1, std::min(g, max_ctas_ / int(W))) : g;
+    rows_pull_kernel<<<dim3(gp, unsigned(W)), config::kThreads, 0, st_>>>(p, bytes(out), M, rank(), row_bytes, bound);
     BRAID_CHECK_LAUNCH();
     meet();
     end(s);
@@ -459,14 +464,17 @@ class PeerComm final : public Comm {
   }
   int grid(uint64_t units) const {
     const uint64_t want = (units + config::kThreads - 1) / config::kThreads;
-    return int(std::max<uint64_t>(1, std::min<uint64_t>(want, uint64_t(sms_) * config::kBlocksPerSm)));
+    const uint64_t cap = max_ctas_ > 0 ? uint64_t(max_ctas_) : uint64_t(sms_) * config::kBlocksPerSm;
+    return int(std::max<uint64_t>(1, std::min<uint64_t>(want, cap)));
   }
   void copy(const Copies& c) {
     if (ce_) return copy_engines(c, st_);
     uint64_t most = 0;
     for (int i = 0; i < c.n; ++i) most = std::max(most, c.bytes[i]);
     if (most == 0) return;
-    copy_kernel<<<dim3(grid(most / config::kVecBytes + 1), c.n), config::kThreads, 0, st_>>>(c);
+    int g = grid(most / config::kVecBytes + 1);
+    if (max_ctas_ > 0) g = std::max(1, std::min(g, max_ctas_ / c.n));  // the ranges share the cap
+    copy_kernel<<<dim3(g, c.n), config::kThreads, 0, st_>>>(c);
     BRAID_CHECK_LAUNCH();
   }
   void sum(const Sources& s, void* out, size_t n, DType t) {
@@ -531,6 +539,7 @@ class PeerComm final : public Comm {
   int slot_ = 0;
   int sms_ = 0;
   int sum_ctas_ = 0;          // grid cap of sum_kernel (0: none)
+  int max_ctas_ = 0;          // grid cap of every kernel (0: none; PeerCommOptions::max_ctas)
   uint8_t* recv_ = nullptr;   // kCopyEngine: (stage_bytes_) local, slot r (per_peer elements) = rank r's pulled part
   cudaStream_t st_ = nullptr;
   cudaEvent_t in_ = nullptr, out_ = nullptr;

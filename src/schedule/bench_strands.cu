@@ -606,6 +606,29 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
   BRAID_CUDA_CHECK(cudaFree(ag_out2));
   const double ag_bytes = double(ag_count) * 2 * p.tp;
   const double algbw = ag_bytes / (ag_us * 1e-6) / 1e9, busbw = algbw * (p.tp - 1) / p.tp;
+  // With the MoE counts on the device the all-to-alls are Comm::all_to_all_rows, which an NCCL comm runs over a peer
+  // comm of its own (capped at the same CTAs as NCCL under --throttle, but its own bandwidth): measure it too, at the
+  // dispatch's size with balanced routing (each rank sends local tokens x top-k rows, an equal share to every rank).
+  double rows_us = 0, rows_busbw = 0;
+  if (c.moe() && c.moe_device_sizes && p.tp > 1) {
+    const int64_t per_pair = int64_t(local_tokens) * c.top_k / p.tp, rows = per_pair * p.tp;
+    void *r_in = nullptr, *r_out = nullptr;
+    int* mat = nullptr;
+    BRAID_CUDA_CHECK(cudaMalloc(&r_in, size_t(rows) * c.hidden * 2));
+    BRAID_CUDA_CHECK(cudaMalloc(&r_out, size_t(rows) * c.hidden * 2));
+    BRAID_CUDA_CHECK(cudaMalloc(&mat, sizeof(int) * p.tp * p.tp));
+    const std::vector<int> m_h(size_t(p.tp) * p.tp, int(per_pair));
+    BRAID_CUDA_CHECK(cudaMemcpy(mat, m_h.data(), m_h.size() * sizeof(int), cudaMemcpyHostToDevice));
+    comm_a.reserve_rows_exchange(size_t(rows), size_t(c.hidden), m::DType::kBF16);  // (the layers reserved more)
+    rows_us = med([&](int) {
+      comm_a.all_to_all_rows(r_in, r_out, mat, false, size_t(c.hidden), size_t(rows), m::DType::kBF16, s);
+    });
+    BRAID_CUDA_CHECK(cudaFree(r_in));
+    BRAID_CUDA_CHECK(cudaFree(r_out));
+    BRAID_CUDA_CHECK(cudaFree(mat));
+    // nccl-tests' all-to-all: busbw = algbw x (n - 1) / n, algbw = the bytes each rank sends / time
+    rows_busbw = double(rows) * c.hidden * 2 / (rows_us * 1e-6) / 1e9 * (p.tp - 1) / p.tp;
+  }
   const double busbw2 = 2 * ag_bytes / (ag2_us * 1e-6) / 1e9 * (p.tp - 1) / p.tp;
 
   const double flops = layers * (m::layer_model_flops(c, m::Phase::kForward) + m::layer_model_flops(c, m::Phase::kBackward)) / p.tp;
@@ -630,6 +653,10 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
     std::printf("# two all-gathers at once (comm a and comm b on two streams, as round-robin runs them): %.1f us, "
                 "%.1f GB/s aggregate busbw (%.2fx one)\n",
                 ag2_us, busbw2, busbw > 0 ? busbw2 / busbw : 0.0);
+    if (rows_us > 0)
+      std::printf("# the MoE all-to-all with device counts (Comm::all_to_all_rows over peer memory, not NCCL%s): the "
+                  "dispatch's size, balanced, %.1f us = %.1f GB/s busbw\n",
+                  a.throttle > 0 ? ", capped at the same CTAs" : "", rows_us, rows_busbw);
     context(compute_us, comm_us);
     if (solo_us > 0)
       std::printf("# compute from the pair table's solo operator times: %.1f us (compute-only pass %.1f us); hidden(solo) "
@@ -674,6 +701,8 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
       j.add("layers", layers).add("seq", c.seq).add("micro_batch", c.micro_batch).add("tp", p.tp).add("comm", comm_a.name())
           .add("throttle_ctas", a.throttle)
+          .add("rows_exchange_us", rows_us)
+          .add("rows_exchange_busbw_gbs", rows_busbw)
           .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds)
           .add("gemm_sm_reserve", v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "-smres") == 0 ? a.gemm_sm_reserve : 0);
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);

@@ -221,7 +221,8 @@ TEST(PeerComm, AllToAllVDeliversEverySegment) {
 
 // The rows exchange with device counts (Comm::all_to_all_rows): rows of 24 bf16 elements (48 bytes: 16-byte rows)
 // and of 3 (6 bytes: the element path), the matrix and its transpose, every comm — the peer comms (both engines: the
-// exchange runs on SM kernels in both), and the NCCL comm (through its own peer comm) where the team has NCCL — and
+// exchange runs on SM kernels in both; one capped at a CTA per kernel), and the NCCL comms (through their own peer comm;
+// a split one capped at one CTA) where the team has NCCL — and
 // once inside a captured graph replayed with a new matrix. A count beyond max_rows is a typed error, nothing moved.
 TEST(PeerComm, AllToAllRowsDeliversDeviceCountedRows) {
   const int W = world().size(), me = world().rank();
@@ -230,7 +231,15 @@ TEST(PeerComm, AllToAllRowsDeliversDeviceCountedRows) {
   std::vector<std::unique_ptr<m::Comm>> cs;
   cs.push_back(peer_comm(Engine::kSm));
   cs.push_back(peer_comm(Engine::kCopyEngine, 4096));
-  if (world().has_nccl()) cs.push_back(m::make_nccl_comm(world()));
+  {
+    m::PeerCommOptions o;  // capped at one CTA per kernel (per source in the pull): a throttled link
+    o.max_ctas = 1;
+    cs.push_back(m::make_peer_comm(world(), o));
+  }
+  if (world().has_nccl()) {
+    cs.push_back(m::make_nccl_comm(world()));
+    cs.push_back(m::make_nccl_comm_split(world(), 1));  // its rows exchange capped at NCCL's CTAs
+  }
   for (auto& comm : cs)
     for (size_t row : {size_t(24), size_t(3)}) {
       const size_t max_rows = 3 * 9000;

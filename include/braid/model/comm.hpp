@@ -61,6 +61,7 @@ std::unique_ptr<Comm> make_nccl_comm(Team& team);
 // it (ncclConfig_t minCTAs = 1, maxCTAs = max_ctas): a throttled link for sensitivity studies. A second
 // communicator also lets two micro-batches issue collectives on two streams without sharing one
 // communicator. The team must outlive the Comm; destruction frees the communicator (collective).
+// all_to_all_rows goes through a peer comm of the NCCL comm's own, capped at the same max_ctas (PeerCommOptions).
 std::unique_ptr<Comm> make_nccl_comm_split(Team& team, int max_ctas = 0);
 // NCCL for everything but the all-reduce, which goes through braid::AllReducer with `opt` (inference
 // TP: one-shot/two-shot over peer memory, or quantized when opt.precision asks for it).
@@ -95,6 +96,9 @@ struct PeerCommOptions {
   Engine engine = Engine::kSm;
   size_t staging_bytes = 0;  // per rank (0: 32 MiB); kCopyEngine also allocates a local buffer of this size
   int sum_ctas = 0;          // CTAs of the reductions' sum kernel; 0: kSm a few waves, kCopyEngine 1/8 of the SMs
+  // > 0: no kernel of the comm (copies, sums, the rows exchange) uses more CTAs — a throttled link for sensitivity
+  // studies, as NCCL's maxCTAs in make_nccl_comm_split (the bandwidth it gives is its own: measure it).
+  int max_ctas = 0;
 };
 std::unique_ptr<Comm> make_peer_comm(Team& team, const PeerCommOptions& opt);
 // "peer" / "peer-ce" (the comm's name()) -> its engine; false for any other name.
