@@ -49,7 +49,8 @@ class Comm {
   virtual void all_to_all_rows(const void* in, void* out, const int* rows_mat, bool transpose, size_t row_elems,
                                size_t max_rows, DType t, cudaStream_t s);
   // Collective (every rank, the same arguments): makes all_to_all_rows ready for max_rows rows of row_elems elements
-  // of t (staging memory). Call before any capture; a smaller request than an earlier one is a no-op.
+  // of t (staging memory). Call before any capture; a smaller request than an earlier one is a no-op; a larger one may
+  // reallocate the staging, so a CUDA graph captured before it must not be replayed after it.
   virtual void reserve_rows_exchange(size_t max_rows, size_t row_elems, DType t);
 };
 
