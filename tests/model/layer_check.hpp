@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "braid/model.hpp"
+#include "capture.hpp"
 
 namespace layer_check {
 
@@ -80,6 +82,33 @@ inline Outputs run_layer(m::Layer& layer, int rank, const std::vector<double>& x
   o.dx = from_device(layer.dx(), rows * H);
   o.grad = layer.download_grads();
   return o;
+}
+
+// Captures one forward + backward of `layer` on `s` in a CUDA graph and replays it twice: each replay writes y, dx
+// (zeroed before it) and every gradient again with `eager`'s bits. wait: how a replay is waited for (one rank: a
+// stream synchronize; several: the team's bounded synchronize).
+inline void expect_graph_replays_bitwise(m::Layer& layer, cudaStream_t s, const Outputs& eager,
+                                         const std::function<void()>& wait) {
+  const size_t n = size_t(layer.local_tokens()) * layer.config().hidden;
+  cudaGraph_t g = braid::test::capture_graph(s, [&] {
+    layer.forward(s);
+    layer.backward(s);
+  });
+  ASSERT_NE(g, nullptr) << "stream capture failed";
+  cudaGraphExec_t ge = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+  for (int rep = 0; rep < 2; ++rep) {
+    ASSERT_EQ(cudaMemsetAsync(layer.y(), 0, n * 2, s), cudaSuccess);  // the replay must write them again
+    ASSERT_EQ(cudaMemsetAsync(layer.dx(), 0, n * 2, s), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    wait();
+    EXPECT_EQ(from_device(layer.y(), n), eager.y) << "replay " << rep;
+    EXPECT_EQ(from_device(layer.dx(), n), eager.dx) << "replay " << rep;
+    const auto gr = layer.download_grads();
+    for (const auto& f : m::field_names(layer.config())) EXPECT_EQ(*m::field(gr, f), *m::field(eager.grad, f)) << "d" << f;
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
 }
 
 // Expects every tensor of `got` within rel-L2 `tol` of the reference's rows/shard for this rank

@@ -113,25 +113,7 @@ TEST(LayerGpu, MoECapacityMatchesReferenceAndCaptures) {
     print_errors(got, ref, c, p, 0, layer.local_tokens(), c.name + " capacity vs GPU routes");
     expect_close(got, ref, c, p, 0, layer.local_tokens(), kTol, c.name + " capacity");
 
-    cudaGraph_t g = braid::test::capture_graph(s, [&] {
-      layer.forward(s);
-      layer.backward(s);
-    });
-    ASSERT_NE(g, nullptr) << "stream capture failed";
-    cudaGraphExec_t ge = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    for (int rep = 0; rep < 2; ++rep) {
-      ASSERT_EQ(cudaMemsetAsync(layer.y(), 0, n * 2, s), cudaSuccess);  // the replay must write them again
-      ASSERT_EQ(cudaMemsetAsync(layer.dx(), 0, n * 2, s), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      EXPECT_EQ(from_device(layer.y(), n), got.y) << "replay " << rep;
-      EXPECT_EQ(from_device(layer.dx(), n), got.dx) << "replay " << rep;
-      const auto gr = layer.download_grads();
-      for (const auto& f : m::field_names(c)) EXPECT_EQ(*m::field(gr, f), *m::field(got.grad, f)) << "d" << f;
-    }
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
+    expect_graph_replays_bitwise(layer, s, got, [&] { ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess); });
   }
   EXPECT_GT(dropped_total, 0) << "the test shapes should exceed capacity 1.0 somewhere";
 }
@@ -176,25 +158,7 @@ TEST(LayerGpu, MoEDeviceSizesMatchReferenceAndCapture) {
     for (const auto& f : m::field_names(c))
       EXPECT_LT(rel_l2(*m::field(got.grad, f), *m::field(hgot.grad, f)), kTol) << "device vs host sizes: d" << f;
 
-    cudaGraph_t g = braid::test::capture_graph(s, [&] {
-      layer.forward(s);
-      layer.backward(s);
-    });
-    ASSERT_NE(g, nullptr) << "stream capture failed";
-    cudaGraphExec_t ge = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    for (int rep = 0; rep < 2; ++rep) {
-      ASSERT_EQ(cudaMemsetAsync(layer.y(), 0, n * 2, s), cudaSuccess);  // the replay must write them again
-      ASSERT_EQ(cudaMemsetAsync(layer.dx(), 0, n * 2, s), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      EXPECT_EQ(from_device(layer.y(), n), got.y) << "replay " << rep;
-      EXPECT_EQ(from_device(layer.dx(), n), got.dx) << "replay " << rep;
-      const auto gr = layer.download_grads();
-      for (const auto& f : m::field_names(c)) EXPECT_EQ(*m::field(gr, f), *m::field(got.grad, f)) << "d" << f;
-    }
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
+    expect_graph_replays_bitwise(layer, s, got, [&] { ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess); });
   }
 }
 

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "capture.hpp"
 #include "layer_check.hpp"
 
 namespace {
@@ -173,26 +172,7 @@ TEST(LayerMpi, MoEDeviceSizesEqualReferenceAndCapture) {
     for (const auto& f : m::field_names(c))
       EXPECT_LT(rel_l2(*m::field(got.grad, f), *m::field(hgot.grad, f)), kTol) << "device vs host sizes: d" << f;
 
-    cudaGraph_t g = braid::test::capture_graph(s, [&] {
-      layer.forward(s);
-      layer.backward(s);
-    });
-    ASSERT_NE(g, nullptr) << "stream capture failed";
-    cudaGraphExec_t ge = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-    const size_t local_n = size_t(layer.local_tokens()) * c.hidden;
-    for (int rep = 0; rep < 2; ++rep) {
-      ASSERT_EQ(cudaMemsetAsync(layer.y(), 0, local_n * 2, s), cudaSuccess);
-      ASSERT_EQ(cudaMemsetAsync(layer.dx(), 0, local_n * 2, s), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
-      Env::world_->synchronize(s, "device-sizes replay");
-      EXPECT_EQ(from_device(layer.y(), local_n), got.y) << "replay " << rep;
-      EXPECT_EQ(from_device(layer.dx(), local_n), got.dx) << "replay " << rep;
-      const auto gr = layer.download_grads();
-      for (const auto& f : m::field_names(c)) EXPECT_EQ(*m::field(gr, f), *m::field(got.grad, f)) << "d" << f;
-    }
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
+    expect_graph_replays_bitwise(layer, s, got, [&] { Env::world_->synchronize(s, "device-sizes replay"); });
   }
 }
 
