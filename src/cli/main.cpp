@@ -99,6 +99,7 @@ const char* kUsage =
     "                                    DHelix: W-shaped (folded, SI blocks) vs 1F1B vs no pipelining on\n"
     "                                    real layers, one stage per rank, verified bit for bit\n"
     "  profile-pairs --model M --tp 2 [--ep 2] --seq S [--out PAIRS] [--plan-out PLAN] [--throttle CTAS]\n"
+    "                [--capacity C | --moe-sizes host|device]\n"
     "                                    DHelix: measured solo/co-run operator times (pair file) and a plan\n"
     "  pipeline --stages 2,4,8 --microbatches M --schedule 1f1b|w|both\n"
     "                                    DHelix: W-shaped vs 1F1B pipeline simulation (bubble, memory)\n"
