@@ -17,13 +17,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "braid/errors.hpp"
+#include "braid/quant.hpp"
 #include "capture.hpp"
 #include "model/moe_gemm.hpp"  // src/model (internal)
 
@@ -38,19 +38,9 @@ constexpr uint16_t kNaN = 0x7fc0;         // bf16 quiet NaN: inputs that must ne
 constexpr uint16_t kSentinel = 0x4321;    // bf16 ~10.06: outputs that must never be written
 constexpr double kRelTol = 1e-2, kAbsTol = 1e-3;
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (std::isnan(f)) return kNaN;
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return uint16_t(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// The project's host conversions (round to nearest even; exact back).
+uint16_t to_bf16(float f) { return braid::quant::float_to_bf16_bits(f); }
+float from_bf16(uint16_t h) { return braid::quant::bf16_bits_to_float(h); }
 
 // Uniform in [-1, 1], never all zeros.
 std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
