@@ -166,6 +166,9 @@ std::vector<OpInfo> plan_ops(const ModelConfig& c, const Parallel& p, Phase phas
       P.custom("router", dims({Tl, H}) + "x" + dims({H, E}), 2.0 * Tl * H * E, 2.0 * (Tl * H + H * E) + 4.0 * Tl * E);
       P.eltwise("route", dims({R, H}), 2.0 * (Tl * H + R * H) + 4.0 * Tl * E);
       P.comm("a2a_counts", CommKind::kAllToAll, dims({E}), cap > 0 ? 0.0 : 8.0 * E * (tp - 1) / tp);  // capacity: none
+      // Counts on the device: the layout (row matrix, rows per expert, the row maps) from the gathered counts, a
+      // compute operator of its own (a compute-only pass, which skips the exchanges, still writes the layout).
+      if (c.moe_device_sizes) P.eltwise("expert_layout", dims({tp, E}), 4.0 * (tp * E + 2 * R));
       P.comm("a2a_dispatch", CommKind::kAllToAll, dims({R, H}), 2.0 * R * H * (tp - 1) / tp);
       P.eltwise("expert_sort", dims({R, H}), 2.0 * 2 * R * H);
       P.gemm("expert_gate_up", R / El, 2 * F, H, double(El));

@@ -107,8 +107,8 @@ struct Layer::Impl {
   bool counts_pending = false;
   double host_wait_us = 0;  // cumulative host time blocked in moe_finish_counts (Layer::host_wait_us)
   // Dropless with the counts on the device (ModelConfig::moe_device_sizes): nothing above (host counts, sc/rc,
-  // expert_rows, R) is used. a2a_counts all-gathers the counts into counts_all [tp, E] and moe_device_layout writes
-  // `layout` (int32 [tp·tp row matrix | El expert rows | R], a saved tensor: the backward's exchanges and GEMMs read
+  // expert_rows, R) is used. a2a_counts all-gathers the counts into counts_all [tp, E]; expert_layout (compute: a
+  // compute-only pass runs it) writes with moe_device_layout `layout` (int32 [tp·tp row matrix | El expert rows | R], a saved tensor: the backward's exchanges and GEMMs read
   // it) and the row maps; the exchanges are Comm::all_to_all_rows, the expert GEMMs grouped (one object per call
   // site: a call's device argument arrays stay its own while it runs).
   bool dev_sizes = false;
@@ -461,12 +461,13 @@ void Layer::Impl::build_forward() {
   });
   // Capacity: no counts to exchange (static shapes); the operator stays, empty, so the plan is the same.
   add_op(F_, "a2a_counts", [=, this](cudaStream_t s) {
-    if (dev_sizes) {
-      comm.all_gather(counts, counts_all, size_t(E), DType::kFP32, s);
-      return k::moe_device_layout(counts_all, int(tp), rank, int(El), layout, sort_map, unsort_map, Rmax, s);
-    }
+    if (dev_sizes) return comm.all_gather(counts, counts_all, size_t(E), DType::kFP32, s);
     if (cap == 0) moe_exchange_counts(s);
   });
+  if (dev_sizes)  // compute: a compute-only pass (schedule::run_compute_only skips the exchanges) still writes it
+    add_op(F_, "expert_layout", [=, this](cudaStream_t s) {
+      k::moe_device_layout(counts_all, int(tp), rank, int(El), layout, sort_map, unsort_map, Rmax, s);
+    });
   add_op(F_, "a2a_dispatch", [=, this](cudaStream_t s) {
     if (dev_sizes) return comm.all_to_all_rows(send, recv, layout_rows(), false, size_t(H), size_t(Rmax), DType::kBF16, s);
     moe_finish_counts(s);

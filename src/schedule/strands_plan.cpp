@@ -454,7 +454,7 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
   const int64_t cap = c.expert_capacity(int64_t(Tl));
   const double K = c.top_k, F = double(c.ffn), E = c.experts;
   const double Rmax = cap > 0 ? E * double(cap) : T * K, Srows = cap > 0 ? E * double(cap) : Tl * K;
-  const char* maps_by = cap > 0 ? "f.route" : "f.a2a_counts";
+  const char* maps_by = cap > 0 ? "f.route" : c.moe_device_sizes ? "f.expert_layout" : "f.a2a_counts";
   v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.router_bwd", {}});
   v.push_back({"prob", Tl * K * f32, "f.route", "b.combine_bwd", {}});
   v.push_back({"route", Tl * K * i32, "f.route", "b.combine_bwd", {}});
@@ -466,11 +466,11 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
   v.push_back({"egu", Rmax * 2 * F * bf, "f.expert_gate_up", "b.expert_swiglu_bwd", {}});
   v.push_back({"eact", Rmax * F * bf, "f.expert_swiglu", "b.expert_down_wgrad", {}});
   if (cap > 0) v.push_back({"counts", E * f32, "f.route", "b.combine_bwd", {}});
-  // Counts on the device: the layout the counts exchange writes (row matrix, rows per expert, R; int32
+  // Counts on the device: the layout expert_layout writes from the gathered counts (row matrix, rows per expert, R; int32
   // kernels::moe_layout_ints), read by every sized op of the backward — the weight gradients may run later.
   if (c.moe_device_sizes) {
     const double El = E / p.tp;
-    v.push_back({"moe_layout", (double(p.tp) * p.tp + El + 1) * i32, "f.a2a_counts", "b.a2a_dispatch_bwd",
+    v.push_back({"moe_layout", (double(p.tp) * p.tp + El + 1) * i32, "f.expert_layout", "b.a2a_dispatch_bwd",
                  {"b.a2a_combine_bwd", "b.expert_sort_bwd", "b.expert_down_dgrad", "b.expert_down_wgrad",
                   "b.expert_swiglu_bwd", "b.expert_gate_up_dgrad", "b.expert_gate_up_wgrad", "b.expert_unsort_bwd"}});
   }

@@ -300,7 +300,7 @@ TEST(StrandsPlan, DeviceSizedMoEHasNoHostGateAndSavesItsLayout) {
   for (const auto& t : saved)
     if (t.name == "moe_layout") {
       ++found;
-      EXPECT_EQ(t.producer, "f.a2a_counts");
+      EXPECT_EQ(t.producer, "f.expert_layout");  // a compute operator: a compute-only pass still writes it
       EXPECT_EQ(t.last_reader, "b.a2a_dispatch_bwd");
       EXPECT_EQ(t.bytes, (2.0 * 2 + 4 + 1) * 4);  // [tp, tp] rows, El = 4 experts, R (int32)
       for (const char* r : {"b.expert_down_wgrad", "b.expert_gate_up_wgrad", "b.a2a_combine_bwd"})
