@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1
+# strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -395,6 +395,15 @@ if has layer-capacity; then  # MoE capacity factor (static, no host wait) agains
     for cap in ${CAPACITIES:-0 1.25}; do
       T=200 mpi bench layer --model "${CAP_MODEL:-mixtral-8x7b}" --tp "$ngpu" --seq "${CAP_SEQ:-4096}" --backward \
         --capacity "$cap" --json "$out/layer-capacity.jsonl" 2>&1 | tee -a "$log"
+    done
+  done
+fi
+if has layer-moe-sizes; then  # dropless MoE, host counts against device counts: bench layer (per operator), alternating
+  echo "== bench layer, MoE sizes host / device ($(date +%T))" | tee -a "$log"
+  for round in 1 2; do
+    for ms in host device; do
+      T=150 mpi bench layer --model "${CAP_MODEL:-mixtral-8x7b}" --tp "$ngpu" --seq "${CAP_SEQ:-4096}" --backward \
+        --moe-sizes "$ms" ${LAYER_ARGS:-} --json "$out/layer-moe-sizes.jsonl" 2>&1 | tee -a "$log"
     done
   done
 fi

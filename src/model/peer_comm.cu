@@ -7,7 +7,7 @@
 //   3. read   — the peers' staging buffers are read over peer memory into the output;
 //   4. meet   — again, so that no rank restages (step 1 of the next round or method) while a peer still reads.
 // (all_gather copies its own part straight into the output in step 1, beside the stage copy; at one rank it stages
-// nothing.)
+// nothing. all_to_all_rows is one pipelined kernel and one meet by default: its contract is beside rows_push_kernel.)
 // The engines differ only in who moves the bytes (copy()) and where a reduction reads (sum_round()). Engine kSm:
 // copy_kernel stages and reads, sum_kernel reads the peers' staging and sums. Engine kCopyEngine: the copy engines
 // stage and read (pulls straight into the output; for a reduction into the local receive buffer, which a sum_kernel
@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -143,6 +144,109 @@ __global__ void __launch_bounds__(config::kThreads) rows_pull_kernel(RowsPeers p
   for (int q = 0; q < r; ++q) to += uint64_t(M(q, me));
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = uint64_t(gridDim.x) * blockDim.x;
   copy_bytes(p.stage[r] + from * row_bytes, out + to * row_bytes, uint64_t(M(r, me)) * row_bytes, tid, stride);
+}
+
+// ---- The pipelined rows exchange (the default; BRAID_ROWS_EXCHANGE=staged picks the two-step one above). One kernel
+// per call, push: rank q's rows for rank d go straight from q's input into d's staging (peer memory), at the offset
+// where they land in d's output (after the rows from ranks 0..q-1), in kRowsChunks chunks; after each chunk a flag
+// tells d, and d's receiving warps copy that chunk from its staging into the output while the next is in flight.
+// Block b of G moves part b of every (source, destination) block of rows and owns signal slot slot0 + b.
+// Roles: warps [0, kRoleWarps) send (remote stores), warps [kRoleWarps, 2 kRoleWarps) receive (local copies; first
+// this rank's own rows, straight from the input, while the peers' first chunks are in flight).
+// Memory-ordering contract. A chunk's remote stores by every sending warp, then named barrier 1 (bar.sync: the
+// stores happen before what warp 0 does next), then lane 0 of warp 0: fence.acq_rel.sys and st.release.sys of the
+// flag [slot][me] in d's array, value e0 + k + 1 (cumulative over the barrier: signal_device.cuh's
+// warp_signal_peers contract). The receiver's thread 0 of its role waits until the flag reaches that value
+// (wait_geq: relaxed polls, then fence.acq_rel.sys) and named barrier 2 hands the acquire to the receiving warps,
+// which then read the chunk. Epochs: e0 = epochs[slot] at entry (one block per slot), every rank's epochs[slot]
+// becomes e0 + kRowsChunks at exit (the same on every rank: every rank runs every call with the same grid), so the
+// flags only grow and a captured graph replays. Reuse: the staging is written by peers, so no rank may push the
+// next call's rows before every receiver has drained it — the barrier kernel after each call (meet()) orders that,
+// as it orders the other methods' staging. A timeout records the team's DeviceError; the receiving warps keep
+// their barrier protocol (no wait after the first failure) so that nothing hangs.
+namespace rows {
+constexpr int kRoleWarps = 8;                       // warps per role
+constexpr int kThreads = 2 * kRoleWarps * 32;       // 512
+constexpr int kRoleThreads = kRoleWarps * 32;
+constexpr int kChunks = 8;                          // flags per (block, source, destination) and call
+constexpr int kMaxBlocks = 32;                      // signal slots reserved (by comms that exchange rows); grid cap
+constexpr int kDefaultBlocks = 32;                  // uncapped grid (BRAID_ROWS_BLOCKS overrides)
+static_assert(kThreads <= 1024 && kRoleThreads % 32 == 0, "rows_push_kernel: one block of both roles");
+static_assert(kChunks >= 1 && kMaxBlocks >= kDefaultBlocks, "rows_push_kernel: chunks and blocks");
+}  // namespace rows
+
+struct RowsStages {
+  uint8_t* stage[kMaxPeers];  // rank r's staging (over peer memory; [me] is this rank's own)
+};
+
+__global__ void __launch_bounds__(rows::kThreads) rows_push_kernel(const uint8_t* __restrict__ in,
+                                                                    uint8_t* __restrict__ out, RowsStages p, RowsMat M,
+                                                                    int me, uint64_t row_bytes, RowsBound bound,
+                                                                    SignalView v, int slot0) {
+  if (!rows_fit(M, bound)) return;  // the same verdict on every rank: no flag, no epoch touched anywhere
+  const int W = M.world, G = int(gridDim.x), b = int(blockIdx.x), slot = slot0 + b;
+  __shared__ uint32_t s_e0;
+  __shared__ int s_ok;
+  if (threadIdx.x == 0) s_e0 = v.epochs[slot], s_ok = 1;
+  __syncthreads();
+  const uint32_t e0 = s_e0;
+  const int warp = int(threadIdx.x) / 32;
+  const uint64_t tid = threadIdx.x % rows::kRoleThreads, stride = rows::kRoleThreads;
+  // Block b's part of n rows, chunk k of it (k = -1: the whole part): [lo, hi).
+  auto part = [&](uint64_t n, int k, uint64_t& lo, uint64_t& hi) {
+    const uint64_t blo = n * uint64_t(b) / uint64_t(G), bhi = n * uint64_t(b + 1) / uint64_t(G);
+    if (k < 0) {
+      lo = blo, hi = bhi;
+      return;
+    }
+    lo = blo + (bhi - blo) * uint64_t(k) / rows::kChunks;
+    hi = blo + (bhi - blo) * uint64_t(k + 1) / rows::kChunks;
+  };
+  uint64_t lo = 0, hi = 0;
+  if (warp < rows::kRoleWarps) {  // send
+    for (int j = 1; j < W; ++j) {
+      const int d = (me + j) % W;
+      uint64_t from = 0, at = 0;  // my rows for d start at `from` in my input, land at `at` in d's output
+      for (int q = 0; q < d; ++q) from += uint64_t(M(me, q));
+      for (int q = 0; q < me; ++q) at += uint64_t(M(q, d));
+      const uint64_t n = uint64_t(M(me, d));
+      for (int k = 0; k < rows::kChunks; ++k) {
+        part(n, k, lo, hi);
+        copy_bytes(in + (from + lo) * row_bytes, p.stage[d] + (at + lo) * row_bytes, (hi - lo) * row_bytes, tid, stride);
+        dev::named_sync(1, rows::kRoleThreads);
+        if (threadIdx.x == 0) {
+          dev::fence_release();
+          dev::store_release(dev::flag_at(v.peer_flags[d], slot, me), e0 + uint32_t(k) + 1);
+        }
+      }
+    }
+  } else {  // receive: my own rows first, then every peer's, chunk by chunk as they arrive
+    const bool waiter = threadIdx.x == rows::kRoleThreads;
+    {
+      uint64_t from = 0, at = 0;
+      for (int q = 0; q < me; ++q) from += uint64_t(M(me, q)), at += uint64_t(M(q, me));
+      part(uint64_t(M(me, me)), -1, lo, hi);
+      copy_bytes(in + (from + lo) * row_bytes, out + (at + lo) * row_bytes, (hi - lo) * row_bytes, tid, stride);
+    }
+    for (int j = 1; j < W; ++j) {
+      const int r = (me - j + W) % W;
+      uint64_t at = 0;  // r's rows start at `at` in my output (and in my staging)
+      for (int q = 0; q < r; ++q) at += uint64_t(M(q, me));
+      const uint64_t n = uint64_t(M(r, me));
+      for (int k = 0; k < rows::kChunks; ++k) {
+        if (waiter && s_ok &&
+            !dev::wait_geq(v, dev::flag_at(v.local_flags, slot, r), e0 + uint32_t(k) + 1,
+                           static_cast<uint32_t>(OpId::kRowsExchange), uint32_t(slot), r))
+          s_ok = 0;
+        dev::named_sync(2, rows::kRoleThreads);
+        if (!s_ok) continue;  // a timeout is recorded: no more waits, the barrier protocol goes on
+        part(n, k, lo, hi);
+        copy_bytes(p.stage[me] + (at + lo) * row_bytes, out + (at + lo) * row_bytes, (hi - lo) * row_bytes, tid, stride);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) v.epochs[slot] = e0 + rows::kChunks;
 }
 
 int rows_grid(uint64_t bytes) {
@@ -286,6 +390,16 @@ class PeerComm final : public Comm {
     stage_bytes_ -= stage_bytes_ % config::kVecBytes;
     stage_ = std::make_unique<SymmetricBuffer>(team, stage_bytes_);  // collective
     slot_ = team.reserve_slots(1);
+    if (const char* e = std::getenv("BRAID_ROWS_EXCHANGE")) {
+      const std::string m = e;
+      BRAID_REQUIRE(m == "staged" || m == "pipelined", "BRAID_ROWS_EXCHANGE: staged or pipelined, not '" + m + "'");
+      staged_rows_ = m == "staged";
+    }
+    if (const char* e = std::getenv("BRAID_ROWS_BLOCKS")) {
+      rows_blocks_ = std::atoi(e);
+      BRAID_REQUIRE(rows_blocks_ >= 1 && rows_blocks_ <= rows::kMaxBlocks,
+                    "BRAID_ROWS_BLOCKS: 1.." + std::to_string(rows::kMaxBlocks));
+    }
     int dev = 0;
     BRAID_CUDA_CHECK(cudaGetDevice(&dev));
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
@@ -391,16 +505,19 @@ class PeerComm final : public Comm {
     end(s);
   }
 
-  // One round whatever the sizes (the host does not know them): this rank's rows sent are staged whole (staging of
-  // at least max_rows rows, reserve_rows_exchange), every rank meets, each rank pulls its rows from every peer's
-  // staging (rows_pull_kernel: one grid row per source), every rank meets again. SM kernels for both engines: the copy
-  // engines need their sizes on the host.
+  // One round whatever the sizes (the host does not know them), SM kernels for both engines (the copy engines need
+  // their sizes on the host). By default pipelined: rows_push_kernel pushes every rank's rows into the receivers'
+  // staging chunk by chunk while the receivers drain it (staging of at least max_rows rows, reserve_rows_exchange),
+  // then every rank meets. BRAID_ROWS_EXCHANGE=staged: this rank's rows sent are staged whole, every rank meets, each
+  // rank pulls its rows from every peer's staging (rows_pull_kernel: one grid row per source), every rank meets again.
+  // Under a CTA cap (PeerCommOptions::max_ctas) the pipelined kernel runs that many blocks of both roles.
   void all_to_all_rows(const void* in, void* out, const int* rows_mat, bool transpose, size_t row_elems,
                        size_t max_rows, DType t, cudaStream_t s) override {
     const size_t row_bytes = row_elems * bench::dtype_size(t), W = size_t(size());
     BRAID_REQUIRE(max_rows * row_bytes <= rows_reserved_,
                   "peer comm: all_to_all_rows beyond reserve_rows_exchange (" + std::to_string(max_rows * row_bytes) +
                       " bytes, " + std::to_string(rows_reserved_) + " reserved)");
+    BRAID_REQUIRE(rows_slot_ >= 0, "peer comm: all_to_all_rows before reserve_rows_exchange");
     const RowsMat M{rows_mat, int(W), transpose};
     const SignalView v = team_.signals();
     const RowsBound bound{max_rows, v.err, rank()};
@@ -409,6 +526,16 @@ class PeerComm final : public Comm {
     if (W == 1) {
       rows_stage_kernel<<<g, config::kThreads, 0, st_>>>(bytes(in), bytes(out), M, 0, row_bytes, bound);
       BRAID_CHECK_LAUNCH();
+      return end(s);
+    }
+    if (!staged_rows_) {  // the pipelined push (rows_push_kernel), then one barrier: the staging is free again
+      RowsStages p{};
+      for (size_t r = 0; r < W; ++r) p.stage[r] = const_cast<uint8_t*>(peer(int(r)));  // written: the push
+      const int gb = max_ctas_ > 0 ? std::min(max_ctas_, rows::kMaxBlocks) : rows_blocks_;
+      rows_push_kernel<<<gb, rows::kThreads, 0, st_>>>(bytes(in), bytes(out), p, M, rank(), row_bytes, bound, v,
+                                                       rows_slot_);
+      BRAID_CHECK_LAUNCH();
+      meet();
       return end(s);
     }
     rows_stage_kernel<<<g, config::kThreads, 0, st_>>>(bytes(in), local(), M, rank(), row_bytes, bound);
@@ -425,6 +552,9 @@ class PeerComm final : public Comm {
   }
 
   void reserve_rows_exchange(size_t max_rows, size_t row_elems, DType t) override {
+    // Collective, so the slots are the same on every rank; only comms that exchange rows take them (a team has a
+    // fixed number and never gets them back).
+    if (rows_slot_ < 0) rows_slot_ = team_.reserve_slots(rows::kMaxBlocks);
     size_t need = max_rows * row_elems * bench::dtype_size(t);
     need += (config::kVecBytes - need % config::kVecBytes) % config::kVecBytes;
     rows_reserved_ = std::max(rows_reserved_, need);
@@ -537,6 +667,9 @@ class PeerComm final : public Comm {
   size_t rows_reserved_ = 0;                // bytes all_to_all_rows may move per rank (reserve_rows_exchange)
   std::unique_ptr<SymmetricBuffer> stage_;  // (stage_bytes_) per rank
   int slot_ = 0;
+  int rows_slot_ = -1;  // rows::kMaxBlocks slots from the first reserve_rows_exchange: rows_push_kernel's block b owns rows_slot_ + b
+  bool staged_rows_ = false;                 // BRAID_ROWS_EXCHANGE=staged: the two-step rows exchange
+  int rows_blocks_ = rows::kDefaultBlocks;   // rows_push_kernel's grid without a cap (BRAID_ROWS_BLOCKS)
   int sms_ = 0;
   int sum_ctas_ = 0;          // grid cap of sum_kernel (0: none)
   int max_ctas_ = 0;          // grid cap of every kernel (0: none; PeerCommOptions::max_ctas)

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -232,21 +233,27 @@ TEST(PeerComm, AllToAllRowsDeliversDeviceCountedRows) {
   cs.push_back(peer_comm(Engine::kSm));
   cs.push_back(peer_comm(Engine::kCopyEngine, 4096));
   {
-    m::PeerCommOptions o;  // capped at one CTA per kernel (per source in the pull): a throttled link
+    m::PeerCommOptions o;  // capped at one CTA (of both roles: rows_push_kernel): a throttled link
     o.max_ctas = 1;
     cs.push_back(m::make_peer_comm(world(), o));
+    // The two-step exchange (stage, meet, pull, meet), uncapped and capped (one CTA per source in the pull).
+    ::setenv("BRAID_ROWS_EXCHANGE", "staged", 1);
+    cs.push_back(peer_comm(Engine::kSm));
+    cs.push_back(m::make_peer_comm(world(), o));
+    ::unsetenv("BRAID_ROWS_EXCHANGE");
   }
   if (world().has_nccl()) {
     cs.push_back(m::make_nccl_comm(world()));
     cs.push_back(m::make_nccl_comm_split(world(), 1));  // its rows exchange capped at NCCL's CTAs
   }
-  for (auto& comm : cs)
+  for (size_t ci = 0; ci < cs.size(); ++ci)
     for (size_t row : {size_t(24), size_t(3)}) {
+      auto& comm = cs[ci];
       const size_t max_rows = 3 * 9000;
       comm->reserve_rows_exchange(max_rows, row, DType::kBF16);
       for (int variant = 0; variant < 3; ++variant)
         for (bool tr : {false, true}) {
-          SCOPED_TRACE(comm->name() + " row " + std::to_string(row) + " variant " + std::to_string(variant) +
+          SCOPED_TRACE("comm " + std::to_string(ci) + " " + comm->name() + " row " + std::to_string(row) + " variant " + std::to_string(variant) +
                        (tr ? " transposed" : ""));
           // M[src][dst] = rows src sends dst (the same on every rank); transposed: src sends M[dst][src]
           std::vector<int> M(size_t(W) * W);
