@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes
+# strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -404,6 +404,31 @@ if has layer-moe-sizes; then  # dropless MoE, host counts against device counts:
     for ms in host device; do
       T=150 mpi bench layer --model "${CAP_MODEL:-mixtral-8x7b}" --tp "$ngpu" --seq "${CAP_SEQ:-4096}" --backward \
         --moe-sizes "$ms" ${LAYER_ARGS:-} --json "$out/layer-moe-sizes.jsonl" 2>&1 | tee -a "$log"
+    done
+  done
+fi
+if has moe-tile; then  # the grouped GEMM's tile / cluster / schedule (moe_gemm_impl.cuh's macros): variant builds of its
+  # three translation units, then bench layer (per operator; it verifies first) with device counts, base and each
+  # variant, and host counts (cuBLAS per expert) once per round. MOE_TILES="tag:DEF[,DEF...] ..." (default below).
+  moe_tus=src/model/moe_gemm_fprop.cu,src/model/moe_gemm_dgrad.cu,src/model/moe_gemm_wgrad.cu
+  tags=()
+  for spec in ${MOE_TILES:-"t256:BRAID_MOE_TILE_M=256,BRAID_MOE_TILE_N=128 pp:BRAID_MOE_PINGPONG=1,BRAID_MOE_TILE_M=128,BRAID_MOE_TILE_N=128"}; do
+    vt=${spec%%:*}; defs=${spec#*:}
+    echo "== grouped GEMM variant $vt (${defs//,/ }) ($(date +%T))" | tee -a "$log"
+    rm -f "build/braid-$vt"
+    # shellcheck disable=SC2086
+    bash scripts/build-variant.sh build "$moe_tus" "$vt" ${defs//,/ } > "$out/build-variant-$vt.log" 2>&1 &
+    tags+=("$vt")
+  done
+  wait
+  for round in $(seq 1 "${MOE_TILE_ROUNDS:-2}"); do
+    for v in host base "${tags[@]}"; do
+      bin=build/braid; [[ $v != base && $v != host ]] && bin=build/braid-$v
+      [[ -x $bin ]] || { echo "variant $v did not build" | tee -a "$log"; tail -5 "$out/build-variant-$v.log"; continue; }
+      ms=device; [[ $v == host ]] && ms=host
+      echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
+      BIN=$bin T=100 mpi bench layer --model "${CAP_MODEL:-mixtral-8x7b}" --tp "$ngpu" --seq "${CAP_SEQ:-4096}" --backward \
+        --moe-sizes "$ms" --json "$out/moe-tile-$v.jsonl" 2>&1 | grep -E "verification|^(forward|backward) +(expert_(gate|down)|[0-9])" | tee -a "$log"
     done
   done
 fi

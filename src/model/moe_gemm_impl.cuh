@@ -59,6 +59,25 @@ inline const char* kind_name(Kind k) {
   return "GroupedGemm";
 }
 
+// The tile, cluster and schedule: compile-time, one choice for the whole build. The defaults are the measured best
+// of the forty-seventh session's choices; the macros exist for variant builds (scripts/build-variant.sh over the three
+// translation units, device-run.sh's moe-tile): BRAID_MOE_TILE_M/_N/_K, BRAID_MOE_CLUSTER_M, BRAID_MOE_PINGPONG=1.
+#ifndef BRAID_MOE_TILE_M
+#define BRAID_MOE_TILE_M 128
+#endif
+#ifndef BRAID_MOE_TILE_N
+#define BRAID_MOE_TILE_N 256
+#endif
+#ifndef BRAID_MOE_TILE_K
+#define BRAID_MOE_TILE_K 64
+#endif
+#ifndef BRAID_MOE_CLUSTER_M
+#define BRAID_MOE_CLUSTER_M 2
+#endif
+#ifndef BRAID_MOE_PINGPONG
+#define BRAID_MOE_PINGPONG 0
+#endif
+
 struct config {
   static constexpr int kFillThreads = 256;        // fill_kernel's one block: 256 groups per scan step
   static constexpr int kAlignElems = 8;           // 16-byte TMA alignment of every row and base pointer, in bf16
@@ -66,7 +85,8 @@ struct config {
   static constexpr size_t kArrayAlign = 256;      // each array starts at a multiple of this
   static constexpr int kScaleThreads = 256;       // wgrad's empty-group scaling kernel
   static constexpr int kScaleMaxBlocks = 64;      // ... blocks per group, at most
-  static constexpr int kClusterM = 2;             // the kernel's cluster (M x N = 2 x 1): also the smallest grid
+  static constexpr int kClusterM = BRAID_MOE_CLUSTER_M;  // the kernel's cluster (M x N = 2 x 1): also the smallest grid
+  static constexpr bool kPingpong = BRAID_MOE_PINGPONG != 0;  // else cooperative (two consumer warpgroups, one tile)
   static_assert(kFillThreads % 32 == 0 && kFillThreads >= 32, "whole warps");
   static_assert(kSlotBytes % 8 == 0 && kArrayAlign % kSlotBytes == 0, "aligned slots");
   static_assert(kAlignElems * sizeof(bf16) == 16, "TMA: 16-byte global strides and addresses");
@@ -186,13 +206,17 @@ __host__ __device__ __forceinline__ Stride leading_stride(int64_t ld) {
 // bf16 row-major, one pointer and stride per group).
 using Element = cutlass::bfloat16_t;
 using LayoutC = cutlass::layout::RowMajor;
-using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+using TileShape = cute::Shape<cute::Int<BRAID_MOE_TILE_M>, cute::Int<BRAID_MOE_TILE_N>, cute::Int<BRAID_MOE_TILE_K>>;
+using EpilogueSchedule = std::conditional_t<config::kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                            cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+using KernelSchedule = std::conditional_t<config::kPingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
+                                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>;
 using ClusterShape = cute::Shape<cute::Int<config::kClusterM>, cute::_1, cute::_1>;
 using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M, N, K) per group
 using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, LayoutC*, config::kAlignElems, Element,
-    LayoutC*, config::kAlignElems, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+    LayoutC*, config::kAlignElems, EpilogueSchedule,
     cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
 
 // One grouped kernel per kind (the three differ only in A's and B's layouts). The epilogue comes in as a parameter
@@ -210,7 +234,7 @@ struct GroupedKernel {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, config::kAlignElems, Element, LayoutB*,
       config::kAlignElems, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epi::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+      KernelSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epi>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
@@ -227,8 +251,9 @@ struct GroupedKernel {
                 "every array element fits one slot");
   static_assert(std::is_same_v<StrideC, StrideD>, "C and D share one layout (wgrad: in place)");
   // The epilogue's shared memory (carved out of the stage count) must leave the main loop 4 stages.
-  static_assert(Mainloop::DispatchPolicy::Stages >= 4, "128x256x64 main loop needs 4 stages");
-  static_assert(cute::size(typename Kernel::TiledMma{}) == 256, "cooperative: two consumer warpgroups");
+  static_assert(Mainloop::DispatchPolicy::Stages >= 4, "the main loop needs 4 stages (128x256x64: 4 fit)");
+  static_assert(cute::size(typename Kernel::TiledMma{}) == (config::kPingpong ? 128 : 256),
+                "cooperative: two consumer warpgroups on one tile; pingpong: one each, on two tiles");
   static_assert(Kernel::SharedStorageSize <= 232448, "over sm_90's 227 KiB of shared memory per block");
 
   // The arguments of one call: every array is State's; no host problem shapes (the kernel reads the device's).
