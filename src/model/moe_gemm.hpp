@@ -48,8 +48,8 @@ class GroupedGemm {
   GroupedGemm(const GroupedGemm&) = delete;
   GroupedGemm& operator=(const GroupedGemm&) = delete;
   // sm_count > 0 caps the persistent grid (a GEMM leaving SMs to a concurrent collective); 0: every SM. A cap above
-  // the device's SM count is the device's SM count; the grid is whole 2-CTA clusters (a cap of 1 runs 2 CTAs, an odd
-  // cap one CTA fewer). Takes effect from the next call (a graph keeps the count it was captured with).
+  // the device's SM count is the device's SM count; the grid is whole clusters (BRAID_MOE_CLUSTER_M CTAs, 1 by default;
+  // with 2: a cap of 1 runs 2 CTAs, an odd cap one CTA fewer). Takes effect from the next call (a graph keeps the count it was captured with).
   void set_sm_count(int sm_count);
   void fprop(cudaStream_t s, const int* rows, int groups, int64_t N, int64_t K, const bf16* A, const bf16* W, bf16* D);
   void dgrad(cudaStream_t s, const int* rows, int groups, int64_t N, int64_t K, const bf16* A, const bf16* W, bf16* D);

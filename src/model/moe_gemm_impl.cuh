@@ -5,7 +5,7 @@
 // A call is two stream-ordered launches on the caller's stream:
 //   1. fill_kernel (one block): an exclusive prefix sum of rows[] gives every group's first row off_g; it writes the
 //      device problem shapes (M, N, K) and the per-group pointer and stride arrays that the grouped kernel reads;
-//   2. the CUTLASS 3.x sm_90a ptr-array grouped GEMM (TMA loads with multicast over a 2x1 cluster, wgmma, two
+//   2. the CUTLASS 3.x sm_90a ptr-array grouped GEMM (TMA loads, no cluster by default (BRAID_MOE_CLUSTER_M), wgmma, two
 //      consumer warpgroups per 128x256x64 tile, persistent group scheduler, TMA-store epilogue D = alpha·acc +
 //      beta·C), given no host problem shapes: it launches one CTA per SM (sm_count) and walks the groups' tiles on
 //      the device; every CTA rewrites its TMA descriptors (in the workspace) per group, with that group's extents, so
@@ -60,7 +60,8 @@ inline const char* kind_name(Kind k) {
 }
 
 // The tile, cluster and schedule: compile-time, one choice for the whole build. The defaults are the measured best
-// of the forty-seventh session's choices; the macros exist for variant builds (scripts/build-variant.sh over the three
+// of the forty-seventh and forty-eighth sessions' (bench/results/h200x2/README.md: 256x128, 128x128 pingpong and a
+// 2x1 cluster all slower than 128x256x64 cooperative without a cluster); the macros exist for variant builds (scripts/build-variant.sh over the three
 // translation units, device-run.sh's moe-tile): BRAID_MOE_TILE_M/_N/_K, BRAID_MOE_CLUSTER_M, BRAID_MOE_PINGPONG=1.
 #ifndef BRAID_MOE_TILE_M
 #define BRAID_MOE_TILE_M 128
@@ -72,7 +73,7 @@ inline const char* kind_name(Kind k) {
 #define BRAID_MOE_TILE_K 64
 #endif
 #ifndef BRAID_MOE_CLUSTER_M
-#define BRAID_MOE_CLUSTER_M 2
+#define BRAID_MOE_CLUSTER_M 1  // 2 until the forty-eighth session: 1 measured 4-10% faster on fprop and dgrad (moe-tile)
 #endif
 #ifndef BRAID_MOE_PINGPONG
 #define BRAID_MOE_PINGPONG 0
@@ -85,7 +86,7 @@ struct config {
   static constexpr size_t kArrayAlign = 256;      // each array starts at a multiple of this
   static constexpr int kScaleThreads = 256;       // wgrad's empty-group scaling kernel
   static constexpr int kScaleMaxBlocks = 64;      // ... blocks per group, at most
-  static constexpr int kClusterM = BRAID_MOE_CLUSTER_M;  // the kernel's cluster (M x N = 2 x 1): also the smallest grid
+  static constexpr int kClusterM = BRAID_MOE_CLUSTER_M;  // the kernel's cluster (M x N = kClusterM x 1): also the smallest grid
   static constexpr bool kPingpong = BRAID_MOE_PINGPONG != 0;  // else cooperative (two consumer warpgroups, one tile)
   static_assert(kFillThreads % 32 == 0 && kFillThreads >= 32, "whole warps");
   static_assert(kSlotBytes % 8 == 0 && kArrayAlign % kSlotBytes == 0, "aligned slots");
