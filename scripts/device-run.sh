@@ -78,6 +78,14 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Forty-eighth session (six calls, all 2x H200, ~1600 s held): `build test` (BUILD_TARGET="braid test_moe_gemm_gpu
+# test_layer_gpu test_layer_mpi test_comm_mpi test_strands_mpi", 5 ctest entries) + a Mixtral `strands-stack` at
+# STACK_THROTTLES="1 2" (one call of this script per $OUT/<sub>, tarred into one file) 4.1 min cold; the same stack with
+# host counts 67 s warm; `build test layer-moe-sizes strands-stack` (NVLink) 4.5 min cold; `build moe-tile` (three
+# variants: 9 compiles at once ~1.5 min, then 2 rounds x 5 bench layer runs ~3 s each) 3.7 min cold; `build test`
+# (two entries) + two one-throttle Mixtral stacks (device, host; ~45 s each) 3.8 min cold.
+# Next: a per-operator trace of one compute-only stack pass with device and with host counts (215 against 190 ms where
+# the solo times differ by 3 ms); gate_up dgrad's grouped GEMM (1.24x cuBLAS); on 2x H100 the plan below.
 # Forty-seventh session (one H200, then 2x H200): `build layer-capacity` (BUILD_TARGET=braid, CAPACITIES="0 1.0") 2.9 min
 # cold + a one-rank `bench strands` 10 s warm; `build test` (BUILD_TARGET="braid test_moe_gemm_gpu test_layer_gpu
 # test_layer_mpi test_comm_mpi test_strands_mpi", CTEST_R="test_moe_gemm|test_layer_gpu$|..._shared2|_np1") 1.7 min warm;
