@@ -41,6 +41,7 @@ struct Args {
   bool device_sizes = false;  // --moe-sizes device: dropless with the counts on the device (ModelConfig::moe_device_sizes)
   bool graph = true, verify = true;
   bool chain = true;        // stack: also the chained variants (StrandStack::pass_chained); --no-chain drops them
+  bool op_trace = false;    // stack: one compute-only pass more, every operator timed (OpTrace) against its solo time
 };
 
 Args parse(int argc, char** argv, const char* who) {
@@ -75,6 +76,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--decompose") a.decompose = std::stoi(val());
     else if (k == "--layers") a.layers = std::stoi(val());
     else if (k == "--no-chain") a.chain = false;
+    else if (k == "--op-trace") a.op_trace = true;
     else if (k == "--capacity") a.capacity = std::stod(val());
     else if (k == "--moe-sizes") {
       const std::string v = val();
@@ -1015,6 +1017,40 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
                        sb.memory().total() / 1048576.0, slot / 1048576.0, a.layers, a.layers + 1, extra / 1048576.0,
                        mem_two / mem_single);
          }, sa, iv.compute_rounds);
+  if (a.op_trace) {
+    // One compute-only pass more, an event pair around every operator (rank 0's, printed): where the pass's time
+    // goes against the operators' solo times (the pair table's), and how much sits between operators.
+    OpTrace trace;
+    stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s, &trace); });
+    team.synchronize(s, "bench strands (stack) op trace");
+    if (root) {
+      auto solo_of = [&](const std::string& name) {
+        for (const auto* ops : {&dag.fwd, &dag.bwd})
+          for (const auto& o : *ops)
+            if (o.name == name) return o.solo_us;
+        return 0.0;
+      };
+      auto tot = trace.totals();
+      std::stable_sort(tot.begin(), tot.end(), [&](const OpTrace::Total& x, const OpTrace::Total& y) {
+        return x.us - x.calls * solo_of(x.name) > y.us - y.calls * solo_of(y.name);
+      });
+      const double span = trace.span_us(), ops = trace.ops_us();
+      std::printf("# op trace (one compute-only pass of the stack, rank 0, events around every operator): span %.1f us, "
+                  "operators %.1f us, between them %.1f us; per operator, by excess over its solo time:\n",
+                  span, ops, span - ops);
+      std::printf("# %-26s %6s %12s %10s %10s %7s %12s\n", "operator", "calls", "total(us)", "per call", "solo(us)",
+                  "ratio", "excess(us)");
+      double solo_total = 0;
+      for (const auto& t : tot) {
+        const double solo = solo_of(t.name), per = t.us / std::max(1, t.calls);
+        solo_total += solo * t.calls;
+        std::printf("# %-26s %6d %12.1f %10.1f %10.1f %7.3f %12.1f\n", t.name.c_str(), t.calls, t.us, per, solo,
+                    solo > 0 ? per / solo : 0.0, t.us - solo * t.calls);
+      }
+      std::printf("# op trace total: operators %.1f us against their solo times %.1f us (%.3fx); pass span %.1f us\n",
+                  ops, solo_total, solo_total > 0 ? ops / solo_total : 0.0, span);
+    }
+  }
   team.synchronize(s, "bench strands (stack) end");
   return ok ? 0 : 3;
 }

@@ -412,13 +412,62 @@ void run_round_robin(model::Layer& fwd, model::Layer& bwd, cudaStream_t s1, cuda
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(s1, ev[1], 0));
 }
 
-void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream) {
+void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream, OpTrace* trace) {
   for (const auto ph : {model::Phase::kForward, model::Phase::kBackward}) {
     model::Layer& l = ph == model::Phase::kForward ? fwd : bwd;
     const auto& ops = l.ops(ph);
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (ops[i].kind != model::OpKind::kComm) l.run_op(ph, i, stream);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind == model::OpKind::kComm) continue;
+      if (trace) trace->begin((ph == model::Phase::kForward ? "f." : "b.") + ops[i].name, stream);
+      l.run_op(ph, i, stream);
+      if (trace) trace->end(stream);
+    }
   }
+}
+
+OpTrace::~OpTrace() {
+  for (auto e : ev_) cudaEventDestroy(e);
+}
+
+void OpTrace::begin(const std::string& name, cudaStream_t s) {
+  BRAID_REQUIRE(ev_.size() == 2 * names_.size(), "OpTrace::begin: the previous operator was not ended");
+  cudaEvent_t e[2] = {nullptr, nullptr};
+  BRAID_CUDA_CHECK(cudaEventCreate(&e[0]));
+  BRAID_CUDA_CHECK(cudaEventCreate(&e[1]));
+  ev_.push_back(e[0]);
+  ev_.push_back(e[1]);
+  names_.push_back(name);
+  BRAID_CUDA_CHECK(cudaEventRecord(e[0], s));
+}
+
+void OpTrace::end(cudaStream_t s) {
+  BRAID_REQUIRE(ev_.size() == 2 * names_.size() && !names_.empty(), "OpTrace::end without begin");
+  BRAID_CUDA_CHECK(cudaEventRecord(ev_.back(), s));
+}
+
+std::vector<OpTrace::Total> OpTrace::totals() const {
+  std::vector<Total> out;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    float ms = 0;
+    BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, ev_[2 * i], ev_[2 * i + 1]));
+    auto it = std::find_if(out.begin(), out.end(), [&](const Total& t) { return t.name == names_[i]; });
+    if (it == out.end()) it = out.insert(out.end(), Total{names_[i], 0.0, 0});
+    it->us += 1e3 * ms, it->calls += 1;
+  }
+  return out;
+}
+
+double OpTrace::span_us() const {
+  if (ev_.empty()) return 0;
+  float ms = 0;
+  BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, ev_.front(), ev_.back()));
+  return 1e3 * ms;
+}
+
+double OpTrace::ops_us() const {
+  double us = 0;
+  for (const auto& t : totals()) us += t.us;
+  return us;
 }
 
 SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,

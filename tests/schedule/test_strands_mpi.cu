@@ -6,6 +6,7 @@
 // never with the CPU reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <mpi.h>
@@ -528,6 +529,47 @@ TEST(StrandsMpi, MoEStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at
 // Capacity: the per-expert counts are a saved tensor (combine_bwd zeroes the unused slots) and move with the slots.
 TEST(StrandsMpi, MoECapacityStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 1.0); }
 TEST(StrandsMpi, MoEDeviceSizesStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 0, 3, true); }
+
+// bench strands --op-trace: a traced compute-only unit times every compute operator once, under the strand DAG's
+// names — the device-sized MoE layer's expert_layout (compute since the forty-eighth session) among them, its exchanges
+// not — and the operators' times fit inside the span.
+TEST(StrandsMpi, OpTraceTimesEveryComputeOperatorOnce) {
+  const int rank = Env::world_->rank(), tp = Env::world_->size();
+  auto c = shape(true);
+  c.moe_device_sizes = true;
+  const m::Parallel par{tp, true};
+  m::Layer a(c, par, *Env::comm_a_);
+  a.load_weights(m::init_weights(c, 71));
+  m::Layer b(a, *Env::comm_b_);
+  const size_t n = size_t(c.tokens()) * c.hidden;
+  upload(a, m::random_values(n, 72, 1.0), m::random_values(n, 73, 1.0), rank);
+  upload(b, m::random_values(n, 74, 1.0), m::random_values(n, 75, 1.0), rank);
+  cudaStream_t s = Env::world_->stream();
+  a.forward(s);  // a's gathered counts and b's saved tensors, as a compute-only pass finds them after real ones
+  b.forward(s);
+  sch::OpTrace trace;
+  sch::run_compute_only(a, b, s, &trace);
+  Env::world_->synchronize(s, "op trace");
+  const auto tot = trace.totals();
+  const sch::Layer dag = sch::strand_layer(c, par);
+  size_t computes = 0;
+  for (const auto* ops : {&dag.fwd, &dag.bwd})
+    for (const auto& o : *ops) {
+      const auto it = std::find_if(tot.begin(), tot.end(), [&](const sch::OpTrace::Total& t) { return t.name == o.name; });
+      if (o.kind == sch::OpKind::Comm) {
+        EXPECT_EQ(it, tot.end()) << o.name << " is an exchange: not run";
+        continue;
+      }
+      ++computes;
+      ASSERT_NE(it, tot.end()) << o.name;
+      EXPECT_EQ(it->calls, 1) << o.name;
+      EXPECT_GT(it->us, 0.0) << o.name;
+    }
+  EXPECT_EQ(tot.size(), computes);
+  EXPECT_NE(std::find_if(tot.begin(), tot.end(), [](const sch::OpTrace::Total& t) { return t.name == "f.expert_layout"; }),
+            tot.end());
+  EXPECT_LE(trace.ops_us(), trace.span_us() * 1.001 + 1.0);
+}
 
 TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
   if (!Env::world_->has_nccl()) GTEST_SKIP() << "an NCCL communicator capped at one CTA: no NCCL in this team";

@@ -515,9 +515,36 @@ void run_single_strand(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream
 /// layers should use different communicators (two streams issuing collectives on one communicator
 /// rely on NCCL's cross-stream ordering).
 void run_round_robin(model::Layer& fwd, model::Layer& bwd, cudaStream_t s1, cudaStream_t s2, cudaEvent_t ev[2]);
+/// GPU time per operator of a traced run (`bench strands --op-trace`): an event pair around every operator the
+/// run enqueues on its stream, read after the stream is synchronized. Names are the strand DAG's ("f.<op>",
+/// "b.<op>"); an operator run once per layer of a stack adds up over the layers. The events are timing events
+/// (cudaEventCreate, not capturable): no trace inside a CUDA graph.
+class OpTrace {
+ public:
+  OpTrace() = default;
+  OpTrace(const OpTrace&) = delete;
+  OpTrace& operator=(const OpTrace&) = delete;
+  ~OpTrace();
+  void begin(const std::string& name, cudaStream_t s);  // records the operator's start event on s
+  void end(cudaStream_t s);                             // and its end event (after its kernels)
+  struct Total {
+    std::string name;
+    double us = 0;  // summed over the calls
+    int calls = 0;
+  };
+  std::vector<Total> totals() const;  // by name, in first-seen order (synchronize the stream first)
+  double span_us() const;             // the first operator's start to the last one's end
+  double ops_us() const;              // the operators' summed times (span - this: the gaps between them)
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<cudaEvent_t> ev_;  // two per operator: start, end
+};
+
 /// Compute operators only of the single-strand unit (collectives skipped; numbers are meaningless):
-/// the compute-only time that exposed communication is measured against.
-void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream);
+/// the compute-only time that exposed communication is measured against. With a trace, every operator
+/// it runs is timed into it.
+void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream, OpTrace* trace = nullptr);
 
 /// The operator-pair profiler: with both strands' buffers filled by one forward + backward each, times
 /// (median over opt.iters, slowest rank) every forward operator of `a` alone, every backward operator
