@@ -28,11 +28,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "braid/copy_device.cuh"
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/model/comm.hpp"
 #include "braid/quant.hpp"
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(config::kThreads) rows_pull_kernel(RowsPeers p
 
 // ---- The pipelined rows exchange (the default; BRAID_ROWS_EXCHANGE=staged picks the two-step one above). One kernel
 // per call, push: rank q's rows for rank d go straight from q's input into d's staging (peer memory), at the offset
-// where they land in d's output (after the rows from ranks 0..q-1), in kRowsChunks chunks; after each chunk a flag
+// where they land in d's output (after the rows from ranks 0..q-1), in rows::kChunks chunks per block; after each chunk a flag
 // tells d, and d's receiving warps copy that chunk from its staging into the output while the next is in flight.
 // Block b of G moves part b of every (source, destination) block of rows and owns signal slot slot0 + b.
 // Roles: warps [0, kRoleWarps) send (remote stores), warps [kRoleWarps, 2 kRoleWarps) receive (local copies; first
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(config::kThreads) rows_pull_kernel(RowsPeers p
 // warp_signal_peers contract). The receiver's thread 0 of its role waits until the flag reaches that value
 // (wait_geq: relaxed polls, then fence.acq_rel.sys) and named barrier 2 hands the acquire to the receiving warps,
 // which then read the chunk. Epochs: e0 = epochs[slot] at entry (one block per slot), every rank's epochs[slot]
-// becomes e0 + kRowsChunks at exit (the same on every rank: every rank runs every call with the same grid), so the
+// becomes e0 + rows::kChunks at exit (the same on every rank: every rank runs every call with the same grid), so the
 // flags only grow and a captured graph replays. Reuse: the staging is written by peers, so no rank may push the
 // next call's rows before every receiver has drained it — the barrier kernel after each call (meet()) orders that,
 // as it orders the other methods' staging. A timeout records the team's DeviceError; the receiving warps keep
@@ -390,16 +390,8 @@ class PeerComm final : public Comm {
     stage_bytes_ -= stage_bytes_ % config::kVecBytes;
     stage_ = std::make_unique<SymmetricBuffer>(team, stage_bytes_);  // collective
     slot_ = team.reserve_slots(1);
-    if (const char* e = std::getenv("BRAID_ROWS_EXCHANGE")) {
-      const std::string m = e;
-      BRAID_REQUIRE(m == "staged" || m == "pipelined", "BRAID_ROWS_EXCHANGE: staged or pipelined, not '" + m + "'");
-      staged_rows_ = m == "staged";
-    }
-    if (const char* e = std::getenv("BRAID_ROWS_BLOCKS")) {
-      rows_blocks_ = std::atoi(e);
-      BRAID_REQUIRE(rows_blocks_ >= 1 && rows_blocks_ <= rows::kMaxBlocks,
-                    "BRAID_ROWS_BLOCKS: 1.." + std::to_string(rows::kMaxBlocks));
-    }
+    staged_rows_ = env::choice("BRAID_ROWS_EXCHANGE", {"pipelined", "staged"}).value_or("pipelined") == "staged";
+    rows_blocks_ = int(env::integer("BRAID_ROWS_BLOCKS", 1, rows::kMaxBlocks).value_or(rows::kDefaultBlocks));
     int dev = 0;
     BRAID_CUDA_CHECK(cudaGetDevice(&dev));
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
