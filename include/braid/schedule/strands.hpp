@@ -338,6 +338,8 @@ class StrandStack {
   size_t extra_bytes() const { return extra_bytes_; }
   /// The object whose forward the next pass runs (the other one holds every layer's slot).
   int forward_object() const { return turn_; }
+  /// Object o's layer l's forward routing as kept for its backward (MoE with host-side counts; empty otherwise).
+  const model::Layer::Routing& routing(int o, int l) const { return routes_[o].at(size_t(l)); }
 
   /// Object o's forward alone through every layer; o must hold no slot (setup: the first backward's sets).
   void forward(int o, cudaStream_t s);
