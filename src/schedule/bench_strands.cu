@@ -153,6 +153,7 @@ bool link_priority_high() {
 struct Streams {
   StrandStreams s;
   cudaStream_t extra = nullptr;  // round-robin's second stream
+  cudaStream_t first = nullptr;  // ... at the device's greatest priority (-bfirst: the backward's blocks start first)
   cudaEvent_t rr[2] = {nullptr, nullptr};
   Streams() {
     int least = 0, greatest = 0;
@@ -161,11 +162,12 @@ struct Streams {
     for (cudaStream_t* p : {&s.compute, &s.local, &s.cross, &extra})
       BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(p, cudaStreamNonBlocking,
                                                     p == &s.local || p == &s.cross ? link : 0));
+    BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(&first, cudaStreamNonBlocking, greatest));
     for (auto& e : rr) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   ~Streams() {
     for (auto e : rr) cudaEventDestroy(e);
-    for (cudaStream_t p : {s.compute, s.local, s.cross, extra}) cudaStreamDestroy(p);
+    for (cudaStream_t p : {s.compute, s.local, s.cross, extra, first}) cudaStreamDestroy(p);
   }
 };
 
@@ -857,10 +859,14 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
         if (auto ex = chained(name) ? stack_executor(name, vdag, plan_file, orders2, st.s) : nullptr)
           check_bits(std::string("stack-chained-split-") + name, sequence_on(sk, [&] { sk.pass_chained(s, *ex); }));
       check_bits("stack-chained-split-round-robin", sequence_on(sk, [&] { sk.pass_chained_rr(s); }));
+      check_bits("stack-chained-split-round-robin-bfirst", sequence_on(sk, [&] { sk.pass_chained_rr(s, true); }));
       return;
     }
     check_bits("stack-round-robin", sequence([&] {
                  vstack.pass(s, [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.extra, st.rr); });
+               }));
+    check_bits("stack-round-robin-bfirst", sequence([&] {
+                 vstack.pass(s, [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.first, st.rr); });
                }));
     for (const char* name : kStackOrders) {
       auto ex = stack_executor(name, vdag, plan_file, orders2, st.s);
@@ -928,8 +934,11 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   auto rr = [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.extra, st.rr); };
   iv.add("stack-single-strand", [&](int) { stack.pass_single(s); }, mem_single);
   iv.add("stack-round-robin", [&](int) { stack.pass(s, rr); }, mem_two);
-  if (a.gemm_sm_reserve > 0)
+  auto rr_first = [&](m::Layer& f, m::Layer& b) { run_round_robin(f, b, s, st.first, st.rr); };
+  if (a.gemm_sm_reserve > 0) {
     iv.add("stack-round-robin-smres", [&](int) { reserved([&] { stack.pass(s, rr); }); }, mem_two);
+    iv.add("stack-round-robin-bfirst-smres", [&](int) { reserved([&] { stack.pass(s, rr_first); }); }, mem_two);
+  }
   // Chained units with one spare slot: a second stack over the same two objects (its own L + 2 slots;
   // each stack places the objects' pointers before every layer it runs, so their passes interleave).
   std::unique_ptr<StrandStack> spare, split;
@@ -960,10 +969,14 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     }
     team.synchronize(s, "stack (spare slot, split slots) warm-up");
   }
-  if (split)  // round-robin's two streams, chained between units, on the split slots
-    iv.add(std::string("stack-chained-split-round-robin") + (a.gemm_sm_reserve > 0 ? "-smres" : ""),
-           [&](int) { a.gemm_sm_reserve > 0 ? reserved([&] { split->pass_chained_rr(s); }) : split->pass_chained_rr(s); },
-           mem_split);
+  if (split)  // round-robin's two streams, chained between units, on the split slots; -bfirst: b's stream first
+    for (const bool first : {false, true})
+      iv.add(std::string("stack-chained-split-round-robin") + (first ? "-bfirst" : "") +
+                 (a.gemm_sm_reserve > 0 ? "-smres" : ""),
+             [&, first](int) {
+               a.gemm_sm_reserve > 0 ? reserved([&] { split->pass_chained_rr(s, first); }) : split->pass_chained_rr(s, first);
+             },
+             mem_split);
   for (const char* name : kStackOrders) {
     auto ex = stack_executor(name, dag, plan_file, orders2, st.s);
     if (!ex) continue;

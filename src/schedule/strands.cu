@@ -547,6 +547,10 @@ StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   place(0, 0, 0), place(1, 0, 0);  // the objects free their own saved sets and x (no work is queued yet)
   for (auto& c : copy_) BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  int least = 0, greatest = 0;
+  BRAID_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(&ranked_[0], cudaStreamNonBlocking, least));
+  BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(&ranked_[1], cudaStreamNonBlocking, greatest));
   for (cudaEvent_t* e : {&start_, &copied_[0], &copied_[1]})
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   // Tails are looked up by the unit that freed a slot: spare + 1 units back (+ 1 for the early parts).
@@ -561,7 +565,7 @@ StrandStack::~StrandStack() {
   cudaFree(pool_);
   for (auto& o : io_)
     for (auto p : o) cudaFree(p);
-  for (auto c : copy_)
+  for (auto c : {copy_[0], copy_[1], ranked_[0], ranked_[1]})
     if (c) cudaStreamDestroy(c);
   for (cudaEvent_t e : {start_, copied_[0], copied_[1]})
     if (e) cudaEventDestroy(e);
@@ -749,10 +753,11 @@ void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
   turn_ = b;
 }
 
-void StrandStack::pass_chained_rr(cudaStream_t s) {
+void StrandStack::pass_chained_rr(cudaStream_t s, bool backward_first) {
   const int f = turn_, b = 1 - turn_;
   require_pass_start(f, b);
-  cudaStream_t sf = copy_[0], sb = copy_[1];  // each strand's one stream: its copies and its operators
+  cudaStream_t* own = backward_first ? ranked_ : copy_;
+  cudaStream_t sf = own[0], sb = own[1];  // each strand's one stream: its copies and its operators
   const size_t nf = obj(f).ops(model::Phase::kForward).size(), nb = obj(b).ops(model::Phase::kBackward).size();
   std::vector<std::vector<int>> waits(nf);
   if (x_early_) {  // the late tensors' readers, by the layer's DAG (its operators in the same order)

@@ -505,6 +505,8 @@ void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3, bool de
          "stack on split slots, joined units");
     same(run_on(split, [&] { split.pass_single(s); }), "stack on split slots, one strand at a time");
     same(run_on(split, [&] { split.pass_chained_rr(s); }), "stack on split slots, round-robin chained");
+    same(run_on(split, [&] { split.pass_chained_rr(s, true); }),
+         "stack on split slots, round-robin chained, the backward's stream first");
   }
   same(run([&] { stack.pass_chained(s, ex); }), "stack chained, after the spare stack is gone");
   {  // BRAID_STRANDS_DEFER_DISPATCH=4: up to 4 backward ops issued ahead of each MoE dispatch (a no-op when dense)

@@ -357,7 +357,11 @@ class StrandStack {
   /// Round-robin chained: f's forward of every layer, operator by operator, on one stream of the stack's
   /// own and b's backward on another (no executor, no pairing: the GPU interleaves the two streams), with
   /// the same hand-over between units as pass_chained (slots, early parts, operator-grain waits).
-  void pass_chained_rr(cudaStream_t s);
+  /// backward_first: b's stream has the device's greatest stream priority and f's the least, so whenever both
+  /// strands have work ready the GPU's block scheduler starts b's (the longer chain: its compute and collectives
+  /// in sequence) and f's fills what b leaves; the same work and results, only the start order of ready blocks
+  /// differs.
+  void pass_chained_rr(cudaStream_t s, bool backward_first = false);
   /// The same work one strand at a time (Megatron-style): b's whole backward, then f's whole forward (at
   /// most L slots held); then the roles swap.
   void pass_single(cudaStream_t s);
@@ -400,6 +404,7 @@ class StrandStack {
   // pass_chained: the copy streams (0: f's input copies, 1: b's output-gradient copies), events, and per
   // slot the unit of this pass whose b freed it (-1: before this pass, ordered by the pass's start).
   cudaStream_t copy_[2] = {nullptr, nullptr};
+  cudaStream_t ranked_[2] = {nullptr, nullptr};  // pass_chained_rr(backward_first): f's at least, b's at greatest priority
   cudaEvent_t start_ = nullptr, copied_[2] = {nullptr, nullptr};
   std::vector<StrandTailEvents> tails_;  // a ring of spare + 2 units
   std::vector<int> freed_in_, freed_early_in_;
