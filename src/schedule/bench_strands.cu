@@ -1033,6 +1033,34 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   if (a.op_trace) {
     // One compute-only pass more, an event pair around every operator (rank 0's, printed): where the pass's time
     // goes against the operators' solo times (the pair table's), and how much sits between operators.
+    stack.pass_single(s);
+    team.synchronize(s, "bench strands (stack) pass before the op trace");
+    if (c.moe() && !c.moe_device_sizes) {
+      // The rows each rank's experts received per layer in the forward whose saved sets the next backward reads
+      // (the routing of a stack of random-weight layers can drift away from balanced with depth): after a real pass
+      // (one strand at a time), so the traced pass's backward reads every layer's own routing too.
+      const int held = 1 - stack.forward_object(), L = stack.layers(), n = team.size();
+      std::vector<long long> mine(static_cast<size_t>(L)), all(static_cast<size_t>(L) * n);
+      for (int l = 0; l < L; ++l) mine[size_t(l)] = stack.routing(held, l).rows;
+      BRAID_MPI_CHECK(MPI_Gather(mine.data(), L, MPI_LONG_LONG, all.data(), L, MPI_LONG_LONG, 0, team.mpi()));
+      if (root) {
+        std::printf("# MoE rows received per layer (layer: rank 0, rank 1, ...; the most over the mean):");
+        double worst = 0;
+        for (int l = 0; l < L; ++l) {
+          long long sum = 0, most = 0;
+          std::printf(" %d:", l);
+          for (int r = 0; r < n; ++r) {
+            const long long v = all[size_t(r) * L + l];
+            std::printf("%s%lld", r ? "," : "", v);
+            sum += v, most = std::max(most, v);
+          }
+          const double ratio = sum > 0 ? double(most) * n / double(sum) : 0.0;
+          worst = std::max(worst, ratio);
+          std::printf("(%.2f)", ratio);
+        }
+        std::printf("; worst %.2fx\n", worst);
+      }
+    }
     OpTrace trace;
     stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s, &trace); });
     team.synchronize(s, "bench strands (stack) op trace");
@@ -1062,31 +1090,6 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
       }
       std::printf("# op trace total: operators %.1f us against their solo times %.1f us (%.3fx); pass span %.1f us\n",
                   ops, solo_total, solo_total > 0 ? ops / solo_total : 0.0, span);
-    }
-    if (c.moe() && !c.moe_device_sizes) {
-      // The rows each rank's experts received per layer in the forward whose saved sets the next backward reads
-      // (the routing of a stack of random-weight layers can drift away from balanced with depth).
-      const int held = 1 - stack.forward_object(), L = stack.layers(), n = team.size();
-      std::vector<long long> mine(static_cast<size_t>(L)), all(static_cast<size_t>(L) * n);
-      for (int l = 0; l < L; ++l) mine[size_t(l)] = stack.routing(held, l).rows;
-      BRAID_MPI_CHECK(MPI_Gather(mine.data(), L, MPI_LONG_LONG, all.data(), L, MPI_LONG_LONG, 0, team.mpi()));
-      if (root) {
-        std::printf("# MoE rows received per layer (layer: rank 0, rank 1, ...; the most over the mean):");
-        double worst = 0;
-        for (int l = 0; l < L; ++l) {
-          long long sum = 0, most = 0;
-          std::printf(" %d:", l);
-          for (int r = 0; r < n; ++r) {
-            const long long v = all[size_t(r) * L + l];
-            std::printf("%s%lld", r ? "," : "", v);
-            sum += v, most = std::max(most, v);
-          }
-          const double ratio = sum > 0 ? double(most) * n / double(sum) : 0.0;
-          worst = std::max(worst, ratio);
-          std::printf("(%.2f)", ratio);
-        }
-        std::printf("; worst %.2fx\n", worst);
-      }
     }
   }
   team.synchronize(s, "bench strands (stack) end");
