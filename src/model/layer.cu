@@ -910,6 +910,9 @@ void Layer::set_routing(const Routing& r) {
   m.sc = r.sc, m.sd = r.sd, m.rc = r.rc, m.rd = r.rd, m.expert_rows = r.expert_rows, m.R = r.rows;
 }
 
+float* Layer::device_counts() const { return impl_->dev_sizes ? impl_->counts_all : nullptr; }
+size_t Layer::device_counts_size() const { return impl_->dev_sizes ? size_t(impl_->tp * impl_->E) : 0; }
+
 std::vector<int64_t> Layer::local_expert_rows() const {
   const Impl& m = *impl_;
   if (!m.dev_sizes) return m.expert_rows;

@@ -1005,12 +1005,17 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   // whatever the gathered buffers of their slots hold. Timed on its own before the variants, those were the
   // pool's zeros and the pass ran 15.1 ms per layer (GEMMs on zero inputs run faster); timed on its own after
   // them, on a GPU warm from the passes, 17.8 ms (throttled 70B layer, 2x H200, 36872c0).
+  // MoE: the compute-only pass replays every layer's own routing (StrandStack::pass_compute_only), which a
+  // real forward of each object records first: one strand at a time, a pass per object.
+  if (c.moe()) {
+    stack.pass_single(s), stack.pass_single(s);
+    team.synchronize(s, "bench strands (stack) routing of every layer");
+  }
   std::vector<Variant> vs;
   iv.waited = [&] { return sa.host_wait_us() + sb.host_wait_us(); };
   Variant compute_host;
-  const double compute_us = iv.time(team, s, opt, a.rounds, [&](int) {
-    stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s); });
-  }, vs, &compute_host);
+  const double compute_us =
+      iv.time(team, s, opt, a.rounds, [&](int) { stack.pass_compute_only(s); }, vs, &compute_host);
   if (root)
     std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d passes each\n", a.rounds,
                 vs.size(), a.iters);
@@ -1036,9 +1041,9 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     stack.pass_single(s);
     team.synchronize(s, "bench strands (stack) pass before the op trace");
     if (c.moe() && !c.moe_device_sizes) {
-      // The rows each rank's experts received per layer in the forward whose saved sets the next backward reads
-      // (the routing of a stack of random-weight layers can drift away from balanced with depth): after a real pass
-      // (one strand at a time), so the traced pass's backward reads every layer's own routing too.
+      // The rows each rank's experts received per layer in the real forward just run (one weight copy shared by
+      // the layers, random weights: the routing drifts away from balanced with depth), which the traced
+      // compute-only pass replays as every compute-only pass does (StrandStack::pass_compute_only).
       const int held = 1 - stack.forward_object(), L = stack.layers(), n = team.size();
       std::vector<long long> mine(static_cast<size_t>(L)), all(static_cast<size_t>(L) * n);
       for (int l = 0; l < L; ++l) mine[size_t(l)] = stack.routing(held, l).rows;
@@ -1062,7 +1067,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
       }
     }
     OpTrace trace;
-    stack.pass(s, [&](m::Layer& f, m::Layer& b) { run_compute_only(f, b, s, &trace); });
+    stack.pass_compute_only(s, &trace);
     team.synchronize(s, "bench strands (stack) op trace");
     if (root) {
       auto solo_of = [&](const std::string& name) {

@@ -551,6 +551,8 @@ StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare
   BRAID_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(&ranked_[0], cudaStreamNonBlocking, least));
   BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(&ranked_[1], cudaStreamNonBlocking, greatest));
+  if (const size_t n = a_.device_counts_size(); n > 0)
+    BRAID_CUDA_CHECK(cudaMalloc(&counts_stash_, 2 * size_t(layers_) * n * sizeof(float)));
   for (cudaEvent_t* e : {&start_, &copied_[0], &copied_[1]})
     BRAID_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   // Tails are looked up by the unit that freed a slot: spare + 1 units back (+ 1 for the early parts).
@@ -563,6 +565,7 @@ StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare
 
 StrandStack::~StrandStack() {
   cudaFree(pool_);
+  if (counts_stash_) cudaFree(counts_stash_);
   for (auto& o : io_)
     for (auto p : o) cudaFree(p);
   for (auto c : {copy_[0], copy_[1], ranked_[0], ranked_[1]})
@@ -581,6 +584,8 @@ StrandStack::~StrandStack() {
 void StrandStack::reset() {
   for (auto& h : held_) h.assign(size_t(layers_), {-1, -1});
   for (auto& r : routes_) r.assign(size_t(layers_), {});
+  for (auto& r : real_) r.assign(size_t(layers_), {});
+  for (auto& r : recorded_) r.assign(size_t(layers_), 0);
   free_.clear(), free_early_.clear();
   for (int k = slots() - 1; k >= 0; --k) free_.push_back(k);  // slot 0 is taken first
   for (int k = early_regions() - 1; k >= 0; --k) free_early_.push_back(k);
@@ -633,7 +638,15 @@ void StrandStack::prep_backward(int o, int l, cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaMemcpyAsync(obj(o).dy(), src, io_bytes_, cudaMemcpyDeviceToDevice, s));
 }
 
-void StrandStack::keep_routing(int o, int l) { routes_[o][size_t(l)] = obj(o).routing(); }
+void StrandStack::keep_routing(int o, int l, cudaStream_t s, bool record) {
+  routes_[o][size_t(l)] = obj(o).routing();
+  if (!record) return;
+  real_[o][size_t(l)] = routes_[o][size_t(l)];
+  if (const size_t n = obj(o).device_counts_size(); n > 0)  // after the forward's a2a_counts on s
+    BRAID_CUDA_CHECK(cudaMemcpyAsync(counts_stash_ + (size_t(o) * layers_ + l) * n, obj(o).device_counts(),
+                                     n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  recorded_[o][size_t(l)] = 1;
+}
 
 void StrandStack::release(int o, int l) {
   free_.push_back(held_[o][size_t(l)].slot);
@@ -646,7 +659,7 @@ void StrandStack::forward(int o, cudaStream_t s) {
   for (int l = 0; l < layers_; ++l) {
     prep_forward(o, l, s);
     obj(o).forward(s);
-    keep_routing(o, l);
+    keep_routing(o, l, s, /*record=*/true);
   }
   turn_ = 1 - o;  // o holds every layer: its backward comes next, beside the other's forward
 }
@@ -817,7 +830,30 @@ void StrandStack::pass_single(cudaStream_t s) {
   for (int i = 0; i < layers_; ++i) {
     prep_forward(f, i, s);
     obj(f).forward(s);
+    keep_routing(f, i, s, /*record=*/true);
+  }
+  turn_ = b;
+}
+
+void StrandStack::pass_compute_only(cudaStream_t s, OpTrace* trace) {
+  const int f = turn_, b = 1 - turn_;
+  require_pass_start(f, b);
+  for (int i = 0; i < layers_; ++i)
+    BRAID_REQUIRE(recorded_[f][size_t(i)],
+                  "strand stack: pass_compute_only needs a real forward of the object's every layer first (forward() or "
+                  "pass_single())");
+  const size_t n = obj(f).device_counts_size();
+  for (int i = 0; i < layers_; ++i) {
+    const int j = layers_ - 1 - i;
+    prep_forward(f, i, s);
+    prep_backward(b, j, s);
+    obj(f).set_routing(real_[f][size_t(i)]);  // host counts: the expert GEMMs' rows, the exchanges' sizes
+    if (n > 0)  // device counts: expert_layout derives this layer's layout (a saved tensor) from them
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(obj(f).device_counts(), counts_stash_ + (size_t(f) * layers_ + i) * n,
+                                       n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    run_compute_only(obj(f), obj(b), s, trace);
     keep_routing(f, i);
+    release(b, j);
   }
   turn_ = b;
 }

@@ -532,6 +532,69 @@ TEST(StrandsMpi, MoEStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at
 TEST(StrandsMpi, MoECapacityStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 1.0); }
 TEST(StrandsMpi, MoEDeviceSizesStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 0, 3, true); }
 
+// StrandStack::pass_compute_only (the reference bench strands measures the hidden fraction against): each MoE
+// forward gets its own layer's routing as a real forward of that object found it — host counts through set_routing,
+// device counts copied back — not whatever the layer object held last; and it refuses to run before that object's
+// routing was recorded.
+void stack_compute_only_replays_routing(bool device_sizes) {
+  const int rank = Env::world_->rank(), tp = Env::world_->size();
+  if (tp < 2) GTEST_SKIP() << "the strand stack shares y/dy/dx (Layer::share_interfaces): sequence parallelism, TP >= 2";
+  auto c = shape(true);
+  c.moe_device_sizes = device_sizes;
+  const m::Parallel par{tp, true};
+  const int L = 3;
+  m::Layer a(c, par, *Env::comm_a_);
+  a.load_weights(m::init_weights(c, 81));
+  a.set_accumulate_grads(true);
+  m::Layer b(a, *Env::comm_b_, m::Layer::Share::kAll);
+  b.share_interfaces(a);
+  sch::StrandStack stack(a, b, L);
+  const size_t n = size_t(c.tokens()) * c.hidden, rows = size_t(a.local_tokens()), H = size_t(c.hidden);
+  int seed = 82;
+  for (int o = 0; o < 2; ++o)
+    for (void* p : {stack.input(o), stack.dout(o)}) {
+      const auto h = layer_check::to_bits(m::random_values(n, uint64_t(seed++), 1.0), size_t(rank) * rows * H, rows * H);
+      ASSERT_EQ(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Streams st;
+  cudaStream_t s = st.s.compute;
+  a.zero_grads(s);
+  stack.forward(1, s);  // object 1's routing recorded; object 0's not yet
+  ASSERT_EQ(stack.forward_object(), 0);
+  EXPECT_THROW(stack.pass_compute_only(s), braid::Error);
+  stack.pass_single(s);  // object 0's forward: recorded
+  Env::world_->synchronize(s, "stack, real passes");
+  std::vector<m::Layer::Routing> real(L);
+  for (int l = 0; l < L; ++l) real[size_t(l)] = stack.routing(0, l);
+  std::vector<float> last(a.device_counts_size());  // object 0's device counts after its layer L-1 forward
+  if (!last.empty())
+    ASSERT_EQ(cudaMemcpy(last.data(), a.device_counts(), last.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  // Object 0 made to hold other counts than its layers' (host: layer 0's routing; device: zeros): without the replay
+  // its compute-only forwards would run on those.
+  a.set_routing(real[0]);
+  if (!last.empty()) ASSERT_EQ(cudaMemset(a.device_counts(), 0, last.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  stack.pass_compute_only(s);  // f = 1
+  stack.pass_compute_only(s);  // f = 0
+  Env::world_->synchronize(s, "stack, compute-only passes");
+  for (int l = 0; l < L; ++l) {
+    const auto& got = stack.routing(0, l);
+    EXPECT_EQ(got.rows, real[size_t(l)].rows) << "layer " << l;
+    EXPECT_EQ(got.expert_rows, real[size_t(l)].expert_rows) << "layer " << l;
+    EXPECT_EQ(got.rc, real[size_t(l)].rc) << "layer " << l;
+  }
+  if (!last.empty()) {  // the last forward (layer L-1) ran on its own layer's counts, not the zeros
+    std::vector<float> now(last.size());
+    ASSERT_EQ(cudaMemcpy(now.data(), a.device_counts(), now.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(now, last);
+  }
+  stack.pass_single(s);  // a real pass after them still runs (the saved sets the compute-only forward left)
+  Env::world_->synchronize(s, "stack, a real pass after compute-only ones");
+}
+TEST(StrandsMpi, MoEStackComputeOnlyReplaysEveryLayersRouting) { stack_compute_only_replays_routing(false); }
+TEST(StrandsMpi, MoEDeviceSizesStackComputeOnlyReplaysEveryLayersRouting) { stack_compute_only_replays_routing(true); }
+
 // bench strands --op-trace: a traced compute-only unit times every compute operator once, under the strand DAG's
 // names — the device-sized MoE layer's expert_layout (compute since the forty-eighth session) among them, its exchanges
 // not — and the operators' times fit inside the span.

@@ -172,6 +172,12 @@ class Layer {
   // loses to it.
   double host_wait_us() const;
   void set_routing(const Routing& r);
+  // Dropless MoE with the counts on the device (ModelConfig::moe_device_sizes): every rank's per-expert counts as
+  // the last forward's exchange (a2a_counts) left them, [tp, experts] fp32 (device_counts_size() values); nullptr
+  // and 0 otherwise. expert_layout derives the forward's layout from them; a compute-only pass skips the exchange,
+  // so a stack that replays a layer's routing (schedule::StrandStack::pass_compute_only) puts its own back first.
+  float* device_counts() const;
+  size_t device_counts_size() const;
 
   // MoE: the (token, k) entries this rank routed in its last forward, and how many of them the capacity factor
   // dropped (reads the forward's per-expert counts: synchronizes the device). {0, 0} for a dense layer; dropped

@@ -270,6 +270,8 @@ struct ChainMemoryEvents {
   std::vector<cudaEvent_t> after_bwd;                 // [backward op]
 };
 
+class OpTrace;  // below: GPU time per operator of a traced run
+
 /// DHelix over a stack of layers, as a model stage runs it: strand f's forward through layers 0..L-1
 /// beside strand b's backward through layers L-1..0, one unit per layer (f's layer i with b's layer
 /// L-1-i), roles swapped every pass. The L layers are the two layer objects `a` and `b` (one weight copy,
@@ -365,6 +367,17 @@ class StrandStack {
   /// The same work one strand at a time (Megatron-style): b's whole backward, then f's whole forward (at
   /// most L slots held); then the roles swap.
   void pass_single(cudaStream_t s);
+  /// The compute of a pass without its collectives (run_compute_only per layer, joined units, on `s`; trace:
+  /// every operator timed): the reference the strands' hidden fraction is measured against. A MoE forward's
+  /// routing comes from its count exchange, which a compute-only pass skips: without it every layer's forward
+  /// would size its experts' work by whatever routing the layer object held last (in a stack of random-weight
+  /// layers the routing drifts away from balanced with depth, so that is not this layer's work). So each
+  /// forward is given its own layer's routing as a real forward of the same object found it (a stack's
+  /// routing per object and layer is the same every pass: fixed inputs and weights): host counts through
+  /// Layer::set_routing, device counts (Layer::device_counts) copied back on `s` before the forward.
+  /// Needs a real forward of f's every layer first (forward(), pass_single() or pass() with real units;
+  /// with device counts forward() or pass_single(), which run on one stream).
+  void pass_compute_only(cudaStream_t s, OpTrace* trace = nullptr);
   /// Forgets every slot (contents are kept, nothing is enqueued): for a new setup with forward().
   void reset();
 
@@ -380,7 +393,9 @@ class StrandStack {
   Held prep_forward(int o, int l, cudaStream_t s, bool fifo = false);
   void prep_backward(int o, int l, cudaStream_t s);
   void release(int o, int l);
-  void keep_routing(int o, int l);  // after object o's forward of layer l was enqueued
+  // After object o's forward of layer l was enqueued: its routing for the backward; with record (a real
+  // forward, all on `s`) also as that layer's real routing (and device counts, copied on s) for pass_compute_only.
+  void keep_routing(int o, int l, cudaStream_t s = nullptr, bool record = false);
   void require_pass_start(int f, int b) const;  // b holds every layer, f none
   // With doubled tensors: slot_reuse_waits of the late tensors on `dag`, and reads_ events for their readers.
   std::vector<std::vector<int>> late_waits(const Layer& dag);
@@ -400,6 +415,9 @@ class StrandStack {
   void* io_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   std::vector<Held> held_[2];  // held_[o][l]: where object o's layer l lives ({-1, -1}: not held)
   std::vector<model::Layer::Routing> routes_[2];  // routes_[o][l]: object o's layer l's forward routing (MoE)
+  std::vector<model::Layer::Routing> real_[2];    // real_[o][l]: ... as its last real forward found it
+  std::vector<char> recorded_[2];                 // real_[o][l] (and its device counts) recorded
+  float* counts_stash_ = nullptr;                 // device counts: [2][L][Layer::device_counts_size()]
   std::deque<int> free_, free_early_;  // free slots / early parts, in the order freed (pass: the last freed first)
   // pass_chained: the copy streams (0: f's input copies, 1: b's output-gradient copies), events, and per
   // slot the unit of this pass whose b freed it (-1: before this pass, ordered by the pass's start).
