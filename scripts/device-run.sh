@@ -78,14 +78,21 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Forty-ninth session (eight calls, all 2x H200, ~1530 s held): `build test` (BUILD_TARGET="braid test_strands_mpi
+# test_comm_mpi", two entries) + two Mixtral stacks with STRANDS_ARGS="--moe-sizes host|device --op-trace" (DEADLINE=100
+# each) 4.3 min cold; `build test` (test_layer_gpu) + one stack 3.6 min cold; with test_strands_mpi and DEADLINE=200 the
+# ctest got ~20 s after a 3-min cold build and timed out (give `build test` DEADLINE=290); two stacks 72-81 s warm
+# (a warm `build` of an unchanged tree takes ~0 s); one stack 35 s warm. `E=BRAID_STRANDS_LINK_PRIORITY=high` passes the
+# knob to the ranks. Next: the Mixtral stack at 2 CTAs with the link streams at high priority on 2x H100 (70.9-72.3% on
+# 2x H200) and the 70B stack at high priority (not measured); the grouped GEMMs (device counts: 9.5 ms heavier per pass).
 # Forty-eighth session (six calls, all 2x H200, ~1600 s held): `build test` (BUILD_TARGET="braid test_moe_gemm_gpu
 # test_layer_gpu test_layer_mpi test_comm_mpi test_strands_mpi", 5 ctest entries) + a Mixtral `strands-stack` at
 # STACK_THROTTLES="1 2" (one call of this script per $OUT/<sub>, tarred into one file) 4.1 min cold; the same stack with
 # host counts 67 s warm; `build test layer-moe-sizes strands-stack` (NVLink) 4.5 min cold; `build moe-tile` (three
 # variants: 9 compiles at once ~1.5 min, then 2 rounds x 5 bench layer runs ~3 s each) 3.7 min cold; `build test`
 # (two entries) + two one-throttle Mixtral stacks (device, host; ~45 s each) 3.8 min cold.
-# Next: a per-operator trace of one compute-only stack pass with device and with host counts (215 against 190 ms where
-# the solo times differ by 3 ms); gate_up dgrad's grouped GEMM (1.24x cuBLAS); on 2x H100 the plan below.
+# Next (done in the forty-ninth session: stale routing in the compute-only pass): a per-operator trace of one compute-only
+# stack pass with device and with host counts; gate_up dgrad's grouped GEMM (1.24x cuBLAS); on 2x H100 the plan below.
 # Forty-seventh session (one H200, then 2x H200): `build layer-capacity` (BUILD_TARGET=braid, CAPACITIES="0 1.0") 2.9 min
 # cold + a one-rank `bench strands` 10 s warm; `build test` (BUILD_TARGET="braid test_moe_gemm_gpu test_layer_gpu
 # test_layer_mpi test_comm_mpi test_strands_mpi", CTEST_R="test_moe_gemm|test_layer_gpu$|..._shared2|_np1") 1.7 min warm;
@@ -187,7 +194,8 @@
 # T3's ops or the pull); then the whole sweep in halves, `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-ring-dma,t3-auto
 # T3_AG=0), `sweep-ar`, issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
 # STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M, and `strands-stack` (issue 9 on the acceptance
-# card: STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES="1 2"). On `nvidia-h100-x1` (if lent): `build gemm-variant`
+# card: STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES="1 2", then the Mixtral stack again with
+# E=BRAID_STRANDS_LINK_PRIORITY=high at STACK_THROTTLES="2 1": 70.9-72.3% at 2 CTAs on 2x H200, forty-ninth session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
 # with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
 # The thirty-fifth session's calls: one H200 `build test gemm-variant` (BUILD_TARGET="braid test_overlap_gemm_gpu",
 # sweep, 2 rounds at VARIANT_T=150) 9.4 min cold, the sweep cut at 37/30 shapes per binary; 2x H200 `build
