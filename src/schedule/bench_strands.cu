@@ -719,7 +719,13 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
       j.add("plan_steps", plan.steps.size()).add("verified", ok);
       if (drop_fraction >= 0) j.add("moe_capacity", c.capacity).add("moe_dropped_fraction", drop_fraction);
-      if (c.moe()) j.add("moe_sizes", c.moe_device_sizes ? "device" : "host");
+      if (c.moe()) {
+        j.add("moe_sizes", c.moe_device_sizes ? "device" : "host");
+        // What the compute-only pass's MoE forwards were sized by: a stack replays every layer's own routing
+        // (StrandStack::pass_compute_only, since 9235032; stack rows without this key ran on stale routing), one
+        // layer keeps its own last real forward's.
+        j.add("compute_only_routing", a.layers > 1 ? "replayed per layer" : "the layer's own");
+      }
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());
     }
