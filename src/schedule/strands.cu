@@ -838,7 +838,8 @@ void StrandStack::pass_single(cudaStream_t s) {
 void StrandStack::pass_compute_only(cudaStream_t s, OpTrace* trace) {
   const int f = turn_, b = 1 - turn_;
   require_pass_start(f, b);
-  for (int i = 0; i < layers_; ++i)
+  const bool moe = obj(f).config().moe();  // a dense layer's work does not depend on routing: nothing to replay
+  for (int i = 0; moe && i < layers_; ++i)
     BRAID_REQUIRE(recorded_[f][size_t(i)],
                   "strand stack: pass_compute_only needs a real forward of the object's every layer first (forward() or "
                   "pass_single())");
@@ -847,7 +848,7 @@ void StrandStack::pass_compute_only(cudaStream_t s, OpTrace* trace) {
     const int j = layers_ - 1 - i;
     prep_forward(f, i, s);
     prep_backward(b, j, s);
-    obj(f).set_routing(real_[f][size_t(i)]);  // host counts: the expert GEMMs' rows, the exchanges' sizes
+    if (moe) obj(f).set_routing(real_[f][size_t(i)]);  // host counts: the expert GEMMs' rows, the exchanges' sizes
     if (n > 0)  // device counts: expert_layout derives this layer's layout (a saved tensor) from them
       BRAID_CUDA_CHECK(cudaMemcpyAsync(obj(f).device_counts(), counts_stash_ + (size_t(f) * layers_ + i) * n,
                                        n * sizeof(float), cudaMemcpyDeviceToDevice, s));

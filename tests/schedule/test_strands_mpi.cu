@@ -592,6 +592,26 @@ void stack_compute_only_replays_routing(bool device_sizes) {
   stack.pass_single(s);  // a real pass after them still runs (the saved sets the compute-only forward left)
   Env::world_->synchronize(s, "stack, a real pass after compute-only ones");
 }
+// A dense stack's compute-only pass has no routing to replay: it runs without recorded forwards (bench strands times it
+// interleaved, possibly before any one-strand pass of the object).
+TEST(StrandsMpi, DenseStackComputeOnlyNeedsNoRecording) {
+  const int tp = Env::world_->size();
+  if (tp < 2) GTEST_SKIP() << "the strand stack shares y/dy/dx (Layer::share_interfaces): sequence parallelism, TP >= 2";
+  const auto c = shape(false);
+  const m::Parallel par{tp, true};
+  m::Layer a(c, par, *Env::comm_a_);
+  a.load_weights(m::init_weights(c, 91));
+  a.set_accumulate_grads(true);
+  m::Layer b(a, *Env::comm_b_, m::Layer::Share::kAll);
+  b.share_interfaces(a);
+  sch::StrandStack stack(a, b, 2);
+  Streams st;
+  cudaStream_t s = st.s.compute;
+  stack.forward(1, s);  // object 0 never ran a forward
+  EXPECT_NO_THROW(stack.pass_compute_only(s));
+  EXPECT_NO_THROW(stack.pass_compute_only(s));
+  Env::world_->synchronize(s, "dense stack, compute-only passes");
+}
 TEST(StrandsMpi, MoEStackComputeOnlyReplaysEveryLayersRouting) { stack_compute_only_replays_routing(false); }
 TEST(StrandsMpi, MoEDeviceSizesStackComputeOnlyReplaysEveryLayersRouting) { stack_compute_only_replays_routing(true); }
 

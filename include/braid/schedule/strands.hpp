@@ -375,7 +375,8 @@ class StrandStack {
   /// forward is given its own layer's routing as a real forward of the same object found it (a stack's
   /// routing per object and layer is the same every pass: fixed inputs and weights): host counts through
   /// Layer::set_routing, device counts (Layer::device_counts) copied back on `s` before the forward.
-  /// Needs f's every layer recorded first: forward() and pass_single() record (they run on one stream, so the
+  /// Dense layers: run_compute_only per layer, nothing replayed or required. MoE layers need f's every layer
+  /// recorded first: forward() and pass_single() record (they run on one stream, so the
   /// device counts are copied there, tp·experts floats per layer); the other passes do not (their units may be
   /// compute-only). reset() forgets the recordings (new inputs route differently).
   void pass_compute_only(cudaStream_t s, OpTrace* trace = nullptr);
