@@ -78,7 +78,7 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
-# Forty-ninth session (eight calls, all 2x H200, ~1530 s held): `build test` (BUILD_TARGET="braid test_strands_mpi
+# Forty-ninth session (nine calls, all 2x H200, ~1720 s held; the ninth `build` of test_strands_mpi alone + a filtered mpirun 151 s cold): `build test` (BUILD_TARGET="braid test_strands_mpi
 # test_comm_mpi", two entries) + two Mixtral stacks with STRANDS_ARGS="--moe-sizes host|device --op-trace" (DEADLINE=100
 # each) 4.3 min cold; `build test` (test_layer_gpu) + one stack 3.6 min cold; with test_strands_mpi and DEADLINE=200 the
 # ctest got ~20 s after a 3-min cold build and timed out (give `build test` DEADLINE=290); two stacks 72-81 s warm
