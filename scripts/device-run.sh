@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
+# ar-ll128 strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -338,6 +338,23 @@ if has barrier-ab; then  # barrier_block's two orderings (SignalView::barrier_mo
     echo "-- BRAID_BARRIER=${AB_MODE:-release} BRAID_AR_TWOSHOT_BLOCKS=$b" | tee -a "$log"
     E="BRAID_BARRIER=${AB_MODE:-release} BRAID_AR_TWOSHOT_BLOCKS=$b" T=100 mpi bench allreduce --graph \
       --algo nccl,twoshot,oneshot-sym,twoshot-sym -b 1M -e 64M -f 4 --json "$out/allreduce-blocks-$b.jsonl" 2>&1 | tee -a "$log"
+  done
+fi
+if has ar-ll128; then  # the LL128 one-shot: its tests, then the bf16 band (64 KiB - 16 MiB) beside NCCL, graph and direct
+  echo "== ar-ll128 tests ($(date +%T))" | tee -a "$log"
+  timeout 240 mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_COMMIT \
+    build/tests/collectives/test_allreduce_mpi \
+    --gtest_filter="${LL128_TESTS:-*LL128*:*ExactOneShot*:*CapturedInACudaGraph*}" > "$out/test-ll128.log" 2>&1
+  echo "test rc=$?" | tee -a "$log"
+  grep -E "^\[  (PASSED|FAILED) |Failure|wrong" "$out/test-ll128.log" | sort -u | head -20 | tee -a "$log"
+  for r in $(seq 1 "${LL128_ROUNDS:-2}"); do
+    for g in --graph ""; do
+      m=${g:+graph}; m=${m:-direct}
+      echo "-- ar-ll128 $m round $r" | tee -a "$log"
+      T=90 mpi bench allreduce $g --algo "${LL128_ALGOS:-nccl,oneshot-ll,oneshot-ll128,oneshot,twoshot}" \
+        -b "${LL128_MIN:-64K}" -e "${LL128_MAX:-16M}" -f 2 --json "$out/allreduce-ll128-$m-r$r.jsonl" 2>&1 \
+        | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
+    done
   done
 fi
 if has ar-grid; then  # all-reduce grid knobs at 256 KiB - 4 MiB in graph replays (issue 3's 1.5x band)

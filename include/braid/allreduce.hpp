@@ -31,6 +31,7 @@ enum class ArAlgo {
   kNccl,      // ncclAllReduce
   kOneShot,   // push the whole buffer to every peer, each rank reduces everything
   kOneShotLL, // the same with data and flag in one 16-byte store (NCCL's LL protocol): small messages
+  kOneShotLL128, // the same with a flag per 128-byte line (NCCL's LL128 wire format): 1.07x the bytes
   kTwoShot,   // reduce-scatter by remote stores, then all-gather by remote stores
   kQuantP2P,  // Flash Communication two-step, fused, over peer memory
   kQuantNccl, // Flash Communication two-step, NCCL all-to-all + all-gather as transport
@@ -51,7 +52,7 @@ enum class QuantImpl {
 const char* algo_name(ArAlgo a);
 const char* precision_name(Precision p);
 const char* quant_impl_name(QuantImpl i);
-// "nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6", "int4", "int8-nccl", "int8-1step", "int6-1step", "int4-1step",
+// "nccl", "oneshot", "oneshot-ll", "oneshot-ll128", "twoshot", "int8", "int6", "int4", "int8-nccl", "int8-1step", "int6-1step", "int4-1step",
 // ... -> (algo, precision).
 bool parse_algo(const std::string& s, ArAlgo* algo, Precision* precision);
 // The same, plus "int8-pipe" / "int8-classic" (and int6/int4): the fused algorithm with a given kernel
@@ -84,6 +85,12 @@ struct AllReducerConfig {
   size_t oneshot_max_bytes = size_t(16) << 20;   // largest message the one-shot workspace holds
   size_t ll_max_bytes = size_t(1) << 20;          // largest message of one LL launch (2x on the link)
   int ll_blocks = 132;
+  // LL128 one-shot (kOneShotLL128): largest message of one launch (the workspace holds 128/120 of it per
+  // peer and phase), grid cap (lowered to what is resident) and the least 128-byte lines per block.
+  // Environment: BRAID_AR_LL128_BLOCKS, BRAID_AR_LL128_MIN_LINES.
+  size_t ll128_max_bytes = size_t(8) << 20;
+  int ll128_blocks = 1 << 16;
+  uint64_t ll128_min_lines = 64;
   size_t piece_elems = size_t(32) << 20;         // elements per launch for two-shot / quantized
   // Grid: at most this many blocks (each owns one signal slot); fewer for small messages, so that a
   // block has at least the given amount of work (vectors of 8 values; quantization groups). Environment
@@ -233,6 +240,7 @@ class AllReducer {
  private:
   void run_oneshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
+  void run_oneshot_ll128(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_twoshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s);
   void run_quant_p2p(const void* in, void* out, size_t count, DType dtype, cudaStream_t s, int bits1, int bits2,
                      int group, QuantImpl impl, bool one_step = false);
@@ -244,8 +252,8 @@ class AllReducer {
   AllReducerConfig cfg_;
   std::vector<struct TuningRow> table_;
   // Symmetric workspaces (null without peer access) and local buffers for the NCCL transport.
-  std::unique_ptr<SymmetricBuffer> ws_oneshot_, ws_twoshot_, ws_quant_, ws_ll_;
-  size_t ll_slot_ = 0;
+  std::unique_ptr<SymmetricBuffer> ws_oneshot_, ws_twoshot_, ws_quant_, ws_ll_, ws_ll128_;
+  size_t ll_slot_ = 0, ll128_slot_ = 0;
   size_t oneshot_slot_ = 0, twoshot_slot_ = 0, quant_slot_ = 0;
   int slot_oneshot_ = 0, slot_twoshot_ = 0, slot_quant_ = 0;
   int symm_blocks_ = 0;  // grid cap of run_symmetric's kernels (all resident at once)
@@ -254,7 +262,8 @@ class AllReducer {
   cudaStream_t ce_stream_ = nullptr;
   std::vector<cudaEvent_t> ce_events_;  // [0] fork, [1 .. kMaxCeChunks] chunks, [kMaxCeChunks + 1] join
   void* ce_stage_ = nullptr;
-  uint32_t* seq_ = nullptr;  // launch sequence per algorithm: (count, blocks done) x 4
+  // launch sequence per algorithm, (count, blocks done): one-shot, two-shot, quantized, LL, LL128
+  uint32_t* seq_ = nullptr;
   uint64_t* prof_ = nullptr;  // one-step phase stamps [4 x blocks] (set_onestep_profile), else null
   // The split one-step kernel's role/ticket counters (local) and per-unit flags (symmetric), zeroed.
   uint32_t* split_ctl_ = nullptr;

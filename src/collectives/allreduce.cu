@@ -75,6 +75,7 @@ const char* algo_name(ArAlgo a) {
     case ArAlgo::kNccl: return "nccl";
     case ArAlgo::kOneShot: return "oneshot";
     case ArAlgo::kOneShotLL: return "oneshot-ll";
+    case ArAlgo::kOneShotLL128: return "oneshot-ll128";
     case ArAlgo::kTwoShot: return "twoshot";
     case ArAlgo::kQuantP2P: return "quant";
     case ArAlgo::kQuantNccl: return "quant-nccl";
@@ -122,6 +123,7 @@ bool parse_algo(const std::string& s, ArAlgo* algo, Precision* prec) {
   if (s == "nccl") { *algo = ArAlgo::kNccl; return true; }
   if (s == "oneshot") { *algo = ArAlgo::kOneShot; return true; }
   if (s == "oneshot-ll") { *algo = ArAlgo::kOneShotLL; return true; }
+  if (s == "oneshot-ll128") { *algo = ArAlgo::kOneShotLL128; return true; }
   if (s == "twoshot") { *algo = ArAlgo::kTwoShot; return true; }
   if (s == "oneshot-ce") { *algo = ArAlgo::kOneShotCE; return true; }
   if (s == "auto") { *algo = ArAlgo::kAuto; return true; }
@@ -184,6 +186,8 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   env_int("BRAID_AR_TWOSHOT_BLOCKS", 1, kMaxBlocks, cfg_.twoshot_blocks);
   env_int("BRAID_AR_ONESHOT_BLOCKS", 1, kMaxBlocks, cfg_.oneshot_blocks);
   env_int("BRAID_AR_LL_BLOCKS", 1, kMaxBlocks, cfg_.ll_blocks);
+  env_int("BRAID_AR_LL128_BLOCKS", 1, kMaxBlocks, cfg_.ll128_blocks);
+  env_int("BRAID_AR_LL128_MIN_LINES", 1, kBig, cfg_.ll128_min_lines);
   if (const auto m = env::choice("BRAID_AR_SYMM_LAYOUT", {"blocked", "interleaved"})) cfg_.symm_interleaved = *m == "interleaved";
   if (const auto m = env::choice("BRAID_AR_SYMM_BATCH", {"none", "oneshot", "twoshot", "both"})) {
     cfg_.symm_pair_oneshot = *m == "oneshot" || *m == "both";
@@ -221,9 +225,11 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   env_int("BRAID_AR_LL_MIN_VECS", 1, kBig, cfg_.ll_min_vecs);
   env_int("BRAID_AR_CE_CHUNK_BYTES", 0, kBig, cfg_.ce_chunk_bytes);
   BRAID_REQUIRE(cfg_.ce_piece_elems >= ar::kVec, "AllReducer: ce_piece_elems must hold at least one vector");
-  BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0 && cfg_.ll_blocks > 0,
+  BRAID_REQUIRE(cfg_.oneshot_blocks > 0 && cfg_.twoshot_blocks > 0 && cfg_.quant_blocks > 0 && cfg_.ll_blocks > 0 &&
+                    cfg_.ll128_blocks > 0,
                 "AllReducer: block counts (BRAID_AR_*_BLOCKS) must be positive");
-  BRAID_REQUIRE(cfg_.oneshot_min_vecs > 0 && cfg_.twoshot_min_vecs > 0 && cfg_.ll_min_vecs > 0,
+  BRAID_REQUIRE(cfg_.oneshot_min_vecs > 0 && cfg_.twoshot_min_vecs > 0 && cfg_.ll_min_vecs > 0 &&
+                    cfg_.ll128_min_lines > 0 && cfg_.ll128_max_bytes >= 2 * ar::kLL128Vals,
                 "AllReducer: minimum vectors per block (BRAID_AR_*_MIN_VECS) must be positive");
   env_int("BRAID_AR_TWOSHOT_UNROLL", 0, 4, cfg_.twoshot_unroll);
   BRAID_REQUIRE(cfg_.twoshot_unroll == 0 || cfg_.twoshot_unroll == 1 || cfg_.twoshot_unroll == 2 ||
@@ -311,8 +317,11 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
                   "AllReducer: kernels do not fit on this GPU");
     BRAID_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::oneshot_ll_kernel<0>, cfg_.threads, 0));
     cfg_.ll_blocks = std::min(cfg_.ll_blocks, per_sm * sms);
-    BRAID_CUDA_CHECK(cudaMalloc(&seq_, 4 * 2 * sizeof(uint32_t)));
-    BRAID_CUDA_CHECK(cudaMemset(seq_, 0, 4 * 2 * sizeof(uint32_t)));
+    BRAID_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ar::oneshot_ll128_kernel<0>, cfg_.threads, 0));
+    cfg_.ll128_blocks = std::min(cfg_.ll128_blocks, per_sm * sms);
+    BRAID_CUDA_CHECK(cudaMalloc(&seq_, 5 * 2 * sizeof(uint32_t)));
+    BRAID_CUDA_CHECK(cudaMemset(seq_, 0, 5 * 2 * sizeof(uint32_t)));
     {  // the split one-step kernel: counters, and a flag per unit (units of >= 4096 elements) per source
       BRAID_CUDA_CHECK(cudaMalloc(&split_ctl_, (ar::kSplitSms + 3) * sizeof(uint32_t)));
       BRAID_CUDA_CHECK(cudaMemset(split_ctl_, 0, (ar::kSplitSms + 3) * sizeof(uint32_t)));
@@ -325,6 +334,12 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     ll_slot_ = round_up(2 * cfg_.ll_max_bytes, 256);
     ws_ll_ = std::make_unique<SymmetricBuffer>(team, 2 * W * ll_slot_);
     BRAID_CUDA_CHECK(cudaMemset(ws_ll_->local(), 0, ws_ll_->bytes()));  // epochs start at 1
+    {  // LL128: 128-byte lines of 60 values, per peer and phase
+      const uint64_t piece = cfg_.ll128_max_bytes / 2;
+      ll128_slot_ = round_up((piece + ar::kLL128Vals - 1) / ar::kLL128Vals * 128, 256);
+      ws_ll128_ = std::make_unique<SymmetricBuffer>(team, 2 * W * ll128_slot_);
+      BRAID_CUDA_CHECK(cudaMemset(ws_ll128_->local(), 0, ws_ll128_->bytes()));  // epochs start at 1
+    }
     BRAID_CUDA_CHECK(cudaDeviceSynchronize());
     team.barrier();
     BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&ce_stream_, cudaStreamNonBlocking));
@@ -407,7 +422,8 @@ ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt
                      __LINE__);
   if (!team_.peer_ok()) {
     if (a == ArAlgo::kQuantP2P) a = ArAlgo::kQuantNccl;
-    if (a == ArAlgo::kOneShot || a == ArAlgo::kOneShotLL || a == ArAlgo::kTwoShot) a = ArAlgo::kNccl;
+    if (a == ArAlgo::kOneShot || a == ArAlgo::kOneShotLL || a == ArAlgo::kOneShotLL128 || a == ArAlgo::kTwoShot)
+      a = ArAlgo::kNccl;
   }
   if (dtype == DType::kFP32 && a != ArAlgo::kNccl)
     throw UsageError("fp32 all-reduce is NCCL only (braid's kernels take bf16/fp16)", __FILE__, __LINE__);
@@ -437,6 +453,7 @@ void AllReducer::run(const void* in, void* out, size_t count, DType dtype, cudaS
       return;
     case ArAlgo::kOneShot: run_oneshot(in, out, count, dtype, s); return;
     case ArAlgo::kOneShotLL: run_oneshot_ll(in, out, count, dtype, s); return;
+    case ArAlgo::kOneShotLL128: run_oneshot_ll128(in, out, count, dtype, s); return;
     case ArAlgo::kTwoShot: run_twoshot(in, out, count, dtype, s); return;
     case ArAlgo::kQuantP2P:
     case ArAlgo::kQuantNccl: {
@@ -491,6 +508,24 @@ void AllReducer::run_oneshot_ll(const void* in, void* out, size_t count, DType d
                       (ar::oneshot_ll_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
                           static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n, W, team_.rank(),
                           ws, team_.signals(), seq_ + 6)));
+    BRAID_CHECK_LAUNCH();
+  }
+}
+
+void AllReducer::run_oneshot_ll128(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {
+  const int W = team_.size();
+  ar::ExactWorkspace ws{};
+  for (int r = 0; r < W; ++r) ws.base[r] = ws_ll128_->peer_as<uint8_t>(r);
+  ws.slot_bytes = ll128_slot_;
+  const size_t piece = cfg_.ll128_max_bytes / 2;  // elements per launch
+  for (size_t off = 0; off < count; off += piece) {
+    const size_t n = std::min(piece, count - off);
+    const uint64_t lines = (n + ar::kLL128Vals - 1) / ar::kLL128Vals;
+    const int blocks = grid_for(lines, std::max<uint64_t>(cfg_.ll128_min_lines, 1), cfg_.ll128_blocks);
+    BRAID_DISPATCH_DT(dtype, DT,
+                      (ar::oneshot_ll128_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
+                          static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n, W, team_.rank(),
+                          ws, team_.signals(), seq_ + 8)));
     BRAID_CHECK_LAUNCH();
   }
 }

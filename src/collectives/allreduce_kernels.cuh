@@ -1363,6 +1363,122 @@ __global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uin
   finish_launch(seq);
 }
 
+// One-shot, LL128 protocol (NCCL's LL128 wire format, written for braid's one-shot): the wire is 128-byte
+// lines; a line carries kLL128Vals = 60 values (120 bytes) and, in its last 8 bytes, the launch's flag.
+// Lanes 8k..8k+7 of a warp write line k of the warp's four with one 16-byte store each, in one warp-wide
+// instruction: lane j < 7 stores values [8j, 8j+8) of the line, lane 7 values [56, 60) and the flag. 1.07x
+// the message on the link (LL: 2x), and no separate flag round trip (the flag travels with the data).
+// Memory-ordering contract (the one NCCL's LL128 relies on over NVLink, sm_70 and later): a 128-byte-aligned
+// line written by one warp-wide instruction of 16-byte st.volatile stores becomes visible at the destination
+// as a whole, so a reader that has seen the line's flag sees all of its data *in a load issued after that*
+// (the load that saw the flag may have read other sectors of the line earlier: like NCCL, the reader loads
+// the line again once every flag of its warp is seen). Readers use ld.volatile (no L1 caching). Both sides
+// must keep the warp converged around these instructions (__syncwarp before each).
+// Reuse of the two workspace phases: as the LL kernel (rank A writes phase-p lines of launch k+2 only after
+// its launch k+1, in which it waited for B's launch-(k+1) lines, which B wrote after its launch k ended).
+inline constexpr int kLL128Vals = 60;        // values (16-bit) per 128-byte line
+inline constexpr int kLL128LinesPerWarp = 4;  // one 16-byte store per lane
+static_assert(kLL128Vals * 2 + 8 == 128, "an LL128 line: 120 data bytes and an 8-byte flag");
+__device__ __forceinline__ void st_ll128(uint8_t* p, uint64_t a, uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+__device__ __forceinline__ void ld_ll128(const uint8_t* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+// The 4 values of a 64-bit word, in order, into x[o..o+4).
+template <int DT>
+__device__ __forceinline__ void unpack4(uint64_t w, float* x) {
+  unpack2<DT>(static_cast<uint32_t>(w), x[0], x[1]);
+  unpack2<DT>(static_cast<uint32_t>(w >> 32), x[2], x[3]);
+}
+template <int DT>
+__device__ __forceinline__ uint64_t pack4(const float* x) {
+  return static_cast<uint64_t>(to_bits<DT>(x[0])) | static_cast<uint64_t>(to_bits<DT>(x[1])) << 16 |
+         static_cast<uint64_t>(to_bits<DT>(x[2])) << 32 | static_cast<uint64_t>(to_bits<DT>(x[3])) << 48;
+}
+
+// Workspace per peer slot: ceil(n / 60) lines of 128 bytes. Every rank pushes its whole input to every peer
+// (one 16-byte store per lane and peer), then sums the W inputs in rank order (fp32 from 0.f, one rounding
+// per add: the bits of every exact algorithm), its own from registers.
+template <int DT>
+__global__ void __launch_bounds__(512) oneshot_ll128_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world,
+                                                             int rank, const __grid_constant__ ExactWorkspace ws,
+                                                             const __grid_constant__ SignalView sig, uint32_t* seq) {
+  __shared__ uint32_t s_launch;
+  if (threadIdx.x == 0) s_launch = *reinterpret_cast<const volatile uint32_t*>(seq);
+  __syncthreads();
+  const uint32_t epoch = s_launch + 1;  // flags start at 0 in a fresh workspace
+  const uint64_t flag = static_cast<uint64_t>(epoch) << 32 | epoch;
+  const uint64_t phase_off = static_cast<uint64_t>(s_launch & 1u) * world * ws.slot_bytes;
+  const uint64_t lines = (n + kLL128Vals - 1) / kLL128Vals;
+  const int lane = threadIdx.x % 32, j = lane % 8;
+  const bool flag_lane = j == 7;
+  const int cap = flag_lane ? 4 : 8;  // this lane's values per line
+  const uint64_t warp = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * blockDim.x / 32;
+  // Warp-uniform loop: every lane reaches the __any_sync below.
+  for (uint64_t l0 = warp * kLL128LinesPerWarp; l0 < lines; l0 += warps * kLL128LinesPerWarp) {
+    const uint64_t line = l0 + lane / 8;
+    const bool live = line < lines;
+    const uint64_t e = line * kLL128Vals + 8 * j;  // this lane's first value
+    const int valid = live && e < n ? (n - e < static_cast<uint64_t>(cap) ? static_cast<int>(n - e) : cap) : 0;
+    uint64_t m0 = 0, m1 = 0;  // this lane's values (8-byte aligned: 120 bytes per line)
+    if (valid == cap) {
+      m0 = *reinterpret_cast<const uint64_t*>(in + e);
+      if (!flag_lane) m1 = *reinterpret_cast<const uint64_t*>(in + e + 4);
+    } else {
+      for (int k = 0; k < valid; ++k) (k < 4 ? m0 : m1) |= static_cast<uint64_t>(in[e + k]) << (16 * (k % 4));
+    }
+    const uint64_t wire = line * 128 + static_cast<uint64_t>(j) * 16;  // this lane's bytes in a slot
+    __syncwarp();
+    if (live)
+      for (int i = 1; i < world; ++i) {
+        const int r = (rank + i) % world;
+        st_ll128(ws.base[r] + phase_off + static_cast<uint64_t>(rank) * ws.slot_bytes + wire, m0, flag_lane ? flag : m1);
+      }
+    float acc[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc[k] = 0.f;
+    for (int s = 0; s < world; ++s) {
+      uint64_t a = m0, b = m1;
+      if (s != rank) {
+        const uint8_t* src = ws.base[rank] + phase_off + static_cast<uint64_t>(s) * ws.slot_bytes + wire;
+        const uint64_t start = dev::globaltimer_ns();
+        bool wait = true;
+        for (uint32_t it = 1; wait; ++it) {
+          if (live) ld_ll128(src, a, b);
+          wait = __any_sync(0xffffffffu, live && flag_lane && b != flag);
+          if (wait && (it & 255u) == 0u) {
+            const bool late = __any_sync(0xffffffffu, dev::globaltimer_ns() - start > sig.timeout_ns);
+            if (late) {
+              if (lane == 0)
+                dev::record_timeout(sig, static_cast<uint32_t>(OpId::kAllReduceOneShot), 0, s, epoch,
+                                    static_cast<uint32_t>(__shfl_sync(0xffffffffu, b, 7)));
+              return;
+            }
+            if (__any_sync(0xffffffffu, dev::error_raised(sig))) return;
+          }
+        }
+        __syncwarp();
+        if (live) ld_ll128(src, a, b);  // every flag of the warp seen: the lines are whole now
+      }
+      float x[kVec];
+      unpack4<DT>(a, x);
+      unpack4<DT>(b, x + 4);  // the flag lane's b: the flag, never added below
+#pragma unroll
+      for (int k = 0; k < kVec; ++k)
+        if (k < cap) acc[k] = __fadd_rn(acc[k], x[k]);
+    }
+    if (valid == cap) {
+      *reinterpret_cast<uint64_t*>(out + e) = pack4<DT>(acc);
+      if (!flag_lane) *reinterpret_cast<uint64_t*>(out + e + 4) = pack4<DT>(acc + 4);
+    } else {
+      for (int k = 0; k < valid; ++k) out[e + k] = to_bits<DT>(acc[k]);
+    }
+  }
+  finish_launch(seq);
+}
+
 // Two-shot: push chunk r's slice to peer r's RS slot [me]; flag; reduce my chunk slice, write it to my
 // output and to every peer's AG slot [me]; flag; copy the other chunks' slices from my AG slots.
 // U: vectors (16 bytes) per thread per loop iteration; a thread issues all U loads before any store or

@@ -383,7 +383,7 @@ TEST(AllReduce, ExactOneShotAndTwoShotEqualTheExactSum) {
   // 9M elements exceed the one-shot workspace (8M per launch): exercised in pieces.
   for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536), (size_t(1) << 20) + 3, size_t(9) << 20})
     for (DType dt : {DType::kBF16, DType::kFP16})
-      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kOneShotLL, ArAlgo::kTwoShot})
+      for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kOneShotLL, ArAlgo::kOneShotLL128, ArAlgo::kTwoShot})
         for (bool in_place : {false, true}) {
           void *x = nullptr, *y = nullptr;
           ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
@@ -401,6 +401,60 @@ TEST(AllReduce, ExactOneShotAndTwoShotEqualTheExactSum) {
           cudaFree(x);
           cudaFree(y);
         }
+}
+
+TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
+  // The LL128 one-shot: lines of 60 values, 4 per warp (partial lines, partial warps, tails of every lane
+  // class), many lines per warp (3 blocks), messages cut into launches (a 64 KiB piece), in place or not,
+  // and 24 back-to-back calls on fresh data with no host sync between them (both workspace phases, flags
+  // of consecutive launches; a line read before it was whole would return the previous call's values).
+  ASSERT_TRUE(team().peer_ok());
+  auto& s = team();
+  braid::AllReducerConfig few, pieces;
+  few.ll128_blocks = 3;
+  pieces.ll128_max_bytes = 64 << 10;
+  braid::AllReducer a_few(s, few), a_pieces(s, pieces);
+  for (braid::AllReducer* ar : {&reducer(), &a_few, &a_pieces})
+    for (size_t n : {size_t(1), size_t(4), size_t(56), size_t(59), size_t(60), size_t(61), size_t(239), size_t(240),
+                     size_t(241), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 7, size_t(5) << 20})
+      for (DType dt : {DType::kBF16, DType::kFP16})
+        for (bool in_place : {false, true}) {
+          void *x = nullptr, *y = nullptr;
+          ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
+          ASSERT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
+          braid::bench::fill_pattern(x, dt, n, 11 + n, s.rank(), 0, s.stream());
+          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+          braid::AllReduceOptions o;
+          o.algo = ArAlgo::kOneShotLL128;
+          ar->run(x, in_place ? x : y, n, dt, s.stream(), o);
+          s.synchronize("LL128 all-reduce");
+          const size_t wrong =
+              braid::bench::count_wrong("allreduce", in_place ? x : y, dt, n, 11 + n, s.rank(), s.size(), s.stream());
+          EXPECT_EQ(wrong, 0u) << "n=" << n << " " << braid::bench::dtype_name(dt) << (in_place ? " in-place" : "")
+                               << (ar == &a_few ? " 3 blocks" : ar == &a_pieces ? " 64 KiB pieces" : "");
+          cudaFree(x);
+          cudaFree(y);
+        }
+  const size_t n = (size_t(1) << 20) + 123;
+  constexpr int kCalls = 24;
+  std::vector<void*> x(kCalls), y(kCalls);
+  for (int c = 0; c < kCalls; ++c) {
+    ASSERT_EQ(cudaMalloc(&x[c], n * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&y[c], n * 2), cudaSuccess);
+    braid::bench::fill_pattern(x[c], DType::kBF16, n, 4000 + c, s.rank(), 0, s.stream());
+  }
+  s.synchronize("LL128 inputs");
+  s.barrier();
+  braid::AllReduceOptions o;
+  o.algo = ArAlgo::kOneShotLL128;
+  for (int c = 0; c < kCalls; ++c) reducer().run(x[c], y[c], n, DType::kBF16, s.stream(), o);
+  s.synchronize("LL128 back to back");
+  for (int c = 0; c < kCalls; ++c) {
+    EXPECT_EQ(braid::bench::count_wrong("allreduce", y[c], DType::kBF16, n, 4000 + c, s.rank(), s.size(), s.stream()), 0u)
+        << "call " << c;
+    cudaFree(x[c]);
+    cudaFree(y[c]);
+  }
 }
 
 TEST(AllReduce, TwoShotUnrolledEqualsTheExactSum) {
@@ -448,6 +502,8 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
   cudaMalloc(&y3, n * 2);
   braid::AllReduceOptions one, two, i8, ll, i4p;
   ll.algo = ArAlgo::kOneShotLL;
+  braid::AllReduceOptions ll128;
+  ll128.algo = ArAlgo::kOneShotLL128;
   one.algo = ArAlgo::kOneShot;
   two.algo = ArAlgo::kTwoShot;
   i8.precision = Precision::kInt8;
@@ -468,6 +524,7 @@ TEST(AllReduce, CapturedInACudaGraphAndReplayed) {
     reducer().run(x, y2, n, DType::kBF16, s.stream(), two);
     reducer().run(x, y3, n, DType::kBF16, s.stream(), i8);
     reducer().run(x, y1, n, DType::kBF16, s.stream(), ll);  // overwrites y1 with the same exact sum
+    reducer().run(x, y1, n, DType::kBF16, s.stream(), ll128);  // and again
     reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);
     reducer().run(x, y4, n, DType::kBF16, s.stream(), i4p);  // two pipelined launches in a row: both phases
   });
