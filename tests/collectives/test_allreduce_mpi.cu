@@ -447,11 +447,18 @@ TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
   s.barrier();
   braid::AllReduceOptions o;
   o.algo = ArAlgo::kOneShotLL128;
-  for (int c = 0; c < kCalls; ++c) reducer().run(x[c], y[c], n, DType::kBF16, s.stream(), o);
-  s.synchronize("LL128 back to back");
+  for (int round = 0; round < 8; ++round) {  // ~3.5M lines read in all, each right after a different call's
+    for (int c = 0; c < kCalls; ++c) {
+      cudaMemsetAsync(y[c], 0xFF, n * 2, s.stream());
+      reducer().run(x[c], y[c], n, DType::kBF16, s.stream(), o);
+    }
+    s.synchronize("LL128 back to back");
+    for (int c = 0; c < kCalls; ++c)
+      EXPECT_EQ(braid::bench::count_wrong("allreduce", y[c], DType::kBF16, n, 4000 + c, s.rank(), s.size(), s.stream()),
+                0u)
+          << "round " << round << " call " << c;
+  }
   for (int c = 0; c < kCalls; ++c) {
-    EXPECT_EQ(braid::bench::count_wrong("allreduce", y[c], DType::kBF16, n, 4000 + c, s.rank(), s.size(), s.stream()), 0u)
-        << "call " << c;
     cudaFree(x[c]);
     cudaFree(y[c]);
   }
