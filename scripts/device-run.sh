@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# ar-ll128 strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
+# ar-ll128 ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -356,6 +356,14 @@ if has ar-ll128; then  # the LL128 one-shot: its tests, then the bf16 band (64 K
         | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
     done
   done
+fi
+if has ar-table; then  # the exact algorithms' tuning table (tuning/allreduce.tsv's rows), then the graph band
+  echo "== ar-table ($(date +%T))" | tee -a "$log"
+  T=200 mpi bench allreduce --algo "${TABLE_ALGOS:-nccl,oneshot-ll,oneshot-ll128,oneshot,twoshot}" -b 64K -e "${TABLE_MAX:-1G}" \
+    -f 2 --json "$out/allreduce-table.jsonl" --write-table "$out/allreduce-table.tsv" 2>&1 | grep -E "^ +[0-9]|wrong|error" \
+    | tee -a "$log"
+  T=150 mpi bench allreduce --graph --algo nccl,oneshot-ll,oneshot-ll128,oneshot,twoshot,oneshot-sym,twoshot-sym \
+    -b 64K -e "${GRAPH_MAX:-64M}" -f 2 --json "$out/allreduce-graph.jsonl" 2>&1 | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
 fi
 if has ar-grid; then  # all-reduce grid knobs at 256 KiB - 4 MiB in graph replays (issue 3's 1.5x band)
   for v in "" ${AR_GRID:-BRAID_AR_LL_MIN_VECS=256 BRAID_AR_LL_MIN_VECS=128 BRAID_AR_ONESHOT_MIN_VECS=256 BRAID_AR_ONESHOT_MIN_VECS=128}; do
