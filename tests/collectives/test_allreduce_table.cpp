@@ -11,8 +11,10 @@ using braid::Precision;
 TEST(AllReduceTable, BuiltinTableParsesAndPicks) {
   const auto t = braid::parse_tuning_table(braid::builtin_allreduce_table());
   ASSERT_FALSE(t.empty());
-  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL);
-  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kOneShot);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL128);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kOneShotLL128);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kFP16, Precision::kExact, 16 << 20), ArAlgo::kOneShotLL128);
+  EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 64 << 20), ArAlgo::kTwoShot);
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, size_t(1) << 30), ArAlgo::kNccl);
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL);
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kTwoShot);
@@ -53,7 +55,7 @@ TEST(AllReduceTable, CopyEngineOneShotIsNotATableAlgorithm) {
 }
 
 TEST(AllReduceTable, AlgorithmNamesRoundTrip) {
-  for (const char* n : {"nccl", "oneshot", "oneshot-ll", "twoshot", "int8", "int6-nccl", "int4"}) {
+  for (const char* n : {"nccl", "oneshot", "oneshot-ll", "oneshot-ll128", "twoshot", "int8", "int6-nccl", "int4"}) {
     ArAlgo a;
     Precision p;
     ASSERT_TRUE(braid::parse_algo(n, &a, &p)) << n;
