@@ -1025,6 +1025,27 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   if (root)
     std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d passes each\n", a.rounds,
                 vs.size(), a.iters);
+  // Timed data must be data: every timed stack's micro-batch inputs and output gradients, after the timing, hold
+  // values other than zeros (the thirty-sixth session's chained stacks computed on inputs a late constructor memset
+  // had zeroed; their times were withdrawn in the fiftieth). A zeroed one fails the run.
+  {
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+    const size_t n = std::min<size_t>(size_t(sa.local_tokens()) * c.hidden, size_t(1) << 20);
+    std::vector<uint16_t> h(n);
+    auto zeros = [&](const void* d) {
+      BRAID_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+      return std::none_of(h.begin(), h.end(), [](uint16_t v) { return (v & 0x7fffu) != 0; });
+    };
+    int zeroed = 0;
+    for (const StrandStack* sk : {&stack, spare.get(), split.get()})
+      for (int o = 0; sk && o < 2; ++o) zeroed += int(zeros(sk->input(o))) + int(zeros(sk->dout(o)));
+    zeroed = int(team.allreduce_max(double(zeroed)));
+    if (root)
+      std::printf("# stack inputs: %s\n", zeroed ? "ZEROED buffers among the timed stacks' inputs / output gradients: "
+                                                   "the times below are not measurements -> FAILED"
+                                                 : "every timed stack's inputs and output gradients hold data");
+    if (zeroed) ok = false;
+  }
   report(team, a, c, p, ctx, st, comm_a, comm_b, sa.local_tokens(), vs, compute_us, comm_us, mem_single,
          "stack-round-robin", a.layers, plan_source, plan, ok, [&](double compute, double comm) {
            std::printf("# stack of %d layers (one weight copy shared by the layers; StrandStack): a pass = one micro-batch's "
