@@ -78,6 +78,14 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Fiftieth session (five calls, all 2x H200, ~1660 s held): `build ar-ll128` (BUILD_TARGET="braid test_allreduce_mpi",
+# LL128 tests + 2 rounds x graph/direct 64K-16M) 2.7 min cold; `build test ar-table peers` (CTEST_R='test_allreduce_mpi$',
+# the table to 1 GiB, the graph band to 64M with -sym, torch) 4.7 min cold; `build` + LL128 at 4 ranks on a shared GPU
+# (tests/common/run_mpi.sh 4 with BRAID_SHARED_GPU=1, ~30 s) + four 70B stacks at 1 CTA (STACK_TEST=0, DEADLINE=75 each,
+# ~70 s each) 6.6 min cold; two old trees (git archive of 9e94336 and cda3d44, built with -DBRAID_BUILD_TESTS=OFF, ~2.5
+# min each incl. a 70B stack at --iters 2 --rounds 1) 5.8 min cold — the working tree may hold at most 64 MiB with the
+# carried .deps: bench/results (31 MB) had to be moved out of the tree for that call. Next on 2x H100: `ar-ll128`
+# and `ar-table` (issue 3's bf16 band with the LL128 one-shot), then the plan below.
 # Forty-ninth session (nine calls, all 2x H200, ~1720 s held; the ninth `build` of test_strands_mpi alone + a filtered mpirun 151 s cold): `build test` (BUILD_TARGET="braid test_strands_mpi
 # test_comm_mpi", two entries) + two Mixtral stacks with STRANDS_ARGS="--moe-sizes host|device --op-trace" (DEADLINE=100
 # each) 4.3 min cold; `build test` (test_layer_gpu) + one stack 3.6 min cold; with test_strands_mpi and DEADLINE=200 the
@@ -195,7 +203,9 @@
 # T3_AG=0), `sweep-ar`, issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
 # STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M, and `strands-stack` (issue 9 on the acceptance
 # card: STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES="1 2", then the Mixtral stack again with
-# E=BRAID_STRANDS_LINK_PRIORITY=high at STACK_THROTTLES="2 1": 70.9-72.3% at 2 CTAs on 2x H200, forty-ninth session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
+# E=BRAID_STRANDS_LINK_PRIORITY=high at STACK_THROTTLES="2 1": 70.9-72.3% at 2 CTAs on 2x H200, forty-ninth session),
+# and issue 3's `ar-ll128 ar-table peers` (the LL128 one-shot met the bf16 band on 2x H200 in graph replays, fiftieth
+# session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
 # with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
 # The thirty-fifth session's calls: one H200 `build test gemm-variant` (BUILD_TARGET="braid test_overlap_gemm_gpu",
 # sweep, 2 rounds at VARIANT_T=150) 9.4 min cold, the sweep cut at 37/30 shapes per binary; 2x H200 `build
