@@ -495,39 +495,44 @@ void AllReducer::run_oneshot(const void* in, void* out, size_t count, DType dtyp
   }
 }
 
-void AllReducer::run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {
-  const int W = team_.size();
+namespace {
+// The flag-in-the-data one-shots (LL, LL128): every rank's workspace base and the slot size, then one launch per
+// piece of at most `piece` elements: launch(ws, offset, elements).
+template <class Launch>
+void for_each_piece(SymmetricBuffer& buf, size_t slot_bytes, int world, size_t count, size_t piece, Launch launch) {
   ar::ExactWorkspace ws{};
-  for (int r = 0; r < W; ++r) ws.base[r] = ws_ll_->peer_as<uint8_t>(r);
-  ws.slot_bytes = ll_slot_;
-  const size_t piece = cfg_.ll_max_bytes / 2;  // elements per launch
+  for (int r = 0; r < world; ++r) ws.base[r] = buf.peer_as<uint8_t>(r);
+  ws.slot_bytes = slot_bytes;
   for (size_t off = 0; off < count; off += piece) {
-    const size_t n = std::min(piece, count - off);
-    const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.ll_min_vecs, cfg_.ll_blocks);
-    BRAID_DISPATCH_DT(dtype, DT,
-                      (ar::oneshot_ll_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
-                          static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n, W, team_.rank(),
-                          ws, team_.signals(), seq_ + 6)));
+    launch(ws, off, std::min(piece, count - off));
     BRAID_CHECK_LAUNCH();
   }
+}
+}  // namespace
+
+void AllReducer::run_oneshot_ll(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {
+  const int W = team_.size();
+  for_each_piece(*ws_ll_, ll_slot_, W, count, cfg_.ll_max_bytes / 2,
+                 [&](const ar::ExactWorkspace& ws, size_t off, size_t n) {
+                   const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.ll_min_vecs, cfg_.ll_blocks);
+                   BRAID_DISPATCH_DT(dtype, DT,
+                                     (ar::oneshot_ll_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
+                                         static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n,
+                                         W, team_.rank(), ws, team_.signals(), seq_ + 6)));
+                 });
 }
 
 void AllReducer::run_oneshot_ll128(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {
   const int W = team_.size();
-  ar::ExactWorkspace ws{};
-  for (int r = 0; r < W; ++r) ws.base[r] = ws_ll128_->peer_as<uint8_t>(r);
-  ws.slot_bytes = ll128_slot_;
-  const size_t piece = cfg_.ll128_max_bytes / 2;  // elements per launch
-  for (size_t off = 0; off < count; off += piece) {
-    const size_t n = std::min(piece, count - off);
-    const uint64_t lines = (n + ar::kLL128Vals - 1) / ar::kLL128Vals;
-    const int blocks = grid_for(lines, std::max<uint64_t>(cfg_.ll128_min_lines, 1), cfg_.ll128_blocks);
-    BRAID_DISPATCH_DT(dtype, DT,
-                      (ar::oneshot_ll128_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
-                          static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n, W, team_.rank(),
-                          ws, team_.signals(), seq_ + 8)));
-    BRAID_CHECK_LAUNCH();
-  }
+  for_each_piece(*ws_ll128_, ll128_slot_, W, count, cfg_.ll128_max_bytes / 2,
+                 [&](const ar::ExactWorkspace& ws, size_t off, size_t n) {
+                   const uint64_t lines = (n + ar::kLL128Vals - 1) / ar::kLL128Vals;
+                   const int blocks = grid_for(lines, std::max<uint64_t>(cfg_.ll128_min_lines, 1), cfg_.ll128_blocks);
+                   BRAID_DISPATCH_DT(dtype, DT,
+                                     (ar::oneshot_ll128_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
+                                         static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n,
+                                         W, team_.rank(), ws, team_.signals(), seq_ + 8)));
+                 });
 }
 
 void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtype, cudaStream_t s) {

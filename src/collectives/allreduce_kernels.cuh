@@ -275,12 +275,13 @@ __device__ __forceinline__ void add_decoded_sources(float (&sum)[kVec], int worl
 // the blocks of the current launch that finished. All blocks of a launch read the same seq[0] (it is
 // only advanced by the last block to finish), so they agree on the workspace phase whatever the grid
 // size; stream order makes the next launch see the new value. Graph-capturable: no host state.
-__device__ __forceinline__ uint32_t launch_phase(const uint32_t* seq) {
-  __shared__ uint32_t s_phase;
-  if (threadIdx.x == 0) s_phase = *reinterpret_cast<const volatile uint32_t*>(seq) & 1u;
+__device__ __forceinline__ uint32_t launch_count(const uint32_t* seq) {
+  __shared__ uint32_t s_launch;
+  if (threadIdx.x == 0) s_launch = *reinterpret_cast<const volatile uint32_t*>(seq);
   __syncthreads();
-  return s_phase;
+  return s_launch;
 }
+__device__ __forceinline__ uint32_t launch_phase(const uint32_t* seq) { return launch_count(seq) & 1u; }
 __device__ __forceinline__ void finish_launch(uint32_t* seq) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -1303,11 +1304,9 @@ template <int DT>
 __global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world,
                                                           int rank, const __grid_constant__ ExactWorkspace ws,
                                                           const __grid_constant__ SignalView sig, uint32_t* seq) {
-  __shared__ uint32_t s_launch;
-  if (threadIdx.x == 0) s_launch = *reinterpret_cast<const volatile uint32_t*>(seq);
-  __syncthreads();
-  const uint32_t epoch = s_launch + 1;  // flags start at 0 in a fresh workspace
-  const uint64_t phase_off = static_cast<uint64_t>(s_launch & 1u) * world * ws.slot_bytes;
+  const uint32_t launch = launch_count(seq);
+  const uint32_t epoch = launch + 1;  // flags start at 0 in a fresh workspace
+  const uint64_t phase_off = static_cast<uint64_t>(launch & 1u) * world * ws.slot_bytes;
   const uint64_t vecs = (n + kVec - 1) / kVec;
   for (uint64_t v = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; v < vecs; v += uint64_t(gridDim.x) * blockDim.x) {
     const uint64_t e = v * kVec;
@@ -1404,12 +1403,10 @@ template <int DT>
 __global__ void __launch_bounds__(512) oneshot_ll128_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world,
                                                              int rank, const __grid_constant__ ExactWorkspace ws,
                                                              const __grid_constant__ SignalView sig, uint32_t* seq) {
-  __shared__ uint32_t s_launch;
-  if (threadIdx.x == 0) s_launch = *reinterpret_cast<const volatile uint32_t*>(seq);
-  __syncthreads();
-  const uint32_t epoch = s_launch + 1;  // flags start at 0 in a fresh workspace
+  const uint32_t launch = launch_count(seq);
+  const uint32_t epoch = launch + 1;  // flags start at 0 in a fresh workspace
   const uint64_t flag = static_cast<uint64_t>(epoch) << 32 | epoch;
-  const uint64_t phase_off = static_cast<uint64_t>(s_launch & 1u) * world * ws.slot_bytes;
+  const uint64_t phase_off = static_cast<uint64_t>(launch & 1u) * world * ws.slot_bytes;
   const uint64_t lines = (n + kLL128Vals - 1) / kLL128Vals;
   const int lane = threadIdx.x % 32, j = lane % 8;
   const bool flag_lane = j == 7;

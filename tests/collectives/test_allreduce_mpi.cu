@@ -63,6 +63,25 @@ size_t differences(const std::vector<uint16_t>& a, const std::vector<uint16_t>& 
   return d;
 }
 
+// One exact all-reduce of n values of fill_pattern(seed) on every rank (in place or into a second buffer): the
+// number of output values that differ from the exact sum.
+size_t exact_wrong(braid::AllReducer& ar, ArAlgo algo, size_t n, DType dt, bool in_place, uint64_t seed) {
+  auto& s = team();
+  void *x = nullptr, *y = nullptr;
+  EXPECT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
+  braid::bench::fill_pattern(x, dt, n, seed, s.rank(), 0, s.stream());
+  cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
+  braid::AllReduceOptions o;
+  o.algo = algo;
+  ar.run(x, in_place ? x : y, n, dt, s.stream(), o);
+  s.synchronize("exact all-reduce");
+  const size_t wrong = braid::bench::count_wrong("allreduce", in_place ? x : y, dt, n, seed, s.rank(), s.size(), s.stream());
+  cudaFree(x);
+  cudaFree(y);
+  return wrong;
+}
+
 std::vector<uint16_t> run_ar(braid::AllReducer& ar, const std::vector<uint16_t>& in, DType dt, ArAlgo algo,
                              Precision p, int group, bool in_place, QuantImpl impl = QuantImpl::kClassic) {
   const size_t n = in.size();
@@ -384,23 +403,10 @@ TEST(AllReduce, ExactOneShotAndTwoShotEqualTheExactSum) {
   for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536), (size_t(1) << 20) + 3, size_t(9) << 20})
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kOneShotLL, ArAlgo::kOneShotLL128, ArAlgo::kTwoShot})
-        for (bool in_place : {false, true}) {
-          void *x = nullptr, *y = nullptr;
-          ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
-          ASSERT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
-          braid::bench::fill_pattern(x, dt, n, 5 + n, s.rank(), 0, s.stream());
-          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
-          braid::AllReduceOptions o;
-          o.algo = algo;
-          reducer().run(x, in_place ? x : y, n, dt, s.stream(), o);
-          s.synchronize("exact all-reduce");
-          const size_t wrong =
-              braid::bench::count_wrong("allreduce", in_place ? x : y, dt, n, 5 + n, s.rank(), s.size(), s.stream());
-          EXPECT_EQ(wrong, 0u) << braid::algo_name(algo) << " n=" << n << " " << braid::bench::dtype_name(dt)
-                               << (in_place ? " in-place" : "");
-          cudaFree(x);
-          cudaFree(y);
-        }
+        for (bool in_place : {false, true})
+          EXPECT_EQ(exact_wrong(reducer(), algo, n, dt, in_place, 5 + n), 0u)
+              << braid::algo_name(algo) << " n=" << n << " " << braid::bench::dtype_name(dt)
+              << (in_place ? " in-place" : "");
 }
 
 TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
@@ -418,23 +424,10 @@ TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
     for (size_t n : {size_t(1), size_t(4), size_t(56), size_t(59), size_t(60), size_t(61), size_t(239), size_t(240),
                      size_t(241), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 7, size_t(5) << 20})
       for (DType dt : {DType::kBF16, DType::kFP16})
-        for (bool in_place : {false, true}) {
-          void *x = nullptr, *y = nullptr;
-          ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
-          ASSERT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
-          braid::bench::fill_pattern(x, dt, n, 11 + n, s.rank(), 0, s.stream());
-          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
-          braid::AllReduceOptions o;
-          o.algo = ArAlgo::kOneShotLL128;
-          ar->run(x, in_place ? x : y, n, dt, s.stream(), o);
-          s.synchronize("LL128 all-reduce");
-          const size_t wrong =
-              braid::bench::count_wrong("allreduce", in_place ? x : y, dt, n, 11 + n, s.rank(), s.size(), s.stream());
-          EXPECT_EQ(wrong, 0u) << "n=" << n << " " << braid::bench::dtype_name(dt) << (in_place ? " in-place" : "")
-                               << (ar == &a_few ? " 3 blocks" : ar == &a_pieces ? " 64 KiB pieces" : "");
-          cudaFree(x);
-          cudaFree(y);
-        }
+        for (bool in_place : {false, true})
+          EXPECT_EQ(exact_wrong(*ar, ArAlgo::kOneShotLL128, n, dt, in_place, 11 + n), 0u)
+              << "n=" << n << " " << braid::bench::dtype_name(dt) << (in_place ? " in-place" : "")
+              << (ar == &a_few ? " 3 blocks" : ar == &a_pieces ? " 64 KiB pieces" : "");
   const size_t n = (size_t(1) << 20) + 123;
   constexpr int kCalls = 24;
   std::vector<void*> x(kCalls), y(kCalls);
@@ -478,22 +471,9 @@ TEST(AllReduce, TwoShotUnrolledEqualsTheExactSum) {
       cfg.twoshot_blocks = blocks;
       braid::AllReducer ar(s, cfg);
       for (size_t n : {size_t(1), size_t(9), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 5, size_t(9) << 20})
-        for (bool in_place : {false, true}) {
-          void *x = nullptr, *y = nullptr;
-          ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
-          ASSERT_EQ(cudaMalloc(&y, n * 2), cudaSuccess);
-          braid::bench::fill_pattern(x, DType::kBF16, n, 7 + n, s.rank(), 0, s.stream());
-          cudaMemsetAsync(y, 0xFF, n * 2, s.stream());
-          braid::AllReduceOptions o;
-          o.algo = ArAlgo::kTwoShot;
-          ar.run(x, in_place ? x : y, n, DType::kBF16, s.stream(), o);
-          s.synchronize("two-shot unrolled");
-          const size_t wrong =
-              braid::bench::count_wrong("allreduce", in_place ? x : y, DType::kBF16, n, 7 + n, s.rank(), s.size(), s.stream());
-          EXPECT_EQ(wrong, 0u) << "unroll " << unroll << " blocks " << blocks << " n=" << n << (in_place ? " in-place" : "");
-          cudaFree(x);
-          cudaFree(y);
-        }
+        for (bool in_place : {false, true})
+          EXPECT_EQ(exact_wrong(ar, ArAlgo::kTwoShot, n, DType::kBF16, in_place, 7 + n), 0u)
+              << "unroll " << unroll << " blocks " << blocks << " n=" << n << (in_place ? " in-place" : "");
     }
   }
 }
