@@ -4,6 +4,7 @@
 // two ranks time-slicing one GPU) the NCCL transport is skipped.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -454,6 +455,39 @@ TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
   for (int c = 0; c < kCalls; ++c) {
     cudaFree(x[c]);
     cudaFree(y[c]);
+  }
+}
+
+// The flag-in-the-data one-shots (LL, LL128) poll in loops of their own, not dev::wait_geq: a peer that never calls
+// must end them with a TimeoutError (a bounded wait), not a hang. A team of its own with a 2-s bound; the last rank
+// never calls.
+TEST(AllReduce, FlagInDataOneShotsTimeOutWhenAPeerNeverCalls) {
+  for (ArAlgo algo : {ArAlgo::kOneShotLL, ArAlgo::kOneShotLL128}) {
+    braid::TeamOptions opt;
+    opt.timeout_s = 2.0;
+    braid::Team t(MPI_COMM_WORLD, opt);
+    ASSERT_TRUE(t.peer_ok());
+    {
+      braid::AllReducer ar(t);
+      const size_t n = 100003;
+      void* x = nullptr;
+      ASSERT_EQ(cudaMalloc(&x, n * 2), cudaSuccess);
+      braid::bench::fill_pattern(x, DType::kBF16, n, 3, t.rank(), 0, t.stream());
+      t.synchronize("inputs");
+      t.barrier();
+      if (t.rank() != t.size() - 1) {
+        braid::AllReduceOptions o;
+        o.algo = algo;
+        ar.run(x, x, n, DType::kBF16, t.stream(), o);
+        const auto t0 = std::chrono::steady_clock::now();
+        EXPECT_THROW(t.synchronize("all-reduce with a peer that never calls"), braid::TimeoutError)
+            << braid::algo_name(algo);
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+      }
+      cudaDeviceSynchronize();
+      cudaFree(x);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
   }
 }
 
