@@ -229,8 +229,12 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
                     cfg_.ll128_blocks > 0,
                 "AllReducer: block counts (BRAID_AR_*_BLOCKS) must be positive");
   BRAID_REQUIRE(cfg_.oneshot_min_vecs > 0 && cfg_.twoshot_min_vecs > 0 && cfg_.ll_min_vecs > 0 &&
-                    cfg_.ll128_min_lines > 0 && cfg_.ll128_max_bytes >= 2 * ar::kLL128Vals,
-                "AllReducer: minimum vectors per block (BRAID_AR_*_MIN_VECS) must be positive");
+                    cfg_.ll128_min_lines > 0,
+                "AllReducer: minimum vectors per block (BRAID_AR_*_MIN_VECS, _LL128_MIN_LINES) must be positive");
+  // Each launch of the LL kernels starts at a multiple of its piece: 16-byte pieces keep the vector loads aligned.
+  BRAID_REQUIRE(cfg_.ll_max_bytes >= 16 && cfg_.ll_max_bytes % 16 == 0 && cfg_.ll128_max_bytes >= 16 &&
+                    cfg_.ll128_max_bytes % 16 == 0,
+                "AllReducer: ll_max_bytes and ll128_max_bytes must be positive multiples of 16");
   env_int("BRAID_AR_TWOSHOT_UNROLL", 0, 4, cfg_.twoshot_unroll);
   BRAID_REQUIRE(cfg_.twoshot_unroll == 0 || cfg_.twoshot_unroll == 1 || cfg_.twoshot_unroll == 2 ||
                     cfg_.twoshot_unroll == 4,

@@ -1431,7 +1431,8 @@ __global__ void __launch_bounds__(512) oneshot_ll128_kernel(const uint16_t* in, 
     if (live)
       for (int i = 1; i < world; ++i) {
         const int r = (rank + i) % world;
-        st_ll128(ws.base[r] + phase_off + static_cast<uint64_t>(rank) * ws.slot_bytes + wire, m0, flag_lane ? flag : m1);
+        uint8_t* dst = ws.base[r] + phase_off + static_cast<uint64_t>(rank) * ws.slot_bytes + wire;
+        st_ll128(dst, m0, flag_lane ? flag : m1);
       }
     float acc[kVec];
 #pragma unroll

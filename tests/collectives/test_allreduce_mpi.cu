@@ -77,7 +77,8 @@ size_t exact_wrong(braid::AllReducer& ar, ArAlgo algo, size_t n, DType dt, bool 
   o.algo = algo;
   ar.run(x, in_place ? x : y, n, dt, s.stream(), o);
   s.synchronize("exact all-reduce");
-  const size_t wrong = braid::bench::count_wrong("allreduce", in_place ? x : y, dt, n, seed, s.rank(), s.size(), s.stream());
+  const size_t wrong =
+      braid::bench::count_wrong("allreduce", in_place ? x : y, dt, n, seed, s.rank(), s.size(), s.stream());
   cudaFree(x);
   cudaFree(y);
   return wrong;
