@@ -1384,7 +1384,7 @@ __device__ __forceinline__ void st_ll128(uint8_t* p, uint64_t a, uint64_t b) {
 __device__ __forceinline__ void ld_ll128(const uint8_t* p, uint64_t& a, uint64_t& b) {
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
-// The 4 values of a 64-bit word, in order, into x[o..o+4).
+// The 4 values of a 64-bit word, in order, into x[0..4) (pack4: the reverse, rounded).
 template <int DT>
 __device__ __forceinline__ void unpack4(uint64_t w, float* x) {
   unpack2<DT>(static_cast<uint32_t>(w), x[0], x[1]);
@@ -1449,9 +1449,12 @@ __global__ void __launch_bounds__(512) oneshot_ll128_kernel(const uint16_t* in, 
           if (wait && (it & 255u) == 0u) {
             const bool late = __any_sync(0xffffffffu, dev::globaltimer_ns() - start > sig.timeout_ns);
             if (late) {
+              // The flag lane's last flag word, shuffled by the whole warp (a full-mask shuffle inside lane 0's
+              // branch would leave the other lanes out of it).
+              const uint64_t seen = __shfl_sync(0xffffffffu, b, 7);
               if (lane == 0)
                 dev::record_timeout(sig, static_cast<uint32_t>(OpId::kAllReduceOneShot), 0, s, epoch,
-                                    static_cast<uint32_t>(__shfl_sync(0xffffffffu, b, 7)));
+                                    static_cast<uint32_t>(seen));
               return;
             }
             if (__any_sync(0xffffffffu, dev::error_raised(sig))) return;
