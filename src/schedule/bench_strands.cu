@@ -756,7 +756,7 @@ std::unique_ptr<StrandExecutor> stack_executor(const std::string& name, const La
 }
 
 const char* const kStackOrders[] = {"strands-whole-2link-dag", "strands-best-order-2link",
-                                    "strands-best-order-sinks-2link-dag"};
+                                    "strands-best-order-sinks-2link-dag", "strands-corun-moves-2link-dag"};
 // The stack executors also run chained (StrandStack::pass_chained), with and without a spare slot.
 bool chained(const std::string& name) { return name != "strands-best-order-sinks-2link-dag"; }
 
@@ -1216,6 +1216,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // executor model) on one link, and with each strand's collectives on their own link (as round-robin's).
   const Layer dag2 = two_link_layer(dag);
   std::vector<std::pair<std::string, PlanFile>> order_plans2;  // run on dag2
+  PlanFile moves_file;  // the stack's extra order (below), run on dep_ready_layer(dag2)
   {
     const auto b1 = best_issue_order(dag, plan, 128), b2 = best_issue_order(dag2, plan, 128);
     if (root)
@@ -1240,6 +1241,20 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     const auto whole2 = plan_issue_order(dag2, whole_pass_plan(dag2, plan));
     const auto cr = corun_issue_order(dag2, {b2.order, m2.order, whole2}, table);
     order_plans2.push_back({"strands-corun-order-2link", to_plan_file(dag2, order_plan(dag2, cr.order))});
+    // For the stack (--layers): the co-run model's best order when any op may move where its dependencies
+    // allow (the backward's weight-gradient GEMMs fill the compute stream while both strands wait on
+    // collectives), on the two-link DAG with operators waiting for their dependencies only.
+    if (a.layers > 1) {
+      const Layer dd2 = dep_ready_layer(dag2);
+      const auto whole2dag = plan_issue_order(dd2, whole_pass_plan(dd2, plan));
+      const double t0 = MPI_Wtime();
+      const auto mv = corun_moves_issue_order(dd2, {whole2dag, b2.order, cr.order}, table);
+      moves_file = to_plan_file(dd2, order_plan(dd2, mv.order));
+      if (root)
+        std::printf("# co-run model, two links, operators on their dependencies: whole-pass %.1f us; any op moved "
+                    "where its dependencies allow (strands-corun-moves-2link-dag) %.1f us (search %.1f s)\n",
+                    corun_makespan_us(dd2, whole2dag, table), mv.makespan_us, MPI_Wtime() - t0);
+    }
     if (root) {
       std::printf("# co-run model (pair-table slowdowns, weight %.2f), two links: best-order %.1f us, sinks %.1f, "
                   "whole-pass %.1f, co-run search %.1f; one link: best-order %.1f, sinks %.1f, whole-pass %.1f\n",
@@ -1309,8 +1324,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     }
   }
 
-  if (a.layers > 1)  // the stack instead of the one-layer variants
-    return bench_stack(team, a, c, p, ctx, st, *comm_a, *comm_b, dag, plan_file, order_plans2, plan_source, plan);
+  if (a.layers > 1) {  // the stack instead of the one-layer variants
+    auto stack_orders2 = order_plans2;
+    stack_orders2.push_back({"strands-corun-moves-2link", moves_file});
+    return bench_stack(team, a, c, p, ctx, st, *comm_a, *comm_b, dag, plan_file, stack_orders2, plan_source, plan);
+  }
 
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;

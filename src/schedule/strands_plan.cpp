@@ -773,6 +773,58 @@ BudgetedSchedule corun_issue_order(const Layer& dag, const std::vector<std::vect
   return best;
 }
 
+namespace {
+// Every op once, each after its dependencies (its pass's DAG) and a host-gated op after its gate.
+bool respects_deps(const Layer& dag, const std::vector<std::pair<Pass, int>>& order) {
+  std::vector<int> pos[2] = {std::vector<int>(dag.fwd.size(), -1), std::vector<int>(dag.bwd.size(), -1)};
+  for (size_t k = 0; k < order.size(); ++k) {
+    int& p = pos[order[k].first == Pass::Forward ? 0 : 1][size_t(order[k].second)];
+    if (p >= 0) return false;
+    p = int(k);
+  }
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int s = order[k].first == Pass::Forward ? 0 : 1;
+    const Op& op = dag.ops(order[k].first)[size_t(order[k].second)];
+    for (int d : op.deps)
+      if (pos[s][size_t(d)] < 0 || pos[s][size_t(d)] > int(k)) return false;
+    if (op.host_waits_for >= 0 && (pos[s][size_t(op.host_waits_for)] < 0 || pos[s][size_t(op.host_waits_for)] > int(k)))
+      return false;
+  }
+  return true;
+}
+}  // namespace
+
+BudgetedSchedule corun_moves_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                         const PairTable& table, double weight, int max_rounds) {
+  BRAID_REQUIRE(!starts.empty(), "corun_moves_issue_order: needs a start order");
+  using Order = std::vector<std::pair<Pass, int>>;
+  BudgetedSchedule best;
+  best.makespan_us = std::numeric_limits<double>::infinity();
+  for (Order order : starts) {
+    BRAID_REQUIRE(order.size() == dag.fwd.size() + dag.bwd.size() && respects_deps(dag, order),
+                  "corun_moves_issue_order: a start order is not a valid issue order of the DAG");
+    double cur = corun_makespan_us(dag, order, table, weight);
+    // A round ends at its first improving move (the scan starts again from the front of the new order).
+    for (int round = 0; round < max_rounds; ++round) {
+      bool improved = false;
+      for (size_t k = 0; k < order.size() && !improved; ++k)
+        for (size_t to = 0; to < order.size() && !improved; ++to) {
+          if (to == k) continue;
+          Order c = order;
+          const auto op = c[k];
+          c.erase(c.begin() + long(k));
+          c.insert(c.begin() + long(to), op);
+          if (!respects_deps(dag, c)) continue;
+          const double t = corun_makespan_us(dag, c, table, weight);
+          if (t < cur - 1e-6) cur = t, order = std::move(c), improved = true;
+        }
+      if (!improved) break;
+    }
+    if (cur < best.makespan_us) best.makespan_us = cur, best.order = order;
+  }
+  return best;
+}
+
 BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
                                           const std::vector<SavedTensor>& saved, double budget_bytes,
                                           const PairTable& table, double weight, int max_rounds) {

@@ -193,6 +193,19 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
 BudgetedSchedule corun_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
                                    const PairTable& table, double weight = kCorunWeight, int max_rounds = 200);
 
+/// corun_issue_order with freer moves: one op moved to any position that keeps each of its dependencies
+/// before it, every op depending on it after it, and a host-gated op after its gate (Op::host_waits_for).
+/// So the backward strand's weight-gradient GEMMs (and on a dep_ready DAG the ops beside them) may move
+/// anywhere after their inputs: the filler the compute stream lacks while both strands wait on
+/// collectives. Every such order is valid for the executor (a pass's operators run in an order of its
+/// DAG; Layer::dep_ready's note says why a moved weight-gradient operator is safe). Rounds of first improvement
+/// of corun_makespan_us (every op, every position) until none improves or `max_rounds`; the best
+/// over `starts` (each a valid order). Deterministic. On the throttled 70B layer (pair table e782a52,
+/// two links, dep_ready) it takes the whole-pass order's 22.9 ms to 20.9 ms in the model (docs/dhelix.md,
+/// fifty-first session).
+BudgetedSchedule corun_moves_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                         const PairTable& table, double weight = kCorunWeight, int max_rounds = 100);
+
 /// A local search for an issue order whose static two-strand pool fits `budget_bytes` (by
 /// two_strand_pool_bound) with the shortest co-run make-span: from each of `starts`, moves shift one op
 /// past 1..16 consecutive ops of the other pass (each pass keeps its own order, so every order is valid);
