@@ -78,6 +78,11 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Fifty-first session (four calls, all 2x H200, ~1125 s held): `build test` (BUILD_TARGET="braid test_allreduce_mpi",
+# CTEST_R='test_allreduce_mpi$', 51 s of ctest) + three 70B stacks (STACK_TEST=0, one throttle each, ~75-90 s) 5.5 min
+# cold; `build` (BUILD_TARGET=braid) + two 70B stacks at 1 CTA + one at 2 CTAs 5.3 min cold (the stack now also runs
+# strands-corun-moves-2link-dag: 17 variants); two Mixtral stacks (STACK_THROTTLES="1 2", ~45 s each, pairs profiled)
+# per call 2.3-2.8 min warm.
 # Fiftieth session (five calls, all 2x H200, ~1660 s held): `build ar-ll128` (BUILD_TARGET="braid test_allreduce_mpi",
 # LL128 tests + 2 rounds x graph/direct 64K-16M) 2.7 min cold; `build test ar-table peers` (CTEST_R='test_allreduce_mpi$',
 # the table to 1 GiB, the graph band to 64M with -sym, torch) 4.7 min cold; `build` + LL128 at 4 ranks on a shared GPU
