@@ -73,7 +73,7 @@ LinkClass to_link(const std::string& key, const std::string& v) {
 const char* kPlanUsage =
     "usage: braid plan-strands --model llama3-70b|llama3-8b|mixtral-8x7b [--tp 2] [--ep 2] [--seq 8192]\n"
     "                          [--batch 1] [--tp-link local|cross] [--ep-link local|cross] [--capacity C]\n"
-    "                          [--pairs FILE] [--write-pairs FILE] [--out PLAN] [--oef]\n"
+    "                          [--pairs FILE] [--write-pairs FILE] [--out PLAN] [--order-out PLAN] [--oef]\n"
     "                          [--max-seg 4] [--max-orders 1000000] [--max-shift -1]\n";
 
 const char* kPipeUsage =
@@ -83,7 +83,8 @@ const char* kPipeUsage =
 int plan_strands(int argc, char** argv, std::ostream& out) {
   auto o = parse_options(argc, argv,
                          {"--model", "--tp", "--ep", "--seq", "--batch", "--tp-link", "--ep-link", "--pairs",
-                          "--write-pairs", "--out", "--max-seg", "--max-orders", "--max-shift", "--capacity"},
+                          "--write-pairs", "--out", "--order-out", "--max-seg", "--max-orders", "--max-shift",
+                          "--capacity"},
                          {"--oef", "--help"});
   if (o.count("--help")) {
     out << kPlanUsage;
@@ -185,6 +186,25 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
                 "%.1f us\n",
                 plan_makespan_us(layer, plan), whole.total_us);
   out << buf;
+  // The order a stack of layers runs best (docs/dhelix.md, fifty-first session): each strand's collectives on their own
+  // link, operators waiting for their dependencies only, and the co-run model's search over operator moves.
+  {
+    const Layer dd2 = dep_ready_layer(two_link_layer(layer));
+    const auto whole2 = plan_issue_order(dd2, whole_pass_plan(dd2, plan));
+    const auto mv = corun_moves_issue_order(dd2, {whole2}, table);
+    std::snprintf(buf, sizeof buf,
+                  "co-run model (pair-table slowdowns), a link per strand, operators on their dependencies: whole-pass "
+                  "order %.1f us, operators moved (corun_moves_issue_order) %.1f us\n",
+                  corun_makespan_us(dd2, whole2, table), mv.makespan_us);
+    out << buf;
+    if (o.count("--order-out")) {
+      std::ofstream f(o["--order-out"]);
+      if (!f) throw UsageError("cannot write " + o["--order-out"], __FILE__, __LINE__);
+      write_plan(f, to_plan_file(dd2, order_plan(dd2, mv.order)));
+      out << "moved-operator order written to " << o["--order-out"]
+          << " (one operator per step; run it on dep_ready_layer(two_link_layer(dag)))\n";
+    }
+  }
   if (o.count("--out")) {
     std::ofstream f(o["--out"]);
     if (!f) throw UsageError("cannot write " + o["--out"], __FILE__, __LINE__);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "braid/schedule.hpp"
+#include "braid/schedule/strands.hpp"
 
 using namespace braid::schedule;
 
@@ -51,6 +52,28 @@ TEST(Cli, PlanStrandsWritesAPlanAndReadsPairs) {
   EXPECT_EQ(first.bwd_order, second.bwd_order);
   std::remove(pairs.c_str());
   std::remove(plan.c_str());
+}
+
+// --order-out: the co-run model's moved-operator order (a link per strand, operators on their dependencies), one
+// operator per step, readable back onto that DAG; the model line is printed either way.
+TEST(Cli, PlanStrandsWritesTheMovedOperatorOrder) {
+  const std::string order = testing::TempDir() + "dhelix_order.txt";
+  std::string out;
+  ASSERT_EQ(run(plan_strands_main,
+                {"plan-strands", "--model", "llama3-8b", "--tp", "2", "--seq", "4096", "--max-shift", "2",
+                 "--order-out", order},
+                out),
+            0)
+      << out;
+  EXPECT_NE(out.find("operators moved (corun_moves_issue_order)"), std::string::npos) << out;
+  std::ifstream f(order);
+  const PlanFile pf = read_plan(f);
+  LayerConfig cfg;
+  cfg.tp = 2, cfg.seq = 4096;
+  const Layer dd2 = dep_ready_layer(two_link_layer(build_layer(model_dims("llama3-8b"), cfg)));
+  const Plan plan = from_plan_file(dd2, pf);
+  EXPECT_EQ(plan.steps.size(), dd2.fwd.size() + dd2.bwd.size());
+  std::remove(order.c_str());
 }
 
 TEST(Cli, PlanStrandsMoe) {
