@@ -207,8 +207,8 @@
 # T3's ops or the pull); then the whole sweep in halves, `sweep-t3` (T3_ALGOS=sequential,flashoverlap,t3-ring-dma,t3-auto
 # T3_AG=0), `sweep-ar`, issue 3's `ar-stamps` with ONESTEP_CFGS="BRAID_AR_1STEP_PULL16=1 BRAID_AR_1STEP_PULL16=0"
 # STAMP_ALGOS=nccl,int4-1step,int6-1step STAMP_MIN=16M STAMP_MAX=64M, and `strands-stack` (issue 9 on the acceptance
-# card: STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES="1 2", then the Mixtral stack again with
-# E=BRAID_STRANDS_LINK_PRIORITY=high at STACK_THROTTLES="2 1": 70.9-72.3% at 2 CTAs on 2x H200, forty-ninth session),
+# card: STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES="1 2", twice (the stacks' strands-corun-moves-2link-dag
+# hid 73.6-74.1% (70B) and 75.2-76.6% (Mixtral) on 2x H200 at either link priority, fifty-first session),
 # and issue 3's `ar-ll128 ar-table peers` (the LL128 one-shot met the bf16 band on 2x H200 in graph replays, fiftieth
 # session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
 # with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
