@@ -778,7 +778,9 @@ namespace {
 bool respects_deps(const Layer& dag, const std::vector<std::pair<Pass, int>>& order) {
   std::vector<int> pos[2] = {std::vector<int>(dag.fwd.size(), -1), std::vector<int>(dag.bwd.size(), -1)};
   for (size_t k = 0; k < order.size(); ++k) {
-    int& p = pos[order[k].first == Pass::Forward ? 0 : 1][size_t(order[k].second)];
+    auto& ps = pos[order[k].first == Pass::Forward ? 0 : 1];
+    if (order[k].second < 0 || size_t(order[k].second) >= ps.size()) return false;
+    int& p = ps[size_t(order[k].second)];
     if (p >= 0) return false;
     p = int(k);
   }

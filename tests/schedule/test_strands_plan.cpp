@@ -811,6 +811,9 @@ TEST(StrandsPlan, CorunMovesOrderSearch) {
   auto bad = whole;
   std::swap(bad.front(), bad.back());  // b.ag_dy last: its users before it
   EXPECT_THROW(sch::corun_moves_issue_order(dd2, {bad}, table), braid::Error);
+  auto out_of_range = whole;
+  out_of_range.back().second = 999;
+  EXPECT_THROW(sch::corun_moves_issue_order(dd2, {out_of_range}, table), braid::Error);
 }
 
 // The pool-bounded order search: on measured pair tables of the 70B layer (NVLink and throttled, two links)
