@@ -17,6 +17,15 @@
 #include <type_traits>
 
 #include "braid/quant.hpp"
+
+// BRAID_AR_PACKQ (default 1): the quantizers' packed forms — codes converted to s32 and packed with saturation by
+// `cvt.pack.sat` (no clamp, no shifts), and, where a quantizer holds the raw 16-bit words, the group's min/max
+// reduced on packed pairs (`min/max.{bf16x2,f16x2}`) and shuffled as one word. The same codes and parameters as
+// the scalar forms (=0, kept for A/B runs with scripts/build-variant.sh): see quantize_store_codes and
+// raw_group_minmax2 for the arguments.
+#ifndef BRAID_AR_PACKQ
+#define BRAID_AR_PACKQ 1
+#endif
 #include "braid/signal_device.cuh"
 
 namespace braid::ar {
@@ -137,19 +146,127 @@ __device__ __forceinline__ void quantize_codes(const float (&v)[kVec], int valid
   }
 }
 
+// The codes of 8 valid values quantized and packed in value order (INT8: two words, INT4: w[0] only), by
+// `cvt.rni.s32.f32` and `cvt.pack.sat.u{8,4}.s32.b32` (d = c << 16 | sat(a) << 8 | sat(b) for u8, c << 8 |
+// sat(a) << 4 | sat(b) for u4). The same codes as quantize_code: rint is the same rounding; a value below 0
+// (s32 negative) saturates to 0 where cvt.rni.u32 gave 0; above qmax saturates to qmax where min() did (an
+// s32 saturated at 2^31 - 1 still saturates to qmax); NaN converts to 0 in both.
+template <int BITS>
+__device__ __forceinline__ void quantize_pack8(const float (&v)[kVec], const quant::GroupParams& p, uint32_t (&w)[2]) {
+  int32_t s[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const float t = __fmul_rn(__fsub_rn(v[j], p.zero), p.inv_scale);
+    asm("cvt.rni.s32.f32 %0, %1;" : "=r"(s[j]) : "f"(t));
+  }
+  if constexpr (BITS == 8) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t t;
+      asm("cvt.pack.sat.u8.s32.b32 %0, %1, %2, 0;" : "=r"(t) : "r"(s[4 * h + 3]), "r"(s[4 * h + 2]));
+      asm("cvt.pack.sat.u8.s32.b32 %0, %1, %2, %3;" : "=r"(w[h]) : "r"(s[4 * h + 1]), "r"(s[4 * h]), "r"(t));
+    }
+  } else {
+    static_assert(BITS == 4, "INT8 or INT4 codes");
+    uint32_t t;
+    asm("cvt.pack.sat.u4.s32.b32 %0, %1, %2, 0;" : "=r"(t) : "r"(s[7]), "r"(s[6]));
+    asm("cvt.pack.sat.u4.s32.b32 %0, %1, %2, %3;" : "=r"(t) : "r"(s[5]), "r"(s[4]), "r"(t));
+    asm("cvt.pack.sat.u4.s32.b32 %0, %1, %2, %3;" : "=r"(t) : "r"(s[3]), "r"(s[2]), "r"(t));
+    asm("cvt.pack.sat.u4.s32.b32 %0, %1, %2, %3;" : "=r"(w[0]) : "r"(s[1]), "r"(s[0]), "r"(t));
+    w[1] = 0;
+  }
+}
+
+// The packed codes of 8 codes (BITS each, in value order): INT8 two words, INT4 w[0] (w[1] = 0).
+template <int BITS>
+__device__ __forceinline__ void pack_codes(const uint32_t (&q)[kVec], uint32_t (&w)[2]) {
+  if constexpr (BITS == 8) {
+    w[0] = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
+    w[1] = q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24;
+  } else {
+    w[0] = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) w[0] |= q[j] << (4 * j);
+    w[1] = 0;
+  }
+}
+// Stores packed codes at p: 8 bytes (INT8) or 4 (INT4).
+template <int BITS>
+__device__ __forceinline__ void store_code_words(const uint32_t (&w)[2], uint8_t* p) {
+  if constexpr (BITS == 8)
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  else
+    *reinterpret_cast<uint32_t*>(p) = w[0];
+}
 // Stores 8 codes (BITS each, packed in value order) at p: 8 bytes (INT8) or 4 (INT4).
 template <int BITS>
 __device__ __forceinline__ void store_codes(const uint32_t (&q)[kVec], uint8_t* p) {
-  if constexpr (BITS == 8) {
-    const uint32_t lo = q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24;
-    const uint32_t hi = q[4] | q[5] << 8 | q[6] << 16 | q[7] << 24;
-    *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
-  } else {
-    uint32_t w = 0;
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) w |= q[j] << (4 * j);
-    *reinterpret_cast<uint32_t*>(p) = w;
+  uint32_t w[2];
+  pack_codes<BITS>(q, w);
+  store_code_words<BITS>(w, p);
+}
+// The packed codes of this thread's `valid` values quantized with p (0 past them).
+template <int BITS>
+__device__ __forceinline__ void quantize_words(const float (&v)[kVec], int valid, const quant::GroupParams& p,
+                                               uint32_t (&w)[2]) {
+#if BRAID_AR_PACKQ
+  if (valid == kVec) {
+    quantize_pack8<BITS>(v, p, w);
+    return;
   }
+#endif
+  uint32_t q[kVec];
+  quantize_codes<BITS>(v, valid, p, q);
+  pack_codes<BITS>(q, w);
+}
+// Quantizes this thread's `valid` values with p and stores their codes at p_codes (8 bytes for INT8, 4 for INT4).
+template <int BITS>
+__device__ __forceinline__ void quantize_store_codes(const float (&v)[kVec], int valid, const quant::GroupParams& p,
+                                                     uint8_t* p_codes) {
+  uint32_t w[2];
+  quantize_words<BITS>(v, valid, p, w);
+  store_code_words<BITS>(w, p_codes);
+}
+
+// Packed min / max of two 16-bit float pairs (DT 0: bf16x2, 1: f16x2), lane by lane. Like fminf/fmaxf a NaN
+// operand yields the other one; the results are inputs (exact).
+template <int DT>
+__device__ __forceinline__ uint32_t min2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  if constexpr (DT == 0)
+    asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  else
+    asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+template <int DT>
+__device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  if constexpr (DT == 0)
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  else
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// The group's min and max over this lane's 16 raw values (two 16-byte loads, all valid) and its TPG lanes, on
+// packed pairs: 7 + 7 pairwise min/max, then (min, -max) as one word, so the TPG-lane reduction is one shuffle
+// and one packed min per step (-max(a, b) = min(-a, -b); negation flips the sign bit, exact). Min and max are
+// selections of input values, so mn / mx are the scalar reduction's (group_minmax2 over the unpacked values)
+// except possibly for the sign of a zero extreme (-0 against +0), as with fminf against the CPU reference's
+// total order: that changes only the stored zero's sign bit and the sign of a decoded zero, no code and no
+// nonzero value (the GPU tests compare outputs with +0 == -0). Every lane must take part.
+template <int DT, int TPG>
+__device__ __forceinline__ void raw_group_minmax2(const uint4& a, const uint4& b, float& mn, float& mx) {
+  const uint32_t lo = min2<DT>(min2<DT>(min2<DT>(a.x, a.y), min2<DT>(a.z, a.w)),
+                               min2<DT>(min2<DT>(b.x, b.y), min2<DT>(b.z, b.w)));
+  const uint32_t hi = max2<DT>(max2<DT>(max2<DT>(a.x, a.y), max2<DT>(a.z, a.w)),
+                               max2<DT>(max2<DT>(b.x, b.y), max2<DT>(b.z, b.w)));
+  const uint32_t nhi = hi ^ 0x80008000u;  // (-max_even, -max_odd)
+  uint32_t s = min2<DT>(__byte_perm(lo, nhi, 0x5410), __byte_perm(lo, nhi, 0x7632));  // (min, -max)
+#pragma unroll
+  for (int off = TPG / 2; off >= 1; off /= 2) s = min2<DT>(s, __shfl_xor_sync(0xffffffffu, s, off));
+  mn = bits_to_float<DT>(static_cast<uint16_t>(s & 0xffffu));
+  mx = bits_to_float<DT>(static_cast<uint16_t>((s >> 16) ^ 0x8000u));
 }
 
 // Quantizes this thread's 8 values of a group and stores codes (+ metadata by lane 0 of the group).
@@ -161,9 +278,7 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
   group_minmax<TPG>(v, valid, mn, mx);
   if (valid <= 0) return;  // after the shuffles: every lane took part
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
-  uint32_t q[kVec];
-  quantize_codes<BITS>(v, valid, p, q);
-  store_codes<BITS>(q, payload + lane_in_group * kVec * BITS / 8);
+  quantize_store_codes<BITS>(v, valid, p, payload + lane_in_group * kVec * BITS / 8);
   if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
 }
 
@@ -190,14 +305,30 @@ __device__ __forceinline__ void quantize_store2h(const float (&lo)[kVec], int vl
   group_minmax2<TPG>(lo, vlo, hi, vhi, mn, mx);
   if (vlo <= 0) return;  // after the shuffles (vhi > 0 only where vlo == 8)
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
-  uint32_t q[kVec];
-  quantize_codes<BITS>(lo, vlo, p, q);
-  store_codes<BITS>(q, payload + lane_in_group * kVec * BITS / 8);
-  if (vhi > 0) {
-    quantize_codes<BITS>(hi, vhi, p, q);
-    store_codes<BITS>(q, payload + (TPG + lane_in_group) * kVec * BITS / 8);
-  }
+  quantize_store_codes<BITS>(lo, vlo, p, payload + lane_in_group * kVec * BITS / 8);
+  if (vhi > 0) quantize_store_codes<BITS>(hi, vhi, p, payload + (TPG + lane_in_group) * kVec * BITS / 8);
   if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+}
+// quantize_store2h for two whole halves given as their raw 16-byte loads (a: this lane's low half, b: its high
+// half): the min/max on packed pairs (raw_group_minmax2) under BRAID_AR_PACKQ, then the same parameters and codes.
+template <int DT, int BITS, int TPG>
+__device__ __forceinline__ void quantize_store2h_raw(const uint4& a, const uint4& b, int lane_in_group,
+                                                     uint8_t* payload, uint32_t* meta) {
+  float lo[kVec], hi[kVec];
+#if BRAID_AR_PACKQ
+  float mn, mx;
+  raw_group_minmax2<DT, TPG>(a, b, mn, mx);
+  const quant::GroupParams p = quant::make_params(mn, mx, BITS);
+  unpack8<DT>(a, lo);
+  quantize_store_codes<BITS>(lo, kVec, p, payload + lane_in_group * kVec * BITS / 8);
+  unpack8<DT>(b, hi);
+  quantize_store_codes<BITS>(hi, kVec, p, payload + (TPG + lane_in_group) * kVec * BITS / 8);
+  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+#else
+  unpack8<DT>(a, lo);
+  unpack8<DT>(b, hi);
+  quantize_store2h<BITS, TPG>(lo, kVec, hi, kVec, lane_in_group, payload, meta);
+#endif
 }
 
 // This lane's 8 codes of a group and the group's metadata word, as loaded (decode_group turns them
@@ -350,10 +481,7 @@ __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantG
           na = *reinterpret_cast<const uint4*>(src);
           nb = *reinterpret_cast<const uint4*>(src + TPG * kVec);
         }
-        float lo[kVec], hi[kVec];
-        unpack8<DT>(a, lo);
-        unpack8<DT>(b, hi);
-        quantize_store2h<BITS, TPG>(lo, kVec, hi, kVec, lane_in_group, dst, mdst);
+        quantize_store2h_raw<DT, BITS, TPG>(a, b, lane_in_group, dst, mdst);
         dst += groups_per_iter * G * BITS / 8;
         mdst += groups_per_iter;
         a = na;
@@ -493,12 +621,12 @@ __device__ __forceinline__ void stage_reduce(const QuantGeom& q, Src src, Dst ds
     group_minmax<TPG>(sum, valid, mn, mx);
     if (valid <= 0) continue;
     const quant::GroupParams p = quant::make_params(mn, mx, BITS2);
-    uint32_t qv[kVec];
-    quantize_codes<BITS2>(sum, valid, p, qv);
+    uint32_t qw[2];
+    quantize_words<BITS2>(sum, valid, p, qw);
     const uint32_t m = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
     for (int i = 0; i < dst_count; ++i) {
       const int r = (q.rank + i) % dst_count;
-      store_codes<BITS2>(qv, dst(r) + gi * G * BITS2 / 8 + lane_in_group * kVec * BITS2 / 8);
+      store_code_words<BITS2>(qw, dst(r) + gi * G * BITS2 / 8 + lane_in_group * kVec * BITS2 / 8);
       if (lane_in_group == 0) reinterpret_cast<uint32_t*>(dst(r) + q.meta_out)[gi] = m;
     }
   }
