@@ -1216,7 +1216,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // executor model) on one link, and with each strand's collectives on their own link (as round-robin's).
   const Layer dag2 = two_link_layer(dag);
   std::vector<std::pair<std::string, PlanFile>> order_plans2;  // run on dag2
-  PlanFile moves_file;  // the stack's extra order (below), run on dep_ready_layer(dag2)
+  PlanFile moves_file;  // strands-corun-moves-2link-dag's order (below), run on dep_ready_layer(dag2)
   {
     const auto b1 = best_issue_order(dag, plan, 128), b2 = best_issue_order(dag2, plan, 128);
     if (root)
@@ -1241,10 +1241,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     const auto whole2 = plan_issue_order(dag2, whole_pass_plan(dag2, plan));
     const auto cr = corun_issue_order(dag2, {b2.order, m2.order, whole2}, table);
     order_plans2.push_back({"strands-corun-order-2link", to_plan_file(dag2, order_plan(dag2, cr.order))});
-    // For the stack (--layers): the co-run model's best order when any op may move where its dependencies
-    // allow (the backward's weight-gradient GEMMs fill the compute stream while both strands wait on
-    // collectives), on the two-link DAG with operators waiting for their dependencies only.
-    if (a.layers > 1) {
+    // The co-run model's best order when any op may move where its dependencies allow (the backward's
+    // weight-gradient GEMMs fill the compute stream while both strands wait on collectives), on the two-link
+    // DAG with operators waiting for their dependencies only: timed by the stack (--layers) and by one layer.
+    {
       const Layer dd2 = dep_ready_layer(dag2);
       const auto whole2dag = plan_issue_order(dd2, whole_pass_plan(dd2, plan));
       const double t0 = MPI_Wtime();
@@ -1386,6 +1386,15 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
             std::printf("# verification (%s): %s%s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
                         name.c_str(), dep ? "-dag" : "", diff, diff == 0 ? "Passed" : "FAILED");
         }
+    {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
+      const Layer vd = dep_ready_layer(vdag2);
+      StrandExecutor vexm(vd, from_plan_file(vd, moves_file), st.s);
+      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): strands-corun-moves-2link-dag vs single strand: %.0f differing values -> %s\n",
+                    sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    }
     {  // the whole-pass plan timed below as strands-whole
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexw, st, 1), sc)));
       ok = ok && diff == 0;
@@ -1611,6 +1620,13 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         StrandExecutor* e = order_ex.back().get();
         iv.add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
       }
+    {  // the co-run model's order with operators moved (as the stack's strands-corun-moves-2link-dag)
+      order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, moves_file), st.s));
+      StrandExecutor* e = order_ex.back().get();
+      iv.add("strands-corun-moves-2link-dag", [&, e](int) { e->run(la, lb); }, two_sets);
+      if (a.gemm_sm_reserve > 0)
+        iv.add("strands-corun-moves-2link-dag-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
+    }
     for (const auto& [name, pf] : order_plans) {
       order_ex.push_back(std::make_unique<StrandExecutor>(dag, from_plan_file(dag, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
