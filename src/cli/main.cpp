@@ -217,6 +217,9 @@ int main(int argc, char** argv) {
   // message naming the command, instead of running until a scheduler kills it.
   std::string what = "braid";
   for (int i = 1; i < argc; ++i) what += std::string(" ") + argv[i];
+  // Line-buffered stdout (a pipe under mpirun is otherwise block-buffered): the watchdog ends a hung job with
+  // _Exit, which drops buffered output, so without this the last progress lines before a hang would be lost.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
   braid::Watchdog watchdog(0, rank_env ? std::atoi(rank_env) : 0);
   watchdog.rearm(braid::Watchdog::seconds_from_env("BRAID_DEADLINE_S", 0), what);

@@ -1386,7 +1386,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
             std::printf("# verification (%s): %s%s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
                         name.c_str(), dep ? "-dag" : "", diff, diff == 0 ? "Passed" : "FAILED");
         }
-    {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
+    if (!c.moe()) {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
       const Layer vd = dep_ready_layer(vdag2);
       StrandExecutor vexm(vd, from_plan_file(vd, moves_file), st.s);
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
@@ -1620,7 +1620,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         StrandExecutor* e = order_ex.back().get();
         iv.add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
       }
-    {  // the co-run model's order with operators moved (as the stack's strands-corun-moves-2link-dag)
+    // The co-run model's order with operators moved (as the stack's strands-corun-moves-2link-dag), on the dense
+    // layer only: the MoE layer's one-layer bench with it (fifty-second session, 2x H200, throttled) did not finish
+    // within its 295-s limit and its output was lost with the job, so whether this variant hung there is not known
+    // (the stack runs the same order on the MoE layer, verified and timed).
+    if (!c.moe()) {
       order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, moves_file), st.s));
       StrandExecutor* e = order_ex.back().get();
       iv.add("strands-corun-moves-2link-dag", [&, e](int) { e->run(la, lb); }, two_sets);
