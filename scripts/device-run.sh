@@ -78,6 +78,14 @@
 # Forty-second session (one H200 only): `build test t3-cases` (CTEST_R=test_t3_) 3.8 min cold; `build test gemm-cublas`
 # 4.5 min cold; `build test layer-capacity` (CTEST_R="test_layer_gpu|test_strands_mpi_np1|...", CAPACITIES) 3.6-3.7 min cold;
 # two one-rank `bench strands --capacity` runs at seq 2048 (--iters 3 --rounds 1) 19 s warm.
+# Fifty-second session (four calls, all 2x H200, ~1665 s held): `build test ar-variant` (BUILD_TARGET="braid
+# test_allreduce_mpi", CTEST_R='test_allreduce_mpi$', VARIANT_DEFS=BRAID_AR_PACKQ=0: the variant TU compiles in ~2 min)
+# 5.9 min cold; `build test` (CTEST_E='shared|np4|np8|test_allreduce_mpi$', everything else at 2 GPUs) 5 min warm (the
+# warm machine's build took 16 s); `test` with CTEST_R='shared|test_strands_plan' 7 min (test_comm_mpi_shared8 148 s,
+# test_allreduce_mpi_shared2 71 s, test_strands_mpi_shared2 55 s) — test_strands_plan reads committed pair tables under
+# bench/results/h200x2: keep strands-pairs-*.txt in the tree when moving that folder out for the 64-MiB limit;
+# `build strands-smres strands-mixtral` (SMRES_NVLINK=0, MIXTRAL_THROTTLES=1, STRANDS_ROUNDS=3) 7.6 min cold, of which
+# the Mixtral one-layer run hit its 295-s watchdog (docs/dhelix.md) and the 70B one-layer run took ~2.5 min.
 # Fifty-first session (four calls, all 2x H200, ~1125 s held): `build test` (BUILD_TARGET="braid test_allreduce_mpi",
 # CTEST_R='test_allreduce_mpi$', 51 s of ctest) + three 70B stacks (STACK_TEST=0, one throttle each, ~75-90 s) 5.5 min
 # cold; `build` (BUILD_TARGET=braid) + two 70B stacks at 1 CTA + one at 2 CTAs 5.3 min cold (the stack now also runs
