@@ -228,25 +228,26 @@ __device__ __forceinline__ void quantize_store_codes(const float (&v)[kVec], int
   store_code_words<BITS>(w, p_codes);
 }
 
-// Packed min / max of two 16-bit float pairs (DT 0: bf16x2, 1: f16x2), lane by lane. Like fminf/fmaxf a NaN
-// operand yields the other one; the results are inputs (exact).
-template <int DT>
-__device__ __forceinline__ uint32_t min2(uint32_t a, uint32_t b) {
+// Packed min (MAX false) or max (MAX true) of two 16-bit float pairs (DT 0: bf16x2, 1: f16x2), lane by lane. Like
+// fminf/fmaxf a NaN operand yields the other one; the results are inputs (exact).
+template <int DT, bool MAX>
+__device__ __forceinline__ uint32_t minmax2(uint32_t a, uint32_t b) {
   uint32_t d;
-  if constexpr (DT == 0)
+  if constexpr (DT == 0 && MAX)
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  else if constexpr (DT == 0)
     asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  else if constexpr (MAX)
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   else
     asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
-template <int DT>
-__device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  if constexpr (DT == 0)
-    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  else
-    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
+// The packed min or max over the eight words of two 16-byte loads (a pairwise tree: 7 instructions).
+template <int DT, bool MAX>
+__device__ __forceinline__ uint32_t minmax2_of(const uint4& a, const uint4& b) {
+  const auto f = minmax2<DT, MAX>;
+  return f(f(f(a.x, a.y), f(a.z, a.w)), f(f(b.x, b.y), f(b.z, b.w)));
 }
 // The group's min and max over this lane's 16 raw values (two 16-byte loads, all valid) and its TPG lanes, on
 // packed pairs: 7 + 7 pairwise min/max, then (min, -max) as one word, so the TPG-lane reduction is one shuffle
@@ -257,14 +258,11 @@ __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
 // nonzero value (the GPU tests compare outputs with +0 == -0). Every lane must take part.
 template <int DT, int TPG>
 __device__ __forceinline__ void raw_group_minmax2(const uint4& a, const uint4& b, float& mn, float& mx) {
-  const uint32_t lo = min2<DT>(min2<DT>(min2<DT>(a.x, a.y), min2<DT>(a.z, a.w)),
-                               min2<DT>(min2<DT>(b.x, b.y), min2<DT>(b.z, b.w)));
-  const uint32_t hi = max2<DT>(max2<DT>(max2<DT>(a.x, a.y), max2<DT>(a.z, a.w)),
-                               max2<DT>(max2<DT>(b.x, b.y), max2<DT>(b.z, b.w)));
+  const uint32_t lo = minmax2_of<DT, false>(a, b), hi = minmax2_of<DT, true>(a, b);
   const uint32_t nhi = hi ^ 0x80008000u;  // (-max_even, -max_odd)
-  uint32_t s = min2<DT>(__byte_perm(lo, nhi, 0x5410), __byte_perm(lo, nhi, 0x7632));  // (min, -max)
+  uint32_t s = minmax2<DT, false>(__byte_perm(lo, nhi, 0x5410), __byte_perm(lo, nhi, 0x7632));  // (min, -max)
 #pragma unroll
-  for (int off = TPG / 2; off >= 1; off /= 2) s = min2<DT>(s, __shfl_xor_sync(0xffffffffu, s, off));
+  for (int off = TPG / 2; off >= 1; off /= 2) s = minmax2<DT, false>(s, __shfl_xor_sync(0xffffffffu, s, off));
   mn = bits_to_float<DT>(static_cast<uint16_t>(s & 0xffffu));
   mx = bits_to_float<DT>(static_cast<uint16_t>((s >> 16) ^ 0x8000u));
 }
