@@ -9,6 +9,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -351,6 +352,22 @@ bool l2_verdict(Team& team, bool root, const Snapshot& ref, const Snapshot& got,
 
 // ---- profiler ---------------------------------------------------------------------------------------
 
+// Throws unless every rank holds the same plan file (the strands issue their collectives on two communicators
+// in this order; ranks with different orders could wait on each other forever). The file's text, hashed
+// (FNV-1a, 64 bits), is compared across ranks as two exact 32-bit halves.
+void require_same_plan_on_every_rank(const Team& team, const std::string& what, const PlanFile& pf) {
+  std::ostringstream os;
+  write_plan(os, pf);
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char ch : os.str()) h = (h ^ ch) * 1099511628211ull;
+  const std::vector<double> v = {double(h >> 32), double(h & 0xffffffffu)}, neg = {-v[0], -v[1]};
+  const auto hi = team.allreduce_max(v), lo = team.allreduce_max(neg);
+  if (hi[0] != -lo[0] || hi[1] != -lo[1])
+    throw UsageError("bench strands: " + what + " differs across ranks (they would issue their collectives in "
+                     "different orders); every rank must search on the same pair table",
+                     __FILE__, __LINE__);
+}
+
 PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, const bench::TimingOptions& opt,
                         const std::string& node, bool verbose) {
   cudaStream_t s = ex.streams().compute;
@@ -366,7 +383,9 @@ PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex
     const auto st = bench::summarize(bench::time_iterations(&team, s, opt, clock.wrap([&](int) {
       ex.run_step(f.empty() ? nullptr : &a, f, bw.empty() ? nullptr : &b, bw);
     })));
-    if (host_us) *host_us = clock.per_call_us();
+    // The slowest rank's host time, as the GPU time is the slowest rank's: every rank must hold the same table,
+    // since the plan and issue orders searched on it decide the order in which each rank issues its collectives.
+    if (host_us) *host_us = team.allreduce_max(clock.per_call_us());
     return st.median_us;
   };
   // An empty step (fork + join only) is the fixed cost of every measurement; subtract it so that it
@@ -1270,7 +1289,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     if (!saved.empty()) {
       double one = 0;
       for (const auto& t : saved) one += t.bytes;
-      const double budget = one + 0.05 * double(la.memory().total()) - 64.0 * 1048576.0;
+      // (The largest rank's memory: an MoE layer's buffers may differ by rank, and every rank must search alike.)
+      const double budget = one + 0.05 * team.allreduce_max(double(la.memory().total())) - 64.0 * 1048576.0;
       const auto q1 = pool_bounded_issue_order(dag, {b1.order, m1.order}, saved, budget, table);
       const auto q2 = pool_bounded_issue_order(dag2, {b2.order, m2.order, cr.order}, saved, budget, table);
       if (std::isfinite(q1.makespan_us))
@@ -1324,6 +1344,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     }
   }
 
+  // Every plan and order below must be the same on every rank (searched on the same table; checked, not assumed).
+  require_same_plan_on_every_rank(team, "the searched plan", plan_file);
+  require_same_plan_on_every_rank(team, "the whole-pass plan", whole_file);
+  require_same_plan_on_every_rank(team, "strands-corun-moves-2link-dag's order", moves_file);
+  for (const auto* list : {&order_plans, &order_plans2})
+    for (const auto& [name, pf] : *list) require_same_plan_on_every_rank(team, name + "'s order", pf);
   if (a.layers > 1) {  // the stack instead of the one-layer variants
     auto stack_orders2 = order_plans2;
     stack_orders2.push_back({"strands-corun-moves-2link", moves_file});
