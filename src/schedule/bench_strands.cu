@@ -352,12 +352,21 @@ bool l2_verdict(Team& team, bool root, const Snapshot& ref, const Snapshot& got,
 
 // ---- profiler ---------------------------------------------------------------------------------------
 
-// Throws unless every rank holds the same plan file (the strands issue their collectives on two communicators
-// in this order; ranks with different orders could wait on each other forever). The file's text, hashed
-// (FNV-1a, 64 bits), is compared across ranks as two exact 32-bit halves.
+// Throws unless every rank holds the same plan (the strands issue their collectives on two communicators in its
+// order; ranks with different orders could wait on each other forever). Its structure — both passes' operator
+// orders and every step's operators, not the modelled times — hashed (FNV-1a, 64 bits), is compared across ranks as
+// two exact 32-bit halves.
 void require_same_plan_on_every_rank(const Team& team, const std::string& what, const PlanFile& pf) {
   std::ostringstream os;
-  write_plan(os, pf);
+  for (const auto* v : {&pf.fwd_order, &pf.bwd_order})
+    for (const auto& n : *v) os << n << ' ';
+  for (const auto& st : pf.steps) {
+    os << '|';
+    for (const auto* v : {&st.fwd, &st.bwd}) {
+      for (const auto& n : *v) os << n << '+';
+      os << ';';
+    }
+  }
   uint64_t h = 1469598103934665603ull;
   for (const unsigned char ch : os.str()) h = (h ^ ch) * 1099511628211ull;
   const std::vector<double> v = {double(h >> 32), double(h & 0xffffffffu)}, neg = {-v[0], -v[1]};
