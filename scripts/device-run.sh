@@ -206,6 +206,10 @@
 # The thirty-sixth session's calls (2x H200): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi", test +
 # Mixtral and 70B at 2 caps) 4.3 min cold; the same with 12-15 variants at one cap per model 3.8-4.1 min cold; `build
 # strands-stack` (BUILD_TARGET=braid, STACK_TEST=0, two models at 2 CTAs and NVLink) 4.1 min cold.
+# First on any 2-GPU machine (fifty-second session): `build strands-stack strands-mixtral` with BUILD_TARGET=braid
+# STACK_TEST=0 STACK_MODELS=mixtral-8x7b STACK_THROTTLES="1 2" MIXTRAL_THROTTLES=1 — the Mixtral stack again now that
+# an in-run pair table is the same on both ranks (its earlier rows may have timed different interleavings per rank:
+# docs/dhelix.md "Fifty-second session"), and the Mixtral one-layer bench, whose run at 60efd72 hit its watchdog.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
