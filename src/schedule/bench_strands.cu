@@ -9,7 +9,6 @@
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -353,22 +352,10 @@ bool l2_verdict(Team& team, bool root, const Snapshot& ref, const Snapshot& got,
 // ---- profiler ---------------------------------------------------------------------------------------
 
 // Throws unless every rank holds the same plan (the strands issue their collectives on two communicators in its
-// order; ranks with different orders could wait on each other forever). Its structure — both passes' operator
-// orders and every step's operators, not the modelled times — hashed (FNV-1a, 64 bits), is compared across ranks as
-// two exact 32-bit halves.
+// order; ranks with different orders could wait on each other forever): plan_structure_hash compared across ranks
+// as two exact 32-bit halves.
 void require_same_plan_on_every_rank(const Team& team, const std::string& what, const PlanFile& pf) {
-  std::ostringstream os;
-  for (const auto* v : {&pf.fwd_order, &pf.bwd_order})
-    for (const auto& n : *v) os << n << ' ';
-  for (const auto& st : pf.steps) {
-    os << '|';
-    for (const auto* v : {&st.fwd, &st.bwd}) {
-      for (const auto& n : *v) os << n << '+';
-      os << ';';
-    }
-  }
-  uint64_t h = 1469598103934665603ull;
-  for (const unsigned char ch : os.str()) h = (h ^ ch) * 1099511628211ull;
+  const uint64_t h = plan_structure_hash(pf);
   const std::vector<double> v = {double(h >> 32), double(h & 0xffffffffu)}, neg = {-v[0], -v[1]};
   const auto hi = team.allreduce_max(v), lo = team.allreduce_max(neg);
   if (hi[0] != -lo[0] || hi[1] != -lo[1])

@@ -657,6 +657,26 @@ void write_plan(std::ostream& os, const PlanFile& f) {
   os << "comm_us " << f.comm_us << "\n";
 }
 
+uint64_t plan_structure_hash(const PlanFile& f) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  auto eat = [&h](const std::string& s, char end) {
+    for (const unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+    h = (h ^ static_cast<unsigned char>(end)) * 1099511628211ull;
+  };
+  for (const auto* v : {&f.fwd_order, &f.bwd_order}) {
+    for (const auto& n : *v) eat(n, ' ');
+    eat("", '\n');
+  }
+  for (const auto& st : f.steps) {
+    for (const auto* v : {&st.fwd, &st.bwd}) {
+      for (const auto& n : *v) eat(n, '+');
+      eat("", ';');
+    }
+    eat("", '|');
+  }
+  return h;
+}
+
 PlanFile read_plan(std::istream& is) {
   PlanFile f;
   std::string line;

@@ -354,6 +354,40 @@ TEST(PlanFile, RoundTrip) {
   EXPECT_THROW(read_plan(malformed), braid::UsageError);
 }
 
+// plan_structure_hash (what ranks compare before running a plan): the same for the same orders and steps whatever
+// the modelled times, different when an operator moves between steps or the orders differ.
+TEST(PlanFile, StructureHashIgnoresTimesNotOrders) {
+  LayerConfig cfg;
+  cfg.ep = 2;
+  const Layer L = build_layer(model_dims("mixtral-8x7b"), cfg);
+  const PairTable t = synthetic_pair_table(L);
+  PairCost cost(L, t);
+  const PlanFile f = to_plan_file(L, search_plan(cost, SearchOptions{}));
+  ASSERT_GE(f.steps.size(), 2u);
+  PlanFile timed = f;
+  for (auto& st : timed.steps) st.time_us *= 1.1;
+  timed.total_us += 1, timed.serial_us += 1, timed.comm_us += 1;
+  EXPECT_EQ(plan_structure_hash(timed), plan_structure_hash(f));
+  PlanFile swapped = f;  // the two passes' orders exchanged: a different plan
+  std::swap(swapped.fwd_order, swapped.bwd_order);
+  EXPECT_NE(plan_structure_hash(swapped), plan_structure_hash(f));
+  PlanFile moved = f;  // the first step's last forward operator moved to the start of the second step
+  size_t k = 0;
+  while (k + 1 < moved.steps.size() && moved.steps[k].fwd.empty()) ++k;
+  ASSERT_LT(k + 1, moved.steps.size());
+  moved.steps[k + 1].fwd.insert(moved.steps[k + 1].fwd.begin(), moved.steps[k].fwd.back());
+  moved.steps[k].fwd.pop_back();
+  EXPECT_NE(plan_structure_hash(moved), plan_structure_hash(f));
+  PlanFile across = f;  // an operator name moved from one side of a step to the other
+  for (auto& st : across.steps)
+    if (!st.fwd.empty()) {
+      st.bwd.insert(st.bwd.begin(), st.fwd.back());
+      st.fwd.pop_back();
+      break;
+    }
+  EXPECT_NE(plan_structure_hash(across), plan_structure_hash(f));
+}
+
 // The analytic MoE layer with a capacity factor: the expert work and the all-to-all bytes grow with the padded
 // rows (E x ceil(C x local tokens x top_k / E) instead of the balanced local tokens x top_k); the rest is unchanged.
 TEST(OperatorModel, MoeCapacityPadsExpertWorkAndAllToAll) {

@@ -164,6 +164,10 @@ Plan from_plan_file(const Layer& layer, const PlanFile& file);
 void write_plan(std::ostream& os, const PlanFile& file);
 /// Reads the format above (throws UsageError naming the line on a malformed record).
 PlanFile read_plan(std::istream& is);
+/// A 64-bit hash (FNV-1a) of what an executor runs of a plan: both passes' operator orders and every step's
+/// operators, not the model, the parallel setting or the modelled times. Ranks compare it to check that they run
+/// the same plan (an executor on each rank issues its collectives in the plan's order).
+uint64_t plan_structure_hash(const PlanFile& file);
 
 /// Human-readable table of a plan (one row per step, with stream classes and times).
 void print_plan(std::ostream& os, const Layer& layer, const Plan& plan);
