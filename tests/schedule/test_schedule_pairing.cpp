@@ -318,15 +318,30 @@ TEST(CostModel, RateModelComposesSegments) {
   EXPECT_FALSE(measured.bound_ok());
 }
 
-TEST(PlanFile, RoundTrip) {
+// The Mixtral EP = 2 layer, its synthetic pair table and a plan searched on it (shifts up to 3).
+struct MoeSearch {
+  Layer L;
+  PairTable t;
+  Plan p;
+};
+MoeSearch moe_search() {
   LayerConfig cfg;
   cfg.ep = 2;
-  const Layer L = build_layer(model_dims("mixtral-8x7b"), cfg);
-  const PairTable t = synthetic_pair_table(L);
-  PairCost cost(L, t);
+  MoeSearch r;
+  r.L = build_layer(model_dims("mixtral-8x7b"), cfg);
+  r.t = synthetic_pair_table(r.L);
+  PairCost cost(r.L, r.t);
   SearchOptions opt;
   opt.max_shift = 3;
-  const Plan p = search_plan(cost, opt);
+  r.p = search_plan(cost, opt);
+  return r;
+}
+
+TEST(PlanFile, RoundTrip) {
+  const MoeSearch m = moe_search();
+  const Layer& L = m.L;
+  const Plan& p = m.p;
+  PairCost cost(L, m.t);
   std::stringstream ss;
   write_plan(ss, to_plan_file(L, p));
   const std::string text = ss.str();
@@ -357,12 +372,8 @@ TEST(PlanFile, RoundTrip) {
 // plan_structure_hash (what ranks compare before running a plan): the same for the same orders and steps whatever
 // the modelled times, different when an operator moves between steps or the orders differ.
 TEST(PlanFile, StructureHashIgnoresTimesNotOrders) {
-  LayerConfig cfg;
-  cfg.ep = 2;
-  const Layer L = build_layer(model_dims("mixtral-8x7b"), cfg);
-  const PairTable t = synthetic_pair_table(L);
-  PairCost cost(L, t);
-  const PlanFile f = to_plan_file(L, search_plan(cost, SearchOptions{}));
+  const MoeSearch m = moe_search();
+  const PlanFile f = to_plan_file(m.L, m.p);
   ASSERT_GE(f.steps.size(), 2u);
   PlanFile timed = f;
   for (auto& st : timed.steps) st.time_us *= 1.1;
