@@ -198,13 +198,6 @@ __device__ __forceinline__ void store_code_words(const uint32_t (&w)[2], uint8_t
   else
     *reinterpret_cast<uint32_t*>(p) = w[0];
 }
-// Stores 8 codes (BITS each, packed in value order) at p: 8 bytes (INT8) or 4 (INT4).
-template <int BITS>
-__device__ __forceinline__ void store_codes(const uint32_t (&q)[kVec], uint8_t* p) {
-  uint32_t w[2];
-  pack_codes<BITS>(q, w);
-  store_code_words<BITS>(w, p);
-}
 // The packed codes of this thread's `valid` values quantized with p (0 past them).
 template <int BITS>
 __device__ __forceinline__ void quantize_words(const float (&v)[kVec], int valid, const quant::GroupParams& p,
