@@ -352,13 +352,12 @@ bool l2_verdict(Team& team, bool root, const Snapshot& ref, const Snapshot& got,
 // ---- profiler ---------------------------------------------------------------------------------------
 
 // Throws unless every rank holds the same plan (the strands issue their collectives on two communicators in its
-// order; ranks with different orders could wait on each other forever): plan_structure_hash compared across ranks
-// as two exact 32-bit halves.
+// order; ranks with different orders could wait on each other forever): the top 52 bits of plan_structure_hash (an
+// exact double) compared across ranks, as AutoGemmComm compares its picks.
 void require_same_plan_on_every_rank(const Team& team, const std::string& what, const PlanFile& pf) {
-  const uint64_t h = plan_structure_hash(pf);
-  const std::vector<double> v = {double(h >> 32), double(h & 0xffffffffu)}, neg = {-v[0], -v[1]};
-  const auto hi = team.allreduce_max(v), lo = team.allreduce_max(neg);
-  if (hi[0] != -lo[0] || hi[1] != -lo[1])
+  const double h = double(plan_structure_hash(pf) >> 12);
+  const std::vector<double> mx = team.allreduce_max({h, -h});
+  if (mx[0] != -mx[1])
     throw UsageError("bench strands: " + what + " differs across ranks (they would issue their collectives in "
                      "different orders); every rank must search on the same pair table",
                      __FILE__, __LINE__);
@@ -1352,6 +1351,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     return bench_stack(team, a, c, p, ctx, st, *comm_a, *comm_b, dag, plan_file, stack_orders2, plan_source, plan);
   }
 
+  // One layer runs strands-corun-moves-2link-dag on the dense layer only: the MoE layer's one-layer bench with it
+  // (fifty-second session, 2x H200, throttled) did not finish within its 295-s limit and its output was lost with
+  // the job, so whether this variant hung there is not known (the stack runs the same order on the MoE layer,
+  // verified and timed).
+  const bool moves_one_layer = !c.moe();
+
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;
   if (a.verify) {
@@ -1408,7 +1413,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
             std::printf("# verification (%s): %s%s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
                         name.c_str(), dep ? "-dag" : "", diff, diff == 0 ? "Passed" : "FAILED");
         }
-    if (!c.moe()) {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
+    if (moves_one_layer) {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
       const Layer vd = dep_ready_layer(vdag2);
       StrandExecutor vexm(vd, from_plan_file(vd, moves_file), st.s);
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
@@ -1642,11 +1647,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         StrandExecutor* e = order_ex.back().get();
         iv.add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
       }
-    // The co-run model's order with operators moved (as the stack's strands-corun-moves-2link-dag), on the dense
-    // layer only: the MoE layer's one-layer bench with it (fifty-second session, 2x H200, throttled) did not finish
-    // within its 295-s limit and its output was lost with the job, so whether this variant hung there is not known
-    // (the stack runs the same order on the MoE layer, verified and timed).
-    if (!c.moe()) {
+    if (moves_one_layer) {  // the co-run model's order with operators moved (as the stack's)
       order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, moves_file), st.s));
       StrandExecutor* e = order_ex.back().get();
       iv.add("strands-corun-moves-2link-dag", [&, e](int) { e->run(la, lb); }, two_sets);
