@@ -1231,6 +1231,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const Layer dag2 = two_link_layer(dag);
   std::vector<std::pair<std::string, PlanFile>> order_plans2;  // run on dag2
   PlanFile moves_file;  // strands-corun-moves-2link-dag's order (below), run on dep_ready_layer(dag2)
+  // strands-pool-moves-2link-dag's order (below; empty when no order fits the pool budget), on dep_ready_layer(dag2)
+  PlanFile pool_moves_file;
   {
     const auto b1 = best_issue_order(dag, plan, 128), b2 = best_issue_order(dag2, plan, 128);
     if (root)
@@ -1287,7 +1289,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       // (The largest rank's memory: an MoE layer's buffers may differ by rank, and every rank must search alike.)
       const double budget = one + 0.05 * team.allreduce_max(double(la.memory().total())) - 64.0 * 1048576.0;
       const auto q1 = pool_bounded_issue_order(dag, {b1.order, m1.order}, saved, budget, table);
-      const auto q2 = pool_bounded_issue_order(dag2, {b2.order, m2.order, cr.order}, saved, budget, table);
+      // The one-link order is an interleaving of the same two pass orders, so it starts the two-link search
+      // too (the pool bound depends on the order only): the two-link starts alone may all stay over budget.
+      std::vector<std::vector<std::pair<Pass, int>>> starts2 = {b2.order, m2.order, cr.order};
+      if (std::isfinite(q1.makespan_us)) starts2.push_back(q1.order);
+      const auto q2 = pool_bounded_issue_order(dag2, starts2, saved, budget, table);
       if (std::isfinite(q1.makespan_us))
         order_plans.push_back({"strands-pool-order", to_plan_file(dag, order_plan(dag, q1.order))});
       if (std::isfinite(q2.makespan_us))
@@ -1297,6 +1303,24 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     "bound %.2fx, %.1f us; two links bound %.2fx, %.1f us (inf: no order found within the budget)\n",
                     budget / 1048576.0, budget / one, two_strand_pool_bound(dag, q1.order, saved) / one,
                     q1.makespan_us, two_strand_pool_bound(dag2, q2.order, saved) / one, q2.makespan_us);
+      // The co-run moves search (operators moved where their dependencies allow, two links, dependency-ready)
+      // within the same budget, from the fitting pool-bounded orders: strands-pool-moves-2link-dag, timed with
+      // two sets and in one pool (strands-arena-moves-2link-dag). In the model it keeps most of the unbounded
+      // moves order's gain (docs/dhelix.md, fifty-third session).
+      std::vector<std::vector<std::pair<Pass, int>>> fit;
+      for (const auto* q : {&q1, &q2})
+        if (std::isfinite(q->makespan_us)) fit.push_back(q->order);
+      if (!fit.empty()) {
+        const Layer dd2 = dep_ready_layer(dag2);
+        const double t0 = MPI_Wtime();
+        const auto pm = pool_bounded_moves_issue_order(dd2, fit, saved, budget, table);
+        if (std::isfinite(pm.makespan_us)) pool_moves_file = to_plan_file(dd2, order_plan(dd2, pm.order));
+        if (root)
+          std::printf("# pool-bounded co-run moves (two links, operators on their dependencies): bound %.2fx, %.1f us "
+                      "(search %.1f s)\n",
+                      std::isfinite(pm.makespan_us) ? two_strand_pool_bound(dd2, pm.order, saved) / one : 0.0,
+                      pm.makespan_us, MPI_Wtime() - t0);
+      }
     }
   }
   // Static two-strand pools (two_strand_placement, deterministic: every rank gets the same) of every issue
@@ -1308,6 +1332,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     bool two_links = false;
     PlanFile pf;
     ArenaPlacement pool;
+    bool dep_ready = false;  // an order of dep_ready_layer(dag2) (moved operators): runs there only
   };
   std::vector<OrderPool> pools;
   int arena = -1;  // index into pools
@@ -1319,6 +1344,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       }
     for (size_t i = 0; i < pools.size(); ++i)
       if (arena < 0 || pools[i].pool.pool_bytes < pools[size_t(arena)].pool.pool_bytes) arena = int(i);
+    if (!pool_moves_file.fwd_order.empty()) {  // (after the smallest-pool pick: it runs in its own arena below)
+      const Layer dd2 = dep_ready_layer(dag2);
+      pools.push_back({"strands-pool-moves-2link-dag", true, pool_moves_file,
+                       two_strand_placement(dd2, plan_issue_order(dd2, from_plan_file(dd2, pool_moves_file)), saved),
+                       true});
+    }
   }
   if (root) {
     std::printf("# executor model (solo times, no co-run slowdown): searched plan %.1f us, whole-pass plan %.1f us\n",
@@ -1343,6 +1374,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   require_same_plan_on_every_rank(team, "the searched plan", plan_file);
   require_same_plan_on_every_rank(team, "the whole-pass plan", whole_file);
   require_same_plan_on_every_rank(team, "strands-corun-moves-2link-dag's order", moves_file);
+  require_same_plan_on_every_rank(team, "strands-pool-moves-2link-dag's order", pool_moves_file);
   for (const auto* list : {&order_plans, &order_plans2})
     for (const auto& [name, pf] : *list) require_same_plan_on_every_rank(team, name + "'s order", pf);
   if (a.layers > 1) {  // the stack instead of the one-layer variants
@@ -1351,11 +1383,6 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     return bench_stack(team, a, c, p, ctx, st, *comm_a, *comm_b, dag, plan_file, stack_orders2, plan_source, plan);
   }
 
-  // One layer runs strands-corun-moves-2link-dag on the dense layer only: the MoE layer's one-layer bench with it
-  // (fifty-second session, 2x H200, throttled) did not finish within its 295-s limit and its output was lost with
-  // the job, so whether this variant hung there is not known (the stack runs the same order on the MoE layer,
-  // verified and timed).
-  const bool moves_one_layer = !c.moe();
 
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;
@@ -1413,13 +1440,22 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
             std::printf("# verification (%s): %s%s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
                         name.c_str(), dep ? "-dag" : "", diff, diff == 0 ? "Passed" : "FAILED");
         }
-    if (moves_one_layer) {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
+    {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
       const Layer vd = dep_ready_layer(vdag2);
       StrandExecutor vexm(vd, from_plan_file(vd, moves_file), st.s);
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
       ok = ok && diff == 0;
       if (root)
         std::printf("# verification (%s): strands-corun-moves-2link-dag vs single strand: %.0f differing values -> %s\n",
+                    sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    }
+    if (!pool_moves_file.fwd_order.empty()) {  // strands-pool-moves-2link-dag (two sets), timed below
+      const Layer vd = dep_ready_layer(vdag2);
+      StrandExecutor vexm(vd, from_plan_file(vd, pool_moves_file), st.s);
+      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): strands-pool-moves-2link-dag vs single strand: %.0f differing values -> %s\n",
                     sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
     }
     {  // the whole-pass plan timed below as strands-whole
@@ -1475,22 +1511,29 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       // links, the search's best on one (strands-best-order). Two units, as the timing runs them: the second
       // swaps the roles (β's forward into the pool beside α's backward, SharedActivationPool::waits_b), and
       // is compared too (α's gradients and dx, β's forward output).
+      // Third, strands-pool-moves-2link-dag's own order (dependency-ready, so no separate -dag executors), as
+      // strands-arena-moves-2link-dag times it.
       const Snapshot ref2 = strands_sequence(team, va, vb, vex, st, 0, false, false, nullptr, true);
-      for (const bool two : {true, false}) {
+      const Layer vdd2 = dep_ready_layer(vdag2);
+      for (const int kind : {2, 1, 3}) {  // two links, one link, the pool-bounded moves order
         if (arena < 0) break;  // no saved tensors: no arena is timed
-        const Layer& vd = two ? vdag2 : vdag;
-        const std::string L = two ? "-2link" : "-1link";
+        if (kind == 3 && pool_moves_file.fwd_order.empty()) continue;
+        const bool two = kind != 1, moves = kind == 3;
+        const Layer& vd = moves ? vdd2 : two ? vdag2 : vdag;
+        const std::string L = moves ? "-moves-2link-dag" : two ? "-2link" : "-1link";
         m::Layer vaa(sc, p, *comm_a);
         vaa.init_random_weights(5);
         vaa.set_accumulate_grads(true);
         m::Layer vbb(vaa, *comm_b, m::Layer::Share::kAll);
         vbb.share_cublas_workspace(vaa);  // the executor runs both layers' GEMMs on one stream
-        const Plan vop = order_plan(vd, best_issue_order(vd, from_plan_file(vdag, plan_file), 128, two).order);
+        const Plan vop = moves ? from_plan_file(vd, pool_moves_file)
+                               : order_plan(vd, best_issue_order(vd, from_plan_file(vdag, plan_file), 128, two).order);
         SharedActivationPool vpool(vd, plan_issue_order(vd, vop), sc, p, vaa, vbb);
         // strands-arena, -dag, arena-io (y/dy/dx shared), arena-io-dag, then arena-io-smres (its GEMMs leaving
         // SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
         for (const int k : {0, 1, 2, 4, 3}) {
           const bool dep = k == 1 || k == 4, io = k >= 2, smres = k == 3;
+          if (dep && moves) continue;  // its layer is dependency-ready already
           if (io && (!p.sp || p.tp < 2)) continue;
           if (smres && a.gemm_sm_reserve <= 0) continue;
           if (k == 2) vbb.share_interfaces(vaa);
@@ -1647,12 +1690,17 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         StrandExecutor* e = order_ex.back().get();
         iv.add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
       }
-    if (moves_one_layer) {  // the co-run model's order with operators moved (as the stack's)
+    {  // the co-run model's order with operators moved (as the stack's)
       order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, moves_file), st.s));
       StrandExecutor* e = order_ex.back().get();
       iv.add("strands-corun-moves-2link-dag", [&, e](int) { e->run(la, lb); }, two_sets);
       if (a.gemm_sm_reserve > 0)
         iv.add("strands-corun-moves-2link-dag-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
+    }
+    if (!pool_moves_file.fwd_order.empty()) {  // the same search within the pool budget (two sets here; one pool below)
+      order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, pool_moves_file), st.s));
+      StrandExecutor* e = order_ex.back().get();
+      iv.add("strands-pool-moves-2link-dag", [&, e](int) { e->run(la, lb); }, two_sets);
     }
     for (const auto& [name, pf] : order_plans) {
       order_ex.push_back(std::make_unique<StrandExecutor>(dag, from_plan_file(dag, pf), st.s));
@@ -1721,9 +1769,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // (place_saved frees their own saved copies). Memory: both layers + the pool. Dense and MoE alike.
   // Returns the memory of the last variant it timed (-io where the layer has sequence parallelism).
   auto run_arena = [&](const OrderPool& ch, const std::string& tag) {
-    const Layer& ad = ch.two_links ? dag2 : dag;
+    // (A dependency-ready order runs on dag_dep2 alone: its plain and -dag executors would be the same.)
+    const Layer& ad = ch.dep_ready ? dag_dep2 : ch.two_links ? dag2 : dag;
     const Layer& add = ch.two_links ? dag_dep2 : dag_dep;
-    const std::string L = tag + (ch.two_links ? "-2link" : "-1link");
+    const std::string L = tag + (ch.dep_ready ? "-2link-dag" : ch.two_links ? "-2link" : "-1link");
     m::Layer aa(c, p, *comm_a);
     aa.init_random_weights(17);
     aa.set_accumulate_grads(true);
@@ -1756,7 +1805,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       std::printf("# strands-arena%s: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", L.c_str(),
                   ch.name.c_str(), pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0);
     vs.push_back({"strands-arena" + L, med([&](int) { unit(exa, exb); }), mem});
-    vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
+    if (!ch.dep_ready) vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
     if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
       bb.share_interfaces(aa);
       fill_inputs(aa, 301 + team.rank(), s);
@@ -1766,7 +1815,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
       vs.push_back({"strands-arena-io" + L, med([&](int) { unit(exa, exb); }), mem});
       // ... with operators waiting for their dependencies only (the -dag executors; same pool and waits)
-      vs.push_back({"strands-arena-io" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
+      if (!ch.dep_ready) vs.push_back({"strands-arena-io" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
       if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives
         const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
         aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
@@ -1793,6 +1842,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     int fast = -1;
     for (size_t i = 0; i < pools.size(); ++i) {
       const double t = measured(pools[i].name);
+      if (pools[i].dep_ready) continue;  // strands-pool-moves-2link-dag: its own arena below
       if (t <= 0 || mem_small + pools[i].pool.pool_bytes - small.pool.pool_bytes > budget) continue;
       if (fast < 0 || t < measured(pools[size_t(fast)].name)) fast = int(i);
     }
@@ -1801,6 +1851,16 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   "shared (the -io arena; the plain arena keeps its own y/dy/dx and may exceed it): %s\n",
                   budget / 1048576.0, fast < 0 ? "none fits" : pools[size_t(fast)].name.c_str());
     if (fast >= 0 && fast != arena) run_arena(pools[size_t(fast)], "-fast");
+    // strands-arena-moves-2link-dag: the pool-bounded co-run moves order in one pool (searched within the
+    // budget by two_strand_pool_bound; its placement may still exceed it by the bound's gap, reported).
+    for (const auto& op : pools)
+      if (op.dep_ready) {
+        const double m = mem_small + op.pool.pool_bytes - small.pool.pool_bytes;
+        if (root && m > budget)
+          std::printf("# strands-arena-moves: its -io memory %.1f MiB exceeds 1.05x the single strand's (%.1f MiB)\n",
+                      m / 1048576.0, budget / 1048576.0);
+        run_arena(op, "-moves");
+      }
   }
   const double mem_peak = bench::device_used_bytes();
 

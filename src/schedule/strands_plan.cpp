@@ -827,6 +827,43 @@ BudgetedSchedule corun_moves_issue_order(const Layer& dag, const std::vector<std
   return best;
 }
 
+BudgetedSchedule pool_bounded_moves_issue_order(const Layer& dag,
+                                                const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                                const std::vector<SavedTensor>& saved, double budget_bytes,
+                                                const PairTable& table, double weight, int max_rounds) {
+  BRAID_REQUIRE(!starts.empty(), "pool_bounded_moves_issue_order: needs a start order");
+  using Order = std::vector<std::pair<Pass, int>>;
+  BudgetedSchedule best;
+  best.makespan_us = std::numeric_limits<double>::infinity();
+  for (Order order : starts) {
+    BRAID_REQUIRE(order.size() == dag.fwd.size() + dag.bwd.size() && respects_deps(dag, order),
+                  "pool_bounded_moves_issue_order: a start order is not a valid issue order of the DAG");
+    if (two_strand_pool_bound(dag, order, saved) > budget_bytes) continue;  // only fitting starts
+    double cur = corun_makespan_us(dag, order, table, weight);
+    // corun_moves_issue_order's rounds (first improvement, the scan restarting from the front), a move
+    // taken only when the moved order's pool bound stays within the budget (the bound checked last: it
+    // costs more than the make-span).
+    for (int round = 0; round < max_rounds; ++round) {
+      bool improved = false;
+      for (size_t k = 0; k < order.size() && !improved; ++k)
+        for (size_t to = 0; to < order.size() && !improved; ++to) {
+          if (to == k) continue;
+          Order c = order;
+          const auto op = c[k];
+          c.erase(c.begin() + long(k));
+          c.insert(c.begin() + long(to), op);
+          if (!respects_deps(dag, c)) continue;
+          const double t = corun_makespan_us(dag, c, table, weight);
+          if (t < cur - 1e-6 && two_strand_pool_bound(dag, c, saved) <= budget_bytes)
+            cur = t, order = std::move(c), improved = true;
+        }
+      if (!improved) break;
+    }
+    if (cur < best.makespan_us) best.makespan_us = cur, best.order = order;
+  }
+  return best;
+}
+
 BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
                                           const std::vector<SavedTensor>& saved, double budget_bytes,
                                           const PairTable& table, double weight, int max_rounds) {

@@ -216,6 +216,18 @@ BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<st
                                           const std::vector<SavedTensor>& saved, double budget_bytes,
                                           const PairTable& table, double weight = kCorunWeight, int max_rounds = 200);
 
+/// corun_moves_issue_order's free moves (any op to any position its dependencies allow) under
+/// pool_bounded_issue_order's budget: from each start whose two_strand_pool_bound fits `budget_bytes`
+/// (others are skipped), first improvements of the co-run make-span among moves that keep the bound within
+/// it. So a dep_ready two-link order can fill the compute stream with moved operators and still run in one
+/// activation pool. Returns the fastest fitting order found; makespan_us = +inf and an empty order when
+/// no start fits. Deterministic.
+BudgetedSchedule pool_bounded_moves_issue_order(const Layer& dag,
+                                                const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                                const std::vector<SavedTensor>& saved, double budget_bytes,
+                                                const PairTable& table, double weight = kCorunWeight,
+                                                int max_rounds = 100);
+
 /// `dag` with the backward strand's local-link collectives on the cross-link stream: each strand's
 /// collectives get their own stream, as round-robin's do (with one communicator per strand they then run
 /// side by side). For comparisons under a per-communicator throttle; on one real link they would contend.
