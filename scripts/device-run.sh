@@ -206,10 +206,13 @@
 # The thirty-sixth session's calls (2x H200): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi", test +
 # Mixtral and 70B at 2 caps) 4.3 min cold; the same with 12-15 variants at one cap per model 3.8-4.1 min cold; `build
 # strands-stack` (BUILD_TARGET=braid, STACK_TEST=0, two models at 2 CTAs and NVLink) 4.1 min cold.
-# First on any 2-GPU machine (fifty-second session): `build strands-stack strands-mixtral` with BUILD_TARGET=braid
-# STACK_TEST=0 STACK_MODELS=mixtral-8x7b STACK_THROTTLES="1 2" MIXTRAL_THROTTLES=1 — the Mixtral stack again now that
-# an in-run pair table is the same on both ranks (its earlier rows may have timed different interleavings per rank:
-# docs/dhelix.md "Fifty-second session"), and the Mixtral one-layer bench, whose run at 60efd72 hit its watchdog.
+# Fifty-third session (eight calls, all 2x H200, ~1275 s held): `build strands-stack` (BUILD_TARGET="braid
+# test_strands_mpi", STACK_TEST=1, Mixtral stack at 1 and 2 CTAs) 4.5 min cold; a one-layer `bench strands` by hand
+# (mpirun, no `ts` on the device: a pipe into it kills the run) ~20 s warm for Mixtral, ~60 s for 70B (--pairs
+# e782a52); `build` (BUILD_TARGET=braid) + 70B and Mixtral one layer 3.6 min cold; 2x 70B + 2x Mixtral 4 min cold.
+# The device tool returns at most 8 files: give each run one log and few JSON files.
+# Next on a 2-GPU machine: the one-layer pool-moves arena (`strands-arena-io-moves-2link-dag-smres`) on Mixtral at
+# 2 CTAs and on 70B at 2 CTAs (STRANDS_THROTTLE=2 strands-smres, SMRES_NVLINK=0), and the stacks with it unchanged.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
@@ -222,7 +225,8 @@
 # card: STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES="1 2", twice (the stacks' strands-corun-moves-2link-dag
 # hid 73.6-74.1% (70B) and 75.2-76.6% (Mixtral) on 2x H200 at either link priority, fifty-first session),
 # and issue 3's `ar-ll128 ar-table peers` (the LL128 one-shot met the bf16 band on 2x H200 in graph replays, fiftieth
-# session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
+# session), and the one-layer 70B and Mixtral benches at 1 CTA (`strands-smres` with SMRES_NVLINK=0, `strands-mixtral`
+# with MIXTRAL_THROTTLES=1: the pool-moves arena met issue 9 on one 70B layer on 2x H200, fifty-third session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
 # with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
 # The thirty-fifth session's calls: one H200 `build test gemm-variant` (BUILD_TARGET="braid test_overlap_gemm_gpu",
 # sweep, 2 rounds at VARIANT_T=150) 9.4 min cold, the sweep cut at 37/30 shapes per binary; 2x H200 `build
