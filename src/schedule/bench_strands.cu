@@ -1234,6 +1234,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // strands-pool-moves[-w<weight>]-2link-dag: the pool-bounded co-run moves orders (below; none when no order fits
   // the pool budget), on dep_ready_layer(dag2), one per co-run weight that gives a distinct order
   std::vector<std::pair<std::string, PlanFile>> pool_moves;
+  double pool_budget = 0;  // the pool-bounded searches' budget (bytes; 0 without saved tensors)
+  double one_saved_bytes = 0;  // one micro-batch's saved activations (schedule::saved_tensors)
+  for (const auto& t : saved) one_saved_bytes += t.bytes;
   {
     const auto b1 = best_issue_order(dag, plan, 128), b2 = best_issue_order(dag2, plan, 128);
     if (root)
@@ -1289,6 +1292,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       for (const auto& t : saved) one += t.bytes;
       // (The largest rank's memory: an MoE layer's buffers may differ by rank, and every rank must search alike.)
       const double budget = one + 0.05 * team.allreduce_max(double(la.memory().total())) - 64.0 * 1048576.0;
+      pool_budget = budget;
       const auto q1 = pool_bounded_issue_order(dag, {b1.order, m1.order}, saved, budget, table);
       // The one-link order is an interleaving of the same two pass orders, so it starts the two-link search
       // too (the pool bound depends on the order only): the two-link starts alone may all stay over budget.
@@ -1540,7 +1544,17 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         vbb.share_cublas_workspace(vaa);  // the executor runs both layers' GEMMs on one stream
         const Plan vop = moves ? from_plan_file(vd, pool_moves[size_t(kind - 2)].second)
                                : order_plan(vd, best_issue_order(vd, from_plan_file(vdag, plan_file), 128, two).order);
-        SharedActivationPool vpool(vd, plan_issue_order(vd, vop), sc, p, vaa, vbb);
+        // The moves orders' pools are placed as the timed one is (placement_wait_cost within the budget, here
+        // scaled to the small shape's saved set), so the chosen placement's waits are what is verified.
+        double vone = 0;
+        for (const auto& t : saved_tensors(sc, p)) vone += t.bytes;
+        PlacementChoice vchoice;
+        vchoice.budget_bytes = pool_budget > 0 ? vone * pool_budget / one_saved_bytes : 0;
+        const auto vorder = plan_issue_order(vd, vop);
+        vchoice.cost = [&](const std::vector<SavedTensor>& sv, const ArenaPlacement& pl) {
+          return placement_wait_cost(vd, vorder, sv, pl, table, 0.0);  // solo model: the table is the big shape's
+        };
+        SharedActivationPool vpool(vd, vorder, sc, p, vaa, vbb, moves ? &vchoice : nullptr);
         // strands-arena, -dag, arena-io (y/dy/dx shared), arena-io-dag, then arena-io-smres (its GEMMs leaving
         // SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
         for (const int k : {0, 1, 2, 4, 3}) {
@@ -1780,7 +1794,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // in one pool with the memory waits, scratch and gradients shared (Share::kAll): a fresh pair of layers
   // (place_saved frees their own saved copies). Memory: both layers + the pool. Dense and MoE alike.
   // Returns the memory of the last variant it timed (-io where the layer has sequence parallelism).
-  auto run_arena = [&](const OrderPool& ch, const std::string& tag) {
+  // placed_for_waits: the pool placed by placement_wait_cost within the search's budget (PlacementChoice), not
+  // the smallest placement; the memory column reports what it takes.
+  auto run_arena = [&](const OrderPool& ch, const std::string& tag, bool placed_for_waits = false) {
     // (A dependency-ready order runs on dag_dep2 alone: its plain and -dag executors would be the same.)
     const Layer& ad = ch.dep_ready ? dag_dep2 : ch.two_links ? dag2 : dag;
     const Layer& add = ch.two_links ? dag_dep2 : dag_dep;
@@ -1791,7 +1807,13 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     m::Layer bb(aa, *comm_b, m::Layer::Share::kAll);
     bb.share_cublas_workspace(aa);  // the executor runs both layers' GEMMs on one stream
     const Plan op = from_plan_file(ad, ch.pf);
-    SharedActivationPool pool(ad, plan_issue_order(ad, op), c, p, aa, bb);
+    const auto ord = plan_issue_order(ad, op);
+    PlacementChoice choice;
+    choice.budget_bytes = pool_budget;
+    choice.cost = [&](const std::vector<SavedTensor>& sv, const ArenaPlacement& pl) {
+      return placement_wait_cost(ad, ord, sv, pl, table);
+    };
+    SharedActivationPool pool(ad, ord, c, p, aa, bb, placed_for_waits && pool_budget > 0 ? &choice : nullptr);
     // The steady state the pool is placed for: units alternate roles (aa forward with bb backward, then bb
     // forward with aa backward), so every backward reads the set its own forward wrote one unit earlier. Each
     // executor pair holds the memory waits of both roles; `turn` is shared by every arena variant (one pair of
@@ -1814,8 +1836,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     team.synchronize(s, "strands-arena warm-up");
     double mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
     if (root)
-      std::printf("# strands-arena%s: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)\n", L.c_str(),
-                  ch.name.c_str(), pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0);
+      std::printf("# strands-arena%s: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)%s\n", L.c_str(),
+                  ch.name.c_str(), pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0,
+                  placed_for_waits ? ", placed for the co-run model with its waits within the budget" : "");
     vs.push_back({"strands-arena" + L, med([&](int) { unit(exa, exb); }), mem});
     if (!ch.dep_ready) vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
     if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
@@ -1877,7 +1900,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       if (root && m > budget)
         std::printf("# strands-arena-moves: its -io memory %.1f MiB exceeds 1.05x the single strand's (%.1f MiB)\n",
                     m / 1048576.0, budget / 1048576.0);
-      run_arena(op, "-moves");
+      run_arena(op, "-moves", /*placed_for_waits=*/true);
+      run_arena(op, "-moves-minpool");  // the same order in the smallest pool (the placement's A/B)
     }
   }
   const double mem_peak = bench::device_used_bytes();

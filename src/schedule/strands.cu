@@ -472,7 +472,7 @@ double OpTrace::ops_us() const {
 
 SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
                                            const model::ModelConfig& c, const model::Parallel& p, model::Layer& a,
-                                           model::Layer& b) {
+                                           model::Layer& b, const PlacementChoice* choice) {
   auto saved = saved_tensors(c, p);
   const auto layout = a.saved_layout();
   BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands: the layer's saved tensors do not match schedule::saved_tensors");
@@ -483,7 +483,7 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
     BRAID_REQUIRE(n > 0, "strands: the layer has no saved tensor " + t.name);
     t.bytes = double((n + 255) / 256 * 256);
   }
-  const ArenaPlacement pl = two_strand_placement(dag, order, saved);
+  const ArenaPlacement pl = two_strand_placement(dag, order, saved, choice);
   bytes = pl.pool_bytes, one_set = pl.one_set_bytes;
   BRAID_CUDA_CHECK(cudaMalloc(&base, size_t(bytes)));
   std::vector<std::pair<std::string, size_t>> oa, ob;

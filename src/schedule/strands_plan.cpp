@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <set>
 #include <limits>
 #include <map>
 #include <string>
@@ -569,7 +570,7 @@ double two_strand_pool_bound(const Layer& dag, const std::vector<std::pair<Pass,
 }
 
 ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
-                                    const std::vector<SavedTensor>& saved) {
+                                    const std::vector<SavedTensor>& saved, const PlacementChoice* choice) {
   const PoolConflicts pc(dag, order, saved);
   const size_t n = pc.n;
   ArenaPlacement r;
@@ -613,18 +614,29 @@ ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pai
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;
   };
-  std::vector<double> off, best_off;
-  double best = -1;
+  std::vector<double> off, best_off, chosen_off;
+  double best = -1, chosen = -1, chosen_cost = 0;
   const int kRandom = 4000;
+  ArenaPlacement cand = r;  // a candidate, for the choice's cost
+  std::set<std::vector<double>> seen;
   for (int t = 0; t < 2 + kRandom; ++t) {
     if (t >= 2) {
       for (size_t k = perm.size(); k > 1; --k) std::swap(perm[k - 1], perm[next() % k]);
     }
     const double top = first_fit(t < 2 ? orders[t] : perm, off);
     if (best < 0 || top < best - 1e-9) best = top, best_off = off;
+    if (choice && top <= choice->budget_bytes && seen.insert(off).second) {  // each distinct placement once
+      cand.offset_a.assign(off.begin(), off.begin() + long(n));
+      cand.offset_b.assign(off.begin() + long(n), off.end());
+      cand.pool_bytes = top;
+      const double c = choice->cost(saved, cand);
+      if (chosen < 0 || c < chosen_cost - 1e-9 || (c < chosen_cost + 1e-9 && top < chosen - 1e-9))
+        chosen = top, chosen_cost = c, chosen_off = off;
+    }
   }
-  r.offset_a.assign(best_off.begin(), best_off.begin() + n);
-  r.offset_b.assign(best_off.begin() + n, best_off.end());
+  if (chosen >= 0) best = chosen, best_off = chosen_off;  // the choice's pick (it fits the budget)
+  r.offset_a.assign(best_off.begin(), best_off.begin() + long(n));
+  r.offset_b.assign(best_off.begin() + long(n), best_off.end());
   r.pool_bytes = best;
   r.lower_bound_bytes = pc.clique_bytes();  // no placement for this order goes below it
   return r;
@@ -646,6 +658,13 @@ std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<S
   return waits;
 }
 
+double placement_wait_cost(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                           const std::vector<SavedTensor>& saved, const ArenaPlacement& placement,
+                           const PairTable& table, double weight) {
+  return 0.5 * (corun_makespan_us(dag, order, table, weight, memory_waits(dag, saved, placement, true)) +
+                corun_makespan_us(dag, order, table, weight, memory_waits(dag, saved, placement, false)));
+}
+
 std::vector<std::vector<int>> slot_reuse_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
                                                const std::vector<std::string>& names) {
   std::vector<std::vector<int>> waits(dag.fwd.size());
@@ -658,8 +677,10 @@ std::vector<std::vector<int>> slot_reuse_waits(const Layer& dag, const std::vect
 }
 
 double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const PairTable& table,
-                         double weight) {
+                         double weight, const std::vector<std::vector<int>>& fwd_waits) {
   BRAID_REQUIRE(weight >= 0, "corun_makespan_us: weight >= 0");
+  BRAID_REQUIRE(fwd_waits.empty() || fwd_waits.size() == dag.fwd.size(),
+                "corun_makespan_us: fwd_waits needs one list per forward op");
   const size_t n = order.size();
   BRAID_REQUIRE(n == dag.fwd.size() + dag.bwd.size(), "corun_makespan_us: the order must hold every op once");
   const Op* ops[2] = {dag.fwd.data(), dag.bwd.data()};
@@ -694,6 +715,12 @@ double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int
     } else if (last_of[s] >= 0) {
       preds[k].push_back(size_t(last_of[s]));
     }
+    if (s == 0 && !fwd_waits.empty())
+      for (int j : fwd_waits[size_t(order[k].second)]) {  // the pool's waits: backward readers of reused memory
+        BRAID_REQUIRE(j >= 0 && size_t(j) < dag.bwd.size() && pos[1][size_t(j)] >= 0,
+                      "corun_makespan_us: a memory wait on a backward op not issued before its forward op");
+        preds[k].push_back(size_t(pos[1][size_t(j)]));
+      }
     last_on[stream[k]] = int(k), last_of[s] = int(k);
   }
   // Pairwise slowdowns of the items that may overlap (different streams), from the table.

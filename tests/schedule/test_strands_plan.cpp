@@ -928,6 +928,67 @@ TEST(StrandsPlan, PoolBoundedMovesOrderSearch) {
   }
 }
 
+// The co-run model with one pool's memory waits, and the placement chosen for it: on the measured one-layer Mixtral
+// table (1 CTA), the pool-bounded moves order in its smallest placement runs longer in the model than with two sets
+// (its forward's writes wait on backward readers still running); among placements within the bench's budget the
+// chosen one costs less (here: no more than two sets), fits the budget, and its waits all point backwards in the
+// order. Waits never shorten the make-span; a wait on a backward op issued later is refused.
+TEST(StrandsPlan, PlacementChosenForMemoryWaits) {
+  const auto c = cfg("mixtral-8x7b", 4096);
+  const m::Parallel p{2, true};
+  const auto table =
+      sch::load_pair_table(BRAID_RESULTS_DIR "/h200x2/strands-pairs-mixtral-8x7b-onelayer-throttle1-9dc255e.txt");
+  auto dag = sch::strand_layer(c, p);
+  sch::apply_solo_times(dag, table);
+  const auto plan = sch::search_plan(sch::PairCost(dag, table), {});
+  const auto sv = sch::saved_tensors(c, p);
+  double one = 0;
+  for (const auto& t : sv) one += t.bytes;
+  const double budget = one + 0.05 * 5169.1 * 1048576.0 - 64.0 * 1048576.0;
+  const auto dd2 = sch::dep_ready_layer(sch::two_link_layer(dag));
+  const auto b1 = sch::best_issue_order(dag, plan, 128), m1 = sch::best_issue_order(dag, plan, 128, true);
+  const auto q1 = sch::pool_bounded_issue_order(dag, {b1.order, m1.order}, sv, budget, table);
+  const auto r = sch::pool_bounded_moves_issue_order(dd2, {q1.order}, sv, budget, table);
+  ASSERT_TRUE(std::isfinite(r.makespan_us));
+  const double two_sets = sch::corun_makespan_us(dd2, r.order, table);
+  const auto small = sch::two_strand_placement(dd2, r.order, sv);
+  const double small_cost = sch::placement_wait_cost(dd2, r.order, sv, small, table);
+  sch::PlacementChoice choice;
+  choice.budget_bytes = budget;
+  choice.cost = [&](const std::vector<sch::SavedTensor>& s, const sch::ArenaPlacement& pl) {
+    return sch::placement_wait_cost(dd2, r.order, s, pl, table);
+  };
+  const auto chosen = sch::two_strand_placement(dd2, r.order, sv, &choice);
+  const double chosen_cost = sch::placement_wait_cost(dd2, r.order, sv, chosen, table);
+  std::printf("two sets %.0f us; smallest pool %.2fx: %.0f us; chosen %.2fx: %.0f us\n", two_sets,
+              small.pool_bytes / one, small_cost, chosen.pool_bytes / one, chosen_cost);
+  EXPECT_GE(small_cost, two_sets - 1e-6);
+  EXPECT_GE(chosen_cost, two_sets - 1e-6);
+  EXPECT_LT(chosen_cost, small_cost);  // this table: the smallest pool's waits cost 1-4% in the model
+  EXPECT_LE(chosen.pool_bytes, budget + 1e-6);
+  EXPECT_GE(chosen.pool_bytes, small.pool_bytes - 1e-6);
+  // No choice fits a budget below the smallest pool: the smallest pool, as without one.
+  choice.budget_bytes = 0.5 * small.pool_bytes;
+  EXPECT_EQ(sch::two_strand_placement(dd2, r.order, sv, &choice).pool_bytes, small.pool_bytes);
+  // Waits on a backward op issued after its forward op are refused.
+  // (The first forward op issued and the last backward op issued: the latter comes after the former.)
+  int first_fwd = -1, last_bwd = -1;
+  for (const auto& [pass, i] : r.order) {
+    if (pass == sch::Pass::Forward && first_fwd < 0) first_fwd = i;
+    if (pass == sch::Pass::Backward) last_bwd = i;
+  }
+  ASSERT_GE(first_fwd, 0);
+  ASSERT_GE(last_bwd, 0);
+  const auto at = [&](sch::Pass pass, int i) {
+    return std::find(r.order.begin(), r.order.end(), std::make_pair(pass, i)) - r.order.begin();
+  };
+  ASSERT_LT(at(sch::Pass::Forward, first_fwd), at(sch::Pass::Backward, last_bwd));
+  std::vector<std::vector<int>> bad(dd2.fwd.size());
+  bad[size_t(first_fwd)].push_back(last_bwd);
+  EXPECT_THROW(sch::corun_makespan_us(dd2, r.order, table, sch::kCorunWeight, bad), braid::Error);
+  EXPECT_THROW(sch::corun_makespan_us(dd2, r.order, table, sch::kCorunWeight, {{}}), braid::Error);  // wrong size
+}
+
 // The GEMMs the -opcap variants cap: only GEMMs, each overlapping a collective of the other strand in the
 // plan's timeline; on the 70B layer some are and some are not.
 TEST(StrandsPlan, GemmsBesideCollectives) {

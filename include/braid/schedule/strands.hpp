@@ -136,8 +136,18 @@ struct ArenaPlacement {
   double pool_bytes = 0, one_set_bytes = 0;
   double lower_bound_bytes = 0;  // heaviest clique of the conflict graph (pool_bytes == it: optimal)
 };
+/// Which placement two_strand_placement keeps when not simply the smallest pool: among the candidate
+/// placements (the insertion orders above, each distinct one once) whose pool fits `budget_bytes`, the one
+/// with the smallest `cost(saved, placement)` (ties: the smaller pool; `saved` is the placement's own tensor
+/// list); none fitting: the smallest pool, as without a choice. For a pool placed for speed rather than size
+/// within a memory budget (placement_wait_cost: a wait on a backward reader that is still running stalls the
+/// forward; a larger pool within the budget can place the forward's writes where the readers have finished).
+struct PlacementChoice {
+  double budget_bytes = 0;
+  std::function<double(const std::vector<SavedTensor>&, const ArenaPlacement&)> cost;
+};
 ArenaPlacement two_strand_placement(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
-                                    const std::vector<SavedTensor>& saved);
+                                    const std::vector<SavedTensor>& saved, const PlacementChoice* choice = nullptr);
 /// The heaviest clique of that conflict graph alone (two_strand_placement's lower_bound_bytes): what no
 /// static pool for `order` goes below, cheap enough for a search.
 double two_strand_pool_bound(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
@@ -182,9 +192,12 @@ BudgetedSchedule best_issue_order(const Layer& dag, const Plan& searched = {}, i
 /// checked on another run's 11 — predicts the measured make-spans within 4.1% / 3.1% (mean; Spearman
 /// 0.82 / 0.95), the solo model within 12.9% / 14.7% (0.62 / 0.83) (docs/dhelix.md). Event-driven;
 /// returns the make-span (us).
+/// fwd_waits (optional): one activation pool's memory waits (memory_waits; StrandExecutor::set_memory_waits):
+/// forward op i starts only after every backward op in fwd_waits[i] is done (each issued before it: UsageError
+/// otherwise). Empty: no such waits.
 inline constexpr double kCorunWeight = 0.4;
 double corun_makespan_us(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const PairTable& table,
-                         double weight = kCorunWeight);
+                         double weight = kCorunWeight, const std::vector<std::vector<int>>& fwd_waits = {});
 
 /// A local search over issue orders under corun_makespan_us: starting from each of `starts`, adjacent ops
 /// of different passes are swapped (each pass keeps its own order) while that shortens the co-run
@@ -247,6 +260,12 @@ Layer dep_ready_layer(Layer dag);
 /// a (placement.offset_a) runs the forward. Every wait points backwards in `order` (the placement's rule).
 std::vector<std::vector<int>> memory_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
                                            const ArenaPlacement& placement, bool a_forward);
+/// The co-run model's make-span of `order` run in one pool placed as `placement` (corun_makespan_us with the
+/// pool's memory waits, memory_waits), the mean of the two roles (a forward, then b forward): what a
+/// PlacementChoice minimizes to keep the waits a placement adds off the order's critical path.
+double placement_wait_cost(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                           const std::vector<SavedTensor>& saved, const ArenaPlacement& placement,
+                           const PairTable& table, double weight = kCorunWeight);
 
 /// A stack's slot handed from one layer's backward to the next layer's forward (StrandStack::pass_chained):
 /// for each forward op, the backward ops it must wait for because it writes one of the saved tensors
@@ -267,8 +286,10 @@ struct SharedActivationPool {
   double bytes = 0, one_set = 0;
   std::vector<std::vector<int>> waits;    // `a` runs the forward (b the backward)
   std::vector<std::vector<int>> waits_b;  // the next unit, roles swapped: `b` runs the forward, `a` the backward
+  /// choice (optional): the placement picked by PlacementChoice (its cost sees the layer's own tensor sizes).
   SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const model::ModelConfig& c,
-                       const model::Parallel& p, model::Layer& a, model::Layer& b);
+                       const model::Parallel& p, model::Layer& a, model::Layer& b,
+                       const PlacementChoice* choice = nullptr);
   ~SharedActivationPool();
   SharedActivationPool(const SharedActivationPool&) = delete;
   SharedActivationPool& operator=(const SharedActivationPool&) = delete;
