@@ -823,17 +823,23 @@ bool respects_deps(const Layer& dag, const std::vector<std::pair<Pass, int>>& or
 }
 }  // namespace
 
-BudgetedSchedule corun_moves_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
-                                         const PairTable& table, double weight, int max_rounds) {
-  BRAID_REQUIRE(!starts.empty(), "corun_moves_issue_order: needs a start order");
+namespace {
+// The free-moves search of corun_moves_issue_order: from each start that `fits`, rounds of first improvement of
+// corun_makespan_us over one op moved to any position its dependencies allow, a move taken only when the moved
+// order also `fits` (checked after the make-span: it may cost more); a round ends at its first improving move (the
+// scan starts again from the front of the new order). The best over the fitting starts (+inf, empty if none).
+BudgetedSchedule free_moves_search(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                   const PairTable& table, double weight, int max_rounds, const char* who,
+                                   const std::function<bool(const std::vector<std::pair<Pass, int>>&)>& fits) {
+  BRAID_REQUIRE(!starts.empty(), std::string(who) + ": needs a start order");
   using Order = std::vector<std::pair<Pass, int>>;
   BudgetedSchedule best;
   best.makespan_us = std::numeric_limits<double>::infinity();
   for (Order order : starts) {
     BRAID_REQUIRE(order.size() == dag.fwd.size() + dag.bwd.size() && respects_deps(dag, order),
-                  "corun_moves_issue_order: a start order is not a valid issue order of the DAG");
+                  std::string(who) + ": a start order is not a valid issue order of the DAG");
+    if (!fits(order)) continue;
     double cur = corun_makespan_us(dag, order, table, weight);
-    // A round ends at its first improving move (the scan starts again from the front of the new order).
     for (int round = 0; round < max_rounds; ++round) {
       bool improved = false;
       for (size_t k = 0; k < order.size() && !improved; ++k)
@@ -845,7 +851,7 @@ BudgetedSchedule corun_moves_issue_order(const Layer& dag, const std::vector<std
           c.insert(c.begin() + long(to), op);
           if (!respects_deps(dag, c)) continue;
           const double t = corun_makespan_us(dag, c, table, weight);
-          if (t < cur - 1e-6) cur = t, order = std::move(c), improved = true;
+          if (t < cur - 1e-6 && fits(c)) cur = t, order = std::move(c), improved = true;
         }
       if (!improved) break;
     }
@@ -853,42 +859,22 @@ BudgetedSchedule corun_moves_issue_order(const Layer& dag, const std::vector<std
   }
   return best;
 }
+}  // namespace
+
+BudgetedSchedule corun_moves_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,
+                                         const PairTable& table, double weight, int max_rounds) {
+  return free_moves_search(dag, starts, table, weight, max_rounds, "corun_moves_issue_order",
+                           [](const std::vector<std::pair<Pass, int>>&) { return true; });
+}
 
 BudgetedSchedule pool_bounded_moves_issue_order(const Layer& dag,
                                                 const std::vector<std::vector<std::pair<Pass, int>>>& starts,
                                                 const std::vector<SavedTensor>& saved, double budget_bytes,
                                                 const PairTable& table, double weight, int max_rounds) {
-  BRAID_REQUIRE(!starts.empty(), "pool_bounded_moves_issue_order: needs a start order");
-  using Order = std::vector<std::pair<Pass, int>>;
-  BudgetedSchedule best;
-  best.makespan_us = std::numeric_limits<double>::infinity();
-  for (Order order : starts) {
-    BRAID_REQUIRE(order.size() == dag.fwd.size() + dag.bwd.size() && respects_deps(dag, order),
-                  "pool_bounded_moves_issue_order: a start order is not a valid issue order of the DAG");
-    if (two_strand_pool_bound(dag, order, saved) > budget_bytes) continue;  // only fitting starts
-    double cur = corun_makespan_us(dag, order, table, weight);
-    // corun_moves_issue_order's rounds (first improvement, the scan restarting from the front), a move
-    // taken only when the moved order's pool bound stays within the budget (the bound checked last: it
-    // costs more than the make-span).
-    for (int round = 0; round < max_rounds; ++round) {
-      bool improved = false;
-      for (size_t k = 0; k < order.size() && !improved; ++k)
-        for (size_t to = 0; to < order.size() && !improved; ++to) {
-          if (to == k) continue;
-          Order c = order;
-          const auto op = c[k];
-          c.erase(c.begin() + long(k));
-          c.insert(c.begin() + long(to), op);
-          if (!respects_deps(dag, c)) continue;
-          const double t = corun_makespan_us(dag, c, table, weight);
-          if (t < cur - 1e-6 && two_strand_pool_bound(dag, c, saved) <= budget_bytes)
-            cur = t, order = std::move(c), improved = true;
-        }
-      if (!improved) break;
-    }
-    if (cur < best.makespan_us) best.makespan_us = cur, best.order = order;
-  }
-  return best;
+  return free_moves_search(dag, starts, table, weight, max_rounds, "pool_bounded_moves_issue_order",
+                           [&](const std::vector<std::pair<Pass, int>>& o) {
+                             return two_strand_pool_bound(dag, o, saved) <= budget_bytes;
+                           });
 }
 
 BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts,

@@ -876,6 +876,36 @@ TEST(StrandsPlan, PoolBoundedOrderSearch) {
   }
 }
 
+namespace {
+// One measured one-layer case as bench strands searches it: the DAG with the table's solo times, its DP plan, the
+// saved tensors and the pool budget (one saved set + 5% of the single strand's memory - 64 MiB), the two-link
+// dependency-ready DAG, and the one-link pool-bounded order (a fitting start).
+struct OneLayerPool {
+  sch::PairTable table;
+  sch::Layer dag, dd2;
+  sch::Plan plan;
+  std::vector<sch::SavedTensor> sv;
+  double one = 0, budget = 0;
+  sch::BudgetedSchedule q1;
+};
+OneLayerPool one_layer_pool(const std::string& model, const std::string& pairs, double single_mib) {
+  OneLayerPool o;
+  const auto c = cfg(model, 4096);
+  const m::Parallel p{2, true};
+  o.table = sch::load_pair_table(pairs);
+  o.dag = sch::strand_layer(c, p);
+  sch::apply_solo_times(o.dag, o.table);
+  o.plan = sch::search_plan(sch::PairCost(o.dag, o.table), {});
+  o.sv = sch::saved_tensors(c, p);
+  for (const auto& t : o.sv) o.one += t.bytes;
+  o.budget = o.one + 0.05 * single_mib * 1048576.0 - 64.0 * 1048576.0;
+  o.dd2 = sch::dep_ready_layer(sch::two_link_layer(o.dag));
+  const auto b1 = sch::best_issue_order(o.dag, o.plan, 128), m1 = sch::best_issue_order(o.dag, o.plan, 128, true);
+  o.q1 = sch::pool_bounded_issue_order(o.dag, {b1.order, m1.order}, o.sv, o.budget, o.table);
+  return o;
+}
+}  // namespace
+
 // The co-run moves search within a pool budget: on the measured one-layer tables (throttled 70B, throttled Mixtral
 // EP=2; two links, operators on their dependencies), from the pool-bounded orders that fit the bench's budget (one
 // saved set + 5% of the single strand's memory - 64 MiB), it returns a valid order whose pool bound fits, never
@@ -890,19 +920,8 @@ TEST(StrandsPlan, PoolBoundedMovesOrderSearch) {
   for (const Case& k : {Case{"llama3-70b", dir + "strands-pairs-llama3-70b-throttled-e782a52.txt", 3377.4},
                         Case{"mixtral-8x7b", dir + "strands-pairs-mixtral-8x7b-onelayer-throttle1-9dc255e.txt", 5169.1}}) {
     SCOPED_TRACE(k.model);
-    const auto c = cfg(k.model, 4096);
-    const m::Parallel p{2, true};
-    const auto table = sch::load_pair_table(k.pairs);
-    auto dag = sch::strand_layer(c, p);
-    sch::apply_solo_times(dag, table);
-    const auto plan = sch::search_plan(sch::PairCost(dag, table), {});
-    const auto sv = sch::saved_tensors(c, p);
-    double one = 0;
-    for (const auto& t : sv) one += t.bytes;
-    const double budget = one + 0.05 * k.single_mib * 1048576.0 - 64.0 * 1048576.0;
-    const auto dag2 = sch::two_link_layer(dag), dd2 = sch::dep_ready_layer(dag2);
-    const auto b1 = sch::best_issue_order(dag, plan, 128), m1 = sch::best_issue_order(dag, plan, 128, true);
-    const auto q1 = sch::pool_bounded_issue_order(dag, {b1.order, m1.order}, sv, budget, table);
+    const OneLayerPool o = one_layer_pool(k.model, k.pairs, k.single_mib);
+    const auto& [table, dag, dd2, plan, sv, one, budget, q1] = o;
     ASSERT_TRUE(std::isfinite(q1.makespan_us));
     const auto whole = sch::plan_issue_order(dd2, sch::whole_pass_plan(dd2, plan));
     const auto mv = sch::corun_moves_issue_order(dd2, {whole}, table);
@@ -934,20 +953,10 @@ TEST(StrandsPlan, PoolBoundedMovesOrderSearch) {
 // chosen one costs less (here: no more than two sets), fits the budget, and its waits all point backwards in the
 // order. Waits never shorten the make-span; a wait on a backward op issued later is refused.
 TEST(StrandsPlan, PlacementChosenForMemoryWaits) {
-  const auto c = cfg("mixtral-8x7b", 4096);
-  const m::Parallel p{2, true};
-  const auto table =
-      sch::load_pair_table(BRAID_RESULTS_DIR "/h200x2/strands-pairs-mixtral-8x7b-onelayer-throttle1-9dc255e.txt");
-  auto dag = sch::strand_layer(c, p);
-  sch::apply_solo_times(dag, table);
-  const auto plan = sch::search_plan(sch::PairCost(dag, table), {});
-  const auto sv = sch::saved_tensors(c, p);
-  double one = 0;
-  for (const auto& t : sv) one += t.bytes;
-  const double budget = one + 0.05 * 5169.1 * 1048576.0 - 64.0 * 1048576.0;
-  const auto dd2 = sch::dep_ready_layer(sch::two_link_layer(dag));
-  const auto b1 = sch::best_issue_order(dag, plan, 128), m1 = sch::best_issue_order(dag, plan, 128, true);
-  const auto q1 = sch::pool_bounded_issue_order(dag, {b1.order, m1.order}, sv, budget, table);
+  const OneLayerPool o = one_layer_pool(
+      "mixtral-8x7b", BRAID_RESULTS_DIR "/h200x2/strands-pairs-mixtral-8x7b-onelayer-throttle1-9dc255e.txt", 5169.1);
+  const auto& [table, dag, dd2, plan, sv, one, budget, q1] = o;
+  ASSERT_TRUE(std::isfinite(q1.makespan_us));
   const auto r = sch::pool_bounded_moves_issue_order(dd2, {q1.order}, sv, budget, table);
   ASSERT_TRUE(std::isfinite(r.makespan_us));
   const double two_sets = sch::corun_makespan_us(dd2, r.order, table);
