@@ -1229,6 +1229,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // The model-optimal interleavings (best_issue_order: a DP over both strands' issue positions, under the
   // executor model) on one link, and with each strand's collectives on their own link (as round-robin's).
   const Layer dag2 = two_link_layer(dag);
+  const Layer dag_dep2 = dep_ready_layer(dag2);  // the same, operators waiting for their dependencies only
   std::vector<std::pair<std::string, PlanFile>> order_plans2;  // run on dag2
   PlanFile moves_file;  // strands-corun-moves-2link-dag's order (below), run on dep_ready_layer(dag2)
   // strands-pool-moves[-w<weight>]-2link-dag: the pool-bounded co-run moves orders (below; none when no order fits
@@ -1245,7 +1246,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   "%.1f\n",
                   b1.makespan_us, whole.total_us, b2.makespan_us, whole_pass_plan(dag2, plan).total_us,
                   whole_pass_plan(dep_ready_layer(dag), plan).total_us,
-                  whole_pass_plan(dep_ready_layer(dag2), plan).total_us);
+                  whole_pass_plan(dag_dep2, plan).total_us);
     order_plans.push_back({"strands-best-order", to_plan_file(dag, order_plan(dag, b1.order))});
     order_plans2.push_back({"strands-best-order-2link", to_plan_file(dag2, order_plan(dag2, b2.order))});
     // ... with the weight-gradient GEMMs placed by the search too (not where the pairing DP put them).
@@ -1265,15 +1266,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     // weight-gradient GEMMs fill the compute stream while both strands wait on collectives), on the two-link
     // DAG with operators waiting for their dependencies only: timed by the stack (--layers) and by one layer.
     {
-      const Layer dd2 = dep_ready_layer(dag2);
-      const auto whole2dag = plan_issue_order(dd2, whole_pass_plan(dd2, plan));
+      const auto whole2dag = plan_issue_order(dag_dep2, whole_pass_plan(dag_dep2, plan));
       const double t0 = MPI_Wtime();
-      const auto mv = corun_moves_issue_order(dd2, {whole2dag, b2.order, cr.order}, table);
-      moves_file = to_plan_file(dd2, order_plan(dd2, mv.order));
+      const auto mv = corun_moves_issue_order(dag_dep2, {whole2dag, b2.order, cr.order}, table);
+      moves_file = to_plan_file(dag_dep2, order_plan(dag_dep2, mv.order));
       if (root)
         std::printf("# co-run model, two links, operators on their dependencies: whole-pass %.1f us; any op moved "
                     "where its dependencies allow (strands-corun-moves-2link-dag) %.1f us (search %.1f s)\n",
-                    corun_makespan_us(dd2, whole2dag, table), mv.makespan_us, MPI_Wtime() - t0);
+                    corun_makespan_us(dag_dep2, whole2dag, table), mv.makespan_us, MPI_Wtime() - t0);
     }
     if (root) {
       std::printf("# co-run model (pair-table slowdowns, weight %.2f), two links: best-order %.1f us, sinks %.1f, "
@@ -1317,13 +1317,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       for (const auto* q : {&q1, &q2})
         if (std::isfinite(q->makespan_us)) fit.push_back(q->order);
       if (!fit.empty()) {
-        const Layer dd2 = dep_ready_layer(dag2);
         const double t0 = MPI_Wtime();
         std::vector<uint64_t> seen;
         for (const double w : {kCorunWeight, 0.0, 0.2, 0.7, 1.0}) {
-          const auto pm = pool_bounded_moves_issue_order(dd2, fit, saved, budget, table, w);
+          const auto pm = pool_bounded_moves_issue_order(dag_dep2, fit, saved, budget, table, w);
           if (!std::isfinite(pm.makespan_us)) continue;
-          const PlanFile pf = to_plan_file(dd2, order_plan(dd2, pm.order));
+          const PlanFile pf = to_plan_file(dag_dep2, order_plan(dag_dep2, pm.order));
           const uint64_t h = plan_structure_hash(pf);
           if (std::find(seen.begin(), seen.end(), h) != seen.end()) continue;
           seen.push_back(h);
@@ -1334,8 +1333,8 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
           if (root)
             std::printf("# pool-bounded co-run moves (two links, operators on their dependencies), weight %.1f: %s, "
                         "bound %.2fx, %.1f us in its model, %.1f us at weight %.1f\n",
-                        w, name, two_strand_pool_bound(dd2, pm.order, saved) / one, pm.makespan_us,
-                        corun_makespan_us(dd2, pm.order, table), kCorunWeight);
+                        w, name, two_strand_pool_bound(dag_dep2, pm.order, saved) / one, pm.makespan_us,
+                        corun_makespan_us(dag_dep2, pm.order, table), kCorunWeight);
         }
         if (root) std::printf("# pool-bounded co-run moves: %zu distinct orders (search %.1f s)\n", pool_moves.size(), MPI_Wtime() - t0);
       }
@@ -1362,9 +1361,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       }
     for (size_t i = 0; i < pools.size(); ++i)
       if (arena < 0 || pools[i].pool.pool_bytes < pools[size_t(arena)].pool.pool_bytes) arena = int(i);
-    const Layer dd2 = dep_ready_layer(dag2);
     for (const auto& [name, pf] : pool_moves)  // (after the smallest-pool pick: they run in their own arena below)
-      pools.push_back({name, true, pf, two_strand_placement(dd2, plan_issue_order(dd2, from_plan_file(dd2, pf)), saved),
+      pools.push_back({name, true, pf,
+                       two_strand_placement(dag_dep2, plan_issue_order(dag_dep2, from_plan_file(dag_dep2, pf)), saved),
                        true});
   }
   if (root) {
@@ -1546,14 +1545,16 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                                : order_plan(vd, best_issue_order(vd, from_plan_file(vdag, plan_file), 128, two).order);
         // The moves orders' pools are placed as the timed one is (placement_wait_cost within the budget, here
         // scaled to the small shape's saved set), so the chosen placement's waits are what is verified.
-        double vone = 0;
-        for (const auto& t : saved_tensors(sc, p)) vone += t.bytes;
-        PlacementChoice vchoice;
-        vchoice.budget_bytes = pool_budget > 0 ? vone * pool_budget / one_saved_bytes : 0;
         const auto vorder = plan_issue_order(vd, vop);
-        vchoice.cost = [&](const std::vector<SavedTensor>& sv, const ArenaPlacement& pl) {
-          return placement_wait_cost(vd, vorder, sv, pl, table, 0.0);  // solo model: the table is the big shape's
-        };
+        PlacementChoice vchoice;
+        if (moves) {
+          double vone = 0;
+          for (const auto& t : saved_tensors(sc, p)) vone += t.bytes;
+          vchoice.budget_bytes = pool_budget > 0 ? vone * pool_budget / one_saved_bytes : 0;
+          vchoice.cost = [&](const std::vector<SavedTensor>& sv, const ArenaPlacement& pl) {
+            return placement_wait_cost(vd, vorder, sv, pl, table, 0.0);  // solo model: the table is the big shape's
+          };
+        }
         SharedActivationPool vpool(vd, vorder, sc, p, vaa, vbb, moves ? &vchoice : nullptr);
         // strands-arena, -dag, arena-io (y/dy/dx shared), arena-io-dag, then arena-io-smres (its GEMMs leaving
         // SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
@@ -1656,7 +1657,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   StrandExecutor ex2(dag2, whole_pass_plan(dag2, plan), st.s);
   // Operators that wait for their DAG dependencies only (a weight-gradient GEMM beside its own
   // strand's collective), on one link and on two.
-  const Layer dag_dep = dep_ready_layer(dag), dag_dep2 = dep_ready_layer(dag2);
+  const Layer dag_dep = dep_ready_layer(dag);
   StrandExecutor ex_dep(dag_dep, whole_pass_plan(dag_dep, plan), st.s);
   StrandExecutor ex_dep2(dag_dep2, whole_pass_plan(dag_dep2, plan), st.s);
   std::vector<std::unique_ptr<StrandExecutor>> order_ex;
