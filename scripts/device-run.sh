@@ -211,10 +211,9 @@
 # (mpirun, no `ts` on the device: a pipe into it kills the run) ~20 s warm for Mixtral, ~60 s for 70B (--pairs
 # e782a52); `build` (BUILD_TARGET=braid) + 70B and Mixtral one layer 3.6 min cold; 2x 70B + 2x Mixtral 4 min cold.
 # The device tool returns at most 8 files: give each run one log and few JSON files.
-# Next on a 2-GPU machine (first): `build strands-mixtral` with BUILD_TARGET="braid test_strands_mpi" MIXTRAL_THROTTLES="1 2"
-# (the ctest it runs covers the new placement; then Mixtral one layer): a74ac7f's moves arena placed for its waits
-# (`strands-arena-io-moves-2link-dag-smres`) against the smallest placement (`...-moves-minpool-...`), not GPU-run yet;
-# then 70B one layer (`strands-smres`, SMRES_NVLINK=0, STRANDS_THROTTLE 1 and 2) for the same A/B.
+# Fifty-fourth session (three calls, 2x H200, ~760 s held): `build strands-mixtral strands-smres` (BUILD_TARGET="braid
+# test_strands_mpi test_strands_plan" MIXTRAL_THROTTLES="1 2" SMRES_NVLINK=0) 5.3 min cold; warm `build strands-mixtral`
+# (MIXTRAL_THROTTLES="1 2 1") + `strands-smres` at STRANDS_THROTTLE 1 and 2 (one call each, under $OUT/s1, $OUT/s2) 3.7 min.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
