@@ -1293,12 +1293,17 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       // (The largest rank's memory: an MoE layer's buffers may differ by rank, and every rank must search alike.)
       const double budget = one + 0.05 * team.allreduce_max(double(la.memory().total())) - 64.0 * 1048576.0;
       pool_budget = budget;
-      const auto q1 = pool_bounded_issue_order(dag, {b1.order, m1.order}, saved, budget, table);
-      // The one-link order is an interleaving of the same two pass orders, so it starts the two-link search
-      // too (the pool bound depends on the order only): the two-link starts alone may all stay over budget.
-      std::vector<std::vector<std::pair<Pass, int>>> starts2 = {b2.order, m2.order, cr.order};
-      if (std::isfinite(q1.makespan_us)) starts2.push_back(q1.order);
-      const auto q2 = pool_bounded_issue_order(dag2, starts2, saved, budget, table);
+      // The pool-bounded orders (one link from the best orders, two links from those and the co-run order,
+      // plus the one-link fit), then the co-run moves search within the same budget from the fitting ones:
+      // strands-pool-moves[-w<weight>]-2link-dag, timed with two sets and in one pool
+      // (strands-arena-moves-2link-dag). The co-run model misjudged such an order on the 70B layer by ~7%
+      // (fifty-third session: 21.4 ms modelled, 22.9 measured), so the search runs at five co-run weights and
+      // every distinct order is timed; the arena runs the one measured fastest. (schedule::one_pool_orders;
+      // plan-strands runs the same search on the CPU.)
+      const double t0 = MPI_Wtime();
+      const auto op = one_pool_orders(dag, {b1.order, m1.order}, {b2.order, m2.order, cr.order}, table, saved, budget);
+      const auto& q1 = op.one_link;
+      const auto& q2 = op.two_links;
       if (std::isfinite(q1.makespan_us))
         order_plans.push_back({"strands-pool-order", to_plan_file(dag, order_plan(dag, q1.order))});
       if (std::isfinite(q2.makespan_us))
@@ -1308,36 +1313,19 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     "bound %.2fx, %.1f us; two links bound %.2fx, %.1f us (inf: no order found within the budget)\n",
                     budget / 1048576.0, budget / one, two_strand_pool_bound(dag, q1.order, saved) / one,
                     q1.makespan_us, two_strand_pool_bound(dag2, q2.order, saved) / one, q2.makespan_us);
-      // The co-run moves search (operators moved where their dependencies allow, two links, dependency-ready)
-      // within the same budget, from the fitting pool-bounded orders: strands-pool-moves-2link-dag, timed with
-      // two sets and in one pool (strands-arena-moves-2link-dag). The co-run model misjudged this order on the
-      // 70B layer by ~7% (fifty-third session: 21.4 ms modelled, 22.9 measured), so the search also runs at
-      // other co-run weights and every distinct order is timed; the arena runs the one measured fastest.
-      std::vector<std::vector<std::pair<Pass, int>>> fit;
-      for (const auto* q : {&q1, &q2})
-        if (std::isfinite(q->makespan_us)) fit.push_back(q->order);
-      if (!fit.empty()) {
-        const double t0 = MPI_Wtime();
-        std::vector<uint64_t> seen;
-        for (const double w : {kCorunWeight, 0.0, 0.2, 0.7, 1.0}) {
-          const auto pm = pool_bounded_moves_issue_order(dag_dep2, fit, saved, budget, table, w);
-          if (!std::isfinite(pm.makespan_us)) continue;
-          const PlanFile pf = to_plan_file(dag_dep2, order_plan(dag_dep2, pm.order));
-          const uint64_t h = plan_structure_hash(pf);
-          if (std::find(seen.begin(), seen.end(), h) != seen.end()) continue;
-          seen.push_back(h);
-          char name[64];
-          if (w == kCorunWeight) std::snprintf(name, sizeof name, "strands-pool-moves-2link-dag");
-          else std::snprintf(name, sizeof name, "strands-pool-moves-w%.1f-2link-dag", w);
-          pool_moves.push_back({name, pf});
-          if (root)
-            std::printf("# pool-bounded co-run moves (two links, operators on their dependencies), weight %.1f: %s, "
-                        "bound %.2fx, %.1f us in its model, %.1f us at weight %.1f\n",
-                        w, name, two_strand_pool_bound(dag_dep2, pm.order, saved) / one, pm.makespan_us,
-                        corun_makespan_us(dag_dep2, pm.order, table), kCorunWeight);
-        }
-        if (root) std::printf("# pool-bounded co-run moves: %zu distinct orders (search %.1f s)\n", pool_moves.size(), MPI_Wtime() - t0);
+      for (const auto& pm : op.moves) {
+        char name[64];
+        if (pm.weight == kCorunWeight) std::snprintf(name, sizeof name, "strands-pool-moves-2link-dag");
+        else std::snprintf(name, sizeof name, "strands-pool-moves-w%.1f-2link-dag", pm.weight);
+        pool_moves.push_back({name, to_plan_file(dag_dep2, order_plan(dag_dep2, pm.order))});
+        if (root)
+          std::printf("# pool-bounded co-run moves (two links, operators on their dependencies), weight %.1f: %s, "
+                      "bound %.2fx, %.1f us in its model, %.1f us at weight %.1f\n",
+                      pm.weight, name, two_strand_pool_bound(dag_dep2, pm.order, saved) / one, pm.makespan_us,
+                      corun_makespan_us(dag_dep2, pm.order, table), kCorunWeight);
       }
+      if (root && !op.moves.empty())
+        std::printf("# pool-bounded co-run moves: %zu distinct orders (searches %.1f s)\n", pool_moves.size(), MPI_Wtime() - t0);
     }
   }
   // Static two-strand pools (two_strand_placement, deterministic: every rank gets the same) of every issue
@@ -1546,15 +1534,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         // The moves orders' pools are placed as the timed one is (placement_wait_cost within the budget, here
         // scaled to the small shape's saved set), so the chosen placement's waits are what is verified.
         const auto vorder = plan_issue_order(vd, vop);
-        PlacementChoice vchoice;
-        if (moves) {
-          double vone = 0;
-          for (const auto& t : saved_tensors(sc, p)) vone += t.bytes;
-          vchoice.budget_bytes = pool_budget > 0 ? vone * pool_budget / one_saved_bytes : 0;
-          vchoice.cost = [&](const std::vector<SavedTensor>& sv, const ArenaPlacement& pl) {
-            return placement_wait_cost(vd, vorder, sv, pl, table, 0.0);  // solo model: the table is the big shape's
-          };
-        }
+        double vone = 0;
+        for (const auto& t : saved_tensors(sc, p)) vone += t.bytes;
+        // (weight 0, the solo model: the table is the big shape's)
+        const PlacementChoice vchoice =
+            wait_aware_choice(vd, vorder, table, pool_budget > 0 ? vone * pool_budget / one_saved_bytes : 0, 0.0);
         SharedActivationPool vpool(vd, vorder, sc, p, vaa, vbb, moves ? &vchoice : nullptr);
         // strands-arena, -dag, arena-io (y/dy/dx shared), arena-io-dag, then arena-io-smres (its GEMMs leaving
         // SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
@@ -1809,11 +1793,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     bb.share_cublas_workspace(aa);  // the executor runs both layers' GEMMs on one stream
     const Plan op = from_plan_file(ad, ch.pf);
     const auto ord = plan_issue_order(ad, op);
-    PlacementChoice choice;
-    choice.budget_bytes = pool_budget;
-    choice.cost = [&](const std::vector<SavedTensor>& sv, const ArenaPlacement& pl) {
-      return placement_wait_cost(ad, ord, sv, pl, table);
-    };
+    const PlacementChoice choice = wait_aware_choice(ad, ord, table, pool_budget);
     SharedActivationPool pool(ad, ord, c, p, aa, bb, placed_for_waits && pool_budget > 0 ? &choice : nullptr);
     // The steady state the pool is placed for: units alternate roles (aa forward with bb backward, then bb
     // forward with aa backward), so every backward reads the set its own forward wrote one unit earlier. Each

@@ -74,17 +74,116 @@ const char* kPlanUsage =
     "usage: braid plan-strands --model llama3-70b|llama3-8b|mixtral-8x7b [--tp 2] [--ep 2] [--seq 8192]\n"
     "                          [--batch 1] [--tp-link local|cross] [--ep-link local|cross] [--capacity C]\n"
     "                          [--pairs FILE] [--write-pairs FILE] [--out PLAN] [--order-out PLAN] [--oef]\n"
-    "                          [--max-seg 4] [--max-orders 1000000] [--max-shift -1]\n";
+    "                          [--max-seg 4] [--max-orders 1000000] [--max-shift -1]\n"
+    "                          [--layer auto|gpu|analytic] [--single-mib M | --pool-budget-mib B]\n"
+    "                          [--pool-order-out PLAN]\n"
+    "  --layer: the operators planned: gpu = braid's GPU layer (model::Layer, what `bench strands` and\n"
+    "    `profile-pairs` run and profile), analytic = the analytic builder (cross-node what-ifs); auto (default):\n"
+    "    gpu when --pairs names the GPU layer's operators, analytic otherwise.\n"
+    "  --single-mib / --pool-budget-mib (gpu layer): also plan both strands in one activation pool, within\n"
+    "    B MiB of saved activations (--single-mib M: one saved set + 5% of M - 64 MiB, the budget `bench\n"
+    "    strands` uses for <= 1.05x a single strand of M MiB); --pool-order-out writes the recommended order.\n";
 
 const char* kPipeUsage =
     "usage: braid pipeline --stages P[,P..] --microbatches M[,M..] [--schedule 1f1b|w|both]\n"
     "                      [--t-fwd 1] [--t-bwd 2] [--si-factor 1] [--timeline]\n";
 
+// Both strands' saved activations in one pool (docs/dhelix.md, fifty-third and fifty-fourth sessions): the
+// pool-bounded co-run moves orders at the co-run weights `bench strands` searches, each with its smallest
+// placement and the placement chosen for its memory waits (wait_aware_choice), all in the co-run model. The
+// bench times every order with two sets and runs the measured fastest in one pool; here, without a GPU, the
+// recommendation is the least modelled time with the chosen placement's waits.
+void plan_one_pool(std::ostream& out, std::map<std::string, std::string>& o, const Layer& layer, const Plan& plan,
+                   const PairTable& table, const model::ModelConfig& mc, const model::Parallel& mp) {
+  const auto saved = saved_tensors(mc, mp);
+  double one = 0;
+  for (const auto& t : saved) one += t.bytes;
+  constexpr double MiB = 1048576.0;
+  char buf[512];
+  if (saved.empty()) return;
+  if (!o.count("--single-mib") && !o.count("--pool-budget-mib")) {
+    std::snprintf(buf, sizeof buf,
+                  "\none activation pool: one saved set is %.1f MiB per rank; give --single-mib (the single strand's "
+                  "memory, `bench strands` prints it) or --pool-budget-mib to plan both strands in one pool\n",
+                  one / MiB);
+    out << buf;
+    if (o.count("--pool-order-out")) throw UsageError("--pool-order-out needs a pool budget", __FILE__, __LINE__);
+    return;
+  }
+  const double single = o.count("--single-mib") ? to_double("--single-mib", o["--single-mib"]) * MiB : 0;
+  const double budget = o.count("--pool-budget-mib") ? to_double("--pool-budget-mib", o["--pool-budget-mib"]) * MiB
+                                                     : one + 0.05 * single - 64.0 * MiB;
+  if (!(budget > 0) || (o.count("--single-mib") && !(single > 0)))
+    throw UsageError("the pool budget must be positive", __FILE__, __LINE__);
+  std::snprintf(buf, sizeof buf, "\none activation pool: budget %.1f MiB = %.2fx one saved set (%.1f MiB)%s\n",
+                budget / MiB, budget / one, one / MiB,
+                single > 0 ? " = one set + 5% of --single-mib - 64 MiB" : "");
+  out << buf;
+  const Layer dag2 = two_link_layer(layer), dd2 = dep_ready_layer(dag2);
+  const auto b1 = best_issue_order(layer, plan, 128), m1 = best_issue_order(layer, plan, 128, true);
+  const auto b2 = best_issue_order(dag2, plan, 128), m2 = best_issue_order(dag2, plan, 128, true);
+  const auto whole2 = plan_issue_order(dag2, whole_pass_plan(dag2, plan));
+  const auto cr = corun_issue_order(dag2, {b2.order, m2.order, whole2}, table);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = one_pool_orders(layer, {b1.order, m1.order}, {b2.order, m2.order, cr.order}, table, saved, budget);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::snprintf(buf, sizeof buf,
+                "  pool-bounded orders (co-run model): one link %.1f us, two links %.1f us (inf: none within the "
+                "budget); search %.1f s\n",
+                r.one_link.makespan_us, r.two_links.makespan_us, secs);
+  out << buf;
+  if (r.moves.empty()) {
+    out << "  no order keeps both strands' saved activations within the budget\n";
+    if (o.count("--pool-order-out")) throw UsageError("no order fits the pool budget", __FILE__, __LINE__);
+    return;
+  }
+  out << "  co-run moves within the budget (a link per strand, operators on their dependencies; us in the co-run\n"
+         "  model at weight 0.4; two sets = no pool waits):\n"
+         "    weight  two sets   smallest pool (x one set, us with its waits)   placed for its waits\n";
+  size_t best = 0;
+  double best_us = 0;
+  for (size_t i = 0; i < r.moves.size(); ++i) {
+    const auto& mv = r.moves[i];
+    const auto small = two_strand_placement(dd2, mv.order, saved);
+    const PlacementChoice choice = wait_aware_choice(dd2, mv.order, table, budget);
+    const auto placed = two_strand_placement(dd2, mv.order, saved, &choice);
+    const double two = corun_makespan_us(dd2, mv.order, table);
+    const double us_small = placement_wait_cost(dd2, mv.order, saved, small, table);
+    const double us_placed = placement_wait_cost(dd2, mv.order, saved, placed, table);
+    std::snprintf(buf, sizeof buf, "    %6.1f  %8.1f   %5.2fx %9.1f                            %5.2fx %9.1f\n",
+                  mv.weight, two, small.pool_bytes / one, us_small, placed.pool_bytes / one, us_placed);
+    out << buf;
+    if (i == 0 || us_placed < best_us) best = i, best_us = us_placed;
+  }
+  const auto& pick = r.moves[best];
+  const PlacementChoice choice = wait_aware_choice(dd2, pick.order, table, budget);
+  const auto placed = two_strand_placement(dd2, pick.order, saved, &choice);
+  std::snprintf(buf, sizeof buf,
+                "  recommended: the weight-%.1f order in its wait-aware placement, %.1f us modelled, pool %.1f MiB "
+                "(%.2fx one set)",
+                pick.weight, best_us, placed.pool_bytes / MiB, placed.pool_bytes / one);
+  out << buf;
+  if (single > 0) {
+    std::snprintf(buf, sizeof buf, ", about %.3fx the single strand's memory", (single - one + placed.pool_bytes) / single);
+    out << buf;
+  }
+  out << "\n  (bench strands times every order above with two sets and runs the measured fastest in one pool:\n"
+         "  strands-arena-io-moves-2link-dag[-smres])\n";
+  if (o.count("--pool-order-out")) {
+    std::ofstream f(o["--pool-order-out"]);
+    if (!f) throw UsageError("cannot write " + o["--pool-order-out"], __FILE__, __LINE__);
+    write_plan(f, to_plan_file(dd2, order_plan(dd2, pick.order)));
+    out << "pool order written to " << o["--pool-order-out"]
+        << " (one operator per step; run it on dep_ready_layer(two_link_layer(strand_layer(...))) with\n"
+           "SharedActivationPool(..., &wait_aware_choice(...)))\n";
+  }
+}
+
 int plan_strands(int argc, char** argv, std::ostream& out) {
   auto o = parse_options(argc, argv,
                          {"--model", "--tp", "--ep", "--seq", "--batch", "--tp-link", "--ep-link", "--pairs",
                           "--write-pairs", "--out", "--order-out", "--max-seg", "--max-orders", "--max-shift",
-                          "--capacity"},
+                          "--capacity", "--layer", "--single-mib", "--pool-budget-mib", "--pool-order-out"},
                          {"--oef", "--help"});
   if (o.count("--help")) {
     out << kPlanUsage;
@@ -112,11 +211,56 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
   if (so.max_segment_ops < 1 || so.max_segment_ops > 8)
     throw UsageError("--max-seg must be in 1..8", __FILE__, __LINE__);
 
-  const Layer layer = build_layer(dims, cfg);
+  // Which operators: the GPU layer's (strand_layer over model::Layer's operator view: the names `profile-pairs`
+  // writes and `bench strands` runs) or the analytic builder's (build_layer: cross-node links, any seq/batch).
+  const std::string which = o.count("--layer") ? o["--layer"] : "auto";
+  if (which != "auto" && which != "gpu" && which != "analytic")
+    throw UsageError("--layer must be auto, gpu or analytic", __FILE__, __LINE__);
   PairTable table;
+  if (o.count("--pairs")) table = load_pair_table(o["--pairs"]);
+  // The GPU layer's configuration (model::preset with this run's seq, micro-batch and capacity; TP with
+  // sequence parallelism, experts over the TP ranks).
+  model::ModelConfig mc;
+  model::Parallel mp;
+  auto gpu_layer = [&]() {
+    mc = model::preset(o["--model"]);
+    mc.seq = cfg.seq;
+    mc.micro_batch = cfg.batch;
+    mc.capacity = cfg.capacity;
+    mc.validate();
+    if (mc.moe() && cfg.ep != cfg.tp)
+      throw UsageError("the GPU layer splits the experts over the TP ranks: --ep must equal --tp", __FILE__, __LINE__);
+    mp = model::Parallel{cfg.tp, true};
+    mp.validate(mc);
+    StrandLinks links;  // local unless asked (the analytic builder's default puts the all-to-all cross-node)
+    if (o.count("--tp-link")) links.tp = to_link("--tp-link", o["--tp-link"]);
+    if (o.count("--ep-link")) links.a2a = to_link("--ep-link", o["--ep-link"]);
+    return strand_layer(mc, mp, links);
+  };
+  bool gpu = which == "gpu";
+  Layer layer;
+  if (which == "auto" && o.count("--pairs")) {
+    // The layer whose operators the table names (a GPU profile names f.qkv, b.down_proj_dgrad, ...; the
+    // analytic table f.ag1, b.out_dgrad, ...): the one with more of its solo times in the table.
+    auto covered = [&](const Layer& l) {
+      int n = 0;
+      for (Pass ps : {Pass::Forward, Pass::Backward})
+        for (const Op& op : l.ops(ps)) n += table.solo_us(op.name).has_value();
+      return n;
+    };
+    const Layer analytic = build_layer(dims, cfg);
+    int on_gpu = -1;
+    try {
+      on_gpu = covered(gpu_layer());
+    } catch (const UsageError&) {  // a setting the GPU layer does not run: the analytic one
+    }
+    gpu = on_gpu > covered(analytic);
+    layer = gpu ? gpu_layer() : analytic;
+  } else {
+    layer = gpu ? gpu_layer() : build_layer(dims, cfg);
+  }
   std::string source;
   if (o.count("--pairs")) {
-    table = load_pair_table(o["--pairs"]);
     source = o["--pairs"] + " (node " + table.node + ")";
     if (!table.model.empty() && table.model != layer.model)
       out << "warning: pair table is for model " << table.model << ", planning " << layer.model << "\n";
@@ -126,9 +270,20 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
     table = synthetic_pair_table(layer);
     source = "synthetic (analytic solo times, OEF rules of Section 3.2; no GPU measurement)";
   }
+  if (gpu) apply_solo_times(layer, table);  // as bench strands does: the executor models read Op::solo_us
   if (o.count("--write-pairs")) save_pair_table(o["--write-pairs"], table);
+  const bool pool_asked = o.count("--single-mib") || o.count("--pool-budget-mib") || o.count("--pool-order-out");
+  if (pool_asked && !gpu)
+    throw UsageError("--single-mib, --pool-budget-mib and --pool-order-out plan the GPU layer's pool (--layer gpu)",
+                     __FILE__, __LINE__);
+  if (o.count("--single-mib") && o.count("--pool-budget-mib"))
+    throw UsageError("give --single-mib or --pool-budget-mib, not both", __FILE__, __LINE__);
 
   out << "DHelix strand-interleaving plan: " << layer.model << " " << layer.parallel << "\n";
+  out << "operators: "
+      << (gpu ? "the GPU layer (model::Layer's operator view, strand_layer)"
+              : "the analytic builder (build_layer; not the operators bench strands runs)")
+      << "\n";
   out << "pair profile: " << source << "\n\n";
   out << "operators (solo us):\n";
   for (Pass p : {Pass::Forward, Pass::Backward}) {
@@ -205,6 +360,7 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
           << " (one operator per step; run it on dep_ready_layer(two_link_layer(dag)))\n";
     }
   }
+  if (gpu) plan_one_pool(out, o, layer, plan, table, mc, mp);
   if (o.count("--out")) {
     std::ofstream f(o["--out"]);
     if (!f) throw UsageError("cannot write " + o["--out"], __FILE__, __LINE__);

@@ -944,6 +944,41 @@ BudgetedSchedule pool_bounded_issue_order(const Layer& dag, const std::vector<st
   return best;
 }
 
+OnePoolOrders one_pool_orders(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts1,
+                              const std::vector<std::vector<std::pair<Pass, int>>>& starts2, const PairTable& table,
+                              const std::vector<SavedTensor>& saved, double budget_bytes,
+                              const std::vector<double>& weights) {
+  BRAID_REQUIRE(!starts1.empty() && !starts2.empty(), "one_pool_orders: needs one- and two-link start orders");
+  const Layer dag2 = two_link_layer(dag), dd2 = dep_ready_layer(dag2);
+  OnePoolOrders r;
+  r.one_link = pool_bounded_issue_order(dag, starts1, saved, budget_bytes, table);
+  auto s2 = starts2;
+  if (std::isfinite(r.one_link.makespan_us)) s2.push_back(r.one_link.order);
+  r.two_links = pool_bounded_issue_order(dag2, s2, saved, budget_bytes, table);
+  std::vector<std::vector<std::pair<Pass, int>>> fit;
+  for (const auto* q : {&r.one_link, &r.two_links})
+    if (std::isfinite(q->makespan_us)) fit.push_back(q->order);
+  if (fit.empty()) return r;
+  for (const double w : weights) {
+    const auto pm = pool_bounded_moves_issue_order(dd2, fit, saved, budget_bytes, table, w);
+    if (!std::isfinite(pm.makespan_us)) continue;
+    bool seen = false;
+    for (const auto& m : r.moves) seen |= m.order == pm.order;
+    if (!seen) r.moves.push_back({w, pm.order, pm.makespan_us});
+  }
+  return r;
+}
+
+PlacementChoice wait_aware_choice(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                                  const PairTable& table, double budget_bytes, double weight) {
+  PlacementChoice c;
+  c.budget_bytes = budget_bytes;
+  c.cost = [&dag, &order, &table, weight](const std::vector<SavedTensor>& sv, const ArenaPlacement& pl) {
+    return placement_wait_cost(dag, order, sv, pl, table, weight);
+  };
+  return c;
+}
+
 Layer two_link_layer(Layer dag) {
   for (auto& op : dag.bwd)
     if (op.kind == OpKind::Comm && op.link == LinkClass::Local) op.link = LinkClass::Cross;

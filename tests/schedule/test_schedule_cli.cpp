@@ -87,6 +87,72 @@ TEST(Cli, PlanStrandsMoe) {
   EXPECT_NE(out.find("dispatch[X]"), std::string::npos) << out;
 }
 
+// A pair table profiled on the GPU names the GPU layer's operators: plan-strands plans that layer (auto), and with
+// the single strand's memory it also plans both strands in one activation pool — the pool-bounded co-run moves
+// orders (schedule::one_pool_orders, the search bench strands runs), each placed for its memory waits
+// (wait_aware_choice) — and writes the recommended order for dep_ready_layer(two_link_layer(strand_layer)).
+TEST(Cli, PlanStrandsGpuLayerAndOnePool) {
+  const std::string pairs = BRAID_RESULTS_DIR "/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt";
+  const std::string order = testing::TempDir() + "dhelix_pool_order.txt";
+  std::string out;
+  ASSERT_EQ(run(plan_strands_main,
+                {"plan-strands", "--model", "llama3-70b", "--tp", "2", "--seq", "4096", "--pairs", pairs,
+                 "--single-mib", "3377.4", "--pool-order-out", order},
+                out),
+            0)
+      << out;
+  EXPECT_NE(out.find("operators: the GPU layer"), std::string::npos) << out;
+  EXPECT_EQ(out.find("warning: pair table is for"), std::string::npos) << out;  // the table's own layer
+  EXPECT_NE(out.find("one activation pool: budget"), std::string::npos) << out;
+  EXPECT_NE(out.find("recommended:"), std::string::npos) << out;
+  std::ifstream f(order);
+  const PlanFile pf = read_plan(f);
+  auto c = braid::model::preset("llama3-70b");
+  c.seq = 4096;
+  const braid::model::Parallel p{2, true};
+  Layer dag = strand_layer(c, p);
+  apply_solo_times(dag, load_pair_table(pairs));
+  const Layer dd2 = dep_ready_layer(two_link_layer(dag));
+  const Plan plan = from_plan_file(dd2, pf);
+  EXPECT_EQ(plan.steps.size(), dd2.fwd.size() + dd2.bwd.size());
+  // Its pool fits the budget the bench would use (one set + 5% of the single strand - 64 MiB).
+  const auto saved = saved_tensors(c, p);
+  double one = 0;
+  for (const auto& t : saved) one += t.bytes;
+  const double budget = one + (0.05 * 3377.4 - 64.0) * 1048576.0;
+  const auto ord = plan_issue_order(dd2, plan);
+  EXPECT_LE(two_strand_pool_bound(dd2, ord, saved), budget + 1e-6);
+  const PlacementChoice choice = wait_aware_choice(dd2, ord, load_pair_table(pairs), budget);
+  EXPECT_LE(two_strand_placement(dd2, ord, saved, &choice).pool_bytes, budget + 1e-6);
+  std::remove(order.c_str());
+  // The same table planned on the analytic builder's operators: none of its names match (a warning).
+  ASSERT_EQ(run(plan_strands_main,
+                {"plan-strands", "--model", "llama3-70b", "--tp", "2", "--seq", "4096", "--pairs", pairs, "--layer",
+                 "analytic", "--max-shift", "2"},
+                out),
+            0)
+      << out;
+  EXPECT_NE(out.find("operators: the analytic builder"), std::string::npos) << out;
+  EXPECT_NE(out.find("warning: pair table is for"), std::string::npos) << out;
+  // Without a budget the pool is not planned (a hint instead); the pool options need the GPU layer, one budget.
+  ASSERT_EQ(run(plan_strands_main,
+                {"plan-strands", "--model", "llama3-70b", "--tp", "2", "--seq", "4096", "--pairs", pairs}, out),
+            0)
+      << out;
+  EXPECT_NE(out.find("give --single-mib"), std::string::npos) << out;
+  EXPECT_EQ(run(plan_strands_main,
+                {"plan-strands", "--model", "llama3-8b", "--tp", "2", "--seq", "4096", "--layer", "analytic",
+                 "--single-mib", "3000"},
+                out),
+            2);
+  EXPECT_EQ(run(plan_strands_main,
+                {"plan-strands", "--model", "llama3-70b", "--tp", "2", "--seq", "4096", "--pairs", pairs,
+                 "--single-mib", "3000", "--pool-budget-mib", "700"},
+                out),
+            2);
+  EXPECT_EQ(run(plan_strands_main, {"plan-strands", "--model", "llama3-8b", "--layer", "both"}, out), 2);
+}
+
 TEST(Cli, UsageErrors) {
   std::string out;
   EXPECT_EQ(run(plan_strands_main, {"plan-strands"}, out), 2);

@@ -241,6 +241,30 @@ BudgetedSchedule pool_bounded_moves_issue_order(const Layer& dag,
                                                 const PairTable& table, double weight = kCorunWeight,
                                                 int max_rounds = 100);
 
+/// The one-activation-pool search `bench strands` and `plan-strands` run (docs/dhelix.md, fifty-third and
+/// fifty-fourth sessions): pool_bounded_issue_order over `starts1` on `dag` (one link) and over `starts2` on
+/// two_link_layer(dag) (plus the one-link fit: the pool bound depends on the order only), then
+/// pool_bounded_moves_issue_order from the fitting ones on dep_ready_layer(two_link_layer(dag)) at each of
+/// `weights`, each distinct order once (in `weights` order). `saved`, `budget_bytes` as pool_bounded_issue_order.
+struct OnePoolOrders {
+  BudgetedSchedule one_link, two_links;  // makespan_us = +inf where no order fits the budget
+  struct Moves {
+    double weight = 0;                   // the co-run weight the search ran at
+    std::vector<std::pair<Pass, int>> order;  // on dep_ready_layer(two_link_layer(dag))
+    double makespan_us = 0;              // corun_makespan_us at `weight` (two activation sets, no waits)
+  };
+  std::vector<Moves> moves;  // empty when neither pool-bounded search fits
+};
+OnePoolOrders one_pool_orders(const Layer& dag, const std::vector<std::vector<std::pair<Pass, int>>>& starts1,
+                              const std::vector<std::vector<std::pair<Pass, int>>>& starts2, const PairTable& table,
+                              const std::vector<SavedTensor>& saved, double budget_bytes,
+                              const std::vector<double>& weights = {kCorunWeight, 0.0, 0.2, 0.7, 1.0});
+/// The PlacementChoice the moves arena runs with (`bench strands`' strands-arena-*-moves-*): among the
+/// placements of `order` within `budget_bytes`, the least placement_wait_cost on `dag` at `weight`. The
+/// returned choice refers to `dag`, `order` and `table`: they must outlive it.
+PlacementChoice wait_aware_choice(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
+                                  const PairTable& table, double budget_bytes, double weight = kCorunWeight);
+
 /// `dag` with the backward strand's local-link collectives on the cross-link stream: each strand's
 /// collectives get their own stream, as round-robin's do (with one communicator per strand they then run
 /// side by side). For comparisons under a per-communicator throttle; on one real link they would contend.
