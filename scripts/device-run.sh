@@ -213,7 +213,9 @@
 # The device tool returns at most 8 files: give each run one log and few JSON files.
 # Fifty-fourth session (three calls, 2x H200, ~760 s held): `build strands-mixtral strands-smres` (BUILD_TARGET="braid
 # test_strands_mpi test_strands_plan" MIXTRAL_THROTTLES="1 2" SMRES_NVLINK=0) 5.3 min cold; warm `build strands-mixtral`
-# (MIXTRAL_THROTTLES="1 2 1") + `strands-smres` at STRANDS_THROTTLE 1 and 2 (one call each, under $OUT/s1, $OUT/s2) 3.7 min.
+# (MIXTRAL_THROTTLES="1 2 1") + `strands-smres` at STRANDS_THROTTLE 1 and 2 (one call each, under $OUT/s1, $OUT/s2) 3.7 min;
+# `build test` (every target, CTEST_E='shared|np4|np8': 39 entries, 5.8 min of ctest) 8 min cold; warm `build
+# strands-mixtral` (BUILD_TARGET=braid, MIXTRAL_THROTTLES=1) 2.2 min.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
