@@ -216,6 +216,8 @@
 # (MIXTRAL_THROTTLES="1 2 1") + `strands-smres` at STRANDS_THROTTLE 1 and 2 (one call each, under $OUT/s1, $OUT/s2) 3.7 min;
 # `build test` (every target, CTEST_E='shared|np4|np8': 39 entries, 5.8 min of ctest) 8 min cold; warm `build
 # strands-mixtral` (BUILD_TARGET=braid, MIXTRAL_THROTTLES=1) 2.2 min.
+# After any acceptance run: name its JSON files under the card in bench/results/acceptance.json and regenerate
+# docs/acceptance.md (python3 scripts/acceptance.py --markdown docs/acceptance.md): the verdicts come from the files.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
 # two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
