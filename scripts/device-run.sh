@@ -215,7 +215,8 @@
 # test_strands_mpi test_strands_plan" MIXTRAL_THROTTLES="1 2" SMRES_NVLINK=0) 5.3 min cold; warm `build strands-mixtral`
 # (MIXTRAL_THROTTLES="1 2 1") + `strands-smres` at STRANDS_THROTTLE 1 and 2 (one call each, under $OUT/s1, $OUT/s2) 3.7 min;
 # `build test` (every target, CTEST_E='shared|np4|np8': 39 entries, 5.8 min of ctest) 8 min cold; warm `build
-# strands-mixtral` (BUILD_TARGET=braid, MIXTRAL_THROTTLES=1) 2.2 min.
+# strands-mixtral` (BUILD_TARGET=braid, MIXTRAL_THROTTLES=1) 2.2 min; `build strands-smres` (BUILD_TARGET=braid,
+# STRANDS_THROTTLE=2, SMRES_NVLINK=0: the 70B layer profiles its table) 2.9 min cold.
 # After any acceptance run: name its JSON files under the card in bench/results/acceptance.json and regenerate
 # docs/acceptance.md (python3 scripts/acceptance.py --markdown docs/acceptance.md): the verdicts come from the files.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
