@@ -3,6 +3,7 @@
 
     python3 scripts/acceptance.py [--manifest bench/results/acceptance.json] [--card h200x2] [--issue 9]
                                   [--markdown docs/acceptance.md] [--check]
+    python3 scripts/acceptance.py --issue N [--card CARD] FILES.jsonl...   (one issue over files named here)
 
 The manifest names, per card folder under bench/results/ and per issue, the JSONL files a verdict rests on (each file
 carries its card, date, commit and command in every row). Each issue's module (scripts/acceptance_issue<N>.py,
@@ -79,7 +80,15 @@ def main(argv):
     ap.add_argument("--issue", action="append")
     ap.add_argument("--markdown")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("files", nargs="*", help="with one --issue: result files to check instead of the manifest's")
     a = ap.parse_args(argv[1:])
+    if a.files:
+        if not a.issue or len(a.issue) != 1 or a.markdown:
+            ap.error("files need exactly one --issue (and no --markdown)")
+        card = a.card[0] if a.card else None
+        for v in module(a.issue[0]).check(a.files, card):
+            print(f"  {MARK[v['met']]:8} {v['criterion']}: {v['measured']} (target {v['target']})")
+        return 0
     manifest = json.load(open(a.manifest))
     try:
         results = verdicts(manifest, a.card, a.issue)

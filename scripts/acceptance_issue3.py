@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Issue 3 (Flash Communication all-reduce) acceptance verdicts from `braid bench allreduce` JSONL rows.
 
-    python3 scripts/acceptance_issue3.py FILES.jsonl...
+    python3 scripts/acceptance.py --issue 3 [--card CARD] FILES.jsonl...
 
 FILES: `braid bench allreduce` rows (op allreduce; each row carries its own NCCL baseline timed in the same run:
 baseline_time_us, speedup) and `bench/peers/allreduce_symm_mem.py` rows (algo torch-*). Criteria (issue 3, 2x H100,
@@ -18,7 +17,6 @@ scripts/acceptance.py."""
 import json
 import os
 import statistics
-import sys
 
 MiB = 1 << 20
 TARGETS = {"int8": 2.4, "int6": 2.8, "int4": 3.5}
@@ -152,17 +150,3 @@ def check(paths, card=None):
                        "see docs/flash-communication.md (Error model, Byte floors); checked by test_allreduce_ref",
                        "every distribution", None, []))
     return out
-
-
-def main(argv):
-    if len(argv) < 2 or argv[1] in ("-h", "--help"):
-        print(__doc__)
-        return 2
-    for v in check(argv[1:]):
-        mark = {True: "MET", False: "NOT MET", None: "n/a"}[v["met"]]
-        print(f"issue {v['issue']} | {v['criterion']} | {v['measured']} | {v['target']} | {mark}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Issue 4's acceptance verdicts (FlashOverlap GEMM + reduce-scatter), computed from committed result rows.
 
-    python3 scripts/acceptance_issue4.py [--card H200] FILE.jsonl [FILE.jsonl ...]
+    python3 scripts/acceptance.py --issue 4 [--card CARD] FILES.jsonl...
 
 FILEs: `braid bench gemm-rs|gemm-ar|gemm-a2a --json` rows and `bench/peers/async_tp_symm_mem.py` rows (peer-gemm-rs).
 Prints one line per criterion: criterion | measured | target | MET / NOT MET / reported. Other scripts import
@@ -29,7 +28,6 @@ import math
 import os
 import re
 import statistics
-import sys
 
 SWEEPS = ("gemm-rs", "gemm-ar", "gemm-a2a")
 NAMES = {"gemm-rs": "GEMM+RS", "gemm-ar": "GEMM+AR", "gemm-a2a": "GEMM+A2A"}
@@ -195,27 +193,3 @@ def check(paths, card=None):
         for peer_files, peer_rows in peers:
             out.append(versus_torch(rs_files, rs_rows, peer_files, peer_rows))
     return out
-
-
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    card = None
-    if "--card" in argv:
-        i = argv.index("--card")
-        card = argv[i + 1]
-        del argv[i:i + 2]
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 2
-    verdict = {True: "MET", False: "NOT MET", None: "reported"}
-    results = check(argv, card)
-    if not results:
-        print("no gemm-rs / gemm-ar / gemm-a2a / peer-gemm-rs rows in these files")
-        return 1
-    for c in results:
-        print(f"{c['criterion']} | {c['measured']} | {c['target']} | {verdict[c['met']]} | {', '.join(c['files'])}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Issue 8 (T3 track-and-trigger GEMM + reduce-scatter, and AG + GEMM) acceptance verdicts from result JSONL files.
 
-    python3 scripts/acceptance_issue8.py [--card h200x2|h100x2] FILES.jsonl...
+    python3 scripts/acceptance.py --issue 8 [--card CARD] FILES.jsonl...
 
 Each file is one call (one commit); a criterion is computed per file and never mixes files, except AG+GEMM against
 torch, which pairs an `ag-gemm` file with a peer file (rows of bench/peers/async_tp_symm_mem.py) of the same commit
@@ -18,13 +17,12 @@ torch, which pairs an `ag-gemm` file with a peer file (rows of bench/peers/async
   * the ring at any TP size / the 8-GPU run: reported (met None); not measurable from 2-GPU files.
 Only rows with correct == true (and no wrong elements) count; the others are excluded and counted. A shape counts when
 every row it needs is verified. --card picks the within-2x file; by default it follows the rows' card and world.
-check(paths, card=None) returns the verdict dicts (for scripts/acceptance.py); main prints one line per criterion."""
+check(paths, card=None) returns the verdict dicts (scripts/acceptance.py prints them)."""
 import glob
 import json
 import math
 import os
 import re
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = os.path.join(ROOT, "bench", "shapes")
@@ -242,20 +240,3 @@ def check(paths, card=None):
                        if top < 8 else "%d-rank rows present: judge by hand" % top,
                        "ring at every TP size, run on 8 GPUs", None, [p for p, w in worlds.items() if w == top]))
     return out
-
-
-def main(argv=None):
-    argv = list(sys.argv if argv is None else argv)
-    card = argv.pop(argv.index("--card") + 1) if "--card" in argv[:-1] else None
-    argv = [a for a in argv if a != "--card"]
-    if len(argv) < 2 or argv[1] in ("-h", "--help"):
-        print(__doc__)
-        return 2
-    for v in check(argv[1:], card):
-        mark = {True: "MET", False: "NOT MET", None: "n/a"}[v["met"]]
-        print("%s [%s] | %s | %s | %s" % (v["criterion"], ", ".join(v["files"]), v["measured"], v["target"], mark))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Issue 9 (DHelix strands) acceptance verdicts from `braid bench strands` JSONL rows.
 
-    python3 scripts/acceptance_issue9.py FILES.jsonl...
+    python3 scripts/acceptance.py --issue 9 [--card CARD] FILES.jsonl...
 
 A run is the rows of one `bench strands` process (same file, model, layers, NCCL CTA cap and date). Every row
 carries its own single-strand and round-robin baselines timed in that run (speedup_vs_single,
@@ -18,7 +17,6 @@ within 1.05x memory; met when every run of the setting has such a variant. Full-
 with the throughput criteria not applied. `check()` returns dicts for scripts/acceptance.py."""
 import json
 import os
-import sys
 
 HIDDEN, SINGLE, RR, MEM = 0.70, 1.15, 1.05, 1.05
 
@@ -103,17 +101,3 @@ def check(paths, card=None):
                        "not from these rows: `braid pipeline`, test_schedule_pipeline, test_pipeline_mpi",
                        "simulator and executor", None, []))
     return out
-
-
-def main(argv):
-    if len(argv) < 2 or argv[1] in ("-h", "--help"):
-        print(__doc__)
-        return 2
-    for v in check(argv[1:]):
-        mark = {True: "MET", False: "NOT MET", None: "n/a"}[v["met"]]
-        print(f"issue {v['issue']} | {v['criterion']} | {v['measured']} | {v['target']} | {mark}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
