@@ -527,6 +527,9 @@ struct Variant {
   // the time the host took to issue it, and of that the time blocked waiting for MoE all-to-all counts.
   // The GPU runs ahead of the host only while issue < time; negative: not measured.
   double host_issue_us = -1, host_wait_us = -1;
+  // One-pool (arena) variants: the issue order they ran (its variant name) and the pool's bytes; empty / 0 otherwise.
+  std::string order;
+  double pool_bytes = 0;
 };
 
 // Variants timed interleaved (bench::time_interleaved: `rounds` passes over all of them in turn, so that clock,
@@ -732,6 +735,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
       j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
       j.add("plan_steps", plan.steps.size()).add("verified", ok);
+      if (!v.order.empty()) j.add("arena_order", v.order).add("arena_pool_bytes", v.pool_bytes);
       if (drop_fraction >= 0) j.add("moe_capacity", c.capacity).add("moe_dropped_fraction", drop_fraction);
       if (c.moe()) {
         j.add("moe_sizes", c.moe_device_sizes ? "device" : "host");
@@ -1822,6 +1826,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                   placed_for_waits ? ", placed for the co-run model with its waits within the budget" : "");
     vs.push_back({"strands-arena" + L, med([&](int) { unit(exa, exb); }), mem});
     if (!ch.dep_ready) vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
+    // (every row this call adds names the order it ran and the pool: arena_order, arena_pool_bytes in the JSON)
+    const size_t first_row = vs.size() - (ch.dep_ready ? 1 : 2);
+    auto name_rows = [&]() {
+      for (size_t i = first_row; i < vs.size(); ++i) vs[i].order = ch.name, vs[i].pool_bytes = pool.bytes;
+    };
+    name_rows();
     if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
       bb.share_interfaces(aa);
       fill_inputs(aa, 301 + team.rank(), s);
@@ -1838,6 +1848,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         vs.push_back({"strands-arena-io" + L + "-smres", med([&](int) { unit(exa, exb); }), mem});
         aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
       }
+      name_rows();
     }
     return mem;
   };
