@@ -217,6 +217,10 @@
 # `build test` (every target, CTEST_E='shared|np4|np8': 39 entries, 5.8 min of ctest) 8 min cold; warm `build
 # strands-mixtral` (BUILD_TARGET=braid, MIXTRAL_THROTTLES=1) 2.2 min; `build strands-smres` (BUILD_TARGET=braid,
 # STRANDS_THROTTLE=2, SMRES_NVLINK=0: the 70B layer profiles its table) 2.9 min cold.
+# Next on a 2-GPU machine: `build strands-stack` (BUILD_TARGET="braid test_strands_mpi", STACK_MODELS="llama3-70b
+# mixtral-8x7b" STACK_THROTTLES=1) and `strands-smres` (SMRES_NVLINK=0): the moves search under solo times
+# (strands-corun-moves-w0-2link-dag, a246984+, not GPU-run) against weight 0.4 on the stacks and one layer; the rows'
+# new arena_order field.
 # After any acceptance run: name its JSON files under the card in bench/results/acceptance.json and regenerate
 # docs/acceptance.md (python3 scripts/acceptance.py --markdown docs/acceptance.md): the verdicts come from the files.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on

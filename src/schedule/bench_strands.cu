@@ -774,7 +774,8 @@ std::unique_ptr<StrandExecutor> stack_executor(const std::string& name, const La
 }
 
 const char* const kStackOrders[] = {"strands-whole-2link-dag", "strands-best-order-2link",
-                                    "strands-best-order-sinks-2link-dag", "strands-corun-moves-2link-dag"};
+                                    "strands-best-order-sinks-2link-dag", "strands-corun-moves-2link-dag",
+                                    "strands-corun-moves-w0-2link-dag"};
 // The stack executors also run chained (StrandStack::pass_chained), with and without a spare slot.
 bool chained(const std::string& name) { return name != "strands-best-order-sinks-2link-dag"; }
 
@@ -1236,6 +1237,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const Layer dag_dep2 = dep_ready_layer(dag2);  // the same, operators waiting for their dependencies only
   std::vector<std::pair<std::string, PlanFile>> order_plans2;  // run on dag2
   PlanFile moves_file;  // strands-corun-moves-2link-dag's order (below), run on dep_ready_layer(dag2)
+  // strands-corun-moves-w0-2link-dag: the same search under solo times (co-run weight 0), where its order differs.
+  // The pool-bounded searches' weight-0 orders ran fastest in 15 of 17 one-layer runs (fifty-fourth session), and
+  // their measured times rose with the weight searched at (70B: 22.3, 22.6, 23.1, 23.2, 23.5 ms at 0 .. 1.0).
+  std::vector<std::pair<std::string, PlanFile>> moves_orders;  // both, on dep_ready_layer(dag2)
   // strands-pool-moves[-w<weight>]-2link-dag: the pool-bounded co-run moves orders (below; none when no order fits
   // the pool budget), on dep_ready_layer(dag2), one per co-run weight that gives a distinct order
   std::vector<std::pair<std::string, PlanFile>> pool_moves;
@@ -1278,6 +1283,17 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         std::printf("# co-run model, two links, operators on their dependencies: whole-pass %.1f us; any op moved "
                     "where its dependencies allow (strands-corun-moves-2link-dag) %.1f us (search %.1f s)\n",
                     corun_makespan_us(dag_dep2, whole2dag, table), mv.makespan_us, MPI_Wtime() - t0);
+      moves_orders.push_back({"strands-corun-moves-2link-dag", moves_file});
+      const double t1 = MPI_Wtime();
+      const auto mv0 = corun_moves_issue_order(dag_dep2, {whole2dag, b2.order, cr.order}, table, 0.0);
+      const PlanFile moves0 = to_plan_file(dag_dep2, order_plan(dag_dep2, mv0.order));
+      const bool distinct = plan_structure_hash(moves0) != plan_structure_hash(moves_file);
+      if (distinct) moves_orders.push_back({"strands-corun-moves-w0-2link-dag", moves0});
+      if (root)
+        std::printf("# the same under solo times (weight 0; strands-corun-moves-w0-2link-dag): %.1f us solo, %.1f us at "
+                    "weight %.1f%s (search %.1f s)\n",
+                    mv0.makespan_us, corun_makespan_us(dag_dep2, mv0.order, table), kCorunWeight,
+                    distinct ? "" : ", the same order: not timed twice", MPI_Wtime() - t1);
     }
     if (root) {
       std::printf("# co-run model (pair-table slowdowns, weight %.2f), two links: best-order %.1f us, sinks %.1f, "
@@ -1380,13 +1396,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // Every plan and order below must be the same on every rank (searched on the same table; checked, not assumed).
   require_same_plan_on_every_rank(team, "the searched plan", plan_file);
   require_same_plan_on_every_rank(team, "the whole-pass plan", whole_file);
-  require_same_plan_on_every_rank(team, "strands-corun-moves-2link-dag's order", moves_file);
+  for (const auto& [name, pf] : moves_orders) require_same_plan_on_every_rank(team, name + "'s order", pf);
   for (const auto& [name, pf] : pool_moves) require_same_plan_on_every_rank(team, name + "'s order", pf);
   for (const auto* list : {&order_plans, &order_plans2})
     for (const auto& [name, pf] : *list) require_same_plan_on_every_rank(team, name + "'s order", pf);
   if (a.layers > 1) {  // the stack instead of the one-layer variants
     auto stack_orders2 = order_plans2;
-    stack_orders2.push_back({"strands-corun-moves-2link", moves_file});
+    for (const auto& [name, pf] : moves_orders)  // (the stack names them without "-dag": stack_executor adds it)
+      stack_orders2.push_back({name.substr(0, name.size() - 4), pf});
     return bench_stack(team, a, c, p, ctx, st, *comm_a, *comm_b, dag, plan_file, stack_orders2, plan_source, plan);
   }
 
@@ -1447,14 +1464,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
             std::printf("# verification (%s): %s%s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
                         name.c_str(), dep ? "-dag" : "", diff, diff == 0 ? "Passed" : "FAILED");
         }
-    {  // strands-corun-moves-2link-dag (the co-run model's order with operators moved), timed below
+    for (const auto& [name, pf] : moves_orders) {  // strands-corun-moves[-w0]-2link-dag (operators moved), timed below
       const Layer vd = dep_ready_layer(vdag2);
-      StrandExecutor vexm(vd, from_plan_file(vd, moves_file), st.s);
+      StrandExecutor vexm(vd, from_plan_file(vd, pf), st.s);
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
       ok = ok && diff == 0;
       if (root)
-        std::printf("# verification (%s): strands-corun-moves-2link-dag vs single strand: %.0f differing values -> %s\n",
-                    sc.name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
+                    name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
     }
     for (const auto& [name, pf] : pool_moves) {  // strands-pool-moves*-2link-dag (two sets), timed below
       const Layer vd = dep_ready_layer(vdag2);
@@ -1705,12 +1722,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         StrandExecutor* e = order_ex.back().get();
         iv.add(name + "-dag", [&, e](int) { e->run(la, lb); }, two_sets);
       }
-    {  // the co-run model's order with operators moved (as the stack's)
-      order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, moves_file), st.s));
+    for (const auto& [name, pf] : moves_orders) {  // the co-run model's orders with operators moved (as the stack's)
+      order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
-      iv.add("strands-corun-moves-2link-dag", [&, e](int) { e->run(la, lb); }, two_sets);
-      if (a.gemm_sm_reserve > 0)
-        iv.add("strands-corun-moves-2link-dag-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
+      iv.add(name, [&, e](int) { e->run(la, lb); }, two_sets);
+      if (a.gemm_sm_reserve > 0) iv.add(name + "-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
     }
     for (const auto& [name, pf] : pool_moves) {  // the same search within the pool budget (two sets here; one pool below)
       order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, pf), st.s));
