@@ -1449,39 +1449,26 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                     "strand: %.0f differing values -> %s\n",
                     sc.name.c_str(), two ? "-2link" : "", diff, diff == 0 ? "Passed" : "FAILED");
     }
+    // An issue order on the small shape's DAG `vd`, bit for bit against the single strand.
+    auto verify_order = [&](const std::string& label, const Layer& vd, const PlanFile& pf) {
+      StrandExecutor vexo(vd, from_plan_file(vd, pf), st.s);
+      const double diff =
+          team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
+      ok = ok && diff == 0;
+      if (root)
+        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
+                    label.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
+    };
     // The issue orders timed below (two-link ones on vdag2, the others on vdag), and the sink-placing
     // two-link order with dependency-ready operators (strands-best-order-sinks-2link-dag).
     for (const bool two : {true, false})
-      for (const auto& [name, pf] : two ? order_plans2 : order_plans)
-        for (const bool dep : {false, true}) {
-          if (dep && name != "strands-best-order-sinks-2link") continue;
-          const Layer vd = dep ? dep_ready_layer(vdag2) : two ? vdag2 : vdag;
-          StrandExecutor vexo(vd, from_plan_file(vd, pf), st.s);
-          const double diff =
-              team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexo, st, 1), sc)));
-          ok = ok && diff == 0;
-          if (root)
-            std::printf("# verification (%s): %s%s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
-                        name.c_str(), dep ? "-dag" : "", diff, diff == 0 ? "Passed" : "FAILED");
-        }
-    for (const auto& [name, pf] : moves_orders) {  // strands-corun-moves[-w0]-2link-dag (operators moved), timed below
-      const Layer vd = dep_ready_layer(vdag2);
-      StrandExecutor vexm(vd, from_plan_file(vd, pf), st.s);
-      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
-      ok = ok && diff == 0;
-      if (root)
-        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
-                    name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
-    }
-    for (const auto& [name, pf] : pool_moves) {  // strands-pool-moves*-2link-dag (two sets), timed below
-      const Layer vd = dep_ready_layer(vdag2);
-      StrandExecutor vexm(vd, from_plan_file(vd, pf), st.s);
-      const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexm, st, 1), sc)));
-      ok = ok && diff == 0;
-      if (root)
-        std::printf("# verification (%s): %s vs single strand: %.0f differing values -> %s\n", sc.name.c_str(),
-                    name.c_str(), diff, diff == 0 ? "Passed" : "FAILED");
-    }
+      for (const auto& [name, pf] : two ? order_plans2 : order_plans) {
+        verify_order(name, two ? vdag2 : vdag, pf);
+        if (name == "strands-best-order-sinks-2link") verify_order(name + "-dag", dep_ready_layer(vdag2), pf);
+      }
+    // strands-corun-moves[-w0]-2link-dag (operators moved) and strands-pool-moves*-2link-dag (two sets), timed below
+    for (const auto* list : {&moves_orders, &pool_moves})
+      for (const auto& [name, pf] : *list) verify_order(name, dep_ready_layer(vdag2), pf);
     {  // the whole-pass plan timed below as strands-whole
       const double diff = team.allreduce_max(double(strands_differences(ref, strands_sequence(team, va, vb, vexw, st, 1), sc)));
       ok = ok && diff == 0;
