@@ -80,6 +80,8 @@ const char* kPlanUsage =
     "  --layer: the operators planned: gpu = braid's GPU layer (model::Layer, what `bench strands` and\n"
     "    `profile-pairs` run and profile), analytic = the analytic builder (cross-node what-ifs); auto (default):\n"
     "    gpu when --pairs names the GPU layer's operators, analytic otherwise.\n"
+    "  --order-out: the two-strand order with operators moved (a link per strand, operators on their\n"
+    "    dependencies), searched under solo times (weight 0; measured faster than the co-run model's order).\n"
     "  --single-mib / --pool-budget-mib (gpu layer): also plan both strands in one activation pool, within\n"
     "    B MiB of saved activations (--single-mib M: one saved set + 5% of M - 64 MiB, the budget `bench\n"
     "    strands` uses for <= 1.05x a single strand of M MiB); --pool-order-out writes the recommended order.\n";
@@ -352,21 +354,28 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
                 plan_makespan_us(layer, plan), whole.total_us);
   out << buf;
   // The order a stack of layers runs best (docs/dhelix.md, fifty-first session): each strand's collectives on their own
-  // link, operators waiting for their dependencies only, and the co-run model's search over operator moves.
+  // link, operators waiting for their dependencies only, and the co-run model's search over operator moves. Written
+  // (--order-out): the search under solo times (weight 0). `bench strands` times both searches' orders, and the
+  // weight-0 order ran faster in every comparison of the fifty-fifth session on 2x H200 (both 20-layer stacks and both
+  // one-layer benches, with and without SMs left to the collectives: 8 of 8), as the pool-bounded weight-0 orders did in
+  // 15 of 17 one-layer runs before (docs/dhelix.md): the co-run model at weight 0.4 ranks these orders wrongly.
   {
     const Layer dd2 = dep_ready_layer(two_link_layer(layer));
     const auto whole2 = plan_issue_order(dd2, whole_pass_plan(dd2, plan));
     const auto mv = corun_moves_issue_order(dd2, {whole2}, table);
+    const auto mv0 = corun_moves_issue_order(dd2, {whole2}, table, 0.0);
     std::snprintf(buf, sizeof buf,
-                  "co-run model (pair-table slowdowns), a link per strand, operators on their dependencies: whole-pass "
-                  "order %.1f us, operators moved (corun_moves_issue_order) %.1f us\n",
-                  corun_makespan_us(dd2, whole2, table), mv.makespan_us);
+                  "co-run model (pair-table slowdowns, weight %.1f), a link per strand, operators on their dependencies: "
+                  "whole-pass order %.1f us, operators moved (corun_moves_issue_order) %.1f us; the same search under "
+                  "solo times (weight 0): %.1f us solo, %.1f us at weight %.1f (recommended: measured faster)\n",
+                  kCorunWeight, corun_makespan_us(dd2, whole2, table), mv.makespan_us, mv0.makespan_us,
+                  corun_makespan_us(dd2, mv0.order, table), kCorunWeight);
     out << buf;
     if (o.count("--order-out")) {
       std::ofstream f(o["--order-out"]);
       if (!f) throw UsageError("cannot write " + o["--order-out"], __FILE__, __LINE__);
-      write_plan(f, to_plan_file(dd2, order_plan(dd2, mv.order)));
-      out << "moved-operator order written to " << o["--order-out"]
+      write_plan(f, to_plan_file(dd2, order_plan(dd2, mv0.order)));
+      out << "moved-operator order (weight 0) written to " << o["--order-out"]
           << " (one operator per step; run it on dep_ready_layer(two_link_layer(dag)))\n";
     }
   }

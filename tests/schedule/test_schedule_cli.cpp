@@ -54,8 +54,8 @@ TEST(Cli, PlanStrandsWritesAPlanAndReadsPairs) {
   std::remove(plan.c_str());
 }
 
-// --order-out: the co-run model's moved-operator order (a link per strand, operators on their dependencies), one
-// operator per step, readable back onto that DAG; the model line is printed either way.
+// --order-out: the moved-operator order (a link per strand, operators on their dependencies) searched under solo
+// times (weight 0), one operator per step, readable back onto that DAG; both searches' model line is printed either way.
 TEST(Cli, PlanStrandsWritesTheMovedOperatorOrder) {
   const std::string order = testing::TempDir() + "dhelix_order.txt";
   std::string out;
@@ -66,6 +66,8 @@ TEST(Cli, PlanStrandsWritesTheMovedOperatorOrder) {
             0)
       << out;
   EXPECT_NE(out.find("operators moved (corun_moves_issue_order)"), std::string::npos) << out;
+  EXPECT_NE(out.find("under solo times (weight 0)"), std::string::npos) << out;
+  EXPECT_NE(out.find("moved-operator order (weight 0) written to"), std::string::npos) << out;
   std::ifstream f(order);
   const PlanFile pf = read_plan(f);
   LayerConfig cfg;
