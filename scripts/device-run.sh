@@ -1127,10 +1127,12 @@ if has layer-tp; then  # issue 10: the layer at TP = every GPU of the node (Llam
   T=240 mpi bench layer --model llama3-70b --tp "$ngpu" --seq 8192 --backward --json "$out/layer-tp$ngpu.jsonl" 2>&1 | tee -a "$log"
 fi
 if has bench-comm; then  # the layer's Comm implementations alone and beside a cuBLAS GEMM (docs/layer.md, bench comm)
-  # COMM_RESERVES: SMs the GEMM leaves free, one run each; COMM_IMPLS, COMM_MIN/COMM_MAX, COMM_GEMM (M,N,K)
+  # COMM_RESERVES: SMs the GEMM leaves free, one run each; COMM_IMPLS (nccl, nccl-ce, peer, peer-ce), COMM_OPS,
+  # COMM_MIN/COMM_MAX, COMM_GEMM (M,N,K), COMM_ARGS (more bench comm options, e.g. "--ce-in-place 0")
   echo "== bench comm ($(date +%T))" | tee -a "$log"
   for r in ${COMM_RESERVES:-0 8}; do
-    T=240 mpi bench comm --comm "${COMM_IMPLS:-nccl,peer,peer-ce}" -b "${COMM_MIN:-1M}" -e "${COMM_MAX:-256M}" -f 4 \
+    T=240 mpi bench comm --comm "${COMM_IMPLS:-nccl,peer,peer-ce}" --op "${COMM_OPS:-allgather,reducescatter,allreduce,alltoall}" \
+      -b "${COMM_MIN:-1M}" -e "${COMM_MAX:-256M}" -f 4 ${COMM_ARGS:-} \
       --gemm "${COMM_GEMM:-8192,8192,8192}" --gemm-sm-reserve "$r" --json "$out/bench-comm.jsonl" 2>&1 | tee -a "$log"
   done
 fi

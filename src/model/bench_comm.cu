@@ -1,6 +1,10 @@
 // `braid bench comm`: the layer's Comm implementations (NCCL; braid's peer comm on SM kernels or on the copy
 // engines) per collective and size, verified, timed alone and beside a cuBLAS GEMM on a second stream — what a
 // strand's collective costs the other strand's compute (DHelix), and how much of it the pair hides.
+// `--comm nccl-ce`: NCCL's own copy-engine collectives (NCCL >= 2.28: a zero-CTA communicator, Team::nccl_zero_cta,
+// between buffers registered as symmetric windows, NcclWindow) — the all-gather in place and the all-to-all, the two
+// it offers; no kernel at all, the handshakes are stream memory operations, so nothing of it needs an SM. It runs on
+// the bench's own window buffers (not through a Comm: the layer's buffers are not windows); the reductions are skipped.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <mpi.h>
@@ -29,6 +33,7 @@ struct Args {
   bool corun = true;
   int gemm_sm_reserve = 0;  // SMs the GEMM leaves free (cublasSetSmCountTarget)
   int throttle = 0;         // > 0: NCCL on a communicator of its own capped to this many CTAs (make_nccl_comm_split)
+  bool ce_in_place = true;  // nccl-ce's all-gather in place (else out of place: NCCL copies this rank's part itself)
   bench::TimingOptions timing{5, 20};
   std::string json;
 };
@@ -45,6 +50,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--no-gemm") a.corun = false;
     else if (k == "--gemm-sm-reserve") a.gemm_sm_reserve = std::stoi(val());
     else if (k == "--throttle") a.throttle = std::stoi(val());
+    else if (k == "--ce-in-place") a.ce_in_place = std::stoi(val()) != 0;
     else if (k == "--iters") a.timing.iters = std::stoi(val());
     else if (k == "--warmup") a.timing.warmup = std::stoi(val());
     else if (k == "--json") a.json = val();
@@ -55,8 +61,8 @@ Args parse(int argc, char** argv) {
     throw UsageError("bench comm: needs -f > 1, 0 < -b <= -e, --iters >= 1, --warmup >= 0", __FILE__, __LINE__);
   for (const auto& c : a.comms) {
     PeerCommOptions::Engine e;
-    if (c != "nccl" && !peer_engine_from_name(c, &e))
-      throw UsageError("bench comm: --comm takes nccl, peer, peer-ce (got '" + c + "')", __FILE__, __LINE__);
+    if (c != "nccl" && c != "nccl-ce" && !peer_engine_from_name(c, &e))
+      throw UsageError("bench comm: --comm takes nccl, nccl-ce, peer, peer-ce (got '" + c + "')", __FILE__, __LINE__);
   }
   for (const auto& o : a.ops)
     if (o != "allgather" && o != "reducescatter" && o != "allreduce" && o != "alltoall")
@@ -80,6 +86,17 @@ void enqueue(Comm& comm, const std::string& op, const void* in, void* out, const
   std::vector<size_t> counts(W, chunk), displs(W);
   for (int r = 0; r < W; ++r) displs[r] = size_t(r) * chunk;
   comm.all_to_all_v(in, counts.data(), displs.data(), out, counts.data(), displs.data(), DType::kBF16, s);
+}
+
+// NCCL's copy-engine collectives (`--comm nccl-ce`) on window buffers: the all-gather in place (this rank's part
+// already at its offset of `out`, so no local copy, which the driver would run as a kernel), the all-to-all from `in`.
+void enqueue_nccl_ce(ncclComm_t ce, int rank, int W, const std::string& op, bool in_place, const void* in, void* out,
+                     const Counts& c, cudaStream_t s) {
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  if (op == "allgather")
+    BRAID_NCCL_CHECK(ncclAllGather(in_place ? o + size_t(rank) * c.in : in, o, c.in, ncclBfloat16, ce, s));
+  else
+    BRAID_NCCL_CHECK(ncclAlltoAll(in, o, c.in / size_t(W), ncclBfloat16, ce, s));
 }
 
 double median(std::vector<double> v) { return bench::summarize(std::move(v)).median_us; }
@@ -204,24 +221,62 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
       if (root) std::printf("# nccl: skipped (this team has no NCCL: shared GPU)\n");
       continue;
     }
-    std::unique_ptr<Comm> comm = make(team, name, a.throttle);
+    const bool nccl_ce = name == "nccl-ce";
+    if (nccl_ce && (!team.has_nccl() || team.shared_gpu() || W < 2 || !team.peer_ok())) {
+      if (root) std::printf("# nccl-ce: skipped (needs NCCL and two or more GPUs of one node with peer access)\n");
+      continue;
+    }
+    std::unique_ptr<Comm> comm;
+    ncclComm_t ce = nullptr;
+    std::unique_ptr<NcclWindow> win_in, win_out;  // nccl-ce: the bench's buffers as symmetric windows
+    void* in_p = in.p;
+    void* out_p = out.p;
+    if (nccl_ce) {
+      ce = team.nccl_zero_cta();
+      if (root)
+        std::printf("# nccl-ce: NCCL's copy-engine collectives (zero-CTA communicator, symmetric windows); all-gather %s\n",
+                    a.ce_in_place ? "in place" : "out of place (NCCL copies this rank's part)");
+      win_in = std::make_unique<NcclWindow>(ce, std::max(cmax.in, cmax.out) * 2);
+      win_out = std::make_unique<NcclWindow>(ce, std::max(cmax.in, cmax.out) * 2);
+      in_p = win_in->get(), out_p = win_out->get();
+    } else {
+      comm = make(team, name, a.throttle);
+    }
     for (const auto& op : a.ops)
       for (size_t bytes = a.min_bytes; bytes <= a.max_bytes;
            bytes = std::max(bytes + 1, size_t(double(bytes) * a.factor))) {
+        if (nccl_ce && op != "allgather" && op != "alltoall") {
+          if (root) std::printf("  %-8s %-13s (NCCL's copy engines offer no reduction: skipped)\n", name.c_str(), op.c_str());
+          break;
+        }
         const Counts c = bench::collective_counts(op, bytes, 2, W);
         if (c.in == 0 || c.out == 0) continue;
         const uint64_t seed = 0xC0A1D000ULL + bytes;
+        // nccl-ce's in-place all-gather: this rank's input is its part of the output, refilled before every check
+        // (the poison overwrites it); the peers' parts arrive.
+        const bool in_place = nccl_ce && op == "allgather" && a.ce_in_place;
+        void* const src = in_place ? static_cast<void*>(static_cast<char*>(out_p) + size_t(team.rank()) * c.in * 2) : in_p;
+        auto fill = [&]() {
+          bench::fill_pattern(src, DType::kBF16, c.in, seed, team.rank(), 0, cs);
+        };
+        auto poison = [&]() {
+          BRAID_CUDA_CHECK(cudaMemsetAsync(out_p, 0xFF, c.out * 2, cs));  // NaN
+          if (in_place) fill();
+        };
         auto check = [&]() {
-          unsigned long long w = bench::count_wrong(op, out.p, DType::kBF16, c.out, seed, team.rank(), W, cs);
+          unsigned long long w = bench::count_wrong(op, out_p, DType::kBF16, c.out, seed, team.rank(), W, cs);
           BRAID_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, team.mpi()));
           return size_t(w);
         };
-        bench::fill_pattern(in.p, DType::kBF16, c.in, seed, team.rank(), 0, cs);
-        BRAID_CUDA_CHECK(cudaMemsetAsync(out.p, 0xFF, c.out * 2, cs));  // poison: NaN
-        enqueue(*comm, op, in.p, out.p, c, cs);
+        fill();
+        poison();
+        const auto call = [&]() {
+          if (nccl_ce) enqueue_nccl_ce(ce, team.rank(), W, op, in_place, in_p, out_p, c, cs);
+          else enqueue(*comm, op, in_p, out_p, c, cs);
+        };
+        call();
         team.synchronize(cs, "bench comm verification");
         size_t wrong = check();
-        const auto call = [&]() { enqueue(*comm, op, in.p, out.p, c, cs); };
         const bench::Stats st = bench::summarize(bench::time_iterations(&team, cs, a.timing, [&](int) { call(); }));
         const size_t size_bytes = std::max(c.in, c.out) * 2;
         const double algbw = double(size_bytes) / (st.median_us * 1e-6) / 1e9;
@@ -231,7 +286,7 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
         double hidden = 0;
         if (a.corun) {
           k = int(std::clamp(gemm_alone / st.median_us + 0.5, 1.0, 64.0));
-          BRAID_CUDA_CHECK(cudaMemsetAsync(out.p, 0xFF, c.out * 2, cs));
+          poison();
           co = time_corun(team, cs, gs, *gemm, a.timing, k, call);
           wrong += check();  // the output of the last co-run call
           const double coll = k * st.median_us;
@@ -247,6 +302,7 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
           std::printf("%s\n", wrong ? "  FAILED" : "");
           bench::Json j;
           j.add("op", op).add("algo", name).add("dtype", "bf16").add("world", W).add("bytes", size_bytes)
+              .add("in_place", in_place)
               .add("throttle_ctas", name == "nccl" ? a.throttle : 0)
               .add("count", std::max(c.in, c.out)).add("time_us", st.median_us).add("p10_us", st.p10_us)
               .add("p90_us", st.p90_us).add("iters", st.iters).add("algbw", algbw).add("busbw", busbw)
@@ -262,6 +318,8 @@ int bench_comm_main(Team& team, int argc, char** argv, const bench::Context& ctx
         }
         if (bytes >= a.max_bytes) break;
       }
+    team.synchronize(cs, "bench comm");
+    win_out.reset(), win_in.reset();  // collective, in the same order on every rank
   }
   if (a.corun) {
     const double again = median(bench::time_iterations(&team, gs, a.timing, [&](int) { gemm->run(); }));
