@@ -356,9 +356,9 @@ int plan_strands(int argc, char** argv, std::ostream& out) {
   // The order a stack of layers runs best (docs/dhelix.md, fifty-first session): each strand's collectives on their own
   // link, operators waiting for their dependencies only, and the co-run model's search over operator moves. Written
   // (--order-out): the search under solo times (weight 0). `bench strands` times both searches' orders, and the
-  // weight-0 order ran faster in every comparison of the fifty-fifth session on 2x H200 (both 20-layer stacks and both
-  // one-layer benches, with and without SMs left to the collectives: 8 of 8), as the pool-bounded weight-0 orders did in
-  // 15 of 17 one-layer runs before (docs/dhelix.md): the co-run model at weight 0.4 ranks these orders wrongly.
+  // weight-0 order ran faster in 10 of 12 comparisons of the fifty-fifth session on 2x H200 (both 20-layer stacks and
+  // both one-layer benches at 1 and 2 CTAs; all 6 with SMs left to the collectives), as the pool-bounded weight-0 orders
+  // did in 15 of 17 one-layer runs before (docs/dhelix.md): the co-run model at weight 0.4 ranks these orders wrongly.
   {
     const Layer dd2 = dep_ready_layer(two_link_layer(layer));
     const auto whole2 = plan_issue_order(dd2, whole_pass_plan(dd2, plan));
