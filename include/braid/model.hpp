@@ -24,7 +24,7 @@ namespace braid::model {
 // 989 TFLOP/s per GPU, tokens/s. Returns 0 on success, 3 when verification failed.
 int bench_layer_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
-// `braid bench comm [--comm nccl,peer,peer-ce] [--op allgather,reducescatter,allreduce,alltoall] [-b 1M] [-e 256M]
+// `braid bench comm [--comm nccl,nccl-ce,peer,peer-ce] [--op allgather,reducescatter,allreduce,alltoall] [-b 1M] [-e 256M]
 //  [-f 4] [--gemm M,N,K [--gemm-sm-reserve SMS] | --no-gemm] [--throttle CTAS] [--iters N] [--warmup N]
 //  [--json FILE]`: the Comm implementations per collective and size (bf16; nccl-tests' sizes, algbw and busbw),
 // verified bit for bit, timed alone and — k calls — beside one cuBLAS GEMM on a second stream: the GEMM's and the

@@ -1,5 +1,8 @@
 // NCCL implementation of braid::model::Comm, and the variant whose all-reduce is braid::AllReducer.
 #include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "braid/errors.hpp"
 #include "braid/model/comm.hpp"
@@ -92,8 +95,74 @@ class AllReducerComm : public NcclComm {
   AllReduceOptions opt_;
 };
 
+class NcclCeComm : public NcclComm {
+ public:
+  explicit NcclCeComm(Team& team) : NcclComm(team, 0) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    if (!team.peer_ok())
+      throw UnavailableError("nccl-ce comm: the ranks are not on one node with peer access (" + team.peer_status() + ")",
+                             __FILE__, __LINE__);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    BRAID_NCCL_CHECK(ncclCommSplit(team.nccl(), 0, team.rank(), &ce_, &cfg));
+    // One eager copy-engine all-gather: NCCL allocates its copy-engine state at the first one.
+    const size_t count = 256;
+    void* w = alloc_window(count * size_t(size()) * 2);
+    cudaStream_t s = team.stream();
+    all_gather(static_cast<char*>(w) + size_t(rank()) * count * 2, w, count, DType::kBF16, s);
+    team.synchronize(s, "nccl-ce comm warm-up");
+    free_window(w);
+#else
+    (void)team;
+    throw UnavailableError("nccl-ce comm: needs NCCL >= 2.28 (built with " + std::to_string(NCCL_MAJOR) + "." +
+                               std::to_string(NCCL_MINOR) + ")",
+                           __FILE__, __LINE__);
+#endif
+  }
+  ~NcclCeComm() override {
+    windows_.clear();  // deregistered on their communicator, before it goes
+    if (ce_) ncclCommDestroy(ce_);
+  }
+  std::string name() const override { return "nccl-ce"; }
+  void* alloc_window(size_t bytes) override {
+    auto w = std::make_unique<NcclWindow>(ce_, std::max<size_t>(bytes, 256));
+    void* p = w->get();
+    windows_.push_back(std::move(w));
+    return p;
+  }
+  void free_window(void* p) override {
+    for (auto it = windows_.begin(); it != windows_.end(); ++it)
+      if ((*it)->get() == p) {
+        windows_.erase(it);
+        return;
+      }
+    throw UsageError("nccl-ce comm: free_window of memory it did not allocate", __FILE__, __LINE__);
+  }
+  void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
+    const size_t es = bench::dtype_size(t);
+    const bool in_place = in == static_cast<const char*>(out) + size_t(rank()) * count * es;
+    if (in_place && in_window(out, count * size_t(size()) * es))
+      BRAID_NCCL_CHECK(ncclAllGather(in, out, count, bench::nccl_dtype(t), ce_, s));
+    else
+      NcclComm::all_gather(in, out, count, t, s);
+  }
+
+ private:
+  bool in_window(const void* p, size_t bytes) const {
+    const char* c = static_cast<const char*>(p);
+    for (const auto& w : windows_) {
+      const char* b = static_cast<const char*>(w->get());
+      if (c >= b && c + bytes <= b + w->bytes()) return true;
+    }
+    return false;
+  }
+  ncclComm_t ce_ = nullptr;
+  std::vector<std::unique_ptr<NcclWindow>> windows_;
+};
+
 }  // namespace
 
+std::unique_ptr<Comm> make_nccl_ce_comm(Team& team) { return std::make_unique<NcclCeComm>(team); }
 std::unique_ptr<Comm> make_nccl_comm(Team& team) { return std::make_unique<NcclComm>(team); }
 std::unique_ptr<Comm> make_nccl_comm_split(Team& team, int max_ctas) {
   return std::make_unique<NcclComm>(team, max_ctas);

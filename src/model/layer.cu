@@ -69,6 +69,24 @@ struct Layer::Impl {
   int decompose = 0;
   cudaStream_t dstream = nullptr;
   std::vector<cudaEvent_t> devents;  // [0] fork, [1 + c] chunk c, [decompose + 1] join
+  // TP = 2 collectives on the comm's copy engines (Comm::alloc_window: make_nccl_ce_comm), dense SP layers: the
+  // gathered tensors h1f, h2f, dx1f are windows whose own slot [rank·Tl, (rank+1)·Tl) rows is h1, h2, dx1 (written in
+  // place, so the all-gather moves only the peer's rows); each reduce-scatter's partial sums go to a window of
+  // 4·Tl rows [k0 | s0 | s1 | k1]: rank r's GEMM writes its T rows at 2r·Tl, so its own rows land in k_r and the
+  // peer's in s_r; the transfer is the in-place all-gather over [s0 | s1] (rank r's s_r goes to the peer's s_r), and
+  // the consumer op sums k_r + s_peer (rs_finish: k::add, one bf16 rounding of the fp32 sum, as NCCL's two-rank
+  // reduce-scatter rounds it) before its own kernel. No collective of the layer then takes an SM.
+  bool ce = false;
+  std::vector<void*> windows;  // comm.alloc_window memory (comm.free_window)
+  bool ce_rs() const { return ce && decompose <= 1; }
+  bf16* rs_gemm_out(bf16* part) const { return ce_rs() ? part + 2 * rank * Tl * H : part; }
+  void rs_transfer(bf16* part, bf16* out, cudaStream_t s) {
+    if (ce_rs()) return comm.all_gather(part + (1 + rank) * Tl * H, part + Tl * H, size_t(Tl * H), DType::kBF16, s);
+    comm.reduce_scatter(part, out, size_t(Tl * H), DType::kBF16, s);
+  }
+  void rs_finish(const bf16* part, bf16* out, cudaStream_t s) {
+    if (ce_rs()) k::add(part + 3 * rank * Tl * H, part + (2 - rank) * Tl * H, out, Tl * H, s);
+  }
   size_t* account = nullptr;    // which Memory field alloc() charges
   size_t mem_weights = 0, mem_grads = 0, mem_act = 0, mem_ws = 0;
   std::vector<OpInfo> plan[2];
@@ -126,6 +144,23 @@ struct Layer::Impl {
   template <class Tp>
   Tp* one_phase(Tp* Impl::*field, size_t n) {
     return share_scratch ? owner->*field : alloc<Tp>(n);
+  }
+
+  // A window of the comm (ce), charged like alloc().
+  template <class Tp>
+  Tp* window(size_t n) {
+    void* ptr = comm.alloc_window(std::max<size_t>(n, 1) * sizeof(Tp));
+    BRAID_REQUIRE(ptr != nullptr, "layer: the comm offers no window (internal error)");
+    BRAID_CUDA_CHECK(cudaMemset(ptr, 0, std::max<size_t>(n, 1) * sizeof(Tp)));
+    windows.push_back(ptr);
+    if (account) *account += std::max<size_t>(n, 1) * sizeof(Tp);
+    return static_cast<Tp*>(ptr);
+  }
+  // one_phase() for a window: the owner's with Share::kWeightsAndScratch (a window of the owner's comm: this comm's
+  // all-gathers on it take NCCL's kernels, the same bytes), else a new one.
+  template <class Tp>
+  Tp* one_phase_window(Tp* Impl::*field, size_t n) {
+    return share_scratch ? owner->*field : window<Tp>(n);
   }
 
   template <class Tp>
@@ -280,24 +315,40 @@ void Layer::Impl::setup() {
   // under Share::kWeightsAndScratch. An alias takes whatever its target is; h1, a and mo (and h2 of a
   // dense layer) are transient only with sp (without it they alias h1f, attn_part and mlp_part), dyf and dh2p are scratch only with sp.
   x = alloc<bf16>(Tl * H), y = alloc<bf16>(Tl * H), x1 = alloc<bf16>(Tl * H);
-  h1 = sp ? one_phase(&Impl::h1, Tl * H) : alloc<bf16>(Tl * H), h1f = sp ? alloc<bf16>(T * H) : h1;
+  // Copy-engine collectives where the comm offers windows (see `ce`); a probe of one byte-sized window would be
+  // collective too, so every rank asks the same question: a dense SP layer at TP = 2.
+  ce = sp && !moe && tp == 2 && comm.name() == "nccl-ce";
+  BRAID_REQUIRE(!share_scratch || owner->ce == ce,
+                "layer: sharing scratch (Share::kWeightsAndScratch / kAll) needs the owner's comm and this one alike "
+                "(both nccl-ce, or neither)");
+  if (ce) {
+    h1f = window<bf16>(T * H), h1 = h1f + rank * Tl * H;
+  } else {
+    h1 = sp ? one_phase(&Impl::h1, Tl * H) : alloc<bf16>(Tl * H), h1f = sp ? alloc<bf16>(T * H) : h1;
+  }
   qkv = alloc<bf16>(T * nqkv), o = alloc<bf16>(T * qd);
   lse = alloc<float>(B * hq * S), delta = one_phase(&Impl::delta, B * hq * S);
-  attn_part = one_phase(&Impl::attn_part, T * H), a = sp ? one_phase(&Impl::a, Tl * H) : attn_part;
+  attn_part = ce ? one_phase_window(&Impl::attn_part, 2 * T * H) : one_phase(&Impl::attn_part, T * H);
+  a = sp ? one_phase(&Impl::a, Tl * H) : attn_part;
   rstd1 = alloc<float>(Tl), rstd2 = alloc<float>(Tl);
-  h2 = sp && !moe ? one_phase(&Impl::h2, Tl * H) : alloc<bf16>(Tl * H);  // MoE: router_bwd reads h2
-  dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H), dx1 = one_phase(&Impl::dx1, Tl * H);
+  if (ce) h2f = window<bf16>(T * H), h2 = h2f + rank * Tl * H;
+  else h2 = sp && !moe ? one_phase(&Impl::h2, Tl * H) : alloc<bf16>(Tl * H);  // MoE: router_bwd reads h2
+  dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H);
+  if (ce) dx1f = one_phase_window(&Impl::dx1f, T * H), dx1 = dx1f + rank * Tl * H;
+  else dx1 = one_phase(&Impl::dx1, Tl * H);
   dh2 = one_phase(&Impl::dh2, Tl * H);
-  dx1f = sp ? one_phase(&Impl::dx1f, T * H) : dx1;
+  if (!ce) dx1f = sp ? one_phase(&Impl::dx1f, T * H) : dx1;
   dO = one_phase(&Impl::dO, T * qd), dqkv = one_phase(&Impl::dqkv, T * nqkv);
-  dh1p = one_phase(&Impl::dh1p, T * H), dh1 = sp ? one_phase(&Impl::dh1, Tl * H) : dh1p;
+  dh1p = ce ? one_phase_window(&Impl::dh1p, 2 * T * H) : one_phase(&Impl::dh1p, T * H);
+  dh1 = sp ? one_phase(&Impl::dh1, Tl * H) : dh1p;
   if (!moe) {
-    h2f = sp ? alloc<bf16>(T * H) : h2;
+    if (!ce) h2f = sp ? alloc<bf16>(T * H) : h2;
     gu = alloc<bf16>(T * 2 * Fl), act = alloc<bf16>(T * Fl);
-    mlp_part = one_phase(&Impl::mlp_part, T * H), mo = sp ? one_phase(&Impl::mo, Tl * H) : mlp_part;
+    mlp_part = ce ? one_phase_window(&Impl::mlp_part, 2 * T * H) : one_phase(&Impl::mlp_part, T * H);
+    mo = sp ? one_phase(&Impl::mo, Tl * H) : mlp_part;
     dyf = sp ? one_phase(&Impl::dyf, T * H) : dy;
     dact = one_phase(&Impl::dact, T * Fl), dgu = one_phase(&Impl::dgu, T * 2 * Fl);
-    dh2p = sp ? one_phase(&Impl::dh2p, T * H) : dh2;
+    dh2p = ce ? one_phase_window(&Impl::dh2p, 2 * T * H) : sp ? one_phase(&Impl::dh2p, T * H) : dh2;
   } else {
     logits = one_phase(&Impl::logits, Tl * E), dlogits = one_phase(&Impl::dlogits, Tl * E);
     prob = alloc<float>(Tl * K);
@@ -411,16 +462,19 @@ void Layer::Impl::build_forward() {
       return gemm_then_rs(s, attn_part, a, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
         gemm_batched(st, false, rows, H, qd, o + r0 * qd, qd, Tl * qd, wo, H, dst, H, rows * H, tp);
       });
-    gemm(s, false, false, T, H, qd, o, qd, wo, H, attn_part, H);
+    gemm(s, false, false, T, H, qd, o, qd, wo, H, rs_gemm_out(attn_part), H);
   });
   if (sp)
     add_op(F_, "rs_attn", [=, this](cudaStream_t s) {
       if (decompose > 1) return;
-      comm.reduce_scatter(attn_part, a, Tl * H, DType::kBF16, s);
+      rs_transfer(attn_part, a, s);
     });
   else
     add_op(F_, "ar_attn", [=, this](cudaStream_t s) { comm.all_reduce(attn_part, attn_part, T * H, DType::kBF16, s); });
-  add_op(F_, "residual_norm2", [=, this](cudaStream_t s) { k::rmsnorm_fwd(x, a, x1, g2, h2, rstd2, Tl, H, eps, s); });
+  add_op(F_, "residual_norm2", [=, this](cudaStream_t s) {
+    rs_finish(attn_part, a, s);
+    k::rmsnorm_fwd(x, a, x1, g2, h2, rstd2, Tl, H, eps, s);
+  });
   if (!moe) {
     if (sp) add_op(F_, "ag_h2", [=, this](cudaStream_t s) {
       if (decompose > 1)
@@ -440,16 +494,19 @@ void Layer::Impl::build_forward() {
         return gemm_then_rs(s, mlp_part, mo, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
           gemm_batched(st, false, rows, H, Fl, act + r0 * Fl, Fl, Tl * Fl, w2, H, dst, H, rows * H, tp);
         });
-      gemm(s, false, false, T, H, Fl, act, Fl, w2, H, mlp_part, H);
+      gemm(s, false, false, T, H, Fl, act, Fl, w2, H, rs_gemm_out(mlp_part), H);
     });
     if (sp)
       add_op(F_, "rs_mlp", [=, this](cudaStream_t s) {
         if (decompose > 1) return;
-        comm.reduce_scatter(mlp_part, mo, Tl * H, DType::kBF16, s);
+        rs_transfer(mlp_part, mo, s);
       });
     else
       add_op(F_, "ar_mlp", [=, this](cudaStream_t s) { comm.all_reduce(mlp_part, mlp_part, T * H, DType::kBF16, s); });
-    add_op(F_, "residual2", [=, this](cudaStream_t s) { k::add(x1, mo, y, Tl * H, s); });
+    add_op(F_, "residual2", [=, this](cudaStream_t s) {
+      rs_finish(mlp_part, mo, s);
+      k::add(x1, mo, y, Tl * H, s);
+    });
     return;
   }
   add_op(F_, "router", [=, this](cudaStream_t s) { k::router_fwd(h2, wr, logits, Tl, int(H), int(E), s); });
@@ -531,13 +588,13 @@ void Layer::Impl::build_backward() {
         return gemm_then_rs(s, dh2p, dh2, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
           gemm_batched(st, true, rows, H, 2 * Fl, dgu + r0 * 2 * Fl, 2 * Fl, Tl * 2 * Fl, w13, 2 * Fl, dst, H, rows * H, tp);
         });
-      gemm(s, false, true, T, H, 2 * Fl, dgu, 2 * Fl, w13, 2 * Fl, dh2p, H);
+      gemm(s, false, true, T, H, 2 * Fl, dgu, 2 * Fl, w13, 2 * Fl, rs_gemm_out(dh2p), H);
     });
     add_op(B_, "gate_up_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, 2 * Fl, T, h2f, H, dgu, 2 * Fl, dw13, 2 * Fl, wgrad_beta()); });
     if (sp)
       add_op(B_, "rs_dh2", [=, this](cudaStream_t s) {
         if (decompose > 1) return;
-        comm.reduce_scatter(dh2p, dh2, Tl * H, DType::kBF16, s);
+        rs_transfer(dh2p, dh2, s);
       });
     else
       add_op(B_, "ar_dh2", [=, this](cudaStream_t s) { comm.all_reduce(dh2p, dh2p, T * H, DType::kBF16, s); });
@@ -609,6 +666,7 @@ void Layer::Impl::build_backward() {
   }
   bf16* dh2_in = moe ? dh2 : (sp ? dh2 : dh2p);
   add_op(B_, "norm2_bwd", [=, this](cudaStream_t s) {
+    if (!moe) rs_finish(dh2p, dh2, s);
     k::rmsnorm_bwd(x1, g2, rstd2, dh2_in, dy, dx1, rep_out() + H, norm_partial, norm_chunks, Tl, int(H), s);
   });
   if (sp) add_op(B_, "ag_dx1", [=, this](cudaStream_t s) {
@@ -630,17 +688,18 @@ void Layer::Impl::build_backward() {
       return gemm_then_rs(s, dh1p, dh1, [this](cudaStream_t st, int64_t r0, int64_t rows, bf16* dst) {
         gemm_batched(st, true, rows, H, nqkv, dqkv + r0 * nqkv, nqkv, Tl * nqkv, wqkv, nqkv, dst, H, rows * H, tp);
       });
-    gemm(s, false, true, T, H, nqkv, dqkv, nqkv, wqkv, nqkv, dh1p, H);
+    gemm(s, false, true, T, H, nqkv, dqkv, nqkv, wqkv, nqkv, rs_gemm_out(dh1p), H);
   });
   add_op(B_, "qkv_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, H, nqkv, T, h1f, H, dqkv, nqkv, dwqkv, nqkv, wgrad_beta()); });
   if (sp)
     add_op(B_, "rs_dh1", [=, this](cudaStream_t s) {
       if (decompose > 1) return;
-      comm.reduce_scatter(dh1p, dh1, Tl * H, DType::kBF16, s);
+      rs_transfer(dh1p, dh1, s);
     });
   else
     add_op(B_, "ar_dh1", [=, this](cudaStream_t s) { comm.all_reduce(dh1p, dh1p, T * H, DType::kBF16, s); });
   add_op(B_, "norm1_bwd", [=, this](cudaStream_t s) {
+    rs_finish(dh1p, dh1, s);
     k::rmsnorm_bwd(x, g1, rstd1, dh1, dx1, dx, rep_out(), norm_partial, norm_chunks, Tl, int(H), s);
     // Without sp the replicated gradients are complete here (every rank saw every token): add them now.
     if (!sp && accumulate) k::add_f32(rep, rep_step, rep, 2 * H + (moe ? H * E : 0), s);
@@ -749,11 +808,39 @@ void Layer::place_saved(void* base, const std::vector<std::pair<std::string, siz
     // Without sp, h1f / h2f are h1 / h2 (one allocation): move both names. (MoE: h2f is unused, h2 saved.)
     if (f.ptr == reinterpret_cast<void**>(&m.h1f) && m.h1 == m.h1f) m.h1 = static_cast<bf16*>(now);
     if (f.ptr == reinterpret_cast<void**>(&m.h2f) && m.h2 == m.h2f) m.h2 = static_cast<bf16*>(now);
+    // Copy-engine layers: h1 / h2 were the gathered tensors' own slots. Placed memory is no window, and a placement
+    // (a shared pool) may hold another tensor there until the all-gather's memory wait, which the norm writing h1 / h2
+    // would not honour: they become scratch of their own again (the owner's where it has detached its own, as
+    // one_phase shares them), and that all-gather takes NCCL's kernels out of place, as without nccl-ce.
+    if (m.ce && (f.ptr == reinterpret_cast<void**>(&m.h1f) || f.ptr == reinterpret_cast<void**>(&m.h2f))) {
+      const bool one = f.ptr == reinterpret_cast<void**>(&m.h1f);
+      bf16* Layer::Impl::*field = one ? &Layer::Impl::h1 : &Layer::Impl::h2;
+      bf16* Layer::Impl::*full = one ? &Layer::Impl::h1f : &Layer::Impl::h2f;
+      const Layer::Impl* o = m.owner;
+      const bool owner_detached = m.share_scratch && o && o->ce &&
+                                  (o->*field < o->*full || o->*field >= o->*full + o->T * o->H);
+      const bool detached = m.*field < m.*full || m.*field >= m.*full + m.T * m.H;  // placed before
+      if (!detached && owner_detached) {
+        m.*field = o->*field;
+      } else if (!detached) {
+        size_t* keep = m.account;
+        m.account = &m.mem_act;
+        m.*field = m.alloc<bf16>(size_t(m.Tl * m.H));
+        m.account = keep;
+      }
+    }
     *f.ptr = now;
     auto it = std::find(m.allocations.begin(), m.allocations.end(), old);
     if (it != m.allocations.end()) {  // (already placed before: nothing of ours to free)
       BRAID_CUDA_CHECK(cudaFree(old));
       m.allocations.erase(it);
+      m.mem_act -= std::min(m.mem_act, std::max<size_t>(f.bytes, 1));
+    }
+    auto wt = std::find(m.windows.begin(), m.windows.end(), old);
+    if (wt != m.windows.end()) {  // a window (collective: every rank places alike)
+      BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+      m.comm.free_window(old);
+      m.windows.erase(wt);
       m.mem_act -= std::min(m.mem_act, std::max<size_t>(f.bytes, 1));
     }
   }
@@ -813,6 +900,7 @@ void Layer::set_decomposition(int chunks) {
   m.decompose = chunks > 1 ? chunks : 0;
 }
 int Layer::decomposition() const { return impl_->decompose; }
+bool Layer::copy_engine_collectives() const { return impl_->ce; }
 
 void Layer::zero_grads(cudaStream_t s) {
   Impl& m = *impl_;
@@ -865,6 +953,13 @@ Layer::~Layer() {
   if (!impl_) return;
   cudaDeviceSynchronize();
   for (void* ptr : impl_->allocations) cudaFree(ptr);
+  for (void* ptr : impl_->windows) {  // collective, as the layer's construction
+    try {
+      impl_->comm.free_window(ptr);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "layer: releasing a window: %s\n", e.what());
+    }
+  }
   if (impl_->blas) cublasDestroy(impl_->blas);
   if (impl_->blas_ws) cudaFree(impl_->blas_ws);
   if (impl_->counts_h) cudaFreeHost(impl_->counts_h);

@@ -30,7 +30,7 @@ constexpr double kPeakFlops = 989e12;  // H100 SXM dense bf16 (as bench layer)
 
 struct Args {
   std::string model = "llama3-8b", plan, pairs, json, out, plan_out, a2a_link = "local";
-  std::string comm;         // "nccl", "peer" or "peer-ce" (model::make_peer_comm, SM or copy engines); empty: NCCL, or peer in a shared-GPU team
+  std::string comm;         // "nccl", "nccl-ce" (make_nccl_ce_comm), "peer" or "peer-ce" (model::make_peer_comm, SM or copy engines); empty: NCCL, or peer in a shared-GPU team
   int tp = 0, ep = 0, seq = 0, mb = 0, iters = 10, warmup = 3, throttle = 0, prof_iters = 3, prof_warmup = 1;
   int max_seg = 4, max_shift = -1;
   int rounds = 5;     // interleaved passes over the core variants (time_interleaved)
@@ -93,8 +93,11 @@ Args parse(int argc, char** argv, const char* who) {
   if (a.a2a_link != "local" && a.a2a_link != "cross")
     throw UsageError(std::string(who) + ": --a2a-link must be local or cross", __FILE__, __LINE__);
   m::PeerCommOptions::Engine engine;
-  if (!a.comm.empty() && a.comm != "nccl" && !m::peer_engine_from_name(a.comm, &engine))
-    throw UsageError(std::string(who) + ": --comm must be nccl, peer or peer-ce", __FILE__, __LINE__);
+  if (!a.comm.empty() && a.comm != "nccl" && a.comm != "nccl-ce" && !m::peer_engine_from_name(a.comm, &engine))
+    throw UsageError(std::string(who) + ": --comm must be nccl, nccl-ce, peer or peer-ce", __FILE__, __LINE__);
+  if (a.comm == "nccl-ce" && a.throttle > 0)
+    throw UsageError(std::string(who) + ": --throttle caps NCCL's CTAs: not with nccl-ce (no CTA moves its bytes)",
+                     __FILE__, __LINE__);
   return a;
 }
 
@@ -119,6 +122,9 @@ std::unique_ptr<m::Comm> strand_comm(Team& team, const Args& a, bool second, con
       throw UsageError(std::string(who) + ": --throttle caps NCCL's CTAs: not with the peer comm", __FILE__, __LINE__);
     return m::make_peer_comm(team, po);
   }
+  // nccl-ce: NCCL's copy engines for the dense SP layer's collectives at TP = 2 (model::make_nccl_ce_comm; a
+  // communicator pair of its own per strand), NCCL's kernels for the rest.
+  if (a.comm == "nccl-ce") return m::make_nccl_ce_comm(team);
   if (second || a.throttle > 0) return m::make_nccl_comm_split(team, a.throttle);
   return m::make_nccl_comm(team);
 }

@@ -204,6 +204,62 @@ TEST(LayerMpi, DenseDecompositionEqualsReference) {
   if (tp > 1) EXPECT_THROW(plain.set_decomposition(2), braid::Error);  // needs sequence parallelism
 }
 
+// The dense SP layer at TP = 2 over NCCL's copy engines (make_nccl_ce_comm): gathered tensors and reduce-scatter
+// partial sums in the comm's windows, the transfers in place, the sums in the consumers. Against the float64
+// reference, twice in a row (the windows reused), op by op, against the NCCL layer bit for bit up to the
+// reduce-scatter's rounding, with a second layer sharing its scratch (a comm of its own), and with decomposition
+// (the chunks on NCCL's kernels).
+TEST(LayerMpi, DenseCopyEngineCommEqualsReference) {
+  auto& team = *Env::world_;
+  if (!team.has_nccl() || team.shared_gpu() || team.size() != 2 || !team.peer_ok())
+    GTEST_SKIP() << "nccl-ce needs NCCL and two GPUs of one node with peer access";
+  std::unique_ptr<m::Comm> ce, ce_b;
+  try {
+    ce = m::make_nccl_ce_comm(team);
+    ce_b = m::make_nccl_ce_comm(team);
+  } catch (const braid::UnavailableError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const int rank = team.rank();
+  for (const auto& c : shapes(false)) {
+    SCOPED_TRACE(c.describe() + " nccl-ce");
+    const m::Parallel p{2, true};
+    const auto w = m::init_weights(c, 51);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 52, 1.0), dy = m::random_values(n, 53, 1.0);
+    const auto ref = m::reference_layer(c, w, x, dy);
+    m::Layer layer(c, p, *ce);
+    ASSERT_TRUE(layer.copy_engine_collectives());
+    layer.load_weights(w);
+    for (int run = 0; run < 2; ++run) {
+      const auto got = run_layer(layer, rank, x, dy, team.stream(), run == 1);
+      expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol, c.name + " nccl-ce vs reference");
+    }
+    m::Layer nccl_layer(c, p, *Env::comm_);
+    EXPECT_FALSE(nccl_layer.copy_engine_collectives());
+    nccl_layer.load_weights(w);
+    const auto a = run_layer(layer, rank, x, dy, team.stream());
+    const auto b = run_layer(nccl_layer, rank, x, dy, team.stream());
+    EXPECT_EQ(a.y, b.y) << "nccl-ce and NCCL layers differ in y";  // the same sums, rounded once, either order
+    EXPECT_EQ(a.dx, b.dx) << "nccl-ce and NCCL layers differ in dx";
+    m::Layer shared(layer, *ce_b, m::Layer::Share::kWeightsAndScratch);
+    EXPECT_TRUE(shared.copy_engine_collectives());
+    const auto s2 = run_layer(shared, rank, x, dy, team.stream());
+    EXPECT_EQ(s2.y, a.y);
+    EXPECT_EQ(s2.dx, a.dx);
+    if (layer.local_tokens() % 2 == 0) {
+      layer.set_decomposition(2);
+      const auto got = run_layer(layer, rank, x, dy, team.stream());
+      expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol, c.name + " nccl-ce decomposed vs reference");
+      layer.set_decomposition(0);
+    }
+  }
+  // A comm that is not nccl-ce cannot share scratch with a copy-engine layer (the buffers differ in size).
+  const auto c = shapes(false).front();
+  m::Layer owner(c, m::Parallel{2, true}, *ce);
+  EXPECT_THROW(m::Layer(owner, *Env::comm_, m::Layer::Share::kWeightsAndScratch), braid::Error);
+}
+
 TEST(LayerMpi, AllReducerCommForInference) {
   // Plain TP forward with the all-reduce through braid::AllReducer (exact algorithms).
   if (!Env::world_->has_nccl()) GTEST_SKIP() << "the AllReducer comm sends the rest over NCCL: none in this team";

@@ -52,6 +52,16 @@ class Comm {
   // of t (staging memory). Call before any capture; a smaller request than an earlier one is a no-op; a larger one may
   // reallocate the staging, so a CUDA graph captured before it must not be replayed after it.
   virtual void reserve_rows_exchange(size_t max_rows, size_t row_elems, DType t);
+
+  // Memory this comm's copy engines move without any SM (make_nccl_ce_comm: a symmetric window), or nullptr where the
+  // comm has none (every other comm). Collective: every rank, the same sizes, the same order. An all_gather in place
+  // (in == out + rank·count) whose output lies in one window runs on the copy engines; anything else as before.
+  // free_window (collective too) releases one; the comm releases the rest when it is destroyed.
+  virtual void* alloc_window(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+  virtual void free_window(void* p) { (void)p; }
 };
 
 // Plain NCCL on the team's communicator (ncclAllGather, ncclReduceScatter, ncclAllReduce, grouped
@@ -67,6 +77,16 @@ std::unique_ptr<Comm> make_nccl_comm_split(Team& team, int max_ctas = 0);
 // NCCL for everything but the all-reduce, which goes through braid::AllReducer with `opt` (inference
 // TP: one-shot/two-shot over peer memory, or quantized when opt.precision asks for it).
 std::unique_ptr<Comm> make_allreducer_comm(Team& team, AllReduceOptions opt = {});
+
+// NCCL on a communicator of its own (as make_nccl_comm_split, uncapped) plus NCCL's copy-engine collectives (NCCL >=
+// 2.28, one node with peer access: a zero-CTA communicator split from the team's, NCCL_CTA_POLICY_ZERO) between the
+// symmetric windows of alloc_window (ncclMemAlloc + ncclCommWindowRegister). An all_gather in place whose output is
+// in a window is peer copies framed by stream memory operations — no kernel, so it overlaps a GEMM that fills every
+// SM (bench comm: 84-97% hidden on 2x H200, NCCL's kernels 8-19%); every other call is NCCL's kernels. The layer puts
+// its gathered tensors and, at TP = 2, its reduce-scatters into windows when its comm offers them (docs/layer.md).
+// Construction is collective and runs one eager copy-engine call (NCCL sets up its copy-engine state there, which a
+// stream capture cannot). Name "nccl-ce". UnavailableError where NCCL is older or the ranks lack peer access.
+std::unique_ptr<Comm> make_nccl_ce_comm(Team& team);
 
 // braid's own transport over the team's symmetric peer memory (CUDA IPC), no NCCL at all: every method
 // is rounds of (stage this rank's part into its staging buffer, a cross-rank device barrier, read the

@@ -93,6 +93,11 @@ class Layer {
   // tokens; 0 or 1 turns it off. Results equal the plain layer up to the GEMMs' and reductions' rounding.
   void set_decomposition(int chunks);
   int decomposition() const;
+  // True when this layer's collectives run on its comm's copy engines (a dense SP layer at TP = 2 over
+  // make_nccl_ce_comm): the gathered tensors and the reduce-scatters' partial sums in the comm's windows, the
+  // all-gathers in place, each reduce-scatter one in-place transfer summed by its consumer (no SM for any of them;
+  // with set_decomposition the chunks take NCCL's kernels). Results equal NCCL's up to its reduce-scatter's order.
+  bool copy_engine_collectives() const;
   // this layer's weight gradients += other's (same configuration), stream-ordered on `stream`: bf16
   // elementwise sums for the sharded gradients, fp32 for the replicated ones (norms, router). Summing
   // strand gradients always in the order (α += β) makes the result independent of how they overlapped.
