@@ -217,10 +217,16 @@
 # `build test` (every target, CTEST_E='shared|np4|np8': 39 entries, 5.8 min of ctest) 8 min cold; warm `build
 # strands-mixtral` (BUILD_TARGET=braid, MIXTRAL_THROTTLES=1) 2.2 min; `build strands-smres` (BUILD_TARGET=braid,
 # STRANDS_THROTTLE=2, SMRES_NVLINK=0: the 70B layer profiles its table) 2.9 min cold.
-# Next on a 2-GPU machine: `build strands-stack` (BUILD_TARGET="braid test_strands_mpi", STACK_MODELS="llama3-70b
-# mixtral-8x7b" STACK_THROTTLES=1) and `strands-smres` (SMRES_NVLINK=0): the moves search under solo times
-# (strands-corun-moves-w0-2link-dag, a246984+, not GPU-run) against weight 0.4 on the stacks and one layer; the rows'
-# new arena_order field.
+# Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
+# STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
+# throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
+# peer-ce COMM_OPS=allgather,alltoall COMM_MIN=16M COMM_MAX=64M COMM_RESERVES="0 8") 2.2 min cold; `build
+# test` (BUILD_TARGET="braid test_layer_mpi", CTEST_R='test_layer_mpi$') + two 70B NVLink `bench strands` by hand
+# (--comm nccl-ce and nccl, --iters 5 --rounds 3 --no-graph, pairs profiled) 2.6 min; the same nccl-ce run alone 2.1 min.
+# Next on a 2-GPU machine: the 70B layer at full NVLink over NCCL's copy engines against NCCL's kernels, several runs,
+# more rounds (the exposure, 3-6% of a pass, is below the compute reference's noise in one run): `build strands-ce`
+# with CE_COMMS="nccl-ce nccl" CE_MODELS=llama3-70b SMRES_CE=0 STRANDS_ROUNDS=8 STRANDS_ITERS=10, twice; then the
+# Mixtral stack and layers at 2 CTAs (weight 0 against 0.4: it lost twice without -smres at 2 CTAs).
 # After any acceptance run: name its JSON files under the card in bench/results/acceptance.json and regenerate
 # docs/acceptance.md (python3 scripts/acceptance.py --markdown docs/acceptance.md): the verdicts come from the files.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
@@ -1136,13 +1142,14 @@ if has bench-comm; then  # the layer's Comm implementations alone and beside a c
       --gemm "${COMM_GEMM:-8192,8192,8192}" --gemm-sm-reserve "$r" --json "$out/bench-comm.jsonl" 2>&1 | tee -a "$log"
   done
 fi
-if has strands-ce; then  # DHelix over braid's copy-engine peer comm against NCCL, NVLink (peer-ce has no throttle)
-  # CE_COMMS, CE_MODELS, SMRES_CE (SMs the GEMMs leave: the comm's barriers, stage copies and sums need some)
+if has strands-ce; then  # DHelix over a copy-engine comm against NCCL, NVLink (peer-ce and nccl-ce have no throttle)
+  # CE_COMMS (nccl, nccl-ce: NCCL's copy engines, no SM; peer-ce: braid's), CE_MODELS, SMRES_CE (SMs the GEMMs leave:
+  # peer-ce's barriers, stage copies and sums need some; nccl-ce none, so SMRES_CE=0 there), CE_T (seconds per run)
   echo "== strands, --comm ${CE_COMMS:-nccl peer-ce} ($(date +%T))" | tee -a "$log"
   for c in ${CE_COMMS:-nccl peer-ce}; do
     for model in ${CE_MODELS:-llama3-70b mixtral-8x7b}; do
       ep=(); [[ $model == mixtral-8x7b ]] && ep=(--ep 2)
-      T=200 mpi bench strands --model "$model" --tp 2 ${ep[@]+"${ep[@]}"} --seq 4096 --comm "$c" \
+      T=${CE_T:-200} mpi bench strands --model "$model" --tp 2 ${ep[@]+"${ep[@]}"} --seq 4096 --comm "$c" \
         --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-3} --warmup 2 --no-graph \
         --gemm-sm-reserve ${SMRES_CE:-4} ${STRANDS_ARGS:-} --json "$out/strands-ce.jsonl" 2>&1 | tee -a "$log"
     done
