@@ -225,7 +225,7 @@
 # (--comm nccl-ce and nccl, --iters 5 --rounds 3 --no-graph, pairs profiled) 2.6 min; the same nccl-ce run alone 2.1 min.
 # Next on a 2-GPU machine: the 70B layer at full NVLink over NCCL's copy engines against NCCL's kernels, several runs,
 # more rounds (the exposure, 3-6% of a pass, is below the compute reference's noise in one run): `build strands-ce`
-# with CE_COMMS="nccl-ce nccl" CE_MODELS=llama3-70b SMRES_CE=0 STRANDS_ROUNDS=8 STRANDS_ITERS=10, twice; then the
+# with CE_COMMS="nccl-ce nccl" CE_MODELS=llama3-70b SMRES_CE=0 STRANDS_ROUNDS=8 STRANDS_ITERS=10 CE_T=300, twice; then the
 # Mixtral stack and layers at 2 CTAs (weight 0 against 0.4: it lost twice without -smres at 2 CTAs).
 # After any acceptance run: name its JSON files under the card in bench/results/acceptance.json and regenerate
 # docs/acceptance.md (python3 scripts/acceptance.py --markdown docs/acceptance.md): the verdicts come from the files.
