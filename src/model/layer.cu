@@ -315,8 +315,8 @@ void Layer::Impl::setup() {
   // under Share::kWeightsAndScratch. An alias takes whatever its target is; h1, a and mo (and h2 of a
   // dense layer) are transient only with sp (without it they alias h1f, attn_part and mlp_part), dyf and dh2p are scratch only with sp.
   x = alloc<bf16>(Tl * H), y = alloc<bf16>(Tl * H), x1 = alloc<bf16>(Tl * H);
-  // Copy-engine collectives where the comm offers windows (see `ce`); a probe of one byte-sized window would be
-  // collective too, so every rank asks the same question: a dense SP layer at TP = 2.
+  // Copy-engine collectives (see `ce`): a dense SP layer at TP = 2 over a comm named nccl-ce. Decided by the name, the
+  // same on every rank, not by probing alloc_window (collective).
   ce = sp && !moe && tp == 2 && comm.name() == "nccl-ce";
   BRAID_REQUIRE(!share_scratch || owner->ce == ce,
                 "layer: sharing scratch (Share::kWeightsAndScratch / kAll) needs the owner's comm and this one alike "
