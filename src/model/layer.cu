@@ -14,6 +14,7 @@
 #include "braid/errors.hpp"
 #include "braid/model/layer.hpp"
 #include "attention.hpp"
+#include "ce_layout.hpp"
 #include "kernels.cuh"
 #include "moe_gemm.hpp"
 #include "moe_layout.hpp"
@@ -72,20 +73,23 @@ struct Layer::Impl {
   // TP = 2 collectives on the comm's copy engines (Comm::alloc_window: make_nccl_ce_comm), dense SP layers: the
   // gathered tensors h1f, h2f, dx1f are windows whose own slot [rank·Tl, (rank+1)·Tl) rows is h1, h2, dx1 (written in
   // place, so the all-gather moves only the peer's rows); each reduce-scatter's partial sums go to a window of
-  // 4·Tl rows [k0 | s0 | s1 | k1]: rank r's GEMM writes its T rows at 2r·Tl, so its own rows land in k_r and the
-  // peer's in s_r; the transfer is the in-place all-gather over [s0 | s1] (rank r's s_r goes to the peer's s_r), and
-  // the consumer op sums k_r + s_peer (rs_finish: k::add, one bf16 rounding of the fp32 sum, as NCCL's two-rank
-  // reduce-scatter rounds it) before its own kernel. No collective of the layer then takes an SM.
+  // 4·Tl rows [k0 | s0 | s1 | k1] (ce_layout.hpp): rank r's GEMM writes its T rows at 2r·Tl, so its own rows land in
+  // k_r and the peer's in s_r; the transfer is the in-place all-gather over [s0 | s1] (rank r's s_r goes to the peer's
+  // s_r), and the consumer op sums k_r + s_peer (rs_finish: k::add, one bf16 rounding of the fp32 sum, as NCCL's
+  // two-rank reduce-scatter rounds it) before its own kernel. No collective of the layer then takes an SM.
   bool ce = false;
   std::vector<void*> windows;  // comm.alloc_window memory (comm.free_window)
   bool ce_rs() const { return ce && decompose <= 1; }
-  bf16* rs_gemm_out(bf16* part) const { return ce_rs() ? part + 2 * rank * Tl * H : part; }
+  bf16* rs_gemm_out(bf16* part) const { return ce_rs() ? part + detail::ce_rs_slots(rank).gemm_out * Tl * H : part; }
   void rs_transfer(bf16* part, bf16* out, cudaStream_t s) {
-    if (ce_rs()) return comm.all_gather(part + (1 + rank) * Tl * H, part + Tl * H, size_t(Tl * H), DType::kBF16, s);
+    if (ce_rs())
+      return comm.all_gather(part + detail::ce_rs_slots(rank).send * Tl * H, part + detail::kCeRsGatherFirst * Tl * H,
+                             size_t(Tl * H), DType::kBF16, s);
     comm.reduce_scatter(part, out, size_t(Tl * H), DType::kBF16, s);
   }
   void rs_finish(const bf16* part, bf16* out, cudaStream_t s) {
-    if (ce_rs()) k::add(part + 3 * rank * Tl * H, part + (2 - rank) * Tl * H, out, Tl * H, s);
+    const auto slots = detail::ce_rs_slots(rank);
+    if (ce_rs()) k::add(part + slots.keep * Tl * H, part + slots.recv * Tl * H, out, Tl * H, s);
   }
   size_t* account = nullptr;    // which Memory field alloc() charges
   size_t mem_weights = 0, mem_grads = 0, mem_act = 0, mem_ws = 0;
@@ -328,7 +332,7 @@ void Layer::Impl::setup() {
   }
   qkv = alloc<bf16>(T * nqkv), o = alloc<bf16>(T * qd);
   lse = alloc<float>(B * hq * S), delta = one_phase(&Impl::delta, B * hq * S);
-  attn_part = ce ? one_phase_window(&Impl::attn_part, 2 * T * H) : one_phase(&Impl::attn_part, T * H);
+  attn_part = ce ? one_phase_window(&Impl::attn_part, detail::kCeRsBlocks * Tl * H) : one_phase(&Impl::attn_part, T * H);
   a = sp ? one_phase(&Impl::a, Tl * H) : attn_part;
   rstd1 = alloc<float>(Tl), rstd2 = alloc<float>(Tl);
   if (ce) h2f = window<bf16>(T * H), h2 = h2f + rank * Tl * H;
@@ -339,16 +343,16 @@ void Layer::Impl::setup() {
   dh2 = one_phase(&Impl::dh2, Tl * H);
   if (!ce) dx1f = sp ? one_phase(&Impl::dx1f, T * H) : dx1;
   dO = one_phase(&Impl::dO, T * qd), dqkv = one_phase(&Impl::dqkv, T * nqkv);
-  dh1p = ce ? one_phase_window(&Impl::dh1p, 2 * T * H) : one_phase(&Impl::dh1p, T * H);
+  dh1p = ce ? one_phase_window(&Impl::dh1p, detail::kCeRsBlocks * Tl * H) : one_phase(&Impl::dh1p, T * H);
   dh1 = sp ? one_phase(&Impl::dh1, Tl * H) : dh1p;
   if (!moe) {
     if (!ce) h2f = sp ? alloc<bf16>(T * H) : h2;
     gu = alloc<bf16>(T * 2 * Fl), act = alloc<bf16>(T * Fl);
-    mlp_part = ce ? one_phase_window(&Impl::mlp_part, 2 * T * H) : one_phase(&Impl::mlp_part, T * H);
+    mlp_part = ce ? one_phase_window(&Impl::mlp_part, detail::kCeRsBlocks * Tl * H) : one_phase(&Impl::mlp_part, T * H);
     mo = sp ? one_phase(&Impl::mo, Tl * H) : mlp_part;
     dyf = sp ? one_phase(&Impl::dyf, T * H) : dy;
     dact = one_phase(&Impl::dact, T * Fl), dgu = one_phase(&Impl::dgu, T * 2 * Fl);
-    dh2p = ce ? one_phase_window(&Impl::dh2p, 2 * T * H) : sp ? one_phase(&Impl::dh2p, T * H) : dh2;
+    dh2p = ce ? one_phase_window(&Impl::dh2p, detail::kCeRsBlocks * Tl * H) : sp ? one_phase(&Impl::dh2p, T * H) : dh2;
   } else {
     logits = one_phase(&Impl::logits, Tl * E), dlogits = one_phase(&Impl::dlogits, Tl * E);
     prob = alloc<float>(Tl * K);

@@ -10,6 +10,7 @@
 #include "braid/errors.hpp"
 #include "braid/model/config.hpp"
 #include "braid/model/reference.hpp"
+#include "model/ce_layout.hpp"   // src/model (internal)
 #include "model/moe_layout.hpp"  // src/model (internal)
 
 namespace m = braid::model;
@@ -386,4 +387,38 @@ TEST(MoeLayout, CapacityMapsAreTheGeneralMapsAtCapacity) {
   ASSERT_EQ(d::moe_row_maps(tp, El, rc2.data(), s2.data(), u2.data(), rows.data()), 7);
   EXPECT_EQ(s2, (std::vector<int>{0, 3, 4, 5, 1, 2, 6}));
   for (int i = 0; i < 7; ++i) EXPECT_EQ(u2[size_t(s2[size_t(i)])], i);
+}
+
+// The copy-engine reduce-scatter's window at TP = 2 (ce_layout.hpp), simulated on the host: each rank's GEMM writes its
+// partial sums of both row blocks at gemm_out, the in-place all-gather over [s0 | s1] copies each rank's send block to
+// the peer's same block, and keep + recv is then the full sum of this rank's rows; the peer never writes a block this
+// rank's GEMM writes or keeps.
+TEST(CopyEngineLayout, ReduceScatterWindowSumsEachRanksRows) {
+  namespace d = braid::model::detail;
+  const int64_t rows = 3;  // Tl, one value per row
+  std::vector<std::vector<double>> win(2, std::vector<double>(size_t(d::kCeRsBlocks * rows), -1.0));
+  auto partial = [&](int r, int64_t row) { return 100.0 * (r + 1) + double(row); };  // P_r[row], row in [0, 2·Tl)
+  for (int r = 0; r < 2; ++r)
+    for (int64_t i = 0; i < 2 * rows; ++i) win[size_t(r)][size_t(d::ce_rs_slots(r).gemm_out * rows + i)] = partial(r, i);
+  auto sent = win;  // the transfer reads the send blocks as the GEMMs left them
+  for (int r = 0; r < 2; ++r) {
+    const int p = 1 - r;
+    const auto sl = d::ce_rs_slots(r);
+    EXPECT_EQ(sl.send, d::kCeRsGatherFirst + r);  // this rank's part of the in-place all-gather
+    EXPECT_NE(d::ce_rs_slots(p).send, sl.keep);   // the peer's copy never lands on what this rank keeps
+    EXPECT_NE(d::ce_rs_slots(p).send, sl.send);   // nor on what it sends
+    // The GEMM's two row blocks are exactly keep and send, in row order (c0 first).
+    EXPECT_TRUE(r == 0 ? (sl.gemm_out == sl.keep && sl.gemm_out + 1 == sl.send)
+                       : (sl.gemm_out == sl.send && sl.gemm_out + 1 == sl.keep));
+    for (int64_t i = 0; i < rows; ++i) win[size_t(p)][size_t(sl.send * rows + i)] = sent[size_t(r)][size_t(sl.send * rows + i)];
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int p = 1 - r;
+    const auto sl = d::ce_rs_slots(r);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t row = r * rows + i;  // this rank's rows of the layer
+      EXPECT_EQ(win[size_t(r)][size_t(sl.keep * rows + i)], partial(r, row));
+      EXPECT_EQ(win[size_t(r)][size_t(sl.recv * rows + i)], partial(p, row));
+    }
+  }
 }
