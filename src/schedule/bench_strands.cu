@@ -1183,6 +1183,13 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const double mem_a = bench::device_used_bytes();
   m::Layer lb(la, *comm_b);
   const double mem_b = bench::device_used_bytes();
+  if (root && a.comm == "nccl-ce")
+    std::printf("# nccl-ce: %s\n",
+                la.copy_engine_collectives()
+                    ? "the layer's collectives on NCCL's copy engines (all-gathers in place, reduce-scatters as in-place "
+                      "transfers summed by their consumers; dy's all-gather, the replicated gradients' all-reduce and "
+                      "the all-gathers of placed tensors on NCCL's kernels)"
+                    : "this layer (MoE, or not sequence parallel at TP = 2) runs every collective on NCCL's kernels");
   if (!a.plan.empty()) {
     std::ifstream f(a.plan);
     if (!f) throw UsageError("bench strands: cannot read " + a.plan, __FILE__, __LINE__);
