@@ -242,7 +242,9 @@
 # hid 73.6-74.1% (70B) and 75.2-76.6% (Mixtral) on 2x H200 at either link priority, fifty-first session),
 # and issue 3's `ar-ll128 ar-table peers` (the LL128 one-shot met the bf16 band on 2x H200 in graph replays, fiftieth
 # session), and the one-layer 70B and Mixtral benches at 1 CTA (`strands-smres` with SMRES_NVLINK=0, `strands-mixtral`
-# with MIXTRAL_THROTTLES=1: the pool-moves arena met issue 9 on one 70B layer on 2x H200, fifty-third session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
+# with MIXTRAL_THROTTLES=1: the pool-moves arena met issue 9 on one 70B layer on 2x H200, fifty-third session), and
+# issue 9 at full NVLink: `strands-ce` with CE_COMMS="nccl-ce nccl" CE_MODELS=llama3-70b SMRES_CE=0 STRANDS_ROUNDS=8
+# CE_T=300 (the layer's collectives on NCCL's copy engines, fifty-fifth session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
 # with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
 # The thirty-fifth session's calls: one H200 `build test gemm-variant` (BUILD_TARGET="braid test_overlap_gemm_gpu",
 # sweep, 2 rounds at VARIANT_T=150) 9.4 min cold, the sweep cut at 37/30 shapes per binary; 2x H200 `build
