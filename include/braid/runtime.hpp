@@ -98,6 +98,9 @@ class Team {
   // on the first call, which is collective (every rank calls it at the same point). Throws
   // UnavailableError where NCCL is older or the ranks are not on one node with peer access.
   ncclComm_t nccl_zero_cta();
+  // A new zero-CTA communicator of the caller's (who destroys it), under the same conditions and collective the same
+  // way: for users that need one of their own (a strand's comm, model::make_nccl_ce_comm).
+  ncclComm_t split_nccl_zero_cta();
 
   // Signals for kernels (requires peer_ok()).
   const SignalView& signals() const;

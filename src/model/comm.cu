@@ -97,14 +97,7 @@ class AllReducerComm : public NcclComm {
 
 class NcclCeComm : public NcclComm {
  public:
-  explicit NcclCeComm(Team& team) : NcclComm(team, 0) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-    if (!team.peer_ok())
-      throw UnavailableError("nccl-ce comm: the ranks are not on one node with peer access (" + team.peer_status() + ")",
-                             __FILE__, __LINE__);
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-    BRAID_NCCL_CHECK(ncclCommSplit(team.nccl(), 0, team.rank(), &ce_, &cfg));
+  explicit NcclCeComm(Team& team) : NcclComm(team, 0), ce_(team.split_nccl_zero_cta()) {
     // One eager copy-engine all-gather: NCCL allocates its copy-engine state at the first one.
     const size_t count = 256;
     void* w = alloc_window(count * size_t(size()) * 2);
@@ -112,12 +105,6 @@ class NcclCeComm : public NcclComm {
     all_gather(static_cast<char*>(w) + size_t(rank()) * count * 2, w, count, DType::kBF16, s);
     team.synchronize(s, "nccl-ce comm warm-up");
     free_window(w);
-#else
-    (void)team;
-    throw UnavailableError("nccl-ce comm: needs NCCL >= 2.28 (built with " + std::to_string(NCCL_MAJOR) + "." +
-                               std::to_string(NCCL_MINOR) + ")",
-                           __FILE__, __LINE__);
-#endif
   }
   ~NcclCeComm() override {
     windows_.clear();  // deregistered on their communicator, before it goes

@@ -88,8 +88,9 @@ struct Layer::Impl {
     comm.reduce_scatter(part, out, size_t(Tl * H), DType::kBF16, s);
   }
   void rs_finish(const bf16* part, bf16* out, cudaStream_t s) {
+    if (!ce_rs()) return;
     const auto slots = detail::ce_rs_slots(rank);
-    if (ce_rs()) k::add(part + slots.keep * Tl * H, part + slots.recv * Tl * H, out, Tl * H, s);
+    k::add(part + slots.keep * Tl * H, part + slots.recv * Tl * H, out, Tl * H, s);
   }
   size_t* account = nullptr;    // which Memory field alloc() charges
   size_t mem_weights = 0, mem_grads = 0, mem_act = 0, mem_ws = 0;

@@ -303,7 +303,11 @@ std::unique_ptr<Team> Team::split(int color, int key, TeamOptions opt) const {
 }
 
 ncclComm_t Team::nccl_zero_cta() {
-  if (nccl_zero_cta_) return nccl_zero_cta_;
+  if (!nccl_zero_cta_) nccl_zero_cta_ = split_nccl_zero_cta();
+  return nccl_zero_cta_;
+}
+
+ncclComm_t Team::split_nccl_zero_cta() {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
   if (!same_node_ || !peer_ok_)
     throw UnavailableError("zero-CTA NCCL communicator: the ranks are not on one node with peer access (" +
@@ -311,8 +315,9 @@ ncclComm_t Team::nccl_zero_cta() {
                            __FILE__, __LINE__);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-  BRAID_NCCL_CHECK(ncclCommSplit(nccl(), 0, rank_, &nccl_zero_cta_, &cfg));
-  return nccl_zero_cta_;
+  ncclComm_t c = nullptr;
+  BRAID_NCCL_CHECK(ncclCommSplit(nccl(), 0, rank_, &c, &cfg));
+  return c;
 #else
   throw UnavailableError("zero-CTA NCCL communicator: needs NCCL >= 2.28 (built with " + std::to_string(NCCL_MAJOR) +
                              "." + std::to_string(NCCL_MINOR) + ")",
