@@ -117,6 +117,49 @@ void gpu_idle(cudaStream_t stream, int us);
 // Median of time_iterations (the slowest rank per iteration) on the team's stream.
 double median_us(Team& team, const TimingOptions& opt, const std::function<void(int)>& fn);
 
+// The GPU's SM clock, board power and clock-event reasons over a window of host time, sampled by a host thread
+// through NVML (libnvidia-ml.so.1, loaded at run time: nothing links against it, and without it — CI, containers
+// without the driver's library — available() is false and every window is empty). It only reads: clocks, power
+// limits and modes are never set. What it answers: whether a run's kernels ran at the same clock as another's (a
+// serial pass against its operators' solo times, docs/dhelix.md), and whether the board capped it.
+struct ClockSample {
+  double sm_mhz = 0;       // nvmlDeviceGetClockInfo(NVML_CLOCK_SM)
+  double power_w = 0;      // nvmlDeviceGetPowerUsage; < 0 where unsupported
+  uint64_t reasons = 0;    // nvmlDeviceGetCurrentClocksEventReasons (throttle reasons), bit mask below
+};
+struct ClockSummary {
+  int samples = 0;
+  double mean_mhz = 0, min_mhz = 0, max_mhz = 0;
+  double mean_w = -1;      // -1: no power readings
+  double power_capped = 0; // fraction of samples with a software power cap or a hardware power brake
+  double thermal = 0;      // fraction with a software or hardware thermal slowdown
+  double idle = 0;         // fraction with the GPU-idle reason
+  // "1702 MHz (1650-1980), 640 W, power-capped 83%, thermal 0%, idle 2%, 412 samples"; "no samples" when empty.
+  std::string str() const;
+};
+// The reason bits (NVML's nvmlClocksEventReason* values) the summary counts.
+inline constexpr uint64_t kClockReasonIdle = 0x1, kClockReasonSwPowerCap = 0x4, kClockReasonHwSlowdown = 0x8,
+                          kClockReasonSwThermal = 0x20, kClockReasonHwThermal = 0x40, kClockReasonHwPowerBrake = 0x80;
+ClockSummary summarize_clocks(const std::vector<ClockSample>& samples);
+
+class GpuClockSampler {
+ public:
+  // cuda_device: the CUDA ordinal whose GPU is sampled (found in NVML by its PCI bus id). period_us >= 100.
+  explicit GpuClockSampler(int cuda_device, int period_us = 1000);
+  ~GpuClockSampler();
+  GpuClockSampler(const GpuClockSampler&) = delete;
+  GpuClockSampler& operator=(const GpuClockSampler&) = delete;
+  bool available() const { return dev_ != nullptr; }
+  void start();          // opens a window (the sampling thread runs until stop)
+  ClockSummary stop();   // closes it: the window's samples summarized (empty when unavailable or not started)
+
+ private:
+  void* dev_ = nullptr;  // nvmlDevice_t
+  int period_us_;
+  struct Window;
+  std::unique_ptr<Window> w_;
+};
+
 // Device memory in use on the current device (cudaMemGetInfo: total - free), bytes.
 double device_used_bytes();
 

@@ -41,7 +41,8 @@ struct Args {
   bool device_sizes = false;  // --moe-sizes device: dropless with the counts on the device (ModelConfig::moe_device_sizes)
   bool graph = true, verify = true;
   bool chain = true;        // stack: also the chained variants (StrandStack::pass_chained); --no-chain drops them
-  bool op_trace = false;    // stack: one compute-only pass more, every operator timed (OpTrace) against its solo time
+  bool op_trace = false;    // one compute-only pass more (the stack's or the layer pair's), every operator timed
+                            // (OpTrace) against its solo time
 };
 
 Args parse(int argc, char** argv, const char* who) {
@@ -370,7 +371,7 @@ void require_same_plan_on_every_rank(const Team& team, const std::string& what, 
 }
 
 PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex, const bench::TimingOptions& opt,
-                        const std::string& node, bool verbose) {
+                        const std::string& node, bool verbose, bench::ClockSummary* solo_clocks) {
   cudaStream_t s = ex.streams().compute;
   const Layer& dag = ex.dag();
   // Fill every buffer once (and the MoE counts) so isolated operators see realistic data.
@@ -398,6 +399,10 @@ PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex
   PairTable t;
   t.node = node;
   t.model = dag.model, t.parallel = dag.parallel;
+  int device = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&device));
+  bench::GpuClockSampler clocks(device);
+  clocks.start();
   for (int pass = 0; pass < 2; ++pass) {
     const auto& ops = pass == 0 ? dag.fwd : dag.bwd;
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -407,6 +412,8 @@ PairTable profile_pairs(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& ex
       t.set_host(ops[i].name, std::max(host_us - empty_host_us, 0.0));
     }
   }
+  const bench::ClockSummary solo_window = clocks.stop();
+  if (solo_clocks) *solo_clocks = solo_window;
   size_t pairs = 0;
   for (size_t i = 0; i < dag.fwd.size(); ++i)
     for (size_t j = 0; j < dag.bwd.size(); ++j) {
@@ -598,7 +605,8 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
             double compute_us, double comm_us, double one_set, const std::string& rr_name, int layers,
             const std::string& plan_source, const Plan& plan, bool ok,
             const std::function<void(double, double)>& context, const m::Layer& probe,
-            const std::vector<double>& compute_rounds = {}) {
+            const std::vector<double>& compute_rounds = {},
+            const std::vector<std::pair<std::string, double>>& extras = {}) {
   const bool root = team.rank() == 0;
   // MoE with a capacity factor: what it dropped in the probe layer's last forward, summed over the ranks.
   const double drop_fraction = probe.moe_dropped_fraction(team, true);
@@ -750,6 +758,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
         // layer keeps its own last real forward's.
         j.add("compute_only_routing", a.layers > 1 ? "replayed per layer" : "the layer's own");
       }
+      for (const auto& [k, v] : extras) j.add(k, v);
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());
     }
@@ -813,6 +822,45 @@ std::vector<std::string> doubled_within(const m::Layer& l, const Layer& dag, dou
     out.push_back(name);
   }
   return out;
+}
+
+// The op trace of one traced run (root only): span, operators and the time between them, then every operator
+// against its solo time (dag's, from the pair table), by excess.
+void print_op_trace(const OpTrace& trace, const Layer& dag, const std::string& what) {
+  auto solo_of = [&](const std::string& name) {
+    for (const auto* ops : {&dag.fwd, &dag.bwd})
+      for (const auto& o : *ops)
+        if (o.name == name) return o.solo_us;
+    return 0.0;
+  };
+  auto tot = trace.totals();
+  std::stable_sort(tot.begin(), tot.end(), [&](const OpTrace::Total& x, const OpTrace::Total& y) {
+    return x.us - x.calls * solo_of(x.name) > y.us - y.calls * solo_of(y.name);
+  });
+  const double span = trace.span_us(), ops = trace.ops_us();
+  std::printf("# op trace (%s, rank 0, events around every operator): span %.1f us, operators %.1f us, between them "
+              "%.1f us; per operator, by excess over its solo time:\n",
+              what.c_str(), span, ops, span - ops);
+  std::printf("# %-26s %6s %12s %10s %10s %7s %12s\n", "operator", "calls", "total(us)", "per call", "solo(us)", "ratio",
+              "excess(us)");
+  double solo_total = 0;
+  for (const auto& t : tot) {
+    const double solo = solo_of(t.name), per = t.us / std::max(1, t.calls);
+    solo_total += solo * t.calls;
+    std::printf("# %-26s %6d %12.1f %10.1f %10.1f %7.3f %12.1f\n", t.name.c_str(), t.calls, t.us, per, solo,
+                solo > 0 ? per / solo : 0.0, t.us - solo * t.calls);
+  }
+  std::printf("# op trace total: operators %.1f us against their solo times %.1f us (%.3fx); pass span %.1f us\n", ops,
+              solo_total, solo_total > 0 ? ops / solo_total : 0.0, span);
+}
+
+// A clock window's line (collective): rank 0's summary and the lowest mean SM clock over the ranks.
+void print_clocks(Team& team, const std::string& what, const bench::ClockSummary& c) {
+  const double lo = team.allreduce_min(c.samples > 0 ? c.mean_mhz : 1e9);
+  if (team.rank() == 0) {
+    if (lo >= 1e9) std::printf("# GPU clock, %s: no samples (NVML unavailable)\n", what.c_str());
+    else std::printf("# GPU clock, %s: rank 0 %s; lowest rank's mean %.0f MHz\n", what.c_str(), c.str().c_str(), lo);
+  }
 }
 
 // DHelix over a stack of a.layers layers (StrandStack): verified on the small shape (3 layers) against the
@@ -1121,33 +1169,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     OpTrace trace;
     stack.pass_compute_only(s, &trace);
     team.synchronize(s, "bench strands (stack) op trace");
-    if (root) {
-      auto solo_of = [&](const std::string& name) {
-        for (const auto* ops : {&dag.fwd, &dag.bwd})
-          for (const auto& o : *ops)
-            if (o.name == name) return o.solo_us;
-        return 0.0;
-      };
-      auto tot = trace.totals();
-      std::stable_sort(tot.begin(), tot.end(), [&](const OpTrace::Total& x, const OpTrace::Total& y) {
-        return x.us - x.calls * solo_of(x.name) > y.us - y.calls * solo_of(y.name);
-      });
-      const double span = trace.span_us(), ops = trace.ops_us();
-      std::printf("# op trace (one compute-only pass of the stack, rank 0, events around every operator): span %.1f us, "
-                  "operators %.1f us, between them %.1f us; per operator, by excess over its solo time:\n",
-                  span, ops, span - ops);
-      std::printf("# %-26s %6s %12s %10s %10s %7s %12s\n", "operator", "calls", "total(us)", "per call", "solo(us)",
-                  "ratio", "excess(us)");
-      double solo_total = 0;
-      for (const auto& t : tot) {
-        const double solo = solo_of(t.name), per = t.us / std::max(1, t.calls);
-        solo_total += solo * t.calls;
-        std::printf("# %-26s %6d %12.1f %10.1f %10.1f %7.3f %12.1f\n", t.name.c_str(), t.calls, t.us, per, solo,
-                    solo > 0 ? per / solo : 0.0, t.us - solo * t.calls);
-      }
-      std::printf("# op trace total: operators %.1f us against their solo times %.1f us (%.3fx); pass span %.1f us\n",
-                  ops, solo_total, solo_total > 0 ? ops / solo_total : 0.0, span);
-    }
+    if (root) print_op_trace(trace, dag, "one compute-only pass of the stack");
   }
   team.synchronize(s, "bench strands (stack) end");
   return ok ? 0 : 3;
@@ -1176,6 +1198,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   PairTable table;
   std::string plan_source;
   double search_s = 0;
+  // GPU clocks (NVML; docs/dhelix.md "Fifty-sixth session") over the windows that give the compute references:
+  // the solo operators, the compute-only pass alone, the interleaved variants. Mean SM MHz per window, in every row.
+  std::vector<std::pair<std::string, double>> clock_fields;
+  int device = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&device));
+  bench::GpuClockSampler clocks(device);
   Plan plan;
   // Layers of the timed shape (built before the plan: profiling needs them).
   m::Layer la(c, p, *comm_a);
@@ -1201,8 +1229,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       plan_source = "searched over pair table " + a.pairs;
     } else {
       StrandExecutor pex(dag, Plan{}, st.s);
+      bench::ClockSummary solo_clocks;
       table = profile_pairs(team, la, lb, pex, {a.prof_warmup, a.prof_iters}, bench::card_tag(ctx.card, team.size()),
-                            root);
+                            root, &solo_clocks);
+      print_clocks(team, "the pair profile's solo operators", solo_clocks);
+      clock_fields.push_back({"clock_solo_mhz", solo_clocks.mean_mhz});
       plan_source = "searched over pairs profiled now";
       if (root && !a.out.empty()) save_pair_table(a.out, table);
     }
@@ -1649,7 +1680,9 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   // every session before the thirty-fifth reported it, and interleaved with the core variants below (the same
   // data and thermal state as they run in: the stack measured 15.1-17.8 ms per layer alone, 18.2-18.4
   // interleaved, docs/dhelix.md), which the table uses from then on.
+  clocks.start();
   const double compute_alone_us = med([&](int) { run_compute_only(la, lb, s); });
+  const bench::ClockSummary alone_clocks = clocks.stop();
   double compute_us = compute_alone_us;
   const double one_set = double(la.memory().total());
   const double two_sets = one_set + double(lb.memory().total());
@@ -1738,12 +1771,32 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       StrandExecutor* e = order_ex.back().get();
       iv.add(name, [&, e](int) { e->run(la, lb); }, two_sets);
     }
+    clocks.start();
     compute_us = iv.time(team, s, opt, a.rounds, [&](int) { run_compute_only(la, lb, s); }, vs);
+    const bench::ClockSummary iv_clocks = clocks.stop();
     compute_rounds = iv.compute_rounds;
     if (root)
       std::printf("# interleaved timing: %d rounds over %zu variants and compute only, %d iterations each; compute "
                   "only %.1f us interleaved, %.1f us timed alone before\n",
                   a.rounds, vs.size(), a.iters, compute_us, compute_alone_us);
+    print_clocks(team, "the compute-only pass timed alone", alone_clocks);
+    print_clocks(team, "the interleaved variants and compute only", iv_clocks);
+    clock_fields.push_back({"clock_compute_alone_mhz", alone_clocks.mean_mhz});
+    clock_fields.push_back({"clock_interleaved_mhz", iv_clocks.mean_mhz});
+    clock_fields.push_back({"clock_interleaved_power_capped", iv_clocks.power_capped});
+  }
+  if (a.op_trace) {
+    // One compute-only pass more, an event pair around every operator, after two untraced ones (the same
+    // thermal state as the timed passes): where the pass's time goes against the operators' solo times.
+    run_compute_only(la, lb, s);
+    run_compute_only(la, lb, s);
+    OpTrace trace;
+    clocks.start();
+    run_compute_only(la, lb, s, &trace);
+    team.synchronize(s, "bench strands op trace");
+    const bench::ClockSummary trace_clocks = clocks.stop();
+    if (root) print_op_trace(trace, dag, "one compute-only pass of the layer pair, after two untraced ones");
+    print_clocks(team, "the traced pass", trace_clocks);
   }
   if (graph) {
     vs.push_back({"single-strand-graph", med_graph([&](int) { run_single_strand(la, lb, s); }), one_set});
@@ -1925,7 +1978,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                        lb.memory().total() / 1048576.0, (mem_comm_a - mem0) / 1048576.0,
                        (mem_comm_b - mem_comm_a) / 1048576.0, (mem_a - mem_comm_b) / 1048576.0,
                        (mem_b - mem_a) / 1048576.0, (mem_peak - mem_b) / 1048576.0);
-         }, la, compute_rounds);
+         }, la, compute_rounds, clock_fields);
   team.synchronize(s, "bench strands end");
   return 0;
 }

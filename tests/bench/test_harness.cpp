@@ -163,3 +163,40 @@ TEST(Harness, GemmShapesParseFromTextAndFile) {
   EXPECT_EQ(v[1].k, 14336);
   EXPECT_THROW(read_gemm_shapes(path + ".missing"), braid::UsageError);
 }
+
+TEST(Harness, ClockSummaryCountsTheReasonBits) {
+  EXPECT_EQ(summarize_clocks({}).samples, 0);
+  EXPECT_EQ(summarize_clocks({}).str(), "no samples");
+  const std::vector<ClockSample> xs = {
+      {1980, 400, 0},
+      {1700, 700, kClockReasonSwPowerCap},
+      {1600, 700, kClockReasonHwPowerBrake | kClockReasonSwThermal},
+      {1800, -1, kClockReasonIdle},
+  };
+  const ClockSummary s = summarize_clocks(xs);
+  EXPECT_EQ(s.samples, 4);
+  EXPECT_DOUBLE_EQ(s.mean_mhz, (1980 + 1700 + 1600 + 1800) / 4.0);
+  EXPECT_DOUBLE_EQ(s.min_mhz, 1600);
+  EXPECT_DOUBLE_EQ(s.max_mhz, 1980);
+  EXPECT_DOUBLE_EQ(s.mean_w, 600);  // the sample without a power reading is left out
+  EXPECT_DOUBLE_EQ(s.power_capped, 0.5);
+  EXPECT_DOUBLE_EQ(s.thermal, 0.25);
+  EXPECT_DOUBLE_EQ(s.idle, 0.25);
+  EXPECT_NE(s.str().find("power-capped 50%"), std::string::npos) << s.str();
+}
+
+TEST(Harness, ClockSamplerWindowIsEmptyWithoutNvml) {
+  // Without the driver's NVML (CI) the sampler is unavailable and a window holds nothing; with it, a window
+  // of 20 ms at 1 ms holds samples. Either way start/stop are safe to call in any order.
+  GpuClockSampler g(0, 1000);
+  EXPECT_EQ(g.stop().samples, 0);  // not started
+  g.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const ClockSummary s = g.stop();
+  if (g.available()) {
+    EXPECT_GT(s.samples, 0);
+    EXPECT_GT(s.mean_mhz, 0);
+  } else {
+    EXPECT_EQ(s.samples, 0);
+  }
+}

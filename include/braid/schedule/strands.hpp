@@ -648,9 +648,11 @@ void run_compute_only(model::Layer& fwd, model::Layer& bwd, cudaStream_t stream,
 /// of `b` alone, and every legal pair (forward op of `a` with backward op of `b`; two collectives on one
 /// link are illegal) co-run through ex.run_step — the executor's own issue rule, collectives first.
 /// Names are the DAG's ("f.<op>", "b.<op>"); `node` goes into the table. Every time has the time of an
-/// empty step (fork + join) subtracted. Collective over the team.
+/// empty step (fork + join) subtracted. Collective over the team. solo_clocks (optional): this rank's GPU
+/// clocks while the solo operators were timed (bench::GpuClockSampler; empty without NVML).
 PairTable profile_pairs(Team& team, model::Layer& a, model::Layer& b, StrandExecutor& ex,
-                        const bench::TimingOptions& opt, const std::string& node, bool verbose);
+                        const bench::TimingOptions& opt, const std::string& node, bool verbose,
+                        bench::ClockSummary* solo_clocks = nullptr);
 
 /// `braid profile-pairs --model M [--tp N] [--ep N] [--seq S] [--mb B] [--out PAIRS] [--plan-out PLAN]
 /// [--profile-iters 3] [--throttle CTAS] [--a2a-link local|cross] [--max-seg 4] [--max-shift S]`:
