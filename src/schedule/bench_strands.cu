@@ -312,6 +312,31 @@ size_t accumulating_differences(const Snapshot& x, const Snapshot& y, const m::M
   return n;
 }
 
+// Where accumulating_differences found its values: "ya 12, grad wqkv (beta) 40, ..." (the nonzero terms only).
+std::string difference_breakdown(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
+  std::string out;
+  auto item = [&](const std::string& name, size_t n) {
+    if (n) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  };
+  item("ya", count_diff(x.ya, y.ya));
+  item("dxa", count_diff(x.dxa, y.dxa));
+  item("dxb", count_diff(x.dxb, y.dxb));
+  item("yb2", count_diff(x.yb2, y.yb2));
+  for (const auto& f : m::field_names(c)) {
+    const auto &gb = *m::field(x.gb, f), &gb2 = *m::field(y.gb, f);
+    const auto &gs = *m::field(x.gsum, f), &gs2 = *m::field(y.gsum, f);
+    size_t nb = 0, ns = 0;
+    for (size_t i = 0; i < gb.size() && gb.size() == gb2.size(); ++i) {
+      nb += !(std::abs(gb2[i] - gb[i]) <= std::abs(gb[i]) / 128 + 1e-6);
+      ns += !(i < gs.size() && gs.size() == gs2.size() &&
+              std::abs(gs2[i] - gs[i]) <= (std::abs(gs[i]) + std::abs(gb[i])) / 128 + 1e-6);
+    }
+    item("grad " + f + " (beta)", nb);
+    item("grad " + f + " (sum)", ns);
+  }
+  return out.empty() ? "none" : out;
+}
+
 // Relative L2 distance of two snapshots, per tensor (activations from bf16 bits, every gradient field);
 // returns how many tensors exceed `tol`.
 size_t relative_l2_failures(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c, double tol,
@@ -1613,8 +1638,11 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                             "strands-arena-io" + L + " with GEMMs on " + std::to_string(sms) + " SMs, two units") && ok;
             continue;
           }
-          const double diff = team.allreduce_max(double(
-              accumulating_differences(ref2, strands_sequence(team, vaa, vbb, vexa, st, 1, true, io, &vexb), sc)));
+          const Snapshot got = strands_sequence(team, vaa, vbb, vexa, st, 1, true, io, &vexb);
+          const size_t mine = accumulating_differences(ref2, got, sc);
+          const double diff = team.allreduce_max(double(mine));
+          if (mine)  // (every rank that found some says where)
+            std::printf("# rank %d: differing: %s\n", team.rank(), difference_breakdown(ref2, got, sc).c_str());
           ok = ok && diff == 0;
           if (root)
             std::printf("# verification (%s): strands-arena%s%s%s (one activation pool, %.2fx one set, memory "
