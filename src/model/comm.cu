@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/model/comm.hpp"
 
@@ -128,7 +129,7 @@ class NcclCeComm : public NcclComm {
   void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
     const size_t es = bench::dtype_size(t);
     const bool in_place = in == static_cast<const char*>(out) + size_t(rank()) * count * es;
-    if (in_place && in_window(out, count * size_t(size()) * es))
+    if (!kernels_only_ && in_place && in_window(out, count * size_t(size()) * es))
       BRAID_NCCL_CHECK(ncclAllGather(in, out, count, bench::nccl_dtype(t), ce_, s));
     else
       NcclComm::all_gather(in, out, count, t, s);
@@ -145,6 +146,9 @@ class NcclCeComm : public NcclComm {
   }
   ncclComm_t ce_ = nullptr;
   std::vector<std::unique_ptr<NcclWindow>> windows_;
+  // BRAID_NCCL_CE_KERNELS=1 (diagnosis): every all-gather on NCCL's kernels, the windows and the layer's layout
+  // unchanged — what the copy engines' transfers themselves change, against the same buffers.
+  const bool kernels_only_ = env::flag("BRAID_NCCL_CE_KERNELS").value_or(false);
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 
+#include "braid/env.hpp"
 #include "braid/errors.hpp"
 #include "braid/model/layer.hpp"
 #include "attention.hpp"
@@ -79,7 +80,9 @@ struct Layer::Impl {
   // two-rank reduce-scatter rounds it) before its own kernel. No collective of the layer then takes an SM.
   bool ce = false;
   std::vector<void*> windows;  // comm.alloc_window memory (comm.free_window)
-  bool ce_rs() const { return ce && decompose <= 1; }
+  // BRAID_LAYER_CE_RS=0 (diagnosis): the reduce-scatters stay NCCL's reduce_scatter, the all-gathers' windows kept.
+  bool ce_rs_on = env::flag("BRAID_LAYER_CE_RS").value_or(true);
+  bool ce_rs() const { return ce && ce_rs_on && decompose <= 1; }
   bf16* rs_gemm_out(bf16* part) const { return ce_rs() ? part + detail::ce_rs_slots(rank).gemm_out * Tl * H : part; }
   void rs_transfer(bf16* part, bf16* out, cudaStream_t s) {
     if (ce_rs())

@@ -40,6 +40,7 @@ struct Args {
   double capacity = 0;      // MoE capacity factor (ModelConfig::capacity); 0: dropless
   bool device_sizes = false;  // --moe-sizes device: dropless with the counts on the device (ModelConfig::moe_device_sizes)
   bool graph = true, verify = true;
+  bool verify_only = false;  // one layer: stop after the verification (rc 0 passed, 3 failed), nothing timed
   bool chain = true;        // stack: also the chained variants (StrandStack::pass_chained); --no-chain drops them
   bool op_trace = false;    // one compute-only pass more (the stack's or the layer pair's), every operator timed
                             // (OpTrace) against its solo time
@@ -74,6 +75,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--a2a-link") a.a2a_link = val();
     else if (k == "--no-graph") a.graph = false;
     else if (k == "--no-verify") a.verify = false;
+    else if (k == "--verify-only") a.verify_only = true;
     else if (k == "--decompose") a.decompose = std::stoi(val());
     else if (k == "--layers") a.layers = std::stoi(val());
     else if (k == "--no-chain") a.chain = false;
@@ -1680,6 +1682,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
            ok;
     }
     if (!ok) return 3;
+  }
+  if (a.verify_only) {
+    if (root) std::printf("# --verify-only: every verification passed; nothing timed\n");
+    return 0;
   }
 
   // ---- timing ----
