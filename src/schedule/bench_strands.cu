@@ -1645,6 +1645,26 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
           const double diff = team.allreduce_max(double(mine));
           if (mine)  // (every rank that found some says where)
             std::printf("# rank %d: differing: %s\n", team.rank(), difference_breakdown(ref2, got, sc).c_str());
+          if (diff > 0 && root) {  // what was run: the issue order, the placement, the memory waits
+            std::printf("# arena diagnosis: issue order:");
+            for (const auto& [ps, i] : vorder)
+              std::printf(" %s", (ps == Pass::Forward ? vd.fwd : vd.bwd)[size_t(i)].name.c_str());
+            std::printf("\n# arena diagnosis: tensor bytes offset_a offset_b producer last_reader [other readers]\n");
+            for (size_t t = 0; t < vpool.saved.size(); ++t) {
+              const auto& x = vpool.saved[t];
+              std::printf("#   %s %.0f %.0f %.0f %s %s", x.name.c_str(), x.bytes, vpool.offset_a[t], vpool.offset_b[t],
+                          x.producer.c_str(), x.last_reader.c_str());
+              for (const auto& r : x.other_readers) std::printf(" %s", r.c_str());
+              std::printf("\n");
+            }
+            for (int w = 0; w < 2; ++w) {
+              const auto& ws = w == 0 ? vpool.waits : vpool.waits_b;
+              std::printf("# arena diagnosis: memory waits (%s forward):", w == 0 ? "a" : "b");
+              for (size_t i = 0; i < ws.size(); ++i)
+                for (const int j : ws[i]) std::printf(" %s<-%s", vd.fwd[i].name.c_str(), vd.bwd[size_t(j)].name.c_str());
+              std::printf("\n");
+            }
+          }
           ok = ok && diff == 0;
           if (root)
             std::printf("# verification (%s): strands-arena%s%s%s (one activation pool, %.2fx one set, memory "

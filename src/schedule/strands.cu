@@ -495,6 +495,7 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
   b.place_saved(base, ob);
   waits = memory_waits(dag, saved, pl, /*a_forward=*/true);
   waits_b = memory_waits(dag, saved, pl, /*a_forward=*/false);
+  this->saved = saved, offset_a = pl.offset_a, offset_b = pl.offset_b;
 }
 
 SharedActivationPool::~SharedActivationPool() { cudaFree(base); }

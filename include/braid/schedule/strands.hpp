@@ -310,6 +310,8 @@ struct SharedActivationPool {
   double bytes = 0, one_set = 0;
   std::vector<std::vector<int>> waits;    // `a` runs the forward (b the backward)
   std::vector<std::vector<int>> waits_b;  // the next unit, roles swapped: `b` runs the forward, `a` the backward
+  std::vector<SavedTensor> saved;         // the placed tensors (bytes rounded to 256), and where each layer's lies
+  std::vector<double> offset_a, offset_b;
   /// choice (optional): the placement picked by PlacementChoice (its cost sees the layer's own tensor sizes).
   SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order, const model::ModelConfig& c,
                        const model::Parallel& p, model::Layer& a, model::Layer& b,
