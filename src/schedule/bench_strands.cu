@@ -771,6 +771,9 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
       j.add("compute_solo_sum_us", solo_us).add("hidden_fraction_vs_solo_sum", hidden_solo);
       j.add("hidden_fraction_pass_min", pass_lo).add("hidden_fraction_pass_max", pass_hi);
+      if (!compute_rounds.empty())  // the reference's own spread over the interleaved passes
+        j.add("compute_only_pass_min_us", *std::min_element(compute_rounds.begin(), compute_rounds.end()))
+            .add("compute_only_pass_max_us", *std::max_element(compute_rounds.begin(), compute_rounds.end()));
       j.add("host_issue_us", v.host_issue_us).add("host_moe_wait_us", v.host_wait_us);
       j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
       j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/schedule/strands.hpp"
 #include "layer_check.hpp"
 
 namespace {
@@ -258,6 +259,75 @@ TEST(LayerMpi, DenseCopyEngineCommEqualsReference) {
   const auto c = shapes(false).front();
   m::Layer owner(c, m::Parallel{2, true}, *ce);
   EXPECT_THROW(m::Layer(owner, *Env::comm_, m::Layer::Share::kWeightsAndScratch), braid::Error);
+}
+
+// The contract a one-activation-pool arena relies on (schedule::saved_tensors, two_strand_placement): once
+// placed, a saved tensor's bytes are first written by its producer op. Each rank places the layer's saved set in
+// a pool filled with a sentinel and runs the forward op by op; after each op, every tensor whose producer has not
+// run yet must still hold the sentinel (another strand's tensor may live there until the producer's memory
+// wait). Over the team's comm and, where it runs, nccl-ce (rank 0's h1 / h2 window slots begin where the windows
+// do: place_saved once moved them into the pool with h1f / h2f, and the norms wrote there early).
+TEST(LayerMpi, PlacedSavedTensorsAreFirstWrittenByTheirProducers) {
+  auto& team = *Env::world_;
+  std::unique_ptr<m::Comm> ce;
+  if (team.has_nccl() && !team.shared_gpu() && team.size() == 2 && team.peer_ok()) {
+    try {
+      ce = m::make_nccl_ce_comm(team);
+    } catch (const braid::UnavailableError&) {
+    }
+  }
+  const int rank = team.rank();
+  cudaStream_t s = team.stream();
+  for (m::Comm* comm : {Env::comm_.get(), ce.get()}) {
+    if (!comm) continue;
+    for (const bool moe : {false, true}) {
+      if (moe && comm == ce.get()) continue;  // (nccl-ce is a dense-layer comm)
+      const auto c = shapes(moe).front();
+      const m::Parallel p{team.size(), true};
+      SCOPED_TRACE(c.describe() + " over " + comm->name());
+      m::Layer layer(c, p, *comm);
+      layer.load_weights(m::init_weights(c, 61));
+      const auto layout = layer.saved_layout();
+      std::vector<std::pair<std::string, size_t>> offsets;
+      size_t bytes = 0;
+      for (const auto& [name, sz] : layout) offsets.push_back({name, bytes}), bytes += (sz + 255) / 256 * 256;
+      void* pool = nullptr;
+      ASSERT_EQ(cudaMalloc(&pool, bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemset(pool, 0x5A, bytes), cudaSuccess);
+      layer.place_saved(pool, offsets);
+      const size_t n = size_t(c.tokens()) * c.hidden;
+      const size_t rows = size_t(layer.local_tokens());
+      const auto xb = to_bits(m::random_values(n, 62, 1.0), (rows == size_t(c.tokens()) ? 0 : rank * rows) * c.hidden,
+                              rows * c.hidden);
+      ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      const auto saved = braid::schedule::saved_tensors(c, p);
+      const auto& ops = layer.ops(m::Phase::kForward);
+      auto op_index = [&](const std::string& producer) {  // "f.<op>" -> its index in the forward
+        for (size_t i = 0; i < ops.size(); ++i)
+          if ("f." + ops[i].name == producer) return int(i);
+        ADD_FAILURE() << "no forward op " << producer;
+        return -1;
+      };
+      std::vector<uint8_t> host(bytes);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        layer.run_op(m::Phase::kForward, i, s);
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(host.data(), pool, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        for (const auto& t : saved) {
+          if (op_index(t.producer) <= int(i)) continue;
+          size_t off = 0, sz = 0;
+          for (size_t k = 0; k < layout.size(); ++k)
+            if (layout[k].first == t.name) off = offsets[k].second, sz = layout[k].second;
+          const size_t touched = size_t(std::count_if(host.begin() + long(off), host.begin() + long(off + sz),
+                                                      [](uint8_t v) { return v != 0x5A; }));
+          EXPECT_EQ(touched, 0u) << "rank " << rank << ": op " << ops[i].name << " wrote " << touched
+                                 << " bytes of saved tensor " << t.name << " before its producer " << t.producer;
+        }
+      }
+      team.synchronize(s, "placed-saved test");
+      cudaFree(pool);
+    }
+  }
 }
 
 TEST(LayerMpi, AllReducerCommForInference) {
