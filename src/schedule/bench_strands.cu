@@ -724,9 +724,20 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       std::printf("# compute from the pair table's solo operator times: %.1f us (compute-only pass %.1f us); hidden(solo) "
                   "measures exposure against it\n",
                   solo_us, compute_us);
-    if (!compute_rounds.empty())
+    if (!compute_rounds.empty()) {
       std::printf("# hidden/pass: the hidden fraction in each interleaved pass (the variant, the single strand and compute "
                   "only timed side by side in that pass), lowest-highest; '-' for a variant timed on its own\n");
+      // The reference's own noise against what is measured (docs/dhelix.md, fifty-sixth session: with two timed
+      // iterations per pass a 70B layer's NVLink figures were noise).
+      const double spread = *std::max_element(compute_rounds.begin(), compute_rounds.end()) -
+                            *std::min_element(compute_rounds.begin(), compute_rounds.end());
+      std::printf("# noise: compute only spreads %.1f us over the %zu passes against %.1f us exposed by the single "
+                  "strand%s\n",
+                  spread, compute_rounds.size(), exposed_single,
+                  spread >= exposed_single ? ": the hidden fractions below are within the reference's noise (more "
+                                             "--iters per pass narrow it)"
+                                           : "");
+    }
     std::printf("%-20s %10s %12s %7s %12s %8s %11s %12s %9s %9s %9s %10s %10s\n", "variant", "time(us)", "tokens/s", "MFU",
                 "exposed(us)", "hidden", "hidden(solo)", "hidden/pass", "vs single", "vs rr", "mem(MiB)", "host(us)",
                 "moewait");
