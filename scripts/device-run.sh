@@ -217,6 +217,12 @@
 # `build test` (every target, CTEST_E='shared|np4|np8': 39 entries, 5.8 min of ctest) 8 min cold; warm `build
 # strands-mixtral` (BUILD_TARGET=braid, MIXTRAL_THROTTLES=1) 2.2 min; `build strands-smres` (BUILD_TARGET=braid,
 # STRANDS_THROTTLE=2, SMRES_NVLINK=0: the 70B layer profiles its table) 2.9 min cold.
+# Fifty-sixth session (six calls, 2x H200, ~1615 s): `build test strands-ce` (BUILD_TARGET="braid test_layer_mpi
+# test_strands_mpi", two tests 32 s) 3 min cold; a 70B NVLink `bench strands` over nccl-ce stops at its verification in
+# ~100 s (pairs profiled), a `--verify-only` run on a saved table takes ~10 s, a full run with 16 iterations ~25 s and
+# with 64 (8 per pass) ~60 s; `build` (BUILD_TARGET=braid) ~2.5 min cold. Next on a 2-GPU machine: full-NVLink runs with
+# at least 8 iterations per pass (STRANDS_ITERS=64 STRANDS_ROUNDS=8: with 2 per pass the reference's spread exceeded the
+# exposure; the bench prints "# noise:" now), e.g. the Mixtral layer (EP = 2, NCCL) that way.
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
@@ -244,7 +250,7 @@
 # session), and the one-layer 70B and Mixtral benches at 1 CTA (`strands-smres` with SMRES_NVLINK=0, `strands-mixtral`
 # with MIXTRAL_THROTTLES=1: the pool-moves arena met issue 9 on one 70B layer on 2x H200, fifty-third session), and
 # issue 9 at full NVLink: `strands-ce` with CE_COMMS="nccl-ce nccl" CE_MODELS=llama3-70b SMRES_CE=0 STRANDS_ROUNDS=8
-# CE_T=300 (the layer's collectives on NCCL's copy engines, fifty-fifth session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
+# STRANDS_ITERS=64 CE_T=300 (the layer's collectives on NCCL's copy engines; 8 iterations per pass, fifty-sixth session). On `nvidia-h100-x1` (if lent): `build gemm-variant`
 # with VARIANTS="st0:BRAID_OVERLAP_TMA_STORE=0" on bench/shapes/sweep.txt (issue 4's ">= 95% of cuBLAS" on H100).
 # The thirty-fifth session's calls: one H200 `build test gemm-variant` (BUILD_TARGET="braid test_overlap_gemm_gpu",
 # sweep, 2 rounds at VARIANT_T=150) 9.4 min cold, the sweep cut at 37/30 shapes per binary; 2x H200 `build
