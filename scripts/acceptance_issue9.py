@@ -22,7 +22,8 @@ HIDDEN, SINGLE, RR, MEM = 0.70, 1.15, 1.05, 1.05
 
 
 def load(path):
-    return [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def verdict(criterion, measured, target, met, files):
