@@ -93,6 +93,13 @@ def check(paths, card=None):
                         f"{rng([r['speedup_vs_single'] for r in met_runs], '{:.2f}')}x single, "
                         f"{rng([r['speedup_vs_round_robin'] for r in met_runs], '{:.2f}')}x rr, "
                         f"{rng([r['mem_ratio_vs_single'] for r in met_runs], '{:.3f}')}x memory ({', '.join(names)})")
+            # Rows timed on their own (not interleaved, no group of their own: the arenas before 58fc4f4) ran apart
+            # from their reference, at whatever clock the board's power cap left them (docs/dhelix.md, fifty-sixth
+            # session): said, not hidden.
+            alone = sum(1 for r in met_runs if not r.get("timing_rounds") and "reference" not in r)
+            if alone:
+                measured += (f"; in {alone} of these runs the variant was timed on its own, apart from its "
+                             "interleaved reference (clock not controlled)")
         else:
             measured = (f"0/{len(best_rows)} runs; best hidden within {MEM}x memory "
                         f"{rng([100 * h for h in best_mem_hidden], '{:.1f}')}%")

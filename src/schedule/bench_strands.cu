@@ -570,6 +570,11 @@ struct Variant {
   // One-pool (arena) variants: the issue order they ran (its variant name) and the pool's bytes; empty / 0 otherwise.
   std::string order;
   double pool_bytes = 0;
+  // A variant timed in an interleaved group of its own (the arenas, which build their own layers): that group's
+  // single strand, round-robin and compute-only medians and per-pass medians, which its row is measured against
+  // (the same passes, hence the same clock: docs/dhelix.md, fifty-sixth session). 0 / empty: the main group's.
+  double ref_single_us = 0, ref_rr_us = 0, ref_compute_us = 0;
+  std::vector<double> ref_single_rounds, ref_compute_rounds;
 };
 
 // Variants timed interleaved (bench::time_interleaved: `rounds` passes over all of them in turn, so that clock,
@@ -743,8 +748,13 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
                 "moewait");
   }
   for (const auto& v : vs) {
-    const double exposed = std::max(0.0, v.us - compute_us);
-    const double hidden = exposed_single > 0 ? 1.0 - exposed / exposed_single : 0.0;
+    // A variant with a group of its own is measured against that group's references.
+    const bool own = v.ref_single_us > 0 && v.ref_compute_us > 0;
+    const double v_compute = own ? v.ref_compute_us : compute_us, v_single = own ? v.ref_single_us : single_us;
+    const double v_rr = own ? v.ref_rr_us : rr_us;
+    const double v_exposed_single = std::max(0.0, v_single - v_compute);
+    const double exposed = std::max(0.0, v.us - v_compute);
+    const double hidden = v_exposed_single > 0 ? 1.0 - exposed / v_exposed_single : 0.0;
     const double hidden_solo =
         exposed_single_solo > 0 ? 1.0 - std::max(0.0, v.us - solo_us) / exposed_single_solo : 0.0;
     // a unit (a stack's pass) moves one micro-batch's forward and another's backward through the layer (the stack)
@@ -752,9 +762,10 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
     const double mfu = flops / (v.us * 1e-6) / kPeakFlops;
     // The spread over passes: each pass's hidden fraction against that pass's single strand and compute only.
     double pass_lo = std::nan(""), pass_hi = std::nan("");
-    if (!compute_rounds.empty() && v.round_us.size() == compute_rounds.size() &&
-        vs[0].round_us.size() == compute_rounds.size())
-      for (const double h : bench::hidden_by_round(v.round_us, vs[0].round_us, compute_rounds))
+    const std::vector<double>& c_rounds = own ? v.ref_compute_rounds : compute_rounds;
+    const std::vector<double>& s_rounds = own ? v.ref_single_rounds : vs[0].round_us;
+    if (!c_rounds.empty() && v.round_us.size() == c_rounds.size() && s_rounds.size() == c_rounds.size())
+      for (const double h : bench::hidden_by_round(v.round_us, s_rounds, c_rounds))
         if (!std::isnan(h)) {
           pass_lo = std::isnan(pass_lo) ? h : std::min(pass_lo, h);
           pass_hi = std::isnan(pass_hi) ? h : std::max(pass_hi, h);
@@ -768,7 +779,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
       char hp[32] = "-";
       if (!std::isnan(pass_lo)) std::snprintf(hp, sizeof hp, "%.0f..%.0f%%", 100 * pass_lo, 100 * pass_hi);
       std::printf("%-20s %10.1f %12.0f %6.1f%% %12.1f %7.1f%% %11s %12s %8.3fx %8.3fx %9.1f %10s %10s\n", v.name.c_str(),
-                  v.us, tok_s, 100 * mfu, exposed, 100 * hidden, hs, hp, single_us / v.us, rr_us > 0 ? rr_us / v.us : 0.0,
+                  v.us, tok_s, 100 * mfu, exposed, 100 * hidden, hs, hp, v_single / v.us, v_rr > 0 ? v_rr / v.us : 0.0,
                   v.mem / 1048576.0, hi, hw);
       bench::Json j;
       j.add("bench", "strands").add("variant", v.name).add("model", c.name).add("parallel", strand_parallel_tag(c, p));
@@ -786,7 +797,14 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
         j.add("compute_only_pass_min_us", *std::min_element(compute_rounds.begin(), compute_rounds.end()))
             .add("compute_only_pass_max_us", *std::max_element(compute_rounds.begin(), compute_rounds.end()));
       j.add("host_issue_us", v.host_issue_us).add("host_moe_wait_us", v.host_wait_us);
-      j.add("speedup_vs_single", single_us / v.us).add("speedup_vs_round_robin", rr_us > 0 ? rr_us / v.us : 0.0);
+      j.add("speedup_vs_single", v_single / v.us).add("speedup_vs_round_robin", v_rr > 0 ? v_rr / v.us : 0.0);
+      if (own)  // measured against its own group's references (the main group's are in compute_only_us etc.)
+        j.add("reference", "own interleaved group").add("ref_single_us", v.ref_single_us)
+            .add("ref_round_robin_us", v.ref_rr_us).add("ref_compute_only_us", v.ref_compute_us);
+      if (own && !v.ref_compute_rounds.empty())
+        j.add("ref_compute_only_pass_min_us", *std::min_element(v.ref_compute_rounds.begin(), v.ref_compute_rounds.end()))
+            .add("ref_compute_only_pass_max_us",
+                 *std::max_element(v.ref_compute_rounds.begin(), v.ref_compute_rounds.end()));
       j.add("mem_bytes", v.mem).add("mem_ratio_vs_single", v.mem / one_set);
       j.add("ag_busbw_gbs", busbw).add("ag_pair_busbw_gbs", busbw2).add("plan_source", plan_source).add("plan_predicted_us", plan.total_us);
       j.add("plan_steps", plan.steps.size()).add("verified", ok);
@@ -1961,14 +1979,31 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       std::printf("# strands-arena%s: order %s, pool %.1f MiB = %.2fx one saved set (%.1f MiB)%s\n", L.c_str(),
                   ch.name.c_str(), pool.bytes / 1048576.0, pool.bytes / pool.one_set, pool.one_set / 1048576.0,
                   placed_for_waits ? ", placed for the co-run model with its waits within the budget" : "");
-    vs.push_back({"strands-arena" + L, med([&](int) { unit(exa, exb); }), mem});
-    if (!ch.dep_ready) vs.push_back({"strands-arena" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
-    // (every row this call adds names the order it ran and the pool: arena_order, arena_pool_bytes in the JSON)
-    const size_t first_row = vs.size() - (ch.dep_ready ? 1 : 2);
-    auto name_rows = [&]() {
-      for (size_t i = first_row; i < vs.size(); ++i) vs[i].order = ch.name, vs[i].pool_bytes = pool.bytes;
+    // Timed interleaved in a group of their own with the single strand, round-robin and compute only (on la / lb,
+    // which the arena's layers leave alone), and measured against that group's medians: a variant timed apart
+    // from its reference runs at another clock (the board's power cap: docs/dhelix.md, fifty-sixth session).
+    // Before 58fc4f4 each arena variant was timed on its own after building its layers and pool.
+    const size_t first_row = vs.size();
+    auto time_group = [&](std::vector<std::pair<std::string, std::function<void(int)>>> fns, double group_mem) {
+      Interleaved g;
+      g.add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
+      g.add("round-robin", [&](int) { run_round_robin(la, lb, s, st.extra, st.rr); }, two_sets);
+      for (auto& [name, fn] : fns) g.add(name, std::move(fn), group_mem);
+      std::vector<Variant> gv;
+      const double comp = g.time(team, s, opt, a.rounds, [&](int) { run_compute_only(la, lb, s); }, gv);
+      for (size_t i = 2; i < gv.size(); ++i) {
+        Variant v = gv[i];
+        v.ref_single_us = gv[0].us, v.ref_rr_us = gv[1].us, v.ref_compute_us = comp;
+        v.ref_single_rounds = gv[0].round_us, v.ref_compute_rounds = g.compute_rounds;
+        vs.push_back(std::move(v));
+      }
     };
-    name_rows();
+    {
+      std::vector<std::pair<std::string, std::function<void(int)>>> fns;
+      fns.push_back({"strands-arena" + L, [&](int) { unit(exa, exb); }});
+      if (!ch.dep_ready) fns.push_back({"strands-arena" + L + "-dag", [&](int) { unit(exad, exbd); }});
+      time_group(std::move(fns), mem);
+    }
     if (p.sp && p.tp > 1) {  // ... and y/dy/dx shared by both strands (Layer::share_interfaces)
       bb.share_interfaces(aa);
       fill_inputs(aa, 301 + team.rank(), s);
@@ -1976,17 +2011,22 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       (turn ? aa : bb).forward(s);  // the set the next unit's backward strand reads
       team.synchronize(s, "strands-arena-io warm-up");
       mem = double(aa.memory().total()) + double(bb.memory().total()) + pool.bytes;
-      vs.push_back({"strands-arena-io" + L, med([&](int) { unit(exa, exb); }), mem});
+      std::vector<std::pair<std::string, std::function<void(int)>>> fns;
+      fns.push_back({"strands-arena-io" + L, [&](int) { unit(exa, exb); }});
       // ... with operators waiting for their dependencies only (the -dag executors; same pool and waits)
-      if (!ch.dep_ready) vs.push_back({"strands-arena-io" + L + "-dag", med([&](int) { unit(exad, exbd); }), mem});
-      if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives
+      if (!ch.dep_ready) fns.push_back({"strands-arena-io" + L + "-dag", [&](int) { unit(exad, exbd); }});
+      if (a.gemm_sm_reserve > 0) {  // ... with its GEMMs leaving SMs to the collectives (for its calls only)
         const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
-        aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
-        vs.push_back({"strands-arena-io" + L + "-smres", med([&](int) { unit(exa, exb); }), mem});
-        aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
+        fns.push_back({"strands-arena-io" + L + "-smres", [&, sms](int) {
+                         aa.set_gemm_sm_target(sms), bb.set_gemm_sm_target(sms);
+                         unit(exa, exb);
+                         aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
+                       }});
       }
-      name_rows();
+      time_group(std::move(fns), mem);
     }
+    // (every row this call adds names the order it ran and the pool: arena_order, arena_pool_bytes in the JSON)
+    for (size_t i = first_row; i < vs.size(); ++i) vs[i].order = ch.name, vs[i].pool_bytes = pool.bytes;
     return mem;
   };
   if (arena >= 0) {

@@ -62,6 +62,15 @@ class Issue9Rules(unittest.TestCase):
         self.assertIsNone(v["met"])
         self.assertIn("not claimed", v["measured"])
 
+    def test_a_variant_timed_on_its_own_is_said_so(self):
+        ref = dict(compute_only_pass_min_us=17900, compute_only_pass_max_us=18100)
+        alone = self.nvlink([single(2000, **ref), row("strands-arena", 0.75, mem=1.04, timing_rounds=0)])
+        self.assertTrue(alone["met"])
+        self.assertIn("timed on its own", alone["measured"])
+        grouped = self.nvlink([single(2000, **ref), row("strands-arena", 0.75, mem=1.04, timing_rounds=8,
+                                                        reference="own interleaved group")])
+        self.assertNotIn("timed on its own", grouped["measured"])
+
     def test_memory_and_throughput_bounds(self):
         v = self.verdicts([single(10000, throttle=1, compute_only_pass_min_us=17900, compute_only_pass_max_us=18100),
                            row("strands-two-sets", 0.90, mem=1.77, single=1.5, rr=1.2, throttle=1),
