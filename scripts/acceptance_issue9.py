@@ -93,7 +93,7 @@ def check(paths, card=None):
                         f"{rng([r['speedup_vs_single'] for r in met_runs], '{:.2f}')}x single, "
                         f"{rng([r['speedup_vs_round_robin'] for r in met_runs], '{:.2f}')}x rr, "
                         f"{rng([r['mem_ratio_vs_single'] for r in met_runs], '{:.3f}')}x memory ({', '.join(names)})")
-            # Rows timed on their own (not interleaved, no group of their own: the arenas before 58fc4f4) ran apart
+            # Rows timed on their own (not interleaved, no group of their own: the arenas before 0a40a5a) ran apart
             # from their reference, at whatever clock the board's power cap left them (docs/dhelix.md, fifty-sixth
             # session): said, not hidden.
             alone = sum(1 for r in met_runs if not r.get("timing_rounds") and "reference" not in r)

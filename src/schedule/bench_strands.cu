@@ -1982,7 +1982,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     // Timed interleaved in a group of their own with the single strand, round-robin and compute only (on la / lb,
     // which the arena's layers leave alone), and measured against that group's medians: a variant timed apart
     // from its reference runs at another clock (the board's power cap: docs/dhelix.md, fifty-sixth session).
-    // Before 58fc4f4 each arena variant was timed on its own after building its layers and pool.
+    // Before 0a40a5a each arena variant was timed on its own after building its layers and pool.
     const size_t first_row = vs.size();
     auto time_group = [&](std::vector<std::pair<std::string, std::function<void(int)>>> fns, double group_mem) {
       Interleaved g;
