@@ -222,7 +222,9 @@
 # ~100 s (pairs profiled), a `--verify-only` run on a saved table takes ~10 s, a full run with 16 iterations ~25 s and
 # with 64 (8 per pass) ~60 s; `build` (BUILD_TARGET=braid) ~2.5 min cold. Next on a 2-GPU machine: full-NVLink runs with
 # at least 8 iterations per pass (STRANDS_ITERS=64 STRANDS_ROUNDS=8: with 2 per pass the reference's spread exceeded the
-# exposure; the bench prints "# noise:" now), e.g. the Mixtral layer (EP = 2, NCCL) that way.
+# exposure; the bench prints "# noise:" now), e.g. the Mixtral layer (EP = 2, NCCL) that way; and first of all the
+# one-layer throttled benches again (`strands-smres` SMRES_NVLINK=0, `strands-mixtral` MIXTRAL_THROTTLES="1 2"): since
+# 0a40a5a their arena rows are timed interleaved in a group of their own (before, each on its own: clock not controlled).
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
