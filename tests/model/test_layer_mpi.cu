@@ -330,6 +330,81 @@ TEST(LayerMpi, PlacedSavedTensorsAreFirstWrittenByTheirProducers) {
   }
 }
 
+// The other half of that contract: no backward operator reads a saved tensor after the readers schedule::saved_tensors
+// names for it (last_reader and other_readers) — an issue order may let the other strand's forward overwrite it from
+// then on. Each rank runs forward + backward once for reference, then again per saved tensor with the tensor's bytes
+// overwritten (0xFF: bf16 NaN) right after the last of its named readers in the backward; dx and every gradient must
+// come out bit for bit the same. Same comms as above.
+TEST(LayerMpi, PlacedSavedTensorsAreNotReadAfterTheirNamedReaders) {
+  auto& team = *Env::world_;
+  std::unique_ptr<m::Comm> ce;
+  if (team.has_nccl() && !team.shared_gpu() && team.size() == 2 && team.peer_ok()) {
+    try {
+      ce = m::make_nccl_ce_comm(team);
+    } catch (const braid::UnavailableError&) {
+    }
+  }
+  const int rank = team.rank();
+  cudaStream_t s = team.stream();
+  for (m::Comm* comm : {Env::comm_.get(), ce.get()}) {
+    if (!comm) continue;
+    for (const bool moe : {false, true}) {
+      if (moe && comm == ce.get()) continue;  // (nccl-ce is a dense-layer comm)
+      const auto c = shapes(moe).front();
+      const m::Parallel p{team.size(), true};
+      SCOPED_TRACE(c.describe() + " over " + comm->name());
+      m::Layer layer(c, p, *comm);
+      layer.load_weights(m::init_weights(c, 71));
+      const auto layout = layer.saved_layout();
+      std::vector<std::pair<std::string, size_t>> offsets;
+      size_t bytes = 0;
+      for (const auto& [name, sz] : layout) offsets.push_back({name, bytes}), bytes += (sz + 255) / 256 * 256;
+      void* pool = nullptr;
+      ASSERT_EQ(cudaMalloc(&pool, bytes), cudaSuccess);
+      ASSERT_EQ(cudaMemset(pool, 0, bytes), cudaSuccess);
+      layer.place_saved(pool, offsets);
+      const size_t n = size_t(c.tokens()) * c.hidden;
+      const auto x = m::random_values(n, 72, 1.0), dy = m::random_values(n, 73, 1.0);
+      const auto ref = run_layer(layer, rank, x, dy, s, /*op_by_op=*/true);
+      const auto& bwd = layer.ops(m::Phase::kBackward);
+      auto bwd_index = [&](const std::string& reader) {  // "b.<op>" -> its index in the backward
+        for (size_t i = 0; i < bwd.size(); ++i)
+          if ("b." + bwd[i].name == reader) return int(i);
+        ADD_FAILURE() << "no backward op " << reader;
+        return -1;
+      };
+      for (const auto& t : braid::schedule::saved_tensors(c, p)) {
+        int last = bwd_index(t.last_reader);
+        for (const auto& r : t.other_readers) last = std::max(last, bwd_index(r));
+        size_t off = 0, sz = 0;
+        for (size_t k = 0; k < layout.size(); ++k)
+          if (layout[k].first == t.name) off = offsets[k].second, sz = layout[k].second;
+        ASSERT_GT(sz, 0u) << t.name;
+        // run_layer's uploads, then forward and backward op by op with the overwrite after `last`
+        const size_t rows = size_t(layer.local_tokens()), H = size_t(c.hidden);
+        const size_t first = (rows == size_t(c.tokens()) ? 0 : size_t(rank) * rows) * H;
+        const auto xb = to_bits(x, first, rows * H), dyb = to_bits(dy, first, rows * H);
+        ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(layer.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+        for (size_t i = 0; i < layer.ops(m::Phase::kForward).size(); ++i) layer.run_op(m::Phase::kForward, i, s);
+        for (size_t i = 0; i < bwd.size(); ++i) {
+          layer.run_op(m::Phase::kBackward, i, s);
+          if (int(i) == last) ASSERT_EQ(cudaMemsetAsync(static_cast<char*>(pool) + off, 0xFF, sz, s), cudaSuccess);
+        }
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        const auto dx = from_device(layer.dx(), rows * H);
+        EXPECT_EQ(dx, ref.dx) << "rank " << rank << ": dx changed with " << t.name << " overwritten after " << t.last_reader;
+        const auto g = layer.download_grads();
+        for (const auto& f : m::field_names(c))
+          EXPECT_EQ(*m::field(g, f), *m::field(ref.grad, f))
+              << "rank " << rank << ": gradient " << f << " changed with " << t.name << " overwritten after its readers";
+      }
+      team.synchronize(s, "placed-saved readers test");
+      cudaFree(pool);
+    }
+  }
+}
+
 TEST(LayerMpi, AllReducerCommForInference) {
   // Plain TP forward with the all-reduce through braid::AllReducer (exact algorithms).
   if (!Env::world_->has_nccl()) GTEST_SKIP() << "the AllReducer comm sends the rest over NCCL: none in this team";
