@@ -224,7 +224,9 @@
 # at least 8 iterations per pass (STRANDS_ITERS=64 STRANDS_ROUNDS=8: with 2 per pass the reference's spread exceeded the
 # exposure; the bench prints "# noise:" now), e.g. the Mixtral layer (EP = 2, NCCL) that way; and first of all the
 # one-layer throttled benches again (`strands-smres` SMRES_NVLINK=0, `strands-mixtral` MIXTRAL_THROTTLES="1 2"): since
-# 0a40a5a their arena rows are timed interleaved in a group of their own (before, each on its own: clock not controlled).
+# 0a40a5a their arena rows are timed interleaved in a group of their own (before, each on its own: clock not controlled),
+# with `build test` (BUILD_TARGET="braid test_layer_mpi test_strands_mpi", CTEST_R='test_layer_mpi$|test_strands_mpi$':
+# LayerMpi.PlacedSavedTensorsAreNotReadAfterTheirNamedReaders, 1519c40, has not run yet).
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
