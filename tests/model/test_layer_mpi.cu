@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -261,6 +262,70 @@ TEST(LayerMpi, DenseCopyEngineCommEqualsReference) {
   EXPECT_THROW(m::Layer(owner, *Env::comm_, m::Layer::Share::kWeightsAndScratch), braid::Error);
 }
 
+// A layer whose saved set is placed back to back (256-byte aligned) in a pool of its own, filled with `fill`, for the
+// placement contract tests below; and the comms they cover: the team's, and nccl-ce where it runs.
+struct PlacedLayer {
+  m::Layer layer;
+  std::vector<std::pair<std::string, size_t>> layout, offsets;
+  void* pool = nullptr;
+  size_t bytes = 0;
+  PlacedLayer(const m::ModelConfig& c, const m::Parallel& p, m::Comm& comm, uint64_t seed, int fill)
+      : layer(c, p, comm), layout(layer.saved_layout()) {
+    layer.load_weights(m::init_weights(c, seed));
+    for (const auto& [name, sz] : layout) offsets.push_back({name, bytes}), bytes += (sz + 255) / 256 * 256;
+    EXPECT_EQ(cudaMalloc(&pool, bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(pool, fill, bytes), cudaSuccess);
+    layer.place_saved(pool, offsets);
+  }
+  ~PlacedLayer() { cudaFree(pool); }
+  std::pair<size_t, size_t> where(const std::string& name) const {  // (offset, bytes) of a saved tensor
+    for (size_t k = 0; k < layout.size(); ++k)
+      if (layout[k].first == name) return {offsets[k].second, layout[k].second};
+    ADD_FAILURE() << "no saved tensor " << name;
+    return {0, 0};
+  }
+};
+
+std::vector<m::Comm*> placed_test_comms(braid::Team& team, std::unique_ptr<m::Comm>& ce) {
+  if (team.has_nccl() && !team.shared_gpu() && team.size() == 2 && team.peer_ok()) {
+    try {
+      ce = m::make_nccl_ce_comm(team);
+    } catch (const braid::UnavailableError&) {
+    }
+  }
+  std::vector<m::Comm*> v = {Env::comm_.get()};
+  if (ce) v.push_back(ce.get());
+  return v;
+}
+
+// Calls fn(placed layer, config, parallel) for the dense and the MoE shape over every comm (MoE not over nccl-ce, a
+// dense-layer comm), each placed in a pool of its own filled with `fill`; weights from `seed`.
+void for_each_placed_case(braid::Team& team, uint64_t seed, int fill,
+                          const std::function<void(PlacedLayer&, const m::ModelConfig&, const m::Parallel&)>& fn) {
+  std::unique_ptr<m::Comm> ce;
+  for (m::Comm* comm : placed_test_comms(team, ce)) {
+    for (const bool moe : {false, true}) {
+      if (moe && comm == ce.get()) continue;
+      const auto c = shapes(moe).front();
+      const m::Parallel p{team.size(), true};
+      SCOPED_TRACE(c.describe() + " over " + comm->name());
+      PlacedLayer pl(c, p, *comm, seed, fill);
+      fn(pl, c, p);
+      team.synchronize(team.stream(), "placed-saved test");
+    }
+  }
+}
+
+// The index of operator "f.<op>" / "b.<op>" (schedule::saved_tensors' names) in the layer's `ph` list.
+int op_index(const m::Layer& layer, m::Phase ph, const std::string& name) {
+  const auto& ops = layer.ops(ph);
+  const std::string prefix = ph == m::Phase::kForward ? "f." : "b.";
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (prefix + ops[i].name == name) return int(i);
+  ADD_FAILURE() << "no operator " << name;
+  return -1;
+}
+
 // The contract a one-activation-pool arena relies on (schedule::saved_tensors, two_strand_placement): once
 // placed, a saved tensor's bytes are first written by its producer op. Each rank places the layer's saved set in
 // a pool filled with a sentinel and runs the forward op by op; after each op, every tensor whose producer has not
@@ -269,65 +334,31 @@ TEST(LayerMpi, DenseCopyEngineCommEqualsReference) {
 // do: place_saved once moved them into the pool with h1f / h2f, and the norms wrote there early).
 TEST(LayerMpi, PlacedSavedTensorsAreFirstWrittenByTheirProducers) {
   auto& team = *Env::world_;
-  std::unique_ptr<m::Comm> ce;
-  if (team.has_nccl() && !team.shared_gpu() && team.size() == 2 && team.peer_ok()) {
-    try {
-      ce = m::make_nccl_ce_comm(team);
-    } catch (const braid::UnavailableError&) {
-    }
-  }
   const int rank = team.rank();
   cudaStream_t s = team.stream();
-  for (m::Comm* comm : {Env::comm_.get(), ce.get()}) {
-    if (!comm) continue;
-    for (const bool moe : {false, true}) {
-      if (moe && comm == ce.get()) continue;  // (nccl-ce is a dense-layer comm)
-      const auto c = shapes(moe).front();
-      const m::Parallel p{team.size(), true};
-      SCOPED_TRACE(c.describe() + " over " + comm->name());
-      m::Layer layer(c, p, *comm);
-      layer.load_weights(m::init_weights(c, 61));
-      const auto layout = layer.saved_layout();
-      std::vector<std::pair<std::string, size_t>> offsets;
-      size_t bytes = 0;
-      for (const auto& [name, sz] : layout) offsets.push_back({name, bytes}), bytes += (sz + 255) / 256 * 256;
-      void* pool = nullptr;
-      ASSERT_EQ(cudaMalloc(&pool, bytes), cudaSuccess);
-      ASSERT_EQ(cudaMemset(pool, 0x5A, bytes), cudaSuccess);
-      layer.place_saved(pool, offsets);
-      const size_t n = size_t(c.tokens()) * c.hidden;
-      const size_t rows = size_t(layer.local_tokens());
-      const auto xb = to_bits(m::random_values(n, 62, 1.0), (rows == size_t(c.tokens()) ? 0 : rank * rows) * c.hidden,
-                              rows * c.hidden);
-      ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-      const auto saved = braid::schedule::saved_tensors(c, p);
-      const auto& ops = layer.ops(m::Phase::kForward);
-      auto op_index = [&](const std::string& producer) {  // "f.<op>" -> its index in the forward
-        for (size_t i = 0; i < ops.size(); ++i)
-          if ("f." + ops[i].name == producer) return int(i);
-        ADD_FAILURE() << "no forward op " << producer;
-        return -1;
-      };
-      std::vector<uint8_t> host(bytes);
-      for (size_t i = 0; i < ops.size(); ++i) {
-        layer.run_op(m::Phase::kForward, i, s);
-        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(host.data(), pool, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-        for (const auto& t : saved) {
-          if (op_index(t.producer) <= int(i)) continue;
-          size_t off = 0, sz = 0;
-          for (size_t k = 0; k < layout.size(); ++k)
-            if (layout[k].first == t.name) off = offsets[k].second, sz = layout[k].second;
-          const size_t touched = size_t(std::count_if(host.begin() + long(off), host.begin() + long(off + sz),
-                                                      [](uint8_t v) { return v != 0x5A; }));
-          EXPECT_EQ(touched, 0u) << "rank " << rank << ": op " << ops[i].name << " wrote " << touched
-                                 << " bytes of saved tensor " << t.name << " before its producer " << t.producer;
-        }
+  for_each_placed_case(team, 61, 0x5A, [&](PlacedLayer& pl, const m::ModelConfig& c, const m::Parallel& p) {
+    m::Layer& layer = pl.layer;
+    const size_t n = size_t(c.tokens()) * c.hidden, rows = size_t(layer.local_tokens());
+    const auto xb = to_bits(m::random_values(n, 62, 1.0), (rows == size_t(c.tokens()) ? 0 : rank * rows) * c.hidden,
+                            rows * c.hidden);
+    ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const auto saved = braid::schedule::saved_tensors(c, p);
+    const auto& ops = layer.ops(m::Phase::kForward);
+    std::vector<uint8_t> host(pl.bytes);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      layer.run_op(m::Phase::kForward, i, s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(host.data(), pl.pool, pl.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (const auto& t : saved) {
+        if (op_index(layer, m::Phase::kForward, t.producer) <= int(i)) continue;
+        const auto [off, sz] = pl.where(t.name);
+        const size_t touched = size_t(std::count_if(host.begin() + long(off), host.begin() + long(off + sz),
+                                                    [](uint8_t v) { return v != 0x5A; }));
+        EXPECT_EQ(touched, 0u) << "rank " << rank << ": op " << ops[i].name << " wrote " << touched
+                               << " bytes of saved tensor " << t.name << " before its producer " << t.producer;
       }
-      team.synchronize(s, "placed-saved test");
-      cudaFree(pool);
     }
-  }
+  });
 }
 
 // The other half of that contract: no backward operator reads a saved tensor after the readers schedule::saved_tensors
@@ -337,72 +368,39 @@ TEST(LayerMpi, PlacedSavedTensorsAreFirstWrittenByTheirProducers) {
 // come out bit for bit the same. Same comms as above.
 TEST(LayerMpi, PlacedSavedTensorsAreNotReadAfterTheirNamedReaders) {
   auto& team = *Env::world_;
-  std::unique_ptr<m::Comm> ce;
-  if (team.has_nccl() && !team.shared_gpu() && team.size() == 2 && team.peer_ok()) {
-    try {
-      ce = m::make_nccl_ce_comm(team);
-    } catch (const braid::UnavailableError&) {
-    }
-  }
   const int rank = team.rank();
   cudaStream_t s = team.stream();
-  for (m::Comm* comm : {Env::comm_.get(), ce.get()}) {
-    if (!comm) continue;
-    for (const bool moe : {false, true}) {
-      if (moe && comm == ce.get()) continue;  // (nccl-ce is a dense-layer comm)
-      const auto c = shapes(moe).front();
-      const m::Parallel p{team.size(), true};
-      SCOPED_TRACE(c.describe() + " over " + comm->name());
-      m::Layer layer(c, p, *comm);
-      layer.load_weights(m::init_weights(c, 71));
-      const auto layout = layer.saved_layout();
-      std::vector<std::pair<std::string, size_t>> offsets;
-      size_t bytes = 0;
-      for (const auto& [name, sz] : layout) offsets.push_back({name, bytes}), bytes += (sz + 255) / 256 * 256;
-      void* pool = nullptr;
-      ASSERT_EQ(cudaMalloc(&pool, bytes), cudaSuccess);
-      ASSERT_EQ(cudaMemset(pool, 0, bytes), cudaSuccess);
-      layer.place_saved(pool, offsets);
-      const size_t n = size_t(c.tokens()) * c.hidden;
-      const auto x = m::random_values(n, 72, 1.0), dy = m::random_values(n, 73, 1.0);
-      const auto ref = run_layer(layer, rank, x, dy, s, /*op_by_op=*/true);
-      const auto& bwd = layer.ops(m::Phase::kBackward);
-      auto bwd_index = [&](const std::string& reader) {  // "b.<op>" -> its index in the backward
-        for (size_t i = 0; i < bwd.size(); ++i)
-          if ("b." + bwd[i].name == reader) return int(i);
-        ADD_FAILURE() << "no backward op " << reader;
-        return -1;
-      };
-      for (const auto& t : braid::schedule::saved_tensors(c, p)) {
-        int last = bwd_index(t.last_reader);
-        for (const auto& r : t.other_readers) last = std::max(last, bwd_index(r));
-        size_t off = 0, sz = 0;
-        for (size_t k = 0; k < layout.size(); ++k)
-          if (layout[k].first == t.name) off = offsets[k].second, sz = layout[k].second;
-        ASSERT_GT(sz, 0u) << t.name;
-        // run_layer's uploads, then forward and backward op by op with the overwrite after `last`
-        const size_t rows = size_t(layer.local_tokens()), H = size_t(c.hidden);
-        const size_t first = (rows == size_t(c.tokens()) ? 0 : size_t(rank) * rows) * H;
-        const auto xb = to_bits(x, first, rows * H), dyb = to_bits(dy, first, rows * H);
-        ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(layer.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-        for (size_t i = 0; i < layer.ops(m::Phase::kForward).size(); ++i) layer.run_op(m::Phase::kForward, i, s);
-        for (size_t i = 0; i < bwd.size(); ++i) {
-          layer.run_op(m::Phase::kBackward, i, s);
-          if (int(i) == last) ASSERT_EQ(cudaMemsetAsync(static_cast<char*>(pool) + off, 0xFF, sz, s), cudaSuccess);
-        }
-        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-        const auto dx = from_device(layer.dx(), rows * H);
-        EXPECT_EQ(dx, ref.dx) << "rank " << rank << ": dx changed with " << t.name << " overwritten after " << t.last_reader;
-        const auto g = layer.download_grads();
-        for (const auto& f : m::field_names(c))
-          EXPECT_EQ(*m::field(g, f), *m::field(ref.grad, f))
-              << "rank " << rank << ": gradient " << f << " changed with " << t.name << " overwritten after its readers";
+  for_each_placed_case(team, 71, 0, [&](PlacedLayer& pl, const m::ModelConfig& c, const m::Parallel& p) {
+    m::Layer& layer = pl.layer;
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 72, 1.0), dy = m::random_values(n, 73, 1.0);
+    const auto ref = run_layer(layer, rank, x, dy, s, /*op_by_op=*/true);
+    const auto& bwd = layer.ops(m::Phase::kBackward);
+    for (const auto& t : braid::schedule::saved_tensors(c, p)) {
+      int last = op_index(layer, m::Phase::kBackward, t.last_reader);
+      for (const auto& r : t.other_readers) last = std::max(last, op_index(layer, m::Phase::kBackward, r));
+      const auto [off, sz] = pl.where(t.name);
+      ASSERT_GT(sz, 0u) << t.name;
+      // run_layer's uploads, then forward and backward op by op with the overwrite after `last`
+      const size_t rows = size_t(layer.local_tokens()), H = size_t(c.hidden);
+      const size_t first = (rows == size_t(c.tokens()) ? 0 : size_t(rank) * rows) * H;
+      const auto xb = to_bits(x, first, rows * H), dyb = to_bits(dy, first, rows * H);
+      ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(layer.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      for (size_t i = 0; i < layer.ops(m::Phase::kForward).size(); ++i) layer.run_op(m::Phase::kForward, i, s);
+      for (size_t i = 0; i < bwd.size(); ++i) {
+        layer.run_op(m::Phase::kBackward, i, s);
+        if (int(i) == last) ASSERT_EQ(cudaMemsetAsync(static_cast<char*>(pl.pool) + off, 0xFF, sz, s), cudaSuccess);
       }
-      team.synchronize(s, "placed-saved readers test");
-      cudaFree(pool);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_EQ(from_device(layer.dx(), rows * H), ref.dx)
+          << "rank " << rank << ": dx changed with " << t.name << " overwritten after " << t.last_reader;
+      const auto g = layer.download_grads();
+      for (const auto& f : m::field_names(c))
+        EXPECT_EQ(*m::field(g, f), *m::field(ref.grad, f))
+            << "rank " << rank << ": gradient " << f << " changed with " << t.name << " overwritten after its readers";
     }
-  }
+  });
 }
 
 TEST(LayerMpi, AllReducerCommForInference) {
