@@ -813,12 +813,12 @@ void Layer::place_saved(void* base, const std::vector<std::pair<std::string, siz
     BRAID_REQUIRE(off % 256 == 0, std::string("layer: place_saved: offset of ") + f.name + " not 256-byte aligned");
     void* old = *f.ptr;
     void* now = static_cast<char*>(base) + off;
-    // Without sp, h1f / h2f are h1 / h2 (one allocation): move both names. (MoE: h2f is unused, h2 saved.) Not so
-    // for copy-engine layers, whose h1 / h2 are slots of the windows: rank 0's slot starts where the window does,
-    // and moving it into the pool made rank 0's norm write h2 into placed memory that the other strand may still
-    // be reading (a one-pool arena's verification caught it: the backward strand's weight gradient of w13).
-    if (!m.ce && f.ptr == reinterpret_cast<void**>(&m.h1f) && m.h1 == m.h1f) m.h1 = static_cast<bf16*>(now);
-    if (!m.ce && f.ptr == reinterpret_cast<void**>(&m.h2f) && m.h2 == m.h2f) m.h2 = static_cast<bf16*>(now);
+    // Without sp, h1f / h2f are h1 / h2 (one allocation): move both names. (MoE: h2f is unused, h2 saved.) With sp
+    // they are two tensors even where the pointers meet: a copy-engine layer's h1 / h2 are its rank's slots of the
+    // windows, and rank 0's starts where the window does (moving it into the pool made rank 0's norm write h2 into
+    // placed memory the other strand may still read: the fifty-sixth session's arena failure).
+    if (!m.sp && f.ptr == reinterpret_cast<void**>(&m.h1f) && m.h1 == m.h1f) m.h1 = static_cast<bf16*>(now);
+    if (!m.sp && f.ptr == reinterpret_cast<void**>(&m.h2f) && m.h2 == m.h2f) m.h2 = static_cast<bf16*>(now);
     // Copy-engine layers: h1 / h2 were the gathered tensors' own slots. Placed memory is no window, and a placement
     // (a shared pool) may hold another tensor there until the all-gather's memory wait, which the norm writing h1 / h2
     // would not honour: they become scratch of their own again (the owner's where it has detached its own, as
