@@ -299,43 +299,43 @@ Snapshot strands_sequence(Team& team, m::Layer& a, m::Layer& b, StrandExecutor& 
 }
 
 // Activations bitwise; gradients within what accumulating in the GEMM (one rounding of fp32 α + bf16 β)
-// instead of adding two rounded bf16 values allows: 2^-7 (|want| + |β's|) + 1e-6.
-size_t accumulating_differences(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
-  size_t n = count_diff(x.ya, y.ya) + count_diff(x.dxa, y.dxa) + count_diff(x.dxb, y.dxb) + count_diff(x.yb2, y.yb2);
+// instead of adding two rounded bf16 values allows: 2^-7 (|want| + |β's|) + 1e-6. Per term: ("ya", count), ...,
+// ("grad <field> (beta)", count), ("grad <field> (sum)", count); a field of another size counts whole, plus one.
+std::vector<std::pair<std::string, size_t>> accumulating_difference_terms(const Snapshot& x, const Snapshot& y,
+                                                                          const m::ModelConfig& c) {
+  std::vector<std::pair<std::string, size_t>> v = {{"ya", count_diff(x.ya, y.ya)},
+                                                   {"dxa", count_diff(x.dxa, y.dxa)},
+                                                   {"dxb", count_diff(x.dxb, y.dxb)},
+                                                   {"yb2", count_diff(x.yb2, y.yb2)}};
   for (const auto& f : m::field_names(c)) {
     const auto &gb = *m::field(x.gb, f), &gb2 = *m::field(y.gb, f);
     const auto &gs = *m::field(x.gsum, f), &gs2 = *m::field(y.gsum, f);
-    if (gb.size() != gb2.size() || gs.size() != gs2.size()) return n + gb.size() + gs.size() + 1;
-    for (size_t i = 0; i < gb.size(); ++i) {
-      n += !(std::abs(gb2[i] - gb[i]) <= std::abs(gb[i]) / 128 + 1e-6);
-      n += !(std::abs(gs2[i] - gs[i]) <= (std::abs(gs[i]) + std::abs(gb[i])) / 128 + 1e-6);
+    if (gb.size() != gb2.size() || gs.size() != gs2.size()) {
+      v.push_back({"grad " + f + " (sizes)", gb.size() + gs.size() + 1});
+      continue;
     }
+    size_t nb = 0, ns = 0;
+    for (size_t i = 0; i < gb.size(); ++i) {
+      nb += !(std::abs(gb2[i] - gb[i]) <= std::abs(gb[i]) / 128 + 1e-6);
+      ns += !(std::abs(gs2[i] - gs[i]) <= (std::abs(gs[i]) + std::abs(gb[i])) / 128 + 1e-6);
+    }
+    v.push_back({"grad " + f + " (beta)", nb});
+    v.push_back({"grad " + f + " (sum)", ns});
   }
+  return v;
+}
+
+size_t accumulating_differences(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
+  size_t n = 0;
+  for (const auto& [name, k] : accumulating_difference_terms(x, y, c)) n += k;
   return n;
 }
 
 // Where accumulating_differences found its values: "ya 12, grad wqkv (beta) 40, ..." (the nonzero terms only).
 std::string difference_breakdown(const Snapshot& x, const Snapshot& y, const m::ModelConfig& c) {
   std::string out;
-  auto item = [&](const std::string& name, size_t n) {
-    if (n) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
-  };
-  item("ya", count_diff(x.ya, y.ya));
-  item("dxa", count_diff(x.dxa, y.dxa));
-  item("dxb", count_diff(x.dxb, y.dxb));
-  item("yb2", count_diff(x.yb2, y.yb2));
-  for (const auto& f : m::field_names(c)) {
-    const auto &gb = *m::field(x.gb, f), &gb2 = *m::field(y.gb, f);
-    const auto &gs = *m::field(x.gsum, f), &gs2 = *m::field(y.gsum, f);
-    size_t nb = 0, ns = 0;
-    for (size_t i = 0; i < gb.size() && gb.size() == gb2.size(); ++i) {
-      nb += !(std::abs(gb2[i] - gb[i]) <= std::abs(gb[i]) / 128 + 1e-6);
-      ns += !(i < gs.size() && gs.size() == gs2.size() &&
-              std::abs(gs2[i] - gs[i]) <= (std::abs(gs[i]) + std::abs(gb[i])) / 128 + 1e-6);
-    }
-    item("grad " + f + " (beta)", nb);
-    item("grad " + f + " (sum)", ns);
-  }
+  for (const auto& [name, k] : accumulating_difference_terms(x, y, c))
+    if (k) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(k);
   return out.empty() ? "none" : out;
 }
 
