@@ -571,10 +571,10 @@ if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smr
   # link). The committed pair table was profiled at 1 CTA; at another throttle the run profiles its own.
   thr=${STRANDS_THROTTLE:-1}; pairs=()
   [[ $thr == 1 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt)
-  T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle $thr --iters ${STRANDS_ITERS:-10} \
+  T=${SMRES_T:-200} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle $thr --iters ${STRANDS_ITERS:-10} \
     --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} ${pairs[@]+"${pairs[@]}"} \
     --json "$out/strands-smres-throttled.jsonl" 2>&1 | tee -a "$log"
-  [[ ${SMRES_NVLINK:-16} != 0 ]] && T=200 mpi bench strands --model llama3-70b --tp 2 --seq 4096 \
+  [[ ${SMRES_NVLINK:-16} != 0 ]] && T=${SMRES_T:-200} mpi bench strands --model llama3-70b --tp 2 --seq 4096 \
     --iters ${STRANDS_ITERS:-10} --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph \
     --gemm-sm-reserve ${SMRES_NVLINK:-16} --json "$out/strands-smres-nvlink.jsonl" 2>&1 | tee -a "$log"
 fi
