@@ -913,6 +913,100 @@ void print_op_trace(const OpTrace& trace, const Layer& dag, const std::string& w
               solo_total, solo_total > 0 ? ops / solo_total : 0.0, span);
 }
 
+// Where a traced two-strand unit's time goes (rank 0's trace, `--op-trace`), against the traced compute-only pass
+// `ref` (the same operators on one stream, no collectives): the unit's span less the reference's is what the table
+// calls exposed, and it splits into the compute stream's extra busy time (its operators slower beside the
+// collectives: co-run slowdown) and its extra idle time (the compute stream waiting: on a collective, on a memory
+// wait, or on nothing in flight). Each gap on the compute stream is named by the operator it held back and the
+// collective that ended last before it resumed, which is what it most likely waited for.
+void print_strand_trace(const OpTrace& t, const OpTrace& ref, cudaStream_t compute, const std::string& what) {
+  const std::vector<OpTrace::Span> sp = t.spans(), rs = ref.spans();
+  std::vector<const OpTrace::Span*> comp, link;
+  double span = 0, rspan = 0, busy = 0, rbusy = 0;
+  for (const auto& x : sp) {
+    (x.stream == compute ? comp : link).push_back(&x);
+    span = std::max(span, x.end_us);
+  }
+  for (const auto& x : rs) rspan = std::max(rspan, x.end_us), rbusy += x.end_us - x.start_us;
+  std::sort(comp.begin(), comp.end(), [](auto* x, auto* y) { return x->start_us < y->start_us; });
+  for (auto* c : comp) busy += c->end_us - c->start_us;
+  // The union of the collectives' intervals (any link stream), to split idle time by whether one was in flight.
+  std::vector<std::pair<double, double>> in_flight;
+  {
+    std::vector<std::pair<double, double>> iv;
+    for (auto* l : link) iv.push_back({l->start_us, l->end_us});
+    std::sort(iv.begin(), iv.end());
+    for (const auto& x : iv)
+      if (!in_flight.empty() && x.first <= in_flight.back().second)
+        in_flight.back().second = std::max(in_flight.back().second, x.second);
+      else
+        in_flight.push_back(x);
+  }
+  auto overlap = [&](double a, double b) {  // of [a, b) with a collective in flight
+    double o = 0;
+    for (const auto& [x, y] : in_flight) o += std::max(0.0, std::min(b, y) - std::max(a, x));
+    return o;
+  };
+  struct Gap {
+    double at, us, with_link;
+    std::string before, waited;
+  };
+  std::vector<Gap> gaps;
+  double prev = 0, idle_link = 0;
+  auto add_gap = [&](double a, double b, const std::string& before) {
+    if (b - a <= 0) return;
+    std::string waited = "-";
+    double last = -1;
+    for (auto* l : link)  // the collective that ended last within the gap (what the compute stream resumed after)
+      if (l->end_us > a && l->end_us <= b + 0.5 && l->end_us > last) last = l->end_us, waited = l->name;
+    const double w = overlap(a, b);
+    idle_link += w;
+    gaps.push_back({a, b - a, w, before, waited});
+  };
+  for (auto* c : comp) {
+    add_gap(prev, c->start_us, c->name);
+    prev = c->end_us;
+  }
+  add_gap(prev, span, "(the unit's end)");
+  double link_busy = 0;
+  for (auto* l : link) link_busy += l->end_us - l->start_us;
+  const double idle = span - busy, ridle = rspan - rbusy;
+  std::printf("# strand trace (%s, rank 0): span %.1f us against the traced compute-only pass's %.1f (%+.1f us); compute "
+              "stream busy %.1f us (compute only %.1f: %+.1f, co-run slowdown), idle %.1f us (compute only %.1f: %+.1f; "
+              "of the idle time %.1f us with a collective in flight); %zu collectives, %.1f us on the link streams\n",
+              what.c_str(), span, rspan, span - rspan, busy, rbusy, busy - rbusy, idle, ridle, idle - ridle, idle_link,
+              link.size(), link_busy);
+  std::sort(gaps.begin(), gaps.end(), [](const Gap& x, const Gap& y) { return x.us > y.us; });
+  std::printf("#   compute-stream gaps, longest first (at us: length, of it with a collective in flight; the operator held "
+              "back; the collective that ended last before it):");
+  for (size_t i = 0; i < gaps.size() && i < 10 && gaps[i].us >= 1.0; ++i)
+    std::printf("%s %.0f: %.1f (%.1f) %s <- %s", i ? ";" : "", gaps[i].at, gaps[i].us, gaps[i].with_link,
+                gaps[i].before.c_str(), gaps[i].waited.c_str());
+  std::printf("\n");
+  // Per compute operator: its time here against the reference's, and how much of it ran beside a collective.
+  struct Slow {
+    std::string name;
+    double us, ref_us, beside;
+  };
+  std::vector<Slow> slow;
+  double ex_beside = 0, ex_alone = 0;
+  for (auto* c : comp) {
+    double r = 0;
+    for (const auto& x : rs)
+      if (x.name == c->name) r += x.end_us - x.start_us;
+    const double d = c->end_us - c->start_us, b = overlap(c->start_us, c->end_us);
+    slow.push_back({c->name, d, r, d > 0 ? b / d : 0});
+    (b > 0.5 * d ? ex_beside : ex_alone) += d - r;
+  }
+  std::sort(slow.begin(), slow.end(), [](const Slow& x, const Slow& y) { return x.us - x.ref_us > y.us - y.ref_us; });
+  std::printf("#   compute operators, by time over the compute-only pass's: %.1f us over in operators run mostly beside a "
+              "collective, %.1f us in the others;", ex_beside, ex_alone);
+  for (size_t i = 0; i < slow.size() && i < 8; ++i)
+    std::printf("%s %s %.1f/%.1f (%.0f%% beside)", i ? "," : "", slow[i].name.c_str(), slow[i].us, slow[i].ref_us,
+                100 * slow[i].beside);
+  std::printf("\n");
+}
+
 // A clock window's line (collective): rank 0's summary and the lowest mean SM clock over the ranks.
 void print_clocks(Team& team, const std::string& what, const bench::ClockSummary& c) {
   const double lo = team.allreduce_min(c.samples > 0 ? c.mean_mhz : 1e9);
@@ -1786,6 +1880,19 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   StrandExecutor ex_dep2(dag_dep2, whole_pass_plan(dag_dep2, plan), st.s);
   std::vector<std::unique_ptr<StrandExecutor>> order_ex;
   std::vector<double> compute_rounds;  // compute only's median per interleaved pass (the hidden/pass column)
+  // --op-trace: the traced compute-only pass (after the main group's timing), which traced variants are read against.
+  std::unique_ptr<OpTrace> ref_trace;
+  auto trace_variant = [&](const std::string& name, const std::function<void(int)>& fn) {
+    fn(0);
+    fn(0);  // two untraced units first: the state the timed passes ran in
+    OpTrace t;
+    {
+      OpTrace::Scope scope(t);
+      fn(0);
+    }
+    team.synchronize(s, "bench strands variant trace");
+    if (root && ref_trace) print_strand_trace(t, *ref_trace, s, name);
+  };
   {
     Interleaved iv;
     iv.add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
@@ -1858,6 +1965,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       iv.add(name, [&, e](int) { e->run(la, lb); }, two_sets);
     }
     clocks.start();
+    const size_t first_iv = vs.size();  // vs[first_iv + k]: iv.names[k]'s row
     compute_us = iv.time(team, s, opt, a.rounds, [&](int) { run_compute_only(la, lb, s); }, vs);
     const bench::ClockSummary iv_clocks = clocks.stop();
     compute_rounds = iv.compute_rounds;
@@ -1870,19 +1978,25 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     clock_fields.push_back({"clock_compute_alone_mhz", alone_clocks.mean_mhz});
     clock_fields.push_back({"clock_interleaved_mhz", iv_clocks.mean_mhz});
     clock_fields.push_back({"clock_interleaved_power_capped", iv_clocks.power_capped});
-  }
-  if (a.op_trace) {
-    // One compute-only pass more, an event pair around every operator, after two untraced ones (the same
-    // thermal state as the timed passes): where the pass's time goes against the operators' solo times.
-    run_compute_only(la, lb, s);
-    run_compute_only(la, lb, s);
-    OpTrace trace;
-    clocks.start();
-    run_compute_only(la, lb, s, &trace);
-    team.synchronize(s, "bench strands op trace");
-    const bench::ClockSummary trace_clocks = clocks.stop();
-    if (root) print_op_trace(trace, dag, "one compute-only pass of the layer pair, after two untraced ones");
-    print_clocks(team, "the traced pass", trace_clocks);
+    if (a.op_trace) {
+      // One compute-only pass more, an event pair around every operator, after two untraced ones (the same
+      // thermal state as the timed passes): where the pass's time goes against the operators' solo times.
+      run_compute_only(la, lb, s);
+      run_compute_only(la, lb, s);
+      ref_trace = std::make_unique<OpTrace>();
+      clocks.start();
+      run_compute_only(la, lb, s, ref_trace.get());
+      team.synchronize(s, "bench strands op trace");
+      const bench::ClockSummary trace_clocks = clocks.stop();
+      if (root) print_op_trace(*ref_trace, dag, "one compute-only pass of the layer pair, after two untraced ones");
+      print_clocks(team, "the traced pass", trace_clocks);
+      // ... and the fastest strand-executor variants of the group, traced alike: where their exposure goes.
+      std::vector<size_t> idx;
+      for (size_t k = 0; k < iv.names.size(); ++k)
+        if (iv.names[k].rfind("strands", 0) == 0) idx.push_back(k);
+      std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return vs[first_iv + x].us < vs[first_iv + y].us; });
+      for (size_t j = 0; j < idx.size() && j < 2; ++j) trace_variant(iv.names[idx[j]], iv.fns[idx[j]]);
+    }
   }
   if (graph) {
     vs.push_back({"single-strand-graph", med_graph([&](int) { run_single_strand(la, lb, s); }), one_set});
@@ -1991,6 +2105,12 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       for (auto& [name, fn] : fns) g.add(name, std::move(fn), group_mem);
       std::vector<Variant> gv;
       const double comp = g.time(team, s, opt, a.rounds, [&](int) { run_compute_only(la, lb, s); }, gv);
+      if (a.op_trace && ref_trace) {  // the group's fastest arena variant, traced (as the main group's, above)
+        size_t best = 2;
+        for (size_t i = 3; i < gv.size(); ++i)
+          if (gv[i].us < gv[best].us) best = i;
+        if (best < gv.size()) trace_variant(g.names[best], g.fns[best]);
+      }
       for (size_t i = 2; i < gv.size(); ++i) {
         Variant v = gv[i];
         v.ref_single_us = gv[0].us, v.ref_rr_us = gv[1].us, v.ref_compute_us = comp;

@@ -222,7 +222,10 @@ void StrandExecutor::issue(model::Layer* fwd, model::Layer* bwd, const std::vect
     chain_before(sidx, i, st);
     if (sidx == 0) memory_wait(i, st, is.after_bwd);
     if (!cap_f_.empty()) layer->set_gemm_sm_target((sidx == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
+    OpTrace* trace = OpTrace::active();
+    if (trace) trace->begin(dag_.ops(pass)[size_t(i)].name, st);
     layer->run_op(phase_of(pass), size_t(i), st);
+    if (trace) trace->end(st);
     if (sidx == 1 && !mem_waits_.empty() && mem_needed_[i]) is.after_bwd[i] = record_after(st);
     chain_after(sidx, i, st);
     if (chain_tails_ && is.last[sidx][stream_index(st)] == int(k))
@@ -282,7 +285,10 @@ void StrandExecutor::issue_by_deps(model::Layer* fwd, model::Layer* bwd, const s
     chain_before(s, i, stream[q]);
     if (s == 0) memory_wait(i, stream[q], is.after_bwd);
     if (!cap_f_.empty()) (s == 0 ? fwd : bwd)->set_gemm_sm_target((s == 0 ? cap_f_ : cap_b_)[i] ? cap_sms_ : 0);
+    OpTrace* trace = OpTrace::active();
+    if (trace) trace->begin(dag_.ops(pass)[size_t(i)].name, stream[q]);
     (s == 0 ? fwd : bwd)->run_op(phase_of(pass), size_t(i), stream[q]);
+    if (trace) trace->end(stream[q]);
     if (s == 1 && !mem_waits_.empty() && mem_needed_[i]) is.after_bwd[i] = record_after(stream[q]);
     chain_after(s, i, stream[q]);
     if (chain_tails_ && is.last[s][stream_index(stream[q])] == int(q))
@@ -437,6 +443,7 @@ void OpTrace::begin(const std::string& name, cudaStream_t s) {
   ev_.push_back(e[0]);
   ev_.push_back(e[1]);
   names_.push_back(name);
+  streams_.push_back(s);
   BRAID_CUDA_CHECK(cudaEventRecord(e[0], s));
 }
 
@@ -469,6 +476,34 @@ double OpTrace::ops_us() const {
   for (const auto& t : totals()) us += t.us;
   return us;
 }
+
+std::vector<OpTrace::Span> OpTrace::spans() const {
+  std::vector<Span> out;
+  if (names_.empty()) return out;
+  double first = 0;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    float s_ms = 0, e_ms = 0;  // against the first recorded start; an operator on another stream may start earlier
+    BRAID_CUDA_CHECK(cudaEventElapsedTime(&s_ms, ev_[0], ev_[2 * i]));
+    BRAID_CUDA_CHECK(cudaEventElapsedTime(&e_ms, ev_[0], ev_[2 * i + 1]));
+    out.push_back(Span{names_[i], streams_[i], 1e3 * double(s_ms), 1e3 * double(e_ms)});
+    first = std::min(first, out.back().start_us);
+  }
+  for (auto& x : out) x.start_us -= first, x.end_us -= first;
+  return out;
+}
+
+namespace {
+thread_local OpTrace* g_active_trace = nullptr;  // OpTrace::Scope
+}
+
+OpTrace* OpTrace::active() { return g_active_trace; }
+
+OpTrace::Scope::Scope(OpTrace& trace) {
+  BRAID_REQUIRE(g_active_trace == nullptr, "OpTrace::Scope: scopes do not nest");
+  g_active_trace = &trace;
+}
+
+OpTrace::Scope::~Scope() { g_active_trace = nullptr; }
 
 SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
                                            const model::ModelConfig& c, const model::Parallel& p, model::Layer& a,

@@ -656,6 +656,68 @@ TEST(StrandsMpi, OpTraceTimesEveryComputeOperatorOnce) {
   EXPECT_LE(trace.ops_us(), trace.span_us() * 1.001 + 1.0);
 }
 
+// bench strands --op-trace on a two-strand unit: inside an OpTrace::Scope the executor records every operator of both
+// strands once, collectives on a link stream and compute on the compute stream; no operator starts before a DAG
+// dependency of its own strand ends (the executor's waits, read off the GPU's clock), one stream's operators do not
+// overlap, and outside the scope nothing is recorded.
+TEST(StrandsMpi, OpTraceScopeRecordsEveryOperatorOfAStrandUnitInDependencyOrder) {
+  const int rank = Env::world_->rank(), tp = Env::world_->size();
+  const auto c = shape(false);
+  const m::Parallel par{tp, true};
+  m::Layer a(c, par, *Env::comm_a_);
+  a.load_weights(m::init_weights(c, 81));
+  m::Layer b(a, *Env::comm_b_);
+  const size_t n = size_t(c.tokens()) * c.hidden;
+  upload(a, m::random_values(n, 82, 1.0), m::random_values(n, 83, 1.0), rank);
+  upload(b, m::random_values(n, 84, 1.0), m::random_values(n, 85, 1.0), rank);
+  Streams st;
+  b.forward(st.s.compute);  // the backward strand's saved tensors
+  const sch::Layer dag = sch::strand_layer(c, par);
+  const sch::PairTable table = sch::synthetic_pair_table(dag);
+  sch::PairCost cost(dag, table);
+  const sch::Plan searched = sch::search_plan(cost);
+  for (const bool deps : {false, true}) {  // chained strands and operators waiting for their dependencies only
+    const sch::Layer d = deps ? sch::dep_ready_layer(sch::two_link_layer(dag)) : sch::two_link_layer(dag);
+    sch::StrandExecutor ex(d, sch::whole_pass_plan(d, searched), st.s);
+    sch::OpTrace trace;
+    EXPECT_EQ(sch::OpTrace::active(), nullptr);
+    {
+      sch::OpTrace::Scope scope(trace);
+      EXPECT_EQ(sch::OpTrace::active(), &trace);
+      EXPECT_THROW({ sch::OpTrace::Scope nested(trace); }, braid::Error);
+      ex.run(a, b);
+    }
+    EXPECT_EQ(sch::OpTrace::active(), nullptr);
+    ex.run(b, a);  // untraced
+    Env::world_->synchronize(st.s.compute, "strand trace");
+    const auto spans = trace.spans();
+    const std::string tag = deps ? "dependency-ready: " : "chained: ";
+    ASSERT_EQ(spans.size(), d.fwd.size() + d.bwd.size()) << tag << "every operator once, the untraced run not at all";
+    double first = 1e30;
+    for (const auto* ops : {&d.fwd, &d.bwd}) {
+      for (const auto& o : *ops) {
+        const auto it = std::find_if(spans.begin(), spans.end(), [&](const sch::OpTrace::Span& x) { return x.name == o.name; });
+        ASSERT_NE(it, spans.end()) << tag << o.name;
+        EXPECT_EQ(it->stream == st.s.compute, o.kind != sch::OpKind::Comm) << tag << o.name;
+        EXPECT_LE(it->start_us, it->end_us) << tag << o.name;
+        first = std::min(first, it->start_us);
+        for (int dep : o.deps) {
+          const auto& dn = (*ops)[size_t(dep)].name;
+          const auto jt = std::find_if(spans.begin(), spans.end(), [&](const sch::OpTrace::Span& x) { return x.name == dn; });
+          ASSERT_NE(jt, spans.end()) << tag << dn;
+          EXPECT_GE(it->start_us + 1.0, jt->end_us) << tag << o.name << " started before its dependency " << dn << " ended";
+        }
+      }
+    }
+    EXPECT_NEAR(first, 0.0, 1e-9) << tag << "spans count from the earliest start";
+    for (size_t i = 0; i < spans.size(); ++i)
+      for (size_t j = i + 1; j < spans.size(); ++j)
+        if (spans[i].stream == spans[j].stream)
+          EXPECT_TRUE(spans[i].end_us <= spans[j].start_us + 1.0 || spans[j].end_us <= spans[i].start_us + 1.0)
+              << tag << spans[i].name << " and " << spans[j].name << " overlap on one stream";
+  }
+}
+
 TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
   if (!Env::world_->has_nccl()) GTEST_SKIP() << "an NCCL communicator capped at one CTA: no NCCL in this team";
   const int rank = Env::world_->rank(), tp = Env::world_->size();

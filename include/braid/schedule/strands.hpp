@@ -634,9 +634,31 @@ class OpTrace {
   std::vector<Total> totals() const;  // by name, in first-seen order (synchronize the stream first)
   double span_us() const;             // the first operator's start to the last one's end
   double ops_us() const;              // the operators' summed times (span - this: the gaps between them)
+  /// One traced operator: its stream and its start and end, in us from the earliest start in the trace
+  /// (operators of several streams: a traced two-strand unit). In recording order.
+  struct Span {
+    std::string name;
+    cudaStream_t stream = nullptr;
+    double start_us = 0, end_us = 0;
+  };
+  std::vector<Span> spans() const;  // (synchronize the streams first)
+
+  /// The trace that every StrandExecutor issuing on this thread records its operators into while a Scope
+  /// lives (`bench strands --op-trace` traces a variant by running it inside one, whichever executors it
+  /// uses); nullptr outside one. An operator's start event is recorded after the waits issued before it
+  /// (its dependencies, memory waits), so a span is the operator's own time on its stream. Scopes do not nest.
+  static OpTrace* active();
+  class Scope {
+   public:
+    explicit Scope(OpTrace& trace);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  };
 
  private:
   std::vector<std::string> names_;
+  std::vector<cudaStream_t> streams_;
   std::vector<cudaEvent_t> ev_;  // two per operator: start, end
 };
 
