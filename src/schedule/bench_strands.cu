@@ -913,97 +913,27 @@ void print_op_trace(const OpTrace& trace, const Layer& dag, const std::string& w
               solo_total, solo_total > 0 ? ops / solo_total : 0.0, span);
 }
 
-// Where a traced two-strand unit's time goes (rank 0's trace, `--op-trace`), against the traced compute-only pass
-// `ref` (the same operators on one stream, no collectives): the unit's span less the reference's is what the table
-// calls exposed, and it splits into the compute stream's extra busy time (its operators slower beside the
-// collectives: co-run slowdown) and its extra idle time (the compute stream waiting: on a collective, on a memory
-// wait, or on nothing in flight). Each gap on the compute stream is named by the operator it held back and the
-// collective that ended last before it resumed, which is what it most likely waited for.
+// A traced two-strand unit's (or stack pass's) breakdown (summarize_strand_trace, rank 0's trace) against the traced
+// compute-only run `ref`, printed: the span less the reference's is what the table calls exposed.
 void print_strand_trace(const OpTrace& t, const OpTrace& ref, cudaStream_t compute, const std::string& what) {
-  const std::vector<OpTrace::Span> sp = t.spans(), rs = ref.spans();
-  std::vector<const OpTrace::Span*> comp, link;
-  double span = 0, rspan = 0, busy = 0, rbusy = 0;
-  for (const auto& x : sp) {
-    (x.stream == compute ? comp : link).push_back(&x);
-    span = std::max(span, x.end_us);
-  }
-  for (const auto& x : rs) rspan = std::max(rspan, x.end_us), rbusy += x.end_us - x.start_us;
-  std::sort(comp.begin(), comp.end(), [](auto* x, auto* y) { return x->start_us < y->start_us; });
-  for (auto* c : comp) busy += c->end_us - c->start_us;
-  // The union of the collectives' intervals (any link stream), to split idle time by whether one was in flight.
-  std::vector<std::pair<double, double>> in_flight;
-  {
-    std::vector<std::pair<double, double>> iv;
-    for (auto* l : link) iv.push_back({l->start_us, l->end_us});
-    std::sort(iv.begin(), iv.end());
-    for (const auto& x : iv)
-      if (!in_flight.empty() && x.first <= in_flight.back().second)
-        in_flight.back().second = std::max(in_flight.back().second, x.second);
-      else
-        in_flight.push_back(x);
-  }
-  auto overlap = [&](double a, double b) {  // of [a, b) with a collective in flight
-    double o = 0;
-    for (const auto& [x, y] : in_flight) o += std::max(0.0, std::min(b, y) - std::max(a, x));
-    return o;
-  };
-  struct Gap {
-    double at, us, with_link;
-    std::string before, waited;
-  };
-  std::vector<Gap> gaps;
-  double prev = 0, idle_link = 0;
-  auto add_gap = [&](double a, double b, const std::string& before) {
-    if (b - a <= 0) return;
-    std::string waited = "-";
-    double last = -1;
-    for (auto* l : link)  // the collective that ended last within the gap (what the compute stream resumed after)
-      if (l->end_us > a && l->end_us <= b + 0.5 && l->end_us > last) last = l->end_us, waited = l->name;
-    const double w = overlap(a, b);
-    idle_link += w;
-    gaps.push_back({a, b - a, w, before, waited});
-  };
-  for (auto* c : comp) {
-    add_gap(prev, c->start_us, c->name);
-    prev = c->end_us;
-  }
-  add_gap(prev, span, "(the unit's end)");
-  double link_busy = 0;
-  for (auto* l : link) link_busy += l->end_us - l->start_us;
-  const double idle = span - busy, ridle = rspan - rbusy;
-  std::printf("# strand trace (%s, rank 0): span %.1f us against the traced compute-only pass's %.1f (%+.1f us); compute "
+  const StrandTraceSummary x = summarize_strand_trace(t.spans(), ref.spans(), compute);
+  std::printf("# strand trace (%s, rank 0): span %.1f us against the traced compute-only run's %.1f (%+.1f us); compute "
               "stream busy %.1f us (compute only %.1f: %+.1f, co-run slowdown), idle %.1f us (compute only %.1f: %+.1f; "
-              "of the idle time %.1f us with a collective in flight); %zu collectives, %.1f us on the link streams\n",
-              what.c_str(), span, rspan, span - rspan, busy, rbusy, busy - rbusy, idle, ridle, idle - ridle, idle_link,
-              link.size(), link_busy);
-  std::sort(gaps.begin(), gaps.end(), [](const Gap& x, const Gap& y) { return x.us > y.us; });
-  std::printf("#   compute-stream gaps, longest first (at us: length, of it with a collective in flight; the operator held "
-              "back; the collective that ended last before it):");
-  for (size_t i = 0; i < gaps.size() && i < 10 && gaps[i].us >= 1.0; ++i)
-    std::printf("%s %.0f: %.1f (%.1f) %s <- %s", i ? ";" : "", gaps[i].at, gaps[i].us, gaps[i].with_link,
-                gaps[i].before.c_str(), gaps[i].waited.c_str());
-  std::printf("\n");
-  // Per compute operator: its time here against the reference's, and how much of it ran beside a collective.
-  struct Slow {
-    std::string name;
-    double us, ref_us, beside;
-  };
-  std::vector<Slow> slow;
-  double ex_beside = 0, ex_alone = 0;
-  for (auto* c : comp) {
-    double r = 0;
-    for (const auto& x : rs)
-      if (x.name == c->name) r += x.end_us - x.start_us;
-    const double d = c->end_us - c->start_us, b = overlap(c->start_us, c->end_us);
-    slow.push_back({c->name, d, r, d > 0 ? b / d : 0});
-    (b > 0.5 * d ? ex_beside : ex_alone) += d - r;
-  }
-  std::sort(slow.begin(), slow.end(), [](const Slow& x, const Slow& y) { return x.us - x.ref_us > y.us - y.ref_us; });
-  std::printf("#   compute operators, by time over the compute-only pass's: %.1f us over in operators run mostly beside a "
-              "collective, %.1f us in the others;", ex_beside, ex_alone);
-  for (size_t i = 0; i < slow.size() && i < 8; ++i)
-    std::printf("%s %s %.1f/%.1f (%.0f%% beside)", i ? "," : "", slow[i].name.c_str(), slow[i].us, slow[i].ref_us,
-                100 * slow[i].beside);
+              "of the idle time %.1f us with a collective in flight); %d collectives, %.1f us on the link streams\n",
+              what.c_str(), x.span_us, x.ref_span_us, x.span_us - x.ref_span_us, x.busy_us, x.ref_busy_us,
+              x.busy_us - x.ref_busy_us, x.idle_us, x.ref_idle_us, x.idle_us - x.ref_idle_us, x.idle_in_flight_us,
+              x.collectives, x.link_busy_us);
+  std::printf("#   compute-stream gaps of 1 us or more by the operator held back <- the collective that ended last in the "
+              "gap (total us, with a collective in flight, times, longest):");
+  for (size_t i = 0; i < x.gaps.size() && i < 10; ++i)
+    std::printf("%s %s <- %s %.1f (%.1f) x%d max %.1f", i ? ";" : "", x.gaps[i].held.c_str(), x.gaps[i].waited.c_str(),
+                x.gaps[i].us, x.gaps[i].in_flight_us, x.gaps[i].count, x.gaps[i].longest_us);
+  std::printf("\n#   compute operators by time over the compute-only run's: %+.1f us in operators run mostly beside a "
+              "collective, %+.1f us in the others;",
+              x.excess_beside_us, x.excess_alone_us);
+  for (size_t i = 0; i < x.ops.size() && i < 8; ++i)
+    std::printf("%s %s %.1f/%.1f (%.0f%% beside)", i ? "," : "", x.ops[i].name.c_str(), x.ops[i].us, x.ops[i].ref_us,
+                x.ops[i].us > 0 ? 100 * x.ops[i].beside_us / x.ops[i].us : 0.0);
   std::printf("\n");
 }
 
@@ -1246,6 +1176,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
   std::vector<Variant> vs;
   iv.waited = [&] { return sa.host_wait_us() + sb.host_wait_us(); };
   Variant compute_host;
+  const size_t first_iv = vs.size();  // vs[first_iv + k]: iv.names[k]'s row
   const double compute_us =
       iv.time(team, s, opt, a.rounds, [&](int) { stack.pass_compute_only(s); }, vs, &compute_host);
   if (root)
@@ -1323,6 +1254,25 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     stack.pass_compute_only(s, &trace);
     team.synchronize(s, "bench strands (stack) op trace");
     if (root) print_op_trace(trace, dag, "one compute-only pass of the stack");
+    // ... and the fastest two-strand stack variants, a pass each traced the same way (their executors record into
+    // the scope's trace; the stack's copies between layers are not operators: they show as gaps): where their
+    // exposure goes against the traced compute-only pass. After two untraced passes of the variant.
+    std::vector<size_t> idx;
+    for (size_t k = 0; k < iv.names.size(); ++k)
+      if (iv.names[k].find("strands") != std::string::npos) idx.push_back(k);
+    std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return vs[first_iv + x].us < vs[first_iv + y].us; });
+    for (size_t j = 0; j < idx.size() && j < 2; ++j) {
+      const auto& fn = iv.fns[idx[j]];
+      fn(0);
+      fn(0);
+      OpTrace vt;
+      {
+        OpTrace::Scope scope(vt);
+        fn(0);
+      }
+      team.synchronize(s, "bench strands (stack) variant trace");
+      if (root) print_strand_trace(vt, trace, s, iv.names[idx[j]]);
+    }
   }
   team.synchronize(s, "bench strands (stack) end");
   return ok ? 0 : 3;

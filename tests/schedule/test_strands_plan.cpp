@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <tuple>
 #include <cstdio>
@@ -1078,4 +1079,71 @@ TEST(StrandsPlan, SlotReuseWaits) {
     }
     EXPECT_THROW(sch::slot_reuse_waits(d, sv, {"no_such_tensor"}), braid::Error);
   }
+}
+
+// bench strands --op-trace's breakdown (summarize_strand_trace) on synthetic spans: the compute stream's gaps named by
+// the operator held back and the collective that ended in the gap, idle time split by a collective in flight, and
+// the operators' excess over the compute-only reference split by whether they ran beside a collective.
+TEST(StrandTrace, SplitsTheExposureIntoWaitsAndSlowdown) {
+  const auto C = reinterpret_cast<cudaStream_t>(std::uintptr_t(1)), L1 = reinterpret_cast<cudaStream_t>(std::uintptr_t(2)),
+             L2 = reinterpret_cast<cudaStream_t>(std::uintptr_t(3));
+  using S = sch::OpTrace::Span;
+  const std::vector<S> run = {{"f.norm1", C, 0, 10},         {"f.ag_h1", L1, 10, 110},     {"b.ag_dy", L2, 0, 100},
+                              {"b.down_proj_dgrad", C, 100, 300}, {"f.qkv_proj", C, 300, 400}, {"f.rs_mlp", L1, 400, 450},
+                              {"f.residual2", C, 460, 480}};
+  const std::vector<S> ref = {{"f.norm1", C, 0, 10}, {"b.down_proj_dgrad", C, 10, 190}, {"f.qkv_proj", C, 190, 290},
+                              {"f.residual2", C, 290, 310}};
+  const auto x = sch::summarize_strand_trace(run, ref, C);
+  EXPECT_DOUBLE_EQ(x.span_us, 480);
+  EXPECT_DOUBLE_EQ(x.ref_span_us, 310);
+  EXPECT_DOUBLE_EQ(x.busy_us, 330);
+  EXPECT_DOUBLE_EQ(x.ref_busy_us, 310);
+  EXPECT_DOUBLE_EQ(x.idle_us, 150);
+  EXPECT_DOUBLE_EQ(x.ref_idle_us, 0);
+  EXPECT_DOUBLE_EQ(x.idle_in_flight_us, 140);  // 90 waiting for the all-gather, 50 of 60 for the reduce-scatter
+  EXPECT_DOUBLE_EQ(x.link_busy_us, 250);
+  EXPECT_EQ(x.collectives, 3);
+  ASSERT_EQ(x.gaps.size(), 2u);
+  EXPECT_EQ(x.gaps[0].held, "b.down_proj_dgrad");
+  EXPECT_EQ(x.gaps[0].waited, "b.ag_dy");  // f.ag_h1 ends after the gap
+  EXPECT_DOUBLE_EQ(x.gaps[0].us, 90);
+  EXPECT_DOUBLE_EQ(x.gaps[0].in_flight_us, 90);
+  EXPECT_EQ(x.gaps[1].held, "f.residual2");
+  EXPECT_EQ(x.gaps[1].waited, "f.rs_mlp");
+  EXPECT_DOUBLE_EQ(x.gaps[1].us, 60);
+  EXPECT_DOUBLE_EQ(x.gaps[1].in_flight_us, 50);
+  // Exposure 170 = 150 idle + 20 busy: the dgrad ran 20 us over its reference, 10 of its 200 us beside a collective.
+  EXPECT_DOUBLE_EQ((x.idle_us - x.ref_idle_us) + (x.busy_us - x.ref_busy_us), x.span_us - x.ref_span_us);
+  EXPECT_DOUBLE_EQ(x.excess_alone_us, 20);
+  EXPECT_DOUBLE_EQ(x.excess_beside_us, 0);
+  ASSERT_EQ(x.ops.size(), 4u);
+  EXPECT_EQ(x.ops[0].name, "b.down_proj_dgrad");
+  EXPECT_DOUBLE_EQ(x.ops[0].beside_us, 10);
+  EXPECT_EQ(x.ops[0].calls, 1);
+}
+
+// A stack runs every name once per layer: gaps and operators add up by name, and the gap after the last compute
+// operator counts as "(the end)", waiting for the collective that ended there.
+TEST(StrandTrace, SumsByNameOverLayersAndNamesTheTail) {
+  const auto C = reinterpret_cast<cudaStream_t>(std::uintptr_t(1)), L = reinterpret_cast<cudaStream_t>(std::uintptr_t(2));
+  using S = sch::OpTrace::Span;
+  const std::vector<S> run = {{"f.ag", L, 0, 50},   {"f.gemm", C, 50, 150},  {"f.ag", L, 150, 200},
+                              {"f.gemm", C, 200, 310}, {"b.rs", L, 310, 340}, {"x.small", C, 150.5, 150.6}};
+  const std::vector<S> ref = {{"f.gemm", C, 0, 100}, {"f.gemm", C, 100, 200}, {"x.small", C, 200, 200.1}};
+  const auto x = sch::summarize_strand_trace(run, ref, C);
+  ASSERT_GE(x.gaps.size(), 2u);
+  EXPECT_EQ(x.gaps[0].held, "f.gemm");
+  EXPECT_EQ(x.gaps[0].waited, "f.ag");
+  EXPECT_EQ(x.gaps[0].count, 2);
+  EXPECT_NEAR(x.gaps[0].us, 50 + 49.4, 1e-9);  // the second gap starts after x.small
+  EXPECT_DOUBLE_EQ(x.gaps[0].longest_us, 50);
+  EXPECT_EQ(x.gaps[1].held, "(the end)");
+  EXPECT_EQ(x.gaps[1].waited, "b.rs");
+  EXPECT_DOUBLE_EQ(x.gaps[1].us, 30);
+  const auto g = std::find_if(x.ops.begin(), x.ops.end(), [](const auto& o) { return o.name == "f.gemm"; });
+  ASSERT_NE(g, x.ops.end());
+  EXPECT_EQ(g->calls, 2);
+  EXPECT_DOUBLE_EQ(g->us, 210);
+  EXPECT_DOUBLE_EQ(g->ref_us, 200);
+  EXPECT_EQ(x.ops[0].name, "f.gemm");  // the most over its reference
 }

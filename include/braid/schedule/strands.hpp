@@ -662,6 +662,43 @@ class OpTrace {
   std::vector<cudaEvent_t> ev_;  // two per operator: start, end
 };
 
+/// Where a traced two-strand run's time goes (`bench strands --op-trace`), against a traced compute-only run of the
+/// same operators on one stream (no collectives): the run's span less the reference's is what `bench strands`
+/// calls exposed, and it splits into the compute stream's extra busy time (its operators slower beside the
+/// collectives, or faster where the clock recovers while the stream waits) and its extra idle time (the compute
+/// stream waiting: on a collective, a memory wait, or nothing in flight). Spans on `compute` are compute operators,
+/// every other stream's are collectives. CPU only (tests/schedule/test_strands_plan.cpp on synthetic spans).
+struct StrandTraceSummary {
+  double span_us = 0, ref_span_us = 0;  // first start to last end
+  double busy_us = 0, ref_busy_us = 0;  // the compute operators' summed times
+  double idle_us = 0, ref_idle_us = 0;  // span - busy (the compute stream's idle time)
+  double idle_in_flight_us = 0;         // of idle_us, time with a collective in flight
+  double link_busy_us = 0;              // the collectives' summed times (streams overlap)
+  int collectives = 0;
+  /// A compute-stream gap (1 us or more: the events' resolution), summed by the operator it held back and the
+  /// collective that ended last within it (what the compute stream resumed after: most likely what it waited for;
+  /// "-" when none ended there; "(the end)" for the gap after the last compute operator).
+  struct Gap {
+    std::string held, waited;
+    double us = 0, in_flight_us = 0, longest_us = 0;
+    int count = 0;
+  };
+  std::vector<Gap> gaps;  // longest total first
+  /// A compute operator name (a stack runs each once per layer): summed times here and in the reference, and how
+  /// much of its time here ran with a collective in flight.
+  struct Op {
+    std::string name;
+    double us = 0, ref_us = 0, beside_us = 0;
+    int calls = 0;
+  };
+  std::vector<Op> ops;  // most time over the reference first
+  /// busy_us - ref_busy_us split by where it fell: operators that ran mostly (> half their time) beside a
+  /// collective, and the others.
+  double excess_beside_us = 0, excess_alone_us = 0;
+};
+StrandTraceSummary summarize_strand_trace(const std::vector<OpTrace::Span>& run, const std::vector<OpTrace::Span>& ref,
+                                          cudaStream_t compute);
+
 /// Compute operators only of the single-strand unit (collectives skipped; numbers are meaningless):
 /// the compute-only time that exposed communication is measured against. With a trace, every operator
 /// it runs is timed into it.
