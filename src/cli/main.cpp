@@ -90,7 +90,7 @@ const char* kUsage =
     "                                    SimGrid scale-out simulation of collectives and fused transitions\n"
     "  bench strands --model llama3-70b|llama3-8b|mixtral-8x7b --tp 2 [--ep 2] --seq S [--plan FILE]\n"
     "                [--pairs FILE] [--throttle CTAS] [--decompose CHUNKS] [--gemm-sm-reserve SMS] [--no-graph]\n"
-    "                [--layers L [--no-chain]] [--op-trace] [--verify-only] [--capacity C | --moe-sizes host|device] [--comm nccl|nccl-ce|peer|peer-ce] [--json FILE]\n"
+    "                [--layers L [--no-chain]] [--op-trace] [--verify-only] [--open-chunks K] [--capacity C | --moe-sizes host|device] [--comm nccl|nccl-ce|peer|peer-ce] [--json FILE]\n"
     "                                    DHelix on the GPU: strands vs single strand vs round-robin vs\n"
     "                                    intra-batch decomposition, verified; --layers L: a stack of L\n"
     "                                    layers (two strands hold L + 1 layers' activations), its units\n"

@@ -69,8 +69,11 @@ struct Layer::Impl {
   // Intra-batch decomposition (set_decomposition): each all-gather -> GEMM and GEMM -> reduce-scatter pair
   // runs in `decompose` row chunks, the collective of one chunk on `dstream` beside the GEMM of another.
   int decompose = 0;
+  // set_opening_chunks: only the pairs that open a strand's pass (ag_h1 -> qkv_proj, ag_dy -> down_proj_dgrad), run
+  // by the GEMM operator in `open_chunks` chunks, the all-gather operator empty. Never with decompose.
+  int open_chunks = 0;
   cudaStream_t dstream = nullptr;
-  std::vector<cudaEvent_t> devents;  // [0] fork, [1 + c] chunk c, [decompose + 1] join
+  std::vector<cudaEvent_t> devents;  // [0] fork, [1 + c] chunk c, [chunks + 1] join
   // TP = 2 collectives on the comm's copy engines (Comm::alloc_window: make_nccl_ce_comm), dense SP layers: the
   // gathered tensors h1f, h2f, dx1f are windows whose own slot [rank·Tl, (rank+1)·Tl) rows is h1, h2, dx1 (written in
   // place, so the all-gather moves only the peer's rows); each reduce-scatter's partial sums go to a window of
@@ -209,12 +212,11 @@ struct Layer::Impl {
                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
-  // Decomposed all-gather -> GEMM. x [Tl, H] local rows; xf [T, H] gathered (token order, kept for the
-  // backward); tmp [T, H] scratch. Chunk c (rows c·R .. of every rank, R = Tl / decompose) is gathered on
+  // Decomposed all-gather -> GEMM in K chunks. x [Tl, H] local rows; xf [T, H] gathered (token order, kept for the
+  // backward); tmp [T, H] scratch. Chunk c (rows c·R .. of every rank, R = Tl / K) is gathered on
   // dstream into tmp [tp][R][H], copied into xf, then gemm_chunk(s, c·R, R) runs on `s` once it arrived.
-  void ag_then_gemm(cudaStream_t s, const bf16* x, bf16* xf, bf16* tmp,
+  void ag_then_gemm(int K, cudaStream_t s, const bf16* x, bf16* xf, bf16* tmp,
                     const std::function<void(cudaStream_t, int64_t, int64_t)>& gemm_chunk) {
-    const int K = decompose;
     const int64_t R = Tl / K;
     BRAID_CUDA_CHECK(cudaEventRecord(devents[0], s));
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(dstream, devents[0], 0));
@@ -452,15 +454,17 @@ void Layer::Impl::build_forward() {
   const float eps = float(c.norm_eps), theta = float(c.rope_theta);
   add_op(F_, "norm1", [=, this](cudaStream_t s) { k::rmsnorm_fwd(x, nullptr, nullptr, g1, h1, rstd1, Tl, H, eps, s); });
   // With set_decomposition(K) the first op of each collective/GEMM pair runs both, chunked; the second is empty.
+  const auto qkv_chunk = [this](cudaStream_t st, int64_t r0, int64_t rows) {
+    gemm_batched(st, false, rows, nqkv, H, h1f + r0 * H, H, Tl * H, wqkv, nqkv, qkv + r0 * nqkv, nqkv, Tl * nqkv, tp);
+  };
   if (sp) add_op(F_, "ag_h1", [=, this](cudaStream_t s) {
-    if (decompose > 1)
-      return ag_then_gemm(s, h1, h1f, attn_part, [this](cudaStream_t st, int64_t r0, int64_t rows) {
-        gemm_batched(st, false, rows, nqkv, H, h1f + r0 * H, H, Tl * H, wqkv, nqkv, qkv + r0 * nqkv, nqkv, Tl * nqkv, tp);
-      });
+    if (decompose > 1) return ag_then_gemm(decompose, s, h1, h1f, attn_part, qkv_chunk);
+    if (open_chunks > 1) return;  // qkv_proj gathers h1 chunk by chunk (set_opening_chunks)
     comm.all_gather(h1, h1f, Tl * H, DType::kBF16, s);
   });
   add_op(F_, "qkv_proj", [=, this](cudaStream_t s) {
     if (decompose > 1) return;
+    if (open_chunks > 1) return ag_then_gemm(open_chunks, s, h1, h1f, attn_part, qkv_chunk);
     gemm(s, false, false, T, nqkv, H, h1f, H, wqkv, nqkv, qkv, nqkv);
   });
   add_op(F_, "rope", [=, this](cudaStream_t s) { k::rope(qkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, false, s); });
@@ -486,7 +490,7 @@ void Layer::Impl::build_forward() {
   if (!moe) {
     if (sp) add_op(F_, "ag_h2", [=, this](cudaStream_t s) {
       if (decompose > 1)
-        return ag_then_gemm(s, h2, h2f, mlp_part, [this](cudaStream_t st, int64_t r0, int64_t rows) {
+        return ag_then_gemm(decompose, s, h2, h2f, mlp_part, [this](cudaStream_t st, int64_t r0, int64_t rows) {
           gemm_batched(st, false, rows, 2 * Fl, H, h2f + r0 * H, H, Tl * H, w13, 2 * Fl, gu + r0 * 2 * Fl, 2 * Fl,
                        Tl * 2 * Fl, tp);
         });
@@ -578,15 +582,17 @@ void Layer::Impl::build_backward() {
   const float theta = float(c.rope_theta);
   // The replicated gradients go to rep_out() (rep, or rep_step when accumulating), read at call time.
   if (!moe) {
+    const auto dgrad_chunk = [this](cudaStream_t st, int64_t r0, int64_t rows) {
+      gemm_batched(st, true, rows, Fl, H, dyf + r0 * H, H, Tl * H, w2, H, dact + r0 * Fl, Fl, Tl * Fl, tp);
+    };
     if (sp) add_op(B_, "ag_dy", [=, this](cudaStream_t s) {
-      if (decompose > 1)
-        return ag_then_gemm(s, dy, dyf, dh2p, [this](cudaStream_t st, int64_t r0, int64_t rows) {
-          gemm_batched(st, true, rows, Fl, H, dyf + r0 * H, H, Tl * H, w2, H, dact + r0 * Fl, Fl, Tl * Fl, tp);
-        });
+      if (decompose > 1) return ag_then_gemm(decompose, s, dy, dyf, dh2p, dgrad_chunk);
+      if (open_chunks > 1) return;  // down_proj_dgrad gathers dy chunk by chunk (set_opening_chunks)
       comm.all_gather(dy, dyf, Tl * H, DType::kBF16, s);
     });
     add_op(B_, "down_proj_dgrad", [=, this](cudaStream_t s) {
       if (decompose > 1) return;
+      if (open_chunks > 1) return ag_then_gemm(open_chunks, s, dy, dyf, dh2p, dgrad_chunk);
       gemm(s, false, true, T, Fl, H, dyf, H, w2, H, dact, Fl);
     });
     add_op(B_, "down_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, Fl, H, T, act, Fl, dyf, H, dw2, H, wgrad_beta()); });
@@ -679,7 +685,7 @@ void Layer::Impl::build_backward() {
   });
   if (sp) add_op(B_, "ag_dx1", [=, this](cudaStream_t s) {
     if (decompose > 1)
-      return ag_then_gemm(s, dx1, dx1f, dh1p, [this](cudaStream_t st, int64_t r0, int64_t rows) {
+      return ag_then_gemm(decompose, s, dx1, dx1f, dh1p, [this](cudaStream_t st, int64_t r0, int64_t rows) {
         gemm_batched(st, true, rows, qd, H, dx1f + r0 * H, H, Tl * H, wo, H, dO + r0 * qd, qd, Tl * qd, tp);
       });
     comm.all_gather(dx1, dx1f, Tl * H, DType::kBF16, s);
@@ -894,6 +900,19 @@ void Layer::set_accumulate_grads(bool on) {
 }
 bool Layer::accumulates_grads() const { return impl_->accumulate; }
 
+namespace {
+// The chunked pairs' stream and events (set_decomposition, set_opening_chunks): the layer's second stream and
+// chunks + 2 events, made once.
+void chunk_resources(cudaStream_t* dstream, std::vector<cudaEvent_t>* devents, int chunks) {
+  if (!*dstream) BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(dstream, cudaStreamNonBlocking));
+  while (int(devents->size()) < chunks + 2) {
+    cudaEvent_t e = nullptr;
+    BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    devents->push_back(e);
+  }
+}
+}  // namespace
+
 void Layer::set_decomposition(int chunks) {
   Impl& m = *impl_;
   BRAID_REQUIRE(chunks >= 0, "layer: decomposition chunks >= 0");
@@ -901,16 +920,26 @@ void Layer::set_decomposition(int chunks) {
     BRAID_REQUIRE(m.sp, "layer: the intra-batch decomposition needs sequence parallelism (all-gather / reduce-scatter)");
     BRAID_REQUIRE(m.Tl % chunks == 0, "layer: the decomposition's chunks must divide the local tokens (" +
                                           std::to_string(m.Tl) + ")");
-    if (!m.dstream) BRAID_CUDA_CHECK(cudaStreamCreateWithFlags(&m.dstream, cudaStreamNonBlocking));
-    while (int(m.devents.size()) < chunks + 2) {
-      cudaEvent_t e = nullptr;
-      BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      m.devents.push_back(e);
-    }
+    BRAID_REQUIRE(m.open_chunks <= 1, "layer: set_decomposition with set_opening_chunks on (one or the other)");
+    chunk_resources(&m.dstream, &m.devents, chunks);
   }
   m.decompose = chunks > 1 ? chunks : 0;
 }
 int Layer::decomposition() const { return impl_->decompose; }
+
+void Layer::set_opening_chunks(int chunks) {
+  Impl& m = *impl_;
+  BRAID_REQUIRE(chunks >= 0, "layer: opening chunks >= 0");
+  if (chunks > 1) {
+    BRAID_REQUIRE(m.sp, "layer: the opening chunks need sequence parallelism (the all-gathers of h1 and dy)");
+    BRAID_REQUIRE(m.Tl % chunks == 0, "layer: the opening chunks must divide the local tokens (" +
+                                          std::to_string(m.Tl) + ")");
+    BRAID_REQUIRE(m.decompose <= 1, "layer: set_opening_chunks with set_decomposition on (one or the other)");
+    chunk_resources(&m.dstream, &m.devents, chunks);
+  }
+  m.open_chunks = chunks > 1 ? chunks : 0;
+}
+int Layer::opening_chunks() const { return impl_->open_chunks; }
 bool Layer::copy_engine_collectives() const { return impl_->ce; }
 
 void Layer::zero_grads(cudaStream_t s) {

@@ -35,6 +35,8 @@ struct Args {
   int max_seg = 4, max_shift = -1;
   int rounds = 5;     // interleaved passes over the core variants (time_interleaved)
   int decompose = 4;  // chunks of the intra-batch decomposition baseline (0: not timed)
+  int open_chunks = 4;  // the -open<K> variants: each pass's opening all-gather -> GEMM pair in K chunks
+                        // (model::Layer::set_opening_chunks; one layer, sequence parallelism); 0: not timed
   int gemm_sm_reserve = 0;  // > 0: also time variants whose GEMMs leave this many SMs free (-smres)
   int layers = 1;           // > 1: the stack of that many layers (StrandStack) instead of the one-layer variants
   double capacity = 0;      // MoE capacity factor (ModelConfig::capacity); 0: dropless
@@ -77,6 +79,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--no-verify") a.verify = false;
     else if (k == "--verify-only") a.verify_only = true;
     else if (k == "--decompose") a.decompose = std::stoi(val());
+    else if (k == "--open-chunks") a.open_chunks = std::stoi(val());
     else if (k == "--layers") a.layers = std::stoi(val());
     else if (k == "--no-chain") a.chain = false;
     else if (k == "--op-trace") a.op_trace = true;
@@ -1555,12 +1558,25 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   }
 
 
+  // The -open<K> variants (model::Layer::set_opening_chunks): with sequence parallelism at TP >= 2 and K dividing
+  // the local tokens; open_invalid: the moves orders that do not fit them (found by the verification; not timed).
+  const int open_k =
+      a.open_chunks > 1 && p.sp && p.tp > 1 && la.local_tokens() % a.open_chunks == 0 ? a.open_chunks : 0;
+  std::vector<std::string> open_invalid;
+
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;
   if (a.verify) {
     const m::ModelConfig sc = small_of(c);
     m::Layer va(sc, p, *comm_a);
     va.init_random_weights(5);
+    // The -open<K> variants are verified at the largest of K, 4, 2 that divides the small shape's local tokens.
+    int open_kv = 0;
+    for (const int k : {open_k, 4, 2})
+      if (open_k > 1 && k > 1 && va.local_tokens() % k == 0) {
+        open_kv = k;
+        break;
+      }
     m::Layer vb(va, *comm_b);
     const Layer vdag = strand_layer(sc, p, links_of(a));
     StrandExecutor vex(vdag, from_plan_file(vdag, plan_file), st.s);
@@ -1696,24 +1712,41 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
             wait_aware_choice(vd, vorder, table, pool_budget > 0 ? vone * pool_budget / one_saved_bytes : 0, 0.0);
         SharedActivationPool vpool(vd, vorder, sc, p, vaa, vbb, moves ? &vchoice : nullptr);
         // strands-arena, -dag, arena-io (y/dy/dx shared), arena-io-dag, then arena-io-smres (its GEMMs leaving
-        // SMs: cuBLAS may pick other kernels, so relative L2 instead of bits)
-        for (const int k : {0, 1, 2, 4, 3}) {
-          const bool dep = k == 1 || k == 4, io = k >= 2, smres = k == 3;
+        // SMs: cuBLAS may pick other kernels, so relative L2 instead of bits); the moves orders' arena-io also with
+        // the opening pairs in chunks (-open<K>, plain and -smres: relative L2 too)
+        for (const int k : {0, 1, 2, 4, 3, 5, 6}) {
+          const bool dep = k == 1 || k == 4, io = k >= 2, smres = k == 3 || k == 6, open = k >= 5;
           if (dep && moves) continue;  // its layer is dependency-ready already
           if (io && (!p.sp || p.tp < 2)) continue;
           if (smres && a.gemm_sm_reserve <= 0) continue;
+          if (open && (!moves || open_kv < 2)) continue;
           if (k == 2) vbb.share_interfaces(vaa);
-          const Layer vdk = dep ? dep_ready_layer(vd) : vd;
-          StrandExecutor vexa(vdk, vop, st.s), vexb(vdk, vop, st.s);
+          const Layer vdk = open ? opening_chunked_layer(vd) : dep ? dep_ready_layer(vd) : vd;
+          std::unique_ptr<StrandExecutor> pa, pb;
+          try {
+            pa = std::make_unique<StrandExecutor>(vdk, vop, st.s), pb = std::make_unique<StrandExecutor>(vdk, vop, st.s);
+          } catch (const UsageError& e) {
+            if (!open) throw;
+            open_invalid.push_back("arena:" + pool_moves[size_t(kind - 2)].first);
+            if (root) std::printf("# strands-arena-io%s-open: its order does not fit the opening chunks (%s): not timed\n",
+                                  L.c_str(), e.what());
+            continue;
+          }
+          StrandExecutor &vexa = *pa, &vexb = *pb;
           vexa.set_memory_waits(vpool.waits);
           vexb.set_memory_waits(vpool.waits_b);
-          if (smres) {
-            const int sms = gemm_sms_leaving(a.gemm_sm_reserve);
+          if (smres || open) {
+            const int sms = smres ? gemm_sms_leaving(a.gemm_sm_reserve) : 0;
             vaa.set_gemm_sm_target(sms), vbb.set_gemm_sm_target(sms);
+            if (open) vaa.set_opening_chunks(open_kv), vbb.set_opening_chunks(open_kv);
             const Snapshot got = strands_sequence(team, vaa, vbb, vexa, st, 1, true, true, &vexb);
+            vaa.set_opening_chunks(0), vbb.set_opening_chunks(0);
             vaa.set_gemm_sm_target(0), vbb.set_gemm_sm_target(0);
             ok = l2_verdict(team, root, ref2, got, sc,
-                            "strands-arena-io" + L + " with GEMMs on " + std::to_string(sms) + " SMs, two units") && ok;
+                            "strands-arena-io" + L +
+                                (open ? " with the opening pairs in " + std::to_string(open_kv) + " chunks" : "") +
+                                (smres ? " with GEMMs on " + std::to_string(sms) + " SMs" : "") + ", two units") &&
+                 ok;
             continue;
           }
           const Snapshot got = strands_sequence(team, vaa, vbb, vexa, st, 1, true, io, &vexb);
@@ -1748,6 +1781,37 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                         "(gradients) or differing (activations) -> %s\n",
                         sc.name.c_str(), io ? "-io" : "", L.c_str(), dep ? "-dag" : "", vpool.bytes / vpool.one_set, diff,
                         diff == 0 ? "Passed" : "FAILED");
+        }
+      }
+    }
+    // The -open<K> variants (each pass's opening all-gather -> GEMM pair in chunks, run by the GEMM operator:
+    // model::Layer::set_opening_chunks, opening_chunked_layer): the moves orders, plain and with GEMMs leaving SMs,
+    // at the largest of K, 4, 2 that divides the small shape's local tokens (strided-batched GEMMs: relative L2).
+    // An order that issues a reader of the gathered tensor before its GEMM operator is not valid with the chunks:
+    // its -open variant is dropped (open_invalid) and not timed.
+    if (open_kv > 1) {
+      const int kv = open_kv;
+      for (const auto& [name, pf] : moves_orders) {
+        const Layer vo = opening_chunked_layer(dep_ready_layer(vdag2));
+        std::unique_ptr<StrandExecutor> vexo;
+        try {
+          vexo = std::make_unique<StrandExecutor>(vo, from_plan_file(vo, pf), st.s);
+        } catch (const UsageError& e) {
+          open_invalid.push_back(name);
+          if (root) std::printf("# %s-open: its order does not fit the opening chunks (%s): not timed\n", name.c_str(), e.what());
+          continue;
+        }
+        for (const bool smres : {false, true}) {
+          if (smres && a.gemm_sm_reserve <= 0) continue;
+          const int sms = smres ? gemm_sms_leaving(a.gemm_sm_reserve) : 0;
+          va.set_opening_chunks(kv), vb.set_opening_chunks(kv);
+          va.set_gemm_sm_target(sms), vb.set_gemm_sm_target(sms);
+          const Snapshot got = strands_sequence(team, va, vb, *vexo, st, 1);
+          va.set_gemm_sm_target(0), vb.set_gemm_sm_target(0);
+          va.set_opening_chunks(0), vb.set_opening_chunks(0);
+          ok = l2_verdict(team, root, ref, got, sc,
+                          name + " with the opening pairs in " + std::to_string(kv) + " chunks" +
+                              (smres ? ", GEMMs on " + std::to_string(sms) + " SMs" : "")) && ok;
         }
       }
     }
@@ -1904,6 +1968,29 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       iv.add(name, [&, e](int) { e->run(la, lb); }, two_sets);
       if (a.gemm_sm_reserve > 0) iv.add(name + "-smres", [&, e](int) { reserved([&] { e->run(la, lb); }); }, two_sets);
     }
+    // -open<K>: the same orders with each pass's opening all-gather -> GEMM pair in K chunks (verified above), the
+    // layers' switch on for the variant's run only (the compute-only reference and the other variants run the plain
+    // pairs): a unit's compute then waits one chunk's all-gather at its start, not the whole (fifty-seventh session).
+    auto opened = [&](std::function<void()> f) {
+      la.set_opening_chunks(open_k), lb.set_opening_chunks(open_k);
+      f();
+      la.set_opening_chunks(0), lb.set_opening_chunks(0);
+    };
+    if (open_k > 1)
+      for (const auto& [name, pf] : moves_orders) {
+        if (std::find(open_invalid.begin(), open_invalid.end(), name) != open_invalid.end()) continue;
+        const Layer dag_open = opening_chunked_layer(dag_dep2);
+        try {
+          order_ex.push_back(std::make_unique<StrandExecutor>(dag_open, from_plan_file(dag_open, pf), st.s));
+        } catch (const UsageError&) {
+          continue;  // (not verified either: --no-verify)
+        }
+        StrandExecutor* e = order_ex.back().get();
+        const std::string on = name + "-open" + std::to_string(open_k);
+        iv.add(on, [&, e](int) { opened([&] { e->run(la, lb); }); }, two_sets);
+        if (a.gemm_sm_reserve > 0)
+          iv.add(on + "-smres", [&, e](int) { reserved([&] { opened([&] { e->run(la, lb); }); }); }, two_sets);
+      }
     for (const auto& [name, pf] : pool_moves) {  // the same search within the pool budget (two sets here; one pool below)
       order_ex.push_back(std::make_unique<StrandExecutor>(dag_dep2, from_plan_file(dag_dep2, pf), st.s));
       StrandExecutor* e = order_ex.back().get();
@@ -2023,6 +2110,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     // executor pair holds the memory waits of both roles; `turn` is shared by every arena variant (one pair of
     // layers), and bb's forward below writes the set the first unit's backward reads.
     StrandExecutor exa(ad, op, st.s), exad(add, op, st.s), exb(ad, op, st.s), exbd(add, op, st.s);
+    std::unique_ptr<StrandExecutor> oexa, oexb;  // -open<K> (below; dependency-ready orders only)
     exa.set_memory_waits(pool.waits);
     exad.set_memory_waits(pool.waits);
     exb.set_memory_waits(pool.waits_b);
@@ -2092,6 +2180,32 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
                          unit(exa, exb);
                          aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
                        }});
+      }
+      // ... and a moves order with each pass's opening pair in chunks (-open<K>, as the main group's; plain and
+      // -smres): its own executor pair on opening_chunked_layer with the same pool and waits.
+      if (open_k > 1 && ch.dep_ready &&
+          std::find(open_invalid.begin(), open_invalid.end(), "arena:" + ch.name) == open_invalid.end()) {
+        const Layer od = opening_chunked_layer(ad);
+        try {
+          oexa = std::make_unique<StrandExecutor>(od, op, st.s), oexb = std::make_unique<StrandExecutor>(od, op, st.s);
+          oexa->set_memory_waits(pool.waits);
+          oexb->set_memory_waits(pool.waits_b);
+        } catch (const UsageError&) {
+          oexa.reset(), oexb.reset();  // (not verified either: --no-verify)
+        }
+        if (oexa) {
+          const std::string on = "strands-arena-io" + L + "-open" + std::to_string(open_k);
+          const int sms = a.gemm_sm_reserve > 0 ? gemm_sms_leaving(a.gemm_sm_reserve) : 0;
+          auto run_open = [&](int cap) {
+            aa.set_opening_chunks(open_k), bb.set_opening_chunks(open_k);
+            aa.set_gemm_sm_target(cap), bb.set_gemm_sm_target(cap);
+            unit(*oexa, *oexb);
+            aa.set_gemm_sm_target(0), bb.set_gemm_sm_target(0);
+            aa.set_opening_chunks(0), bb.set_opening_chunks(0);
+          };
+          fns.push_back({on, [run_open](int) { run_open(0); }});
+          if (sms > 0) fns.push_back({on + "-smres", [run_open, sms](int) { run_open(sms); }});
+        }
       }
       time_group(std::move(fns), mem);
     }

@@ -990,6 +990,24 @@ Layer dep_ready_layer(Layer dag) {
   return dag;
 }
 
+Layer opening_chunked_layer(Layer dag) {
+  const std::pair<const char*, const char*> pairs[] = {{"f.ag_h1", "f.qkv_proj"}, {"b.ag_dy", "b.down_proj_dgrad"}};
+  for (const auto& [coll, gemm] : pairs) {
+    const Pass pass = coll[0] == 'f' ? Pass::Forward : Pass::Backward;
+    const int c = dag.find(pass, coll), g = dag.find(pass, gemm);
+    if (c < 0 || g < 0) continue;
+    auto& ops = pass == Pass::Forward ? dag.fwd : dag.bwd;
+    for (int i = 0; i < int(ops.size()); ++i) {
+      auto& d = ops[size_t(i)].deps;
+      if (i == g || std::find(d.begin(), d.end(), c) == d.end() || std::find(d.begin(), d.end(), g) != d.end()) continue;
+      BRAID_REQUIRE(i > g, "opening_chunked_layer: " + ops[size_t(i)].name + " reads " + coll + " but comes before " +
+                               gemm + " in the pass (internal error)");
+      d.push_back(g);
+    }
+  }
+  return dag;
+}
+
 Plan order_plan(const Layer& dag, const std::vector<std::pair<Pass, int>>& order) {
   Plan p;
   for (const auto& [pass, i] : order) {

@@ -206,6 +206,42 @@ TEST(LayerMpi, DenseDecompositionEqualsReference) {
   if (tp > 1) EXPECT_THROW(plain.set_decomposition(2), braid::Error);  // needs sequence parallelism
 }
 
+// The opening pairs in chunks (set_opening_chunks: ag_h1 -> qkv_proj and ag_dy -> down_proj_dgrad run by the GEMM
+// operator, the all-gather operator empty) compute the same layer: against the float64 reference with the plain layer's
+// tolerance, whole passes and op by op on a second stream; it excludes set_decomposition and needs sequence parallelism.
+TEST(LayerMpi, DenseOpeningChunksEqualReference) {
+  const int tp = Env::world_->size(), rank = Env::world_->rank();
+  for (const auto& c : shapes(false)) {
+    const m::Parallel p{tp, true};
+    const auto w = m::init_weights(c, 44);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x = m::random_values(n, 45, 1.0), dy = m::random_values(n, 46, 1.0);
+    const auto ref = m::reference_layer(c, w, x, dy);
+    m::Layer layer(c, p, *Env::comm_);
+    layer.load_weights(w);
+    for (int chunks : {2, 4}) {
+      if (layer.local_tokens() % chunks != 0) continue;
+      SCOPED_TRACE(c.describe() + " opening chunks " + std::to_string(chunks));
+      layer.set_opening_chunks(chunks);
+      EXPECT_EQ(layer.opening_chunks(), chunks);
+      EXPECT_THROW(layer.set_decomposition(2), braid::Error);  // one or the other
+      for (const bool op_by_op : {false, true}) {
+        const auto got = run_layer(layer, rank, x, dy, Env::world_->stream(), op_by_op);
+        expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol,
+                     c.name + (op_by_op ? " opening chunks, op by op," : " opening chunks") + " vs reference");
+      }
+    }
+    layer.set_opening_chunks(0);
+    EXPECT_EQ(layer.opening_chunks(), 0);
+    layer.set_decomposition(2);
+    EXPECT_THROW(layer.set_opening_chunks(2), braid::Error);
+    layer.set_decomposition(0);
+  }
+  const auto c = shapes(false).front();
+  m::Layer plain(c, m::Parallel{tp, false}, *Env::comm_);
+  if (tp > 1) EXPECT_THROW(plain.set_opening_chunks(2), braid::Error);  // needs sequence parallelism
+}
+
 // The dense SP layer at TP = 2 over NCCL's copy engines (make_nccl_ce_comm): gathered tensors and reduce-scatter
 // partial sums in the comm's windows, the transfers in place, the sums in the consumers. Against the float64
 // reference, twice in a row (the windows reused), op by op, against the NCCL layer bit for bit up to the

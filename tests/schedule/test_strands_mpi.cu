@@ -718,6 +718,40 @@ TEST(StrandsMpi, OpTraceScopeRecordsEveryOperatorOfAStrandUnitInDependencyOrder)
   }
 }
 
+// bench strands' -open<K> variants: with both layers' opening pairs in chunks (model::Layer::set_opening_chunks), the
+// strand executor on opening_chunked_layer gives the bits one strand gives with the same chunks (the same kernels on
+// the same data), chained and with operators waiting for their dependencies only; the layers' own tests compare the
+// chunked layer with the float64 reference.
+TEST(StrandsMpi, OpeningChunksStrandsEqualSingleStrandWithThem) {
+  const int rank = Env::world_->rank(), tp = Env::world_->size();
+  const auto c = shape(false);
+  const m::Parallel par{tp, true};
+  m::Layer a(c, par, *Env::comm_a_);
+  a.load_weights(m::init_weights(c, 91));
+  m::Layer b(a, *Env::comm_b_);
+  if (tp < 2) GTEST_SKIP() << "the opening pairs need sequence parallelism at TP >= 2";
+  ASSERT_EQ(a.local_tokens() % 4, 0);
+  a.set_opening_chunks(4), b.set_opening_chunks(4);
+  const size_t n = size_t(c.tokens()) * c.hidden;
+  const std::vector<double> in[4] = {m::random_values(n, 92, 1.0), m::random_values(n, 93, 1.0),
+                                     m::random_values(n, 94, 1.0), m::random_values(n, 95, 1.0)};
+  Streams st;
+  const Snapshot ref = run_unit(a, b, nullptr, st, Variant::kSingle, in, rank);
+  const sch::Layer dag = sch::strand_layer(c, par);
+  const sch::PairTable table = sch::synthetic_pair_table(dag);
+  sch::PairCost cost(dag, table);
+  const sch::Plan searched = sch::search_plan(cost);
+  for (const bool deps : {false, true}) {
+    const sch::Layer two = sch::two_link_layer(dag);
+    const sch::Layer d = sch::opening_chunked_layer(deps ? sch::dep_ready_layer(two) : two);
+    sch::StrandExecutor ex(d, sch::whole_pass_plan(d, searched), st.s);
+    const std::string tag = deps ? "opening chunks, dependency-ready" : "opening chunks, chained";
+    expect_same(ref, run_unit(a, b, &ex, st, Variant::kStrands, in, rank), c, tag);
+    expect_same(ref, run_unit(a, b, &ex, st, Variant::kStrands, in, rank), c, tag + " again");
+  }
+  a.set_opening_chunks(0), b.set_opening_chunks(0);
+}
+
 TEST(StrandsMpi, ThrottledCommunicatorGivesTheSameResult) {
   if (!Env::world_->has_nccl()) GTEST_SKIP() << "an NCCL communicator capped at one CTA: no NCCL in this team";
   const int rank = Env::world_->rank(), tp = Env::world_->size();

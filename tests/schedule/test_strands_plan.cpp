@@ -1147,3 +1147,58 @@ TEST(StrandTrace, SumsByNameOverLayersAndNamesTheTail) {
   EXPECT_DOUBLE_EQ(g->ref_us, 200);
   EXPECT_EQ(x.ops[0].name, "f.gemm");  // the most over its reference
 }
+
+// opening_chunked_layer: with the opening pairs run by their GEMM operators, whatever read the gathered tensor after
+// the all-gather also waits for the GEMM operator. The GPU layer's DAGs have that already (the forward is a chain; a
+// backward sink depends on the main operator before it, down_proj_wgrad on down_proj_dgrad): the function leaves
+// them as they are and adds the dependency where a DAG lacks it (here one made by hand). Layers without a pair (no
+// sequence parallelism; the MoE backward) are left alone.
+TEST(OpeningChunks, ReadersOfTheGatheredTensorWaitForTheGemmOperator) {
+  const m::Parallel sp{2, true}, nosp{2, false};
+  // Transitive dependencies of op i in `ops`.
+  auto reaches = [](const std::vector<sch::Op>& ops, int i, int target) {
+    std::vector<int> todo{i};
+    std::vector<char> seen(ops.size(), 0);
+    while (!todo.empty()) {
+      const int k = todo.back();
+      todo.pop_back();
+      for (int d : ops[size_t(k)].deps) {
+        if (d == target) return true;
+        if (!seen[size_t(d)]) seen[size_t(d)] = 1, todo.push_back(d);
+      }
+    }
+    return false;
+  };
+  for (const char* name : {"llama3-70b", "llama3-8b", "mixtral-8x7b"}) {
+    const auto dag = sch::strand_layer(cfg(name, 4096), sp);
+    const auto open = sch::opening_chunked_layer(dag);
+    for (const auto pass : {sch::Pass::Forward, sch::Pass::Backward}) {
+      for (size_t i = 0; i < dag.ops(pass).size(); ++i) EXPECT_EQ(dag.ops(pass)[i].deps, open.ops(pass)[i].deps) << name;
+      const bool fwd = pass == sch::Pass::Forward;
+      const int ag = dag.find(pass, fwd ? "f.ag_h1" : "b.ag_dy"), g = dag.find(pass, fwd ? "f.qkv_proj" : "b.down_proj_dgrad");
+      if (ag < 0) continue;  // the MoE backward
+      for (int i = 0; i < int(dag.ops(pass).size()); ++i)
+        if (i != g && reaches(dag.ops(pass), i, ag)) EXPECT_TRUE(reaches(dag.ops(pass), i, g)) << name << " " << dag.ops(pass)[size_t(i)].name;
+    }
+  }
+  {  // a DAG whose weight gradient reads dy's gather directly
+    auto dag = sch::strand_layer(cfg("llama3-70b", 4096), sp);
+    const int ag = dag.find(sch::Pass::Backward, "b.ag_dy"), dg = dag.find(sch::Pass::Backward, "b.down_proj_dgrad"),
+              wg = dag.find(sch::Pass::Backward, "b.down_proj_wgrad");
+    ASSERT_GE(ag, 0);
+    ASSERT_GT(dg, ag);
+    ASSERT_GT(wg, dg);
+    dag.bwd[size_t(wg)].deps = {ag};
+    const auto open = sch::opening_chunked_layer(dag);
+    EXPECT_EQ(open.bwd[size_t(wg)].deps, (std::vector<int>{ag, dg}));
+    EXPECT_EQ(open.bwd[size_t(dg)].deps, dag.bwd[size_t(dg)].deps);
+    const auto again = sch::opening_chunked_layer(open);  // twice is once
+    EXPECT_EQ(again.bwd[size_t(wg)].deps, open.bwd[size_t(wg)].deps);
+  }
+  {  // no sequence parallelism: no all-gathers
+    const auto dag = sch::strand_layer(cfg("llama3-70b", 4096), nosp);
+    EXPECT_LT(dag.find(sch::Pass::Backward, "b.ag_dy"), 0);
+    const auto open = sch::opening_chunked_layer(dag);
+    for (size_t i = 0; i < dag.bwd.size(); ++i) EXPECT_EQ(dag.bwd[i].deps, open.bwd[i].deps);
+  }
+}

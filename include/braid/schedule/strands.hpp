@@ -278,6 +278,15 @@ Layer two_link_layer(Layer dag);
 /// (src/model/layer.cu). best_issue_order does not support it (throws UsageError).
 Layer dep_ready_layer(Layer dag);
 
+/// `dag` for layers with model::Layer::set_opening_chunks on: the pairs that open each pass (f.ag_h1 -> f.qkv_proj;
+/// b.ag_dy -> b.down_proj_dgrad) run by their GEMM operator, the all-gather operator empty. Every other operator that
+/// depended on the all-gather (what reads the gathered tensor, e.g. b.down_proj_wgrad reads dyf) depends on the GEMM
+/// operator too (strand_layer's DAGs have that already: the forward is a chain, a backward sink depends on the main
+/// operator before it; the function keeps it true for any DAG); times are kept (the all-gather's solo time stays on its link stream in the models: an
+/// overestimate). Pairs the DAG lacks (no sequence parallelism; the MoE backward) are left alone. An order of `dag`
+/// that issues such a reader before the GEMM operator is not valid for the result (StrandExecutor throws).
+Layer opening_chunked_layer(Layer dag);
+
 /// The backward operators each forward operator must wait for when both layers' saved activations live in
 /// one pool placed by two_strand_placement: forward op i waits for every backward op that last reads a
 /// tensor of the backward layer overlapping one that op i writes for the forward layer. `a_forward`: layer
