@@ -69,9 +69,41 @@ struct Layer::Impl {
   // Intra-batch decomposition (set_decomposition): each all-gather -> GEMM and GEMM -> reduce-scatter pair
   // runs in `decompose` row chunks, the collective of one chunk on `dstream` beside the GEMM of another.
   int decompose = 0;
-  // set_opening_chunks: only the pairs that open a strand's pass (ag_h1 -> qkv_proj, ag_dy -> down_proj_dgrad), run
-  // by the GEMM operator in `open_chunks` chunks, the all-gather operator empty. Never with decompose.
+  // set_opening_chunks: only the pairs that open a strand's pass (ag_h1 -> qkv_proj, ag_dy -> down_proj_dgrad) in
+  // `open_chunks` chunks: the all-gather operator gathers chunk by chunk on its own stream and records oevents[pair][c]
+  // after each; the GEMM operator waits for each on its stream before that chunk's GEMM. open_gathered[pair]: the
+  // all-gather operator has been issued since the GEMM operator last ran (the events are recorded). Never with
+  // decompose.
   int open_chunks = 0;
+  std::vector<cudaEvent_t> oevents[2];  // [0] the forward's h1, [1] the backward's dy; one per chunk
+  bool open_gathered[2] = {false, false};
+  // The opening all-gather in chunks (set_opening_chunks) on `s`: chunk c (rows c·R .. of every rank, R = Tl / K) into
+  // tmp [tp][R][H], copied into xf [T, H], then oevents[pair][c] recorded.
+  void open_gather(int pair, cudaStream_t s, const bf16* x, bf16* xf, bf16* tmp) {
+    const int K = open_chunks;
+    const int64_t R = Tl / K;
+    for (int c = 0; c < K; ++c) {
+      bf16* t = tmp + int64_t(c) * tp * R * H;
+      comm.all_gather(x + int64_t(c) * R * H, t, size_t(R * H), DType::kBF16, s);
+      BRAID_CUDA_CHECK(cudaMemcpy2DAsync(xf + int64_t(c) * R * H, size_t(Tl * H) * 2, t, size_t(R * H) * 2,
+                                         size_t(R * H) * 2, size_t(tp), cudaMemcpyDeviceToDevice, s));
+      BRAID_CUDA_CHECK(cudaEventRecord(oevents[pair][size_t(c)], s));
+    }
+    open_gathered[pair] = true;
+  }
+  // ... and its GEMM, chunk by chunk on `s` as each chunk arrives.
+  void open_gemm(int pair, cudaStream_t s, const std::function<void(cudaStream_t, int64_t, int64_t)>& gemm_chunk) {
+    BRAID_REQUIRE(open_gathered[pair], std::string("layer: with opening chunks the ") +
+                                           (pair == 0 ? "ag_h1 operator must run before qkv_proj" :
+                                                        "ag_dy operator must run before down_proj_dgrad"));
+    const int K = open_chunks;
+    const int64_t R = Tl / K;
+    for (int c = 0; c < K; ++c) {
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(s, oevents[pair][size_t(c)], 0));
+      gemm_chunk(s, int64_t(c) * R, R);
+    }
+    open_gathered[pair] = false;
+  }
   cudaStream_t dstream = nullptr;
   std::vector<cudaEvent_t> devents;  // [0] fork, [1 + c] chunk c, [chunks + 1] join
   // TP = 2 collectives on the comm's copy engines (Comm::alloc_window: make_nccl_ce_comm), dense SP layers: the
@@ -459,12 +491,12 @@ void Layer::Impl::build_forward() {
   };
   if (sp) add_op(F_, "ag_h1", [=, this](cudaStream_t s) {
     if (decompose > 1) return ag_then_gemm(decompose, s, h1, h1f, attn_part, qkv_chunk);
-    if (open_chunks > 1) return;  // qkv_proj gathers h1 chunk by chunk (set_opening_chunks)
+    if (open_chunks > 1) return open_gather(0, s, h1, h1f, attn_part);  // qkv_proj waits chunk by chunk
     comm.all_gather(h1, h1f, Tl * H, DType::kBF16, s);
   });
   add_op(F_, "qkv_proj", [=, this](cudaStream_t s) {
     if (decompose > 1) return;
-    if (open_chunks > 1) return ag_then_gemm(open_chunks, s, h1, h1f, attn_part, qkv_chunk);
+    if (open_chunks > 1) return open_gemm(0, s, qkv_chunk);
     gemm(s, false, false, T, nqkv, H, h1f, H, wqkv, nqkv, qkv, nqkv);
   });
   add_op(F_, "rope", [=, this](cudaStream_t s) { k::rope(qkv, T, int(nqkv), int(hq + hkv), int(d), int(S), theta, false, s); });
@@ -587,12 +619,12 @@ void Layer::Impl::build_backward() {
     };
     if (sp) add_op(B_, "ag_dy", [=, this](cudaStream_t s) {
       if (decompose > 1) return ag_then_gemm(decompose, s, dy, dyf, dh2p, dgrad_chunk);
-      if (open_chunks > 1) return;  // down_proj_dgrad gathers dy chunk by chunk (set_opening_chunks)
+      if (open_chunks > 1) return open_gather(1, s, dy, dyf, dh2p);  // down_proj_dgrad waits chunk by chunk
       comm.all_gather(dy, dyf, Tl * H, DType::kBF16, s);
     });
     add_op(B_, "down_proj_dgrad", [=, this](cudaStream_t s) {
       if (decompose > 1) return;
-      if (open_chunks > 1) return ag_then_gemm(open_chunks, s, dy, dyf, dh2p, dgrad_chunk);
+      if (open_chunks > 1) return open_gemm(1, s, dgrad_chunk);
       gemm(s, false, true, T, Fl, H, dyf, H, w2, H, dact, Fl);
     });
     add_op(B_, "down_proj_wgrad", [=, this](cudaStream_t s) { gemm(s, true, false, Fl, H, T, act, Fl, dyf, H, dw2, H, wgrad_beta()); });
@@ -935,9 +967,15 @@ void Layer::set_opening_chunks(int chunks) {
     BRAID_REQUIRE(m.Tl % chunks == 0, "layer: the opening chunks must divide the local tokens (" +
                                           std::to_string(m.Tl) + ")");
     BRAID_REQUIRE(m.decompose <= 1, "layer: set_opening_chunks with set_decomposition on (one or the other)");
-    chunk_resources(&m.dstream, &m.devents, chunks);
+    for (auto& ev : m.oevents)
+      while (int(ev.size()) < chunks) {
+        cudaEvent_t e = nullptr;
+        BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        ev.push_back(e);
+      }
   }
   m.open_chunks = chunks > 1 ? chunks : 0;
+  m.open_gathered[0] = m.open_gathered[1] = false;
 }
 int Layer::opening_chunks() const { return impl_->open_chunks; }
 bool Layer::copy_engine_collectives() const { return impl_->ce; }
@@ -1007,6 +1045,8 @@ Layer::~Layer() {
   if (impl_->maps_h) cudaFreeHost(impl_->maps_h);
   if (impl_->counts_ev) cudaEventDestroy(impl_->counts_ev);
   for (cudaEvent_t e : impl_->devents) cudaEventDestroy(e);
+  for (const auto& ev : impl_->oevents)
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
   if (impl_->dstream) cudaStreamDestroy(impl_->dstream);
 }
 

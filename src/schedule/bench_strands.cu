@@ -1563,6 +1563,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   const int open_k =
       a.open_chunks > 1 && p.sp && p.tp > 1 && la.local_tokens() % a.open_chunks == 0 ? a.open_chunks : 0;
   std::vector<std::string> open_invalid;
+  bool open_verified = false;  // the verification ran them (with --no-verify nothing is; else they need this)
 
   // ---- verification on a small shape of the same kind, with the same plan ----
   bool ok = true;
@@ -1789,6 +1790,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     // at the largest of K, 4, 2 that divides the small shape's local tokens (strided-batched GEMMs: relative L2).
     // An order that issues a reader of the gathered tensor before its GEMM operator is not valid with the chunks:
     // its -open variant is dropped (open_invalid) and not timed.
+    open_verified = open_kv > 1;
     if (open_kv > 1) {
       const int kv = open_kv;
       for (const auto& [name, pf] : moves_orders) {
@@ -1976,7 +1978,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       f();
       la.set_opening_chunks(0), lb.set_opening_chunks(0);
     };
-    if (open_k > 1)
+    if (open_k > 1 && (open_verified || !a.verify))
       for (const auto& [name, pf] : moves_orders) {
         if (std::find(open_invalid.begin(), open_invalid.end(), name) != open_invalid.end()) continue;
         const Layer dag_open = opening_chunked_layer(dag_dep2);
@@ -2183,7 +2185,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       }
       // ... and a moves order with each pass's opening pair in chunks (-open<K>, as the main group's; plain and
       // -smres): its own executor pair on opening_chunked_layer with the same pool and waits.
-      if (open_k > 1 && ch.dep_ready &&
+      if (open_k > 1 && (open_verified || !a.verify) && ch.dep_ready &&
           std::find(open_invalid.begin(), open_invalid.end(), "arena:" + ch.name) == open_invalid.end()) {
         const Layer od = opening_chunked_layer(ad);
         try {

@@ -997,6 +997,14 @@ Layer opening_chunked_layer(Layer dag) {
     const int c = dag.find(pass, coll), g = dag.find(pass, gemm);
     if (c < 0 || g < 0) continue;
     auto& ops = pass == Pass::Forward ? dag.fwd : dag.bwd;
+    // The GEMM operator waits for the chunks itself (model::Layer's events), not for the all-gather operator's end:
+    // it takes the all-gather's own dependencies instead.
+    auto& gd = ops[size_t(g)].deps;
+    if (std::find(gd.begin(), gd.end(), c) != gd.end()) {
+      gd.erase(std::find(gd.begin(), gd.end(), c));
+      for (int d : ops[size_t(c)].deps)
+        if (std::find(gd.begin(), gd.end(), d) == gd.end()) gd.push_back(d);
+    }
     for (int i = 0; i < int(ops.size()); ++i) {
       auto& d = ops[size_t(i)].deps;
       if (i == g || std::find(d.begin(), d.end(), c) == d.end() || std::find(d.begin(), d.end(), g) != d.end()) continue;

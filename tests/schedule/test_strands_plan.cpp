@@ -1148,15 +1148,15 @@ TEST(StrandTrace, SumsByNameOverLayersAndNamesTheTail) {
   EXPECT_EQ(x.ops[0].name, "f.gemm");  // the most over its reference
 }
 
-// opening_chunked_layer: with the opening pairs run by their GEMM operators, whatever read the gathered tensor after
-// the all-gather also waits for the GEMM operator. The GPU layer's DAGs have that already (the forward is a chain; a
-// backward sink depends on the main operator before it, down_proj_wgrad on down_proj_dgrad): the function leaves
-// them as they are and adds the dependency where a DAG lacks it (here one made by hand). Layers without a pair (no
-// sequence parallelism; the MoE backward) are left alone.
-TEST(OpeningChunks, ReadersOfTheGatheredTensorWaitForTheGemmOperator) {
+// opening_chunked_layer: the opening pairs split across their operators (the GEMM operator waits for each chunk of the
+// all-gather itself), so the GEMM operator takes the all-gather's dependencies instead of the all-gather, and whatever
+// else read the gathered tensor after the all-gather still waits for the GEMM operator. The GPU layer's DAGs have the
+// latter already (the forward is a chain; a backward sink depends on the main operator before it); the function adds
+// it where a DAG lacks it (here one made by hand). Layers without a pair (no sequence parallelism; the MoE backward)
+// are left alone.
+TEST(OpeningChunks, TheGemmWaitsForTheChunksAndReadersForTheGemm) {
   const m::Parallel sp{2, true}, nosp{2, false};
-  // Transitive dependencies of op i in `ops`.
-  auto reaches = [](const std::vector<sch::Op>& ops, int i, int target) {
+  auto reaches = [](const std::vector<sch::Op>& ops, int i, int target) {  // transitive dependency of op i
     std::vector<int> todo{i};
     std::vector<char> seen(ops.size(), 0);
     while (!todo.empty()) {
@@ -1173,13 +1173,23 @@ TEST(OpeningChunks, ReadersOfTheGatheredTensorWaitForTheGemmOperator) {
     const auto dag = sch::strand_layer(cfg(name, 4096), sp);
     const auto open = sch::opening_chunked_layer(dag);
     for (const auto pass : {sch::Pass::Forward, sch::Pass::Backward}) {
-      for (size_t i = 0; i < dag.ops(pass).size(); ++i) EXPECT_EQ(dag.ops(pass)[i].deps, open.ops(pass)[i].deps) << name;
       const bool fwd = pass == sch::Pass::Forward;
       const int ag = dag.find(pass, fwd ? "f.ag_h1" : "b.ag_dy"), g = dag.find(pass, fwd ? "f.qkv_proj" : "b.down_proj_dgrad");
+      const auto &before = dag.ops(pass), &after = open.ops(pass);
+      for (size_t i = 0; i < before.size(); ++i) {
+        if (ag >= 0 && int(i) == g) continue;
+        EXPECT_EQ(before[i].deps, after[i].deps) << name << " " << before[i].name;
+      }
       if (ag < 0) continue;  // the MoE backward
-      for (int i = 0; i < int(dag.ops(pass).size()); ++i)
-        if (i != g && reaches(dag.ops(pass), i, ag)) EXPECT_TRUE(reaches(dag.ops(pass), i, g)) << name << " " << dag.ops(pass)[size_t(i)].name;
+      ASSERT_GT(g, ag) << name;
+      EXPECT_EQ(after[size_t(g)].deps, before[size_t(ag)].deps) << name << ": the GEMM takes the all-gather's dependencies";
+      EXPECT_FALSE(reaches(after, g, ag)) << name;
+      for (int i = 0; i < int(before.size()); ++i)
+        if (i != g && reaches(before, i, ag)) EXPECT_TRUE(reaches(after, i, g)) << name << " " << before[size_t(i)].name;
     }
+    const auto again = sch::opening_chunked_layer(open);  // twice is once
+    for (size_t i = 0; i < open.bwd.size(); ++i) EXPECT_EQ(again.bwd[i].deps, open.bwd[i].deps) << name;
+    for (size_t i = 0; i < open.fwd.size(); ++i) EXPECT_EQ(again.fwd[i].deps, open.fwd[i].deps) << name;
   }
   {  // a DAG whose weight gradient reads dy's gather directly
     auto dag = sch::strand_layer(cfg("llama3-70b", 4096), sp);
@@ -1191,7 +1201,7 @@ TEST(OpeningChunks, ReadersOfTheGatheredTensorWaitForTheGemmOperator) {
     dag.bwd[size_t(wg)].deps = {ag};
     const auto open = sch::opening_chunked_layer(dag);
     EXPECT_EQ(open.bwd[size_t(wg)].deps, (std::vector<int>{ag, dg}));
-    EXPECT_EQ(open.bwd[size_t(dg)].deps, dag.bwd[size_t(dg)].deps);
+    EXPECT_EQ(open.bwd[size_t(dg)].deps, dag.bwd[size_t(ag)].deps);
     const auto again = sch::opening_chunked_layer(open);  // twice is once
     EXPECT_EQ(again.bwd[size_t(wg)].deps, open.bwd[size_t(wg)].deps);
   }

@@ -94,14 +94,16 @@ class Layer {
   void set_decomposition(int chunks);
   int decomposition() const;
   // The pairs that open each pass in chunks (bench strands' -open<K> variants; docs/dhelix.md, fifty-seventh
-  // session): with chunks > 1 the forward's ag_h1 -> qkv_proj and the backward's ag_dy -> down_proj_dgrad (dense)
-  // run as set_decomposition runs them, but by the pair's *GEMM* operator, on the stream it is given (its chunks'
-  // all-gathers on the layer's second stream), and the all-gather operator is empty. A strand executor (which puts
-  // the all-gather on a link stream and the GEMM on its compute stream) then starts a unit's compute after one chunk's
-  // all-gather instead of the whole of both strands' opening all-gathers. Whatever reads the gathered tensor (h1f, dyf)
-  // must run after the GEMM operator (schedule::opening_chunked_layer adds those dependencies). Needs sp, chunks |
-  // local tokens and no set_decomposition; 0 or 1 turns it off. Results equal the plain layer up to the GEMMs'
-  // rounding (strided-batched over the ranks' row blocks). A runtime switch: the compute-only reference runs with it off.
+  // session): with chunks > 1 the forward's ag_h1 -> qkv_proj and the backward's ag_dy -> down_proj_dgrad (dense) run
+  // split across their two operators: the all-gather operator gathers `chunks` row chunks one after another on its
+  // stream (each into scratch, then copied into the gathered tensor, an event recorded after each), and the GEMM
+  // operator waits for each chunk's event on its own stream before that chunk's GEMM (strided-batched over the ranks'
+  // row blocks). A strand executor whose GEMM operator does not wait for the all-gather operator's end
+  // (schedule::opening_chunked_layer, dependency-ready) then starts a unit's compute after one chunk's all-gather. The
+  // all-gather operator must be issued (host order) before its GEMM operator (which throws UsageError otherwise);
+  // whatever else reads the gathered tensor (h1f, dyf) must run after the GEMM operator. Needs sp, chunks | local
+  // tokens and no set_decomposition; 0 or 1 turns it off. Results equal the plain layer up to the GEMMs' rounding. A
+  // runtime switch: a compute-only pass (no all-gather operators) runs with it off.
   void set_opening_chunks(int chunks);
   int opening_chunks() const;
   // True when this layer's collectives run on its comm's copy engines (a dense SP layer at TP = 2 over

@@ -279,12 +279,14 @@ Layer two_link_layer(Layer dag);
 Layer dep_ready_layer(Layer dag);
 
 /// `dag` for layers with model::Layer::set_opening_chunks on: the pairs that open each pass (f.ag_h1 -> f.qkv_proj;
-/// b.ag_dy -> b.down_proj_dgrad) run by their GEMM operator, the all-gather operator empty. Every other operator that
-/// depended on the all-gather (what reads the gathered tensor, e.g. b.down_proj_wgrad reads dyf) depends on the GEMM
-/// operator too (strand_layer's DAGs have that already: the forward is a chain, a backward sink depends on the main
-/// operator before it; the function keeps it true for any DAG); times are kept (the all-gather's solo time stays on its link stream in the models: an
-/// overestimate). Pairs the DAG lacks (no sequence parallelism; the MoE backward) are left alone. An order of `dag`
-/// that issues such a reader before the GEMM operator is not valid for the result (StrandExecutor throws).
+/// b.ag_dy -> b.down_proj_dgrad) split across their operators, the GEMM operator waiting for each chunk of the
+/// all-gather itself. So the GEMM operator no longer depends on the all-gather operator (it takes the all-gather's own
+/// dependencies instead), and every other operator that depended on the all-gather (what reads the gathered tensor)
+/// depends on the GEMM operator too (strand_layer's DAGs have that already: the forward is a chain, a backward sink
+/// depends on the main operator before it). Only a dependency-ready executor (dep_ready_layer) then lets the GEMM start
+/// before the whole gather ends; a chained one still waits for its strand's previous operator. The all-gather must stay
+/// before the GEMM in every pass's own order (the layer throws otherwise): plans made on `dag` keep it. Times are kept.
+/// Pairs the DAG lacks (no sequence parallelism; the MoE backward) are left alone.
 Layer opening_chunked_layer(Layer dag);
 
 /// The backward operators each forward operator must wait for when both layers' saved activations live in
