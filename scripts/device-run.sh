@@ -232,9 +232,12 @@
 # (MIXTRAL_THROTTLES=1) into $OUT/t, $OUT/s, $OUT/m: 6.7 min cold; warm `build` + Mixtral NVLink (64 x 8) + 70B 1 CTA
 # 4.1 min; warm `build` + both at 2 CTAs 3.7 min; `build test` (test_strands_mpi) + two `--op-trace` runs by hand 4.1 min
 # cold; `build` + two 20-layer 70B stacks at NVLink (6 x 3, --comm nccl-ce / nccl, --pairs the eb35616 table) 4.2 min
-# cold (each stack ~60 s). Next on a 2-GPU machine: the stack's op trace at full NVLink (`bench strands --layers 20
-# --op-trace`, d860992: the fastest stack variants traced against the compute-only pass) beside the chained
-# round-robin, which hid the most there (36-46%).
+# cold (each stack ~60 s). Next on a 2-GPU machine: `build test` with BUILD_TARGET="braid test_layer_mpi
+# test_strands_mpi" CTEST_R='test_layer_mpi$|test_strands_mpi$' (the opening-chunks tests, b3072fa), then one 70B layer
+# at full NVLink over nccl-ce (`--comm nccl-ce --pairs` the eb35616 table, --iters 64 --rounds 8 --op-trace) and at
+# 1 CTA (`strands-smres` SMRES_NVLINK=0 STRANDS_ITERS=40 STRANDS_ROUNDS=5): the -open4 variants beside the plain
+# moves orders; then the stack's op trace at full NVLink (`bench strands --layers 20 --op-trace`, d860992) beside
+# the chained round-robin, which hid the most there (36-46%).
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
