@@ -943,30 +943,30 @@ void chunk_resources(cudaStream_t* dstream, std::vector<cudaEvent_t>* devents, i
     devents->push_back(e);
   }
 }
+// set_decomposition and set_opening_chunks (`what`): chunks >= 0; more than one needs sequence parallelism, must divide
+// the local tokens, and excludes the other (`other_on`).
+void require_chunks(bool sp, int64_t Tl, int chunks, bool other_on, const char* what) {
+  BRAID_REQUIRE(chunks >= 0, std::string("layer: ") + what + ": chunks >= 0");
+  if (chunks <= 1) return;
+  BRAID_REQUIRE(sp, std::string("layer: ") + what + " needs sequence parallelism (all-gathers / reduce-scatters)");
+  BRAID_REQUIRE(Tl % chunks == 0, std::string("layer: ") + what + ": the chunks must divide the local tokens (" +
+                                      std::to_string(Tl) + ")");
+  BRAID_REQUIRE(!other_on, std::string("layer: ") + what + ": set_decomposition and set_opening_chunks exclude each other");
+}
 }  // namespace
 
 void Layer::set_decomposition(int chunks) {
   Impl& m = *impl_;
-  BRAID_REQUIRE(chunks >= 0, "layer: decomposition chunks >= 0");
-  if (chunks > 1) {
-    BRAID_REQUIRE(m.sp, "layer: the intra-batch decomposition needs sequence parallelism (all-gather / reduce-scatter)");
-    BRAID_REQUIRE(m.Tl % chunks == 0, "layer: the decomposition's chunks must divide the local tokens (" +
-                                          std::to_string(m.Tl) + ")");
-    BRAID_REQUIRE(m.open_chunks <= 1, "layer: set_decomposition with set_opening_chunks on (one or the other)");
-    chunk_resources(&m.dstream, &m.devents, chunks);
-  }
+  require_chunks(m.sp, m.Tl, chunks, m.open_chunks > 1, "set_decomposition");
+  if (chunks > 1) chunk_resources(&m.dstream, &m.devents, chunks);
   m.decompose = chunks > 1 ? chunks : 0;
 }
 int Layer::decomposition() const { return impl_->decompose; }
 
 void Layer::set_opening_chunks(int chunks) {
   Impl& m = *impl_;
-  BRAID_REQUIRE(chunks >= 0, "layer: opening chunks >= 0");
+  require_chunks(m.sp, m.Tl, chunks, m.decompose > 1, "set_opening_chunks");
   if (chunks > 1) {
-    BRAID_REQUIRE(m.sp, "layer: the opening chunks need sequence parallelism (the all-gathers of h1 and dy)");
-    BRAID_REQUIRE(m.Tl % chunks == 0, "layer: the opening chunks must divide the local tokens (" +
-                                          std::to_string(m.Tl) + ")");
-    BRAID_REQUIRE(m.decompose <= 1, "layer: set_opening_chunks with set_decomposition on (one or the other)");
     for (auto& ev : m.oevents)
       while (int(ev.size()) < chunks) {
         cudaEvent_t e = nullptr;

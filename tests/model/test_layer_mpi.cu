@@ -178,69 +178,46 @@ TEST(LayerMpi, MoEDeviceSizesEqualReferenceAndCapture) {
   }
 }
 
-// The intra-batch decomposition (chunked AG -> GEMM and GEMM -> RS on two streams) computes the same layer:
-// against the float64 reference with the plain layer's tolerance, forward and backward.
-TEST(LayerMpi, DenseDecompositionEqualsReference) {
+// Chunked pairs compute the same layer, against the float64 reference with the plain layer's tolerance, forward and
+// backward: the intra-batch decomposition (every AG -> GEMM and GEMM -> RS pair chunked, on two streams; opening =
+// false) or only the pairs that open each pass, split across their operators (set_opening_chunks; opening = true: also
+// op by op). Each needs sequence parallelism, and one excludes the other.
+void chunked_pairs_equal_reference(bool opening) {
   const int tp = Env::world_->size(), rank = Env::world_->rank();
+  auto set = [&](m::Layer& l, int k) { opening ? l.set_opening_chunks(k) : l.set_decomposition(k); };
+  auto get = [&](const m::Layer& l) { return opening ? l.opening_chunks() : l.decomposition(); };
   for (const auto& c : shapes(false)) {
     const m::Parallel p{tp, true};
-    const auto w = m::init_weights(c, 41);
+    const auto w = m::init_weights(c, opening ? 44 : 41);
     const size_t n = size_t(c.tokens()) * c.hidden;
-    const auto x = m::random_values(n, 42, 1.0), dy = m::random_values(n, 43, 1.0);
+    const auto x = m::random_values(n, opening ? 45 : 42, 1.0), dy = m::random_values(n, opening ? 46 : 43, 1.0);
     const auto ref = m::reference_layer(c, w, x, dy);
     m::Layer layer(c, p, *Env::comm_);
     layer.load_weights(w);
     for (int chunks : {2, 4}) {
       if (layer.local_tokens() % chunks != 0) continue;
-      SCOPED_TRACE(c.describe() + " decomposition " + std::to_string(chunks));
-      layer.set_decomposition(chunks);
-      EXPECT_EQ(layer.decomposition(), chunks);
-      const auto got = run_layer(layer, rank, x, dy, Env::world_->stream());
-      expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol, c.name + " decomposed vs reference");
-    }
-    layer.set_decomposition(0);
-    EXPECT_EQ(layer.decomposition(), 0);
-  }
-  const auto c = shapes(false).front();
-  m::Layer plain(c, m::Parallel{tp, false}, *Env::comm_);
-  if (tp > 1) EXPECT_THROW(plain.set_decomposition(2), braid::Error);  // needs sequence parallelism
-}
-
-// The opening pairs in chunks (set_opening_chunks: ag_h1 -> qkv_proj and ag_dy -> down_proj_dgrad run by the GEMM
-// operator, the all-gather operator empty) compute the same layer: against the float64 reference with the plain layer's
-// tolerance, whole passes and op by op on a second stream; it excludes set_decomposition and needs sequence parallelism.
-TEST(LayerMpi, DenseOpeningChunksEqualReference) {
-  const int tp = Env::world_->size(), rank = Env::world_->rank();
-  for (const auto& c : shapes(false)) {
-    const m::Parallel p{tp, true};
-    const auto w = m::init_weights(c, 44);
-    const size_t n = size_t(c.tokens()) * c.hidden;
-    const auto x = m::random_values(n, 45, 1.0), dy = m::random_values(n, 46, 1.0);
-    const auto ref = m::reference_layer(c, w, x, dy);
-    m::Layer layer(c, p, *Env::comm_);
-    layer.load_weights(w);
-    for (int chunks : {2, 4}) {
-      if (layer.local_tokens() % chunks != 0) continue;
-      SCOPED_TRACE(c.describe() + " opening chunks " + std::to_string(chunks));
-      layer.set_opening_chunks(chunks);
-      EXPECT_EQ(layer.opening_chunks(), chunks);
-      EXPECT_THROW(layer.set_decomposition(2), braid::Error);  // one or the other
+      SCOPED_TRACE(c.describe() + (opening ? " opening chunks " : " decomposition ") + std::to_string(chunks));
+      set(layer, chunks);
+      EXPECT_EQ(get(layer), chunks);
+      if (opening) EXPECT_THROW(layer.set_decomposition(2), braid::Error);  // one or the other
+      else EXPECT_THROW(layer.set_opening_chunks(2), braid::Error);
       for (const bool op_by_op : {false, true}) {
+        if (op_by_op && !opening) continue;
         const auto got = run_layer(layer, rank, x, dy, Env::world_->stream(), op_by_op);
         expect_close(got, ref, c, p, rank, layer.local_tokens(), kTol,
-                     c.name + (op_by_op ? " opening chunks, op by op," : " opening chunks") + " vs reference");
+                     c.name + (opening ? " opening chunks" : " decomposed") + (op_by_op ? ", op by op," : "") +
+                         " vs reference");
       }
     }
-    layer.set_opening_chunks(0);
-    EXPECT_EQ(layer.opening_chunks(), 0);
-    layer.set_decomposition(2);
-    EXPECT_THROW(layer.set_opening_chunks(2), braid::Error);
-    layer.set_decomposition(0);
+    set(layer, 0);
+    EXPECT_EQ(get(layer), 0);
   }
   const auto c = shapes(false).front();
   m::Layer plain(c, m::Parallel{tp, false}, *Env::comm_);
-  if (tp > 1) EXPECT_THROW(plain.set_opening_chunks(2), braid::Error);  // needs sequence parallelism
+  if (tp > 1) EXPECT_THROW(set(plain, 2), braid::Error);  // needs sequence parallelism
 }
+TEST(LayerMpi, DenseDecompositionEqualsReference) { chunked_pairs_equal_reference(false); }
+TEST(LayerMpi, DenseOpeningChunksEqualReference) { chunked_pairs_equal_reference(true); }
 
 // The dense SP layer at TP = 2 over NCCL's copy engines (make_nccl_ce_comm): gathered tensors and reduce-scatter
 // partial sums in the comm's windows, the transfers in place, the sums in the consumers. Against the float64

@@ -660,13 +660,23 @@ TEST(StrandsMpi, OpTraceTimesEveryComputeOperatorOnce) {
 // strands once, collectives on a link stream and compute on the compute stream; no operator starts before a DAG
 // dependency of its own strand ends (the executor's waits, read off the GPU's clock), one stream's operators do not
 // overlap, and outside the scope nothing is recorded.
-TEST(StrandsMpi, OpTraceScopeRecordsEveryOperatorOfAStrandUnitInDependencyOrder) {
+// Two dense layers for the executor tests below: a with weights from `seed`, b sharing them over comm b.
+struct DensePair {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
-  const auto c = shape(false);
+  const m::ModelConfig c = shape(false);
   const m::Parallel par{tp, true};
-  m::Layer a(c, par, *Env::comm_a_);
-  a.load_weights(m::init_weights(c, 81));
-  m::Layer b(a, *Env::comm_b_);
+  m::Layer a, b;
+  explicit DensePair(uint64_t seed) : a(c, par, *Env::comm_a_), b(a, *Env::comm_b_) {
+    a.load_weights(m::init_weights(c, seed));  // (b reads a's weights)
+  }
+};
+
+TEST(StrandsMpi, OpTraceScopeRecordsEveryOperatorOfAStrandUnitInDependencyOrder) {
+  DensePair pair(81);
+  const int rank = pair.rank;
+  const auto& c = pair.c;
+  const auto& par = pair.par;
+  m::Layer &a = pair.a, &b = pair.b;
   const size_t n = size_t(c.tokens()) * c.hidden;
   upload(a, m::random_values(n, 82, 1.0), m::random_values(n, 83, 1.0), rank);
   upload(b, m::random_values(n, 84, 1.0), m::random_values(n, 85, 1.0), rank);
@@ -723,12 +733,11 @@ TEST(StrandsMpi, OpTraceScopeRecordsEveryOperatorOfAStrandUnitInDependencyOrder)
 // the same data), chained and with operators waiting for their dependencies only; the layers' own tests compare the
 // chunked layer with the float64 reference.
 TEST(StrandsMpi, OpeningChunksStrandsEqualSingleStrandWithThem) {
-  const int rank = Env::world_->rank(), tp = Env::world_->size();
-  const auto c = shape(false);
-  const m::Parallel par{tp, true};
-  m::Layer a(c, par, *Env::comm_a_);
-  a.load_weights(m::init_weights(c, 91));
-  m::Layer b(a, *Env::comm_b_);
+  DensePair pair(91);
+  const int rank = pair.rank, tp = pair.tp;
+  const auto& c = pair.c;
+  const auto& par = pair.par;
+  m::Layer &a = pair.a, &b = pair.b;
   if (tp < 2) GTEST_SKIP() << "the opening pairs need sequence parallelism at TP >= 2";
   ASSERT_EQ(a.local_tokens() % 4, 0);
   a.set_opening_chunks(4), b.set_opening_chunks(4);
