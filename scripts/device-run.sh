@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# ar-ll128 ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
+# ar-ll128 ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce strands-open t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -234,9 +234,8 @@
 # cold; `build` + two 20-layer 70B stacks at NVLink (6 x 3, --comm nccl-ce / nccl, --pairs the eb35616 table) 4.2 min
 # cold (each stack ~60 s). Next on a 2-GPU machine: `build test` with BUILD_TARGET="braid test_layer_mpi
 # test_strands_mpi" CTEST_R='test_layer_mpi$|test_strands_mpi$' (the opening-chunks tests, b3072fa), then one 70B layer
-# at full NVLink over nccl-ce (`--comm nccl-ce --pairs` the eb35616 table, --iters 64 --rounds 8 --op-trace) and at
-# 1 CTA (`strands-smres` SMRES_NVLINK=0 STRANDS_ITERS=40 STRANDS_ROUNDS=5): the -open4 variants beside the plain
-# moves orders; then the stack's op trace at full NVLink (`bench strands --layers 20 --op-trace`, d860992) beside
+# at full NVLink over nccl-ce and at 1 CTA with the -open4 variants beside the plain moves orders (`strands-open`,
+# both runs with --op-trace; ~2 x 1.5 min); then the stack's op trace at full NVLink (`bench strands --layers 20 --op-trace`, d860992) beside
 # the chained round-robin, which hid the most there (36-46%).
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
@@ -1164,6 +1163,23 @@ if has bench-comm; then  # the layer's Comm implementations alone and beside a c
       -b "${COMM_MIN:-1M}" -e "${COMM_MAX:-256M}" -f 4 ${COMM_ARGS:-} \
       --gemm "${COMM_GEMM:-8192,8192,8192}" --gemm-sm-reserve "$r" --json "$out/bench-comm.jsonl" 2>&1 | tee -a "$log"
   done
+fi
+if has strands-open; then  # DHelix with each pass's opening pair in chunks (-open<K>, fifty-seventh session): one 70B layer
+  # at full NVLink over nccl-ce (the eb35616 table; OPEN_NVLINK_ITERS x OPEN_NVLINK_ROUNDS, default 64 x 8) and at 1 CTA
+  # (the e782a52 table; STRANDS_ITERS x STRANDS_ROUNDS, default 40 x 5), both with --op-trace (the strand traces say
+  # where each unit's exposure sits), --open-chunks OPEN_CHUNKS (default 4); OPEN_T seconds per run (default 240).
+  echo "== strands-open ($(date +%T))" | tee -a "$log"
+  T=${OPEN_T:-240} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --comm nccl-ce --no-graph --gemm-sm-reserve 0 \
+    --iters ${OPEN_NVLINK_ITERS:-64} --rounds ${OPEN_NVLINK_ROUNDS:-8} --warmup 2 --op-trace --open-chunks ${OPEN_CHUNKS:-4} \
+    --pairs bench/results/h200x2/strands-pairs-llama3-70b-nvlink-nccl-ce-eb35616.txt \
+    --json "$out/strands-open-nvlink.jsonl" > "$out/strands-open-nvlink.log" 2>&1
+  echo "nvlink rc=$?" | tee -a "$log"
+  T=${OPEN_T:-240} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --no-graph --gemm-sm-reserve 4 \
+    --iters ${STRANDS_ITERS:-40} --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --op-trace --open-chunks ${OPEN_CHUNKS:-4} \
+    --pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt \
+    --json "$out/strands-open-throttle1.jsonl" > "$out/strands-open-throttle1.log" 2>&1
+  echo "throttle1 rc=$?" | tee -a "$log"
+  grep -hE "FAILED|^# noise|^single|^round-robin |-open|corun-moves|arena-io-moves" "$out"/strands-open-*.log | cut -c1-170 | tee -a "$log"
 fi
 if has strands-ce; then  # DHelix over a copy-engine comm against NCCL, NVLink (peer-ce and nccl-ce have no throttle)
   # CE_COMMS (nccl, nccl-ce: NCCL's copy engines, no SM; peer-ce: braid's), CE_MODELS, SMRES_CE (SMs the GEMMs leave:
