@@ -940,6 +940,21 @@ void print_strand_trace(const OpTrace& t, const OpTrace& ref, cudaStream_t compu
   std::printf("\n");
 }
 
+// --op-trace for one variant (a unit, or a stack pass): two untraced runs first (the state the timed passes ran in),
+// then one inside an OpTrace::Scope, printed (rank 0) against the traced compute-only run `ref`. Collective.
+void trace_variant(Team& team, cudaStream_t s, const std::string& name, const std::function<void(int)>& fn,
+                   const OpTrace& ref) {
+  fn(0);
+  fn(0);
+  OpTrace t;
+  {
+    OpTrace::Scope scope(t);
+    fn(0);
+  }
+  team.synchronize(s, "bench strands variant trace");
+  if (team.rank() == 0) print_strand_trace(t, ref, s, name);
+}
+
 // A clock window's line (collective): rank 0's summary and the lowest mean SM clock over the ranks.
 void print_clocks(Team& team, const std::string& what, const bench::ClockSummary& c) {
   const double lo = team.allreduce_min(c.samples > 0 ? c.mean_mhz : 1e9);
@@ -1264,18 +1279,7 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
     for (size_t k = 0; k < iv.names.size(); ++k)
       if (iv.names[k].find("strands") != std::string::npos) idx.push_back(k);
     std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return vs[first_iv + x].us < vs[first_iv + y].us; });
-    for (size_t j = 0; j < idx.size() && j < 2; ++j) {
-      const auto& fn = iv.fns[idx[j]];
-      fn(0);
-      fn(0);
-      OpTrace vt;
-      {
-        OpTrace::Scope scope(vt);
-        fn(0);
-      }
-      team.synchronize(s, "bench strands (stack) variant trace");
-      if (root) print_strand_trace(vt, trace, s, iv.names[idx[j]]);
-    }
+    for (size_t j = 0; j < idx.size() && j < 2; ++j) trace_variant(team, s, iv.names[idx[j]], iv.fns[idx[j]], trace);
   }
   team.synchronize(s, "bench strands (stack) end");
   return ok ? 0 : 3;
@@ -1898,17 +1902,6 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
   std::vector<double> compute_rounds;  // compute only's median per interleaved pass (the hidden/pass column)
   // --op-trace: the traced compute-only pass (after the main group's timing), which traced variants are read against.
   std::unique_ptr<OpTrace> ref_trace;
-  auto trace_variant = [&](const std::string& name, const std::function<void(int)>& fn) {
-    fn(0);
-    fn(0);  // two untraced units first: the state the timed passes ran in
-    OpTrace t;
-    {
-      OpTrace::Scope scope(t);
-      fn(0);
-    }
-    team.synchronize(s, "bench strands variant trace");
-    if (root && ref_trace) print_strand_trace(t, *ref_trace, s, name);
-  };
   {
     Interleaved iv;
     iv.add("single-strand", [&](int) { run_single_strand(la, lb, s); }, one_set);
@@ -2034,7 +2027,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       for (size_t k = 0; k < iv.names.size(); ++k)
         if (iv.names[k].rfind("strands", 0) == 0) idx.push_back(k);
       std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return vs[first_iv + x].us < vs[first_iv + y].us; });
-      for (size_t j = 0; j < idx.size() && j < 2; ++j) trace_variant(iv.names[idx[j]], iv.fns[idx[j]]);
+      for (size_t j = 0; j < idx.size() && j < 2; ++j) trace_variant(team, s, iv.names[idx[j]], iv.fns[idx[j]], *ref_trace);
     }
   }
   if (graph) {
@@ -2149,7 +2142,7 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
         size_t best = 2;
         for (size_t i = 3; i < gv.size(); ++i)
           if (gv[i].us < gv[best].us) best = i;
-        if (best < gv.size()) trace_variant(g.names[best], g.fns[best]);
+        if (best < gv.size()) trace_variant(team, s, g.names[best], g.fns[best], *ref_trace);
       }
       for (size_t i = 2; i < gv.size(); ++i) {
         Variant v = gv[i];
