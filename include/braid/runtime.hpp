@@ -166,20 +166,25 @@ class Team {
 // a zero-CTA communicator (Team::nccl_zero_cta), its copy engines — run between such buffers. Creation
 // and destruction are collective over the communicator: every rank creates and destroys its windows with
 // the same sizes, in the same order. Throws UnavailableError where NCCL is older.
+// The second constructor registers memory another NcclWindow allocated (another communicator's window) on `comm` as
+// well, without owning it: destruction deregisters it and leaves the memory to its owner, which must outlive it.
 class NcclWindow {
  public:
   NcclWindow(ncclComm_t comm, size_t bytes);
+  NcclWindow(ncclComm_t comm, void* borrowed, size_t bytes);
   ~NcclWindow();
   NcclWindow(const NcclWindow&) = delete;
   NcclWindow& operator=(const NcclWindow&) = delete;
   void* get() const { return p_; }
   size_t bytes() const { return bytes_; }
+  bool owned() const { return owned_; }
 
  private:
   ncclComm_t comm_;
   size_t bytes_;
   void* p_ = nullptr;
   void* win_ = nullptr;  // ncclWindow_t
+  bool owned_ = true;    // p_ from ncclMemAlloc here (else borrowed: only registered)
 };
 
 // A buffer of the same size on every rank of a team, each mapped into every peer of the node.

@@ -108,7 +108,10 @@ class NcclCeComm : public NcclComm {
     free_window(w);
   }
   ~NcclCeComm() override {
-    windows_.clear();  // deregistered on their communicator, before it goes
+    // Deregistered on their communicator before it goes, the registered (borrowed) ones first.
+    for (size_t k = 0; k < windows_.size(); ++k)
+      if (!windows_[k]->owned()) windows_[k].reset();
+    windows_.clear();
     if (ce_) ncclCommDestroy(ce_);
   }
   std::string name() const override { return "nccl-ce"; }
@@ -116,15 +119,41 @@ class NcclCeComm : public NcclComm {
     auto w = std::make_unique<NcclWindow>(ce_, std::max<size_t>(bytes, 256));
     void* p = w->get();
     windows_.push_back(std::move(w));
+    refs_.push_back(1);
     return p;
   }
   void free_window(void* p) override {
-    for (auto it = windows_.begin(); it != windows_.end(); ++it)
-      if ((*it)->get() == p) {
-        windows_.erase(it);
+    for (size_t k = 0; k < windows_.size(); ++k)
+      if (windows_[k]->get() == p) {
+        if (--refs_[k] > 0) return;  // registered for another caller still
+        windows_.erase(windows_.begin() + long(k));
+        refs_.erase(refs_.begin() + long(k));
         return;
       }
-    throw UsageError("nccl-ce comm: free_window of memory it did not allocate", __FILE__, __LINE__);
+    throw UsageError("nccl-ce comm: free_window of memory it did not allocate or register", __FILE__, __LINE__);
+  }
+  // Registering memory again (two layers sharing one owner's scratch over this comm) counts one more free_window.
+  bool register_window(void* p, size_t bytes) override {
+    BRAID_REQUIRE(p != nullptr, "nccl-ce comm: register_window of no memory");
+    bytes = std::max<size_t>(bytes, 256);
+    for (size_t k = 0; k < windows_.size(); ++k)
+      if (windows_[k]->get() == p) {
+        BRAID_REQUIRE(windows_[k]->bytes() == bytes, "nccl-ce comm: register_window of a window with another size");
+        ++refs_[k];
+        return true;
+      }
+    BRAID_REQUIRE(!in_window(p, 1), "nccl-ce comm: register_window inside one of its windows");
+    windows_.push_back(std::make_unique<NcclWindow>(ce_, p, bytes));
+    refs_.push_back(1);
+    return true;
+  }
+  bool in_window(const void* p, size_t bytes) const override {
+    const char* c = static_cast<const char*>(p);
+    for (const auto& w : windows_) {
+      const char* b = static_cast<const char*>(w->get());
+      if (c >= b && c + bytes <= b + w->bytes()) return true;
+    }
+    return false;
   }
   void all_gather(const void* in, void* out, size_t count, DType t, cudaStream_t s) override {
     const size_t es = bench::dtype_size(t);
@@ -136,16 +165,9 @@ class NcclCeComm : public NcclComm {
   }
 
  private:
-  bool in_window(const void* p, size_t bytes) const {
-    const char* c = static_cast<const char*>(p);
-    for (const auto& w : windows_) {
-      const char* b = static_cast<const char*>(w->get());
-      if (c >= b && c + bytes <= b + w->bytes()) return true;
-    }
-    return false;
-  }
   ncclComm_t ce_ = nullptr;
   std::vector<std::unique_ptr<NcclWindow>> windows_;
+  std::vector<int> refs_;  // per window: alloc_window / register_window calls not yet freed
   // BRAID_NCCL_CE_KERNELS=1 (diagnosis): every all-gather on NCCL's kernels, the windows and the layer's layout
   // unchanged — what the copy engines' transfers themselves change, against the same buffers.
   const bool kernels_only_ = env::flag("BRAID_NCCL_CE_KERNELS").value_or(false);

@@ -199,11 +199,20 @@ struct Layer::Impl {
     if (account) *account += std::max<size_t>(n, 1) * sizeof(Tp);
     return static_cast<Tp*>(ptr);
   }
-  // one_phase() for a window: the owner's with Share::kWeightsAndScratch (a window of the owner's comm: this comm's
-  // all-gathers on it take NCCL's kernels, the same bytes), else a new one.
+  // one_phase() for a window: the owner's with Share::kWeightsAndScratch — a window of the owner's comm, registered
+  // in this one too (Comm::register_window) where the comms differ, so this layer's collectives on it take the copy
+  // engines as well (before 2026-11-30 they fell back to NCCL's kernels: every collective of a second strand object
+  // sharing the owner's scratch took SMs) — else a new one.
   template <class Tp>
   Tp* one_phase_window(Tp* Impl::*field, size_t n) {
-    return share_scratch ? owner->*field : window<Tp>(n);
+    if (!share_scratch) return window<Tp>(n);
+    Tp* ptr = owner->*field;
+    if (&comm != &owner->comm) {
+      BRAID_REQUIRE(comm.register_window(ptr, std::max<size_t>(n, 1) * sizeof(Tp)),
+                    "layer: the comm takes no window of the owner's (internal error)");
+      windows.push_back(ptr);  // (free_window: deregistered here; the owner frees it)
+    }
+    return ptr;
   }
 
   template <class Tp>
@@ -375,7 +384,12 @@ void Layer::Impl::setup() {
   rstd1 = alloc<float>(Tl), rstd2 = alloc<float>(Tl);
   if (ce) h2f = window<bf16>(T * H), h2 = h2f + rank * Tl * H;
   else h2 = sp && !moe ? one_phase(&Impl::h2, Tl * H) : alloc<bf16>(Tl * H);  // MoE: router_bwd reads h2
-  dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H);
+  // Copy-engine layers of their own scratch: dy is its rank's slot of the window dyf (the backward's all-gather in
+  // place on the copy engines). Sharing the owner's scratch, dy stays the layer's own (x/y/dy/dx stay per layer) and
+  // that all-gather takes NCCL's kernels out of place — until share_interfaces makes dy the owner's, its slot of dyf.
+  const bool dy_in_dyf = ce && !share_scratch;
+  if (!dy_in_dyf) dy = alloc<bf16>(Tl * H);
+  dx = alloc<bf16>(Tl * H);
   if (ce) dx1f = one_phase_window(&Impl::dx1f, T * H), dx1 = dx1f + rank * Tl * H;
   else dx1 = one_phase(&Impl::dx1, Tl * H);
   dh2 = one_phase(&Impl::dh2, Tl * H);
@@ -388,7 +402,12 @@ void Layer::Impl::setup() {
     gu = alloc<bf16>(T * 2 * Fl), act = alloc<bf16>(T * Fl);
     mlp_part = ce ? one_phase_window(&Impl::mlp_part, detail::kCeRsBlocks * Tl * H) : one_phase(&Impl::mlp_part, T * H);
     mo = sp ? one_phase(&Impl::mo, Tl * H) : mlp_part;
-    dyf = sp ? one_phase(&Impl::dyf, T * H) : dy;
+    if (ce) {
+      dyf = one_phase_window(&Impl::dyf, T * H);
+      if (dy_in_dyf) dy = dyf + rank * Tl * H;
+    } else {
+      dyf = sp ? one_phase(&Impl::dyf, T * H) : dy;
+    }
     dact = one_phase(&Impl::dact, T * Fl), dgu = one_phase(&Impl::dgu, T * 2 * Fl);
     dh2p = ce ? one_phase_window(&Impl::dh2p, detail::kCeRsBlocks * Tl * H) : sp ? one_phase(&Impl::dh2p, T * H) : dh2;
   } else {
@@ -857,7 +876,10 @@ void Layer::place_saved(void* base, const std::vector<std::pair<std::string, siz
     // placed memory the other strand may still read: the fifty-sixth session's arena failure).
     if (!m.sp && f.ptr == reinterpret_cast<void**>(&m.h1f) && m.h1 == m.h1f) m.h1 = static_cast<bf16*>(now);
     if (!m.sp && f.ptr == reinterpret_cast<void**>(&m.h2f) && m.h2 == m.h2f) m.h2 = static_cast<bf16*>(now);
-    // Copy-engine layers: h1 / h2 were the gathered tensors' own slots. Placed memory is no window, and a placement
+    // Copy-engine layers: h1 / h2 were the gathered tensors' own slots. Placed inside a window of this comm
+    // (schedule::PlacedMemory) they stay slots of the placed tensors: the all-gather stays in place on the copy
+    // engines, and the norm writing h1 / h2 is the placed tensor's first writer, which the placement's memory waits
+    // must then precede (schedule::saved_tensors with in_place_gathers). Placed memory that is no window: a placement
     // (a shared pool) may hold another tensor there until the all-gather's memory wait, which the norm writing h1 / h2
     // would not honour: they become scratch of their own again (the owner's where it has detached its own, as
     // one_phase shares them), and that all-gather takes NCCL's kernels out of place, as without nccl-ce.
@@ -869,7 +891,11 @@ void Layer::place_saved(void* base, const std::vector<std::pair<std::string, siz
       const bool owner_detached = m.share_scratch && o && o->ce &&
                                   (o->*field < o->*full || o->*field >= o->*full + o->T * o->H);
       const bool detached = m.*field < m.*full || m.*field >= m.*full + m.T * m.H;  // placed before
-      if (!detached && owner_detached) {
+      if (m.comm.in_window(now, size_t(m.T * m.H) * sizeof(bf16))) {
+        // (a buffer detached by an earlier placement stays allocated until the layer goes: the owner's may be
+        // another layer's h1 / h2 still)
+        m.*field = static_cast<bf16*>(now) + m.rank * m.Tl * m.H;
+      } else if (!detached && owner_detached) {
         m.*field = o->*field;
       } else if (!detached) {
         size_t* keep = m.account;
@@ -979,6 +1005,8 @@ void Layer::set_opening_chunks(int chunks) {
 }
 int Layer::opening_chunks() const { return impl_->open_chunks; }
 bool Layer::copy_engine_collectives() const { return impl_->ce; }
+
+Comm& Layer::comm() const { return impl_->comm; }
 
 void Layer::zero_grads(cudaStream_t s) {
   Impl& m = *impl_;

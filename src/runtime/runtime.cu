@@ -341,10 +341,23 @@ NcclWindow::NcclWindow(ncclComm_t comm, size_t bytes) : comm_(comm), bytes_(byte
 #endif
 }
 
+NcclWindow::NcclWindow(ncclComm_t comm, void* borrowed, size_t bytes)
+    : comm_(comm), bytes_(bytes), p_(borrowed), owned_(false) {
+  BRAID_REQUIRE(borrowed != nullptr, "NcclWindow: registering no memory");
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  ncclWindow_t w = nullptr;
+  BRAID_NCCL_CHECK(ncclCommWindowRegister(comm, p_, bytes, &w, NCCL_WIN_COLL_SYMMETRIC));
+  win_ = w;
+#else
+  (void)comm_;
+  throw UnavailableError("NCCL symmetric window: needs NCCL >= 2.28", __FILE__, __LINE__);
+#endif
+}
+
 NcclWindow::~NcclWindow() {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
   if (win_) ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(win_));
-  if (p_) ncclMemFree(p_);
+  if (p_ && owned_) ncclMemFree(p_);
 #endif
 }
 

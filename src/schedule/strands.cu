@@ -1,5 +1,6 @@
 // The DHelix strand executor and its baselines (strands.hpp).
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "braid/env.hpp"
@@ -505,10 +506,47 @@ OpTrace::Scope::Scope(OpTrace& trace) {
 
 OpTrace::Scope::~Scope() { g_active_trace = nullptr; }
 
+PlacedMemory::PlacedMemory(model::Layer& a, model::Layer& b, size_t bytes) {
+  BRAID_REQUIRE(bytes > 0, "placed memory: no bytes");
+  if (a.copy_engine_collectives() && b.copy_engine_collectives()) {
+    ca_ = &a.comm();
+    p_ = ca_->alloc_window(bytes);
+    BRAID_REQUIRE(p_ != nullptr, "placed memory: the copy-engine comm offers no window (internal error)");
+    window_ = true;
+    if (&b.comm() != ca_) {  // (one comm for both: its window serves both)
+      try {
+        BRAID_REQUIRE(b.comm().register_window(p_, bytes), "placed memory: the second comm takes no window (internal error)");
+      } catch (...) {
+        ca_->free_window(p_);
+        throw;
+      }
+      cb_ = &b.comm();
+    }
+  } else {
+    BRAID_CUDA_CHECK(cudaMalloc(&p_, bytes));
+  }
+}
+
+PlacedMemory::~PlacedMemory() {
+  if (!window_) {
+    cudaFree(p_);
+    return;
+  }
+  try {  // collective: the registration goes first, then the owner's window
+    BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+    if (cb_) cb_->free_window(p_);
+    ca_->free_window(p_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "placed memory: releasing a window: %s\n", e.what());
+  }
+}
+
 SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<std::pair<Pass, int>>& order,
                                            const model::ModelConfig& c, const model::Parallel& p, model::Layer& a,
                                            model::Layer& b, const PlacementChoice* choice) {
-  auto saved = saved_tensors(c, p);
+  // Copy-engine layers in a window (PlacedMemory) gather h1f / h2f in place: their norms are those tensors' first
+  // writers (Layer::place_saved), which the memory waits below must precede.
+  auto saved = saved_tensors(c, p, a.copy_engine_collectives() && b.copy_engine_collectives());
   const auto layout = a.saved_layout();
   BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands: the layer's saved tensors do not match schedule::saved_tensors");
   for (auto& t : saved) {
@@ -520,7 +558,8 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
   }
   const ArenaPlacement pl = two_strand_placement(dag, order, saved, choice);
   bytes = pl.pool_bytes, one_set = pl.one_set_bytes;
-  BRAID_CUDA_CHECK(cudaMalloc(&base, size_t(bytes)));
+  memory = std::make_unique<PlacedMemory>(a, b, size_t(bytes));
+  base = memory->get();
   std::vector<std::pair<std::string, size_t>> oa, ob;
   for (size_t i = 0; i < saved.size(); ++i) {
     oa.push_back({saved[i].name, size_t(pl.offset_a[i])});
@@ -533,7 +572,7 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
   this->saved = saved, offset_a = pl.offset_a, offset_b = pl.offset_b;
 }
 
-SharedActivationPool::~SharedActivationPool() { cudaFree(base); }
+SharedActivationPool::~SharedActivationPool() = default;
 
 // ---- StrandStack -------------------------------------------------------------------------------------
 
@@ -569,7 +608,9 @@ StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare
   (x_early_ ? early : late) += round256(io_bytes_);
   late_bytes_ = late, early_bytes_ = early;
   const size_t pool_bytes = late_bytes_ * size_t(slots()) + early_bytes_ * size_t(early_regions());
-  BRAID_CUDA_CHECK(cudaMalloc(&pool_, pool_bytes));
+  // A window of the layers' copy-engine comms where they have them (PlacedMemory: h1f / h2f gathered in place).
+  pool_mem_ = std::make_unique<PlacedMemory>(a, b, pool_bytes);
+  pool_ = static_cast<char*>(pool_mem_->get());
   pool_bytes_ = pool_bytes;
   for (auto& o : io_)
     for (auto& p : o) BRAID_CUDA_CHECK(cudaMalloc(&p, round256(io_bytes_)));
@@ -600,7 +641,6 @@ StrandStack::StrandStack(model::Layer& a, model::Layer& b, int layers, int spare
 }
 
 StrandStack::~StrandStack() {
-  cudaFree(pool_);
   if (counts_stash_) cudaFree(counts_stash_);
   for (auto& o : io_)
     for (auto p : o) cudaFree(p);
@@ -709,7 +749,7 @@ void StrandStack::require_pass_start(int f, int b) const {
 std::vector<std::vector<int>> StrandStack::late_waits(const Layer& dag) {
   std::vector<std::vector<int>> waits(dag.fwd.size());
   if (!x_early_) return waits;
-  waits = slot_reuse_waits(dag, saved_tensors(a_.config(), a_.parallel()), late_names_);
+  waits = slot_reuse_waits(dag, saved_tensors(a_.config(), a_.parallel(), pool_mem_->window()), late_names_);
   if (reads_[0].size() != dag.bwd.size())
     for (auto& r : reads_) {
       for (auto e : r)

@@ -419,7 +419,7 @@ std::pair<std::vector<char>, std::vector<char>> gemms_beside_collectives(const L
   return {f, b};
 }
 
-std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p) {
+std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p, bool in_place_gathers) {
   const bool moe = c.moe(), gathered = p.sp && p.tp > 1;
   const double T = double(c.tokens()), Tl = gathered ? T / p.tp : T, H = c.hidden;
   const double nqkv = double(c.q_dim() + 2 * c.kv_dim()) / p.tp, qd = double(c.q_dim()) / p.tp;
@@ -435,13 +435,16 @@ std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model:
       {"rstd2", Tl * f32, "f.residual_norm2", "b.norm2_bwd", {}},
   };
   // With sp the gathered copy (the local h1 then only feeds the all-gather), else h1 itself.
-  const SavedTensor h1 = gathered ? SavedTensor{"h1f", T * H * bf, "f.ag_h1", "b.qkv_wgrad", {}}
+  // in_place_gathers (a copy-engine layer placed in a window, model::Layer::place_saved): the norms write their
+  // rank's slot of h1f / h2f before the all-gathers fill the rest, so they are the first writers.
+  const bool ip = gathered && in_place_gathers;
+  const SavedTensor h1 = gathered ? SavedTensor{"h1f", T * H * bf, ip ? "f.norm1" : "f.ag_h1", "b.qkv_wgrad", {}}
                                   : SavedTensor{"h1", Tl * H * bf, "f.norm1", "b.qkv_wgrad", {}};
   if (!moe) {  // (this order is the placement's input order: kept as it was measured)
     v.push_back({"gu", T * 2 * Fl * bf, "f.gate_up_proj", "b.swiglu_bwd", {}});
     v.push_back({"act", T * Fl * bf, "f.swiglu", "b.down_proj_wgrad", {}});
     v.push_back(h1);
-    if (gathered) v.push_back({"h2f", T * H * bf, "f.ag_h2", "b.gate_up_wgrad", {}});
+    if (gathered) v.push_back({"h2f", T * H * bf, ip ? "f.residual_norm2" : "f.ag_h2", "b.gate_up_wgrad", {}});
     else v.push_back({"h2", Tl * H * bf, "f.residual_norm2", "b.gate_up_wgrad", {}});  // without sp h2f is h2
     return v;
   }

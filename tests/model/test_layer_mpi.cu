@@ -257,11 +257,24 @@ TEST(LayerMpi, DenseCopyEngineCommEqualsReference) {
     const auto b = run_layer(nccl_layer, rank, x, dy, team.stream());
     EXPECT_EQ(a.y, b.y) << "nccl-ce and NCCL layers differ in y";  // the same sums, rounded once, either order
     EXPECT_EQ(a.dx, b.dx) << "nccl-ce and NCCL layers differ in dx";
+    // The sharer's comm has the owner's scratch windows registered too (Comm::register_window), so its collectives
+    // stay on the copy engines; with share_interfaces its dy is the owner's, the slot of the shared dyf (in place).
     m::Layer shared(layer, *ce_b, m::Layer::Share::kWeightsAndScratch);
     EXPECT_TRUE(shared.copy_engine_collectives());
     const auto s2 = run_layer(shared, rank, x, dy, team.stream());
     EXPECT_EQ(s2.y, a.y);
     EXPECT_EQ(s2.dx, a.dx);
+    {
+      m::Layer io(layer, *ce_b, m::Layer::Share::kWeightsAndScratch);
+      io.share_interfaces(layer);
+      EXPECT_EQ(io.dy(), layer.dy());
+      const auto s3 = run_layer(io, rank, x, dy, team.stream());
+      EXPECT_EQ(s3.y, a.y);
+      EXPECT_EQ(s3.dx, a.dx);
+      for (const auto& f : m::field_names(c))
+        EXPECT_EQ(*m::field(s3.grad, f), *m::field(a.grad, f)) << "gradient " << f << " of a layer sharing scratch "
+                                                                   "and interfaces over a second nccl-ce comm";
+    }
     if (layer.local_tokens() % 2 == 0) {
       layer.set_decomposition(2);
       const auto got = run_layer(layer, rank, x, dy, team.stream());
@@ -277,20 +290,33 @@ TEST(LayerMpi, DenseCopyEngineCommEqualsReference) {
 
 // A layer whose saved set is placed back to back (256-byte aligned) in a pool of its own, filled with `fill`, for the
 // placement contract tests below; and the comms they cover: the team's, and nccl-ce where it runs.
+// window: the pool is a window of the comm (Comm::alloc_window, as schedule::PlacedMemory makes it for copy-engine
+// layers): h1f / h2f gathered in place there, their norms the first writers (saved_tensors' in_place_gathers).
 struct PlacedLayer {
+  m::Comm& comm;
   m::Layer layer;
   std::vector<std::pair<std::string, size_t>> layout, offsets;
   void* pool = nullptr;
   size_t bytes = 0;
-  PlacedLayer(const m::ModelConfig& c, const m::Parallel& p, m::Comm& comm, uint64_t seed, int fill)
-      : layer(c, p, comm), layout(layer.saved_layout()) {
+  bool window = false;
+  PlacedLayer(const m::ModelConfig& c, const m::Parallel& p, m::Comm& cm, uint64_t seed, int fill, bool in_window)
+      : comm(cm), layer(c, p, cm), layout(layer.saved_layout()), window(in_window) {
     layer.load_weights(m::init_weights(c, seed));
     for (const auto& [name, sz] : layout) offsets.push_back({name, bytes}), bytes += (sz + 255) / 256 * 256;
-    EXPECT_EQ(cudaMalloc(&pool, bytes), cudaSuccess);
+    if (window) {
+      pool = comm.alloc_window(bytes);
+      EXPECT_NE(pool, nullptr);
+    } else {
+      EXPECT_EQ(cudaMalloc(&pool, bytes), cudaSuccess);
+    }
     EXPECT_EQ(cudaMemset(pool, fill, bytes), cudaSuccess);
     layer.place_saved(pool, offsets);
   }
-  ~PlacedLayer() { cudaFree(pool); }
+  ~PlacedLayer() {
+    cudaDeviceSynchronize();
+    if (window) comm.free_window(pool);  // (collective: every rank's tests run alike)
+    else cudaFree(pool);
+  }
   std::pair<size_t, size_t> where(const std::string& name) const {  // (offset, bytes) of a saved tensor
     for (size_t k = 0; k < layout.size(); ++k)
       if (layout[k].first == name) return {offsets[k].second, layout[k].second};
@@ -312,19 +338,23 @@ std::vector<m::Comm*> placed_test_comms(braid::Team& team, std::unique_ptr<m::Co
 }
 
 // Calls fn(placed layer, config, parallel) for the dense and the MoE shape over every comm (MoE not over nccl-ce, a
-// dense-layer comm), each placed in a pool of its own filled with `fill`; weights from `seed`.
+// dense-layer comm), each placed in a pool of its own filled with `fill`; weights from `seed`. nccl-ce twice: the
+// pool plain device memory (h1 / h2 detached, those gathers on NCCL's kernels) and a window of the comm.
 void for_each_placed_case(braid::Team& team, uint64_t seed, int fill,
                           const std::function<void(PlacedLayer&, const m::ModelConfig&, const m::Parallel&)>& fn) {
   std::unique_ptr<m::Comm> ce;
   for (m::Comm* comm : placed_test_comms(team, ce)) {
-    for (const bool moe : {false, true}) {
-      if (moe && comm == ce.get()) continue;
-      const auto c = shapes(moe).front();
-      const m::Parallel p{team.size(), true};
-      SCOPED_TRACE(c.describe() + " over " + comm->name());
-      PlacedLayer pl(c, p, *comm, seed, fill);
-      fn(pl, c, p);
-      team.synchronize(team.stream(), "placed-saved test");
+    for (const bool window : {false, true}) {
+      if (window && comm != ce.get()) continue;
+      for (const bool moe : {false, true}) {
+        if (moe && comm == ce.get()) continue;
+        const auto c = shapes(moe).front();
+        const m::Parallel p{team.size(), true};
+        SCOPED_TRACE(c.describe() + " over " + comm->name() + (window ? " in a window" : ""));
+        PlacedLayer pl(c, p, *comm, seed, fill, window);
+        fn(pl, c, p);
+        team.synchronize(team.stream(), "placed-saved test");
+      }
     }
   }
 }
@@ -355,7 +385,7 @@ TEST(LayerMpi, PlacedSavedTensorsAreFirstWrittenByTheirProducers) {
     const auto xb = to_bits(m::random_values(n, 62, 1.0), (rows == size_t(c.tokens()) ? 0 : rank * rows) * c.hidden,
                             rows * c.hidden);
     ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    const auto saved = braid::schedule::saved_tensors(c, p);
+    const auto saved = braid::schedule::saved_tensors(c, p, pl.window);
     const auto& ops = layer.ops(m::Phase::kForward);
     std::vector<uint8_t> host(pl.bytes);
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -389,7 +419,7 @@ TEST(LayerMpi, PlacedSavedTensorsAreNotReadAfterTheirNamedReaders) {
     const auto x = m::random_values(n, 72, 1.0), dy = m::random_values(n, 73, 1.0);
     const auto ref = run_layer(layer, rank, x, dy, s, /*op_by_op=*/true);
     const auto& bwd = layer.ops(m::Phase::kBackward);
-    for (const auto& t : braid::schedule::saved_tensors(c, p)) {
+    for (const auto& t : braid::schedule::saved_tensors(c, p, pl.window)) {
       int last = op_index(layer, m::Phase::kBackward, t.last_reader);
       for (const auto& r : t.other_readers) last = std::max(last, op_index(layer, m::Phase::kBackward, r));
       const auto [off, sz] = pl.where(t.name);

@@ -355,9 +355,26 @@ TEST(StrandsMpi, MoEDeviceSizesStrandsEqualSingleStrandAndCapture) { strands_equ
 // gradients) bit for bit, and two strands (round-robin, and the dependency-ready two-link executor, eagerly)
 // equal it bit for bit, over two passes with the roles swapped: the slot rotation hands every backward the
 // set its forward wrote.
-void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3, bool device_sizes = false) {
+// ce: the stack's two layers over two NCCL copy-engine comms (make_nccl_ce_comm; dense, TP = 2): the slots are a window
+// of both (schedule::PlacedMemory), h1f / h2f gathered in place there, the sharer's collectives on the owner's
+// registered windows; the reference stays on NCCL (two ranks: the same sums, bit for bit).
+void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3, bool device_sizes = false, bool ce = false) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
   if (tp < 2) GTEST_SKIP() << "the strand stack shares y/dy/dx (Layer::share_interfaces): sequence parallelism, TP >= 2";
+  std::unique_ptr<m::Comm> ce_a, ce_b;
+  if (ce) {
+    auto& team = *Env::world_;
+    if (moe || tp != 2 || !team.has_nccl() || team.shared_gpu() || !team.peer_ok())
+      GTEST_SKIP() << "nccl-ce: a dense layer, NCCL and two GPUs of one node with peer access";
+    try {
+      ce_a = m::make_nccl_ce_comm(team);
+      ce_b = m::make_nccl_ce_comm(team);
+    } catch (const braid::UnavailableError& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
+  m::Comm& comm_a = ce ? *ce_a : *Env::comm_a_;
+  m::Comm& comm_b = ce ? *ce_b : *Env::comm_b_;
   auto c = shape(moe);
   c.capacity = capacity;
   c.moe_device_sizes = device_sizes;
@@ -421,13 +438,16 @@ void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3, bool de
     ref.gsum = owner.download_grads();
     ref.yb = bits(B[L - 1]->y(), nl);
   }
-  m::Layer a(c, par, *Env::comm_a_);
+  m::Layer a(c, par, comm_a);
   a.load_weights(w);
   a.set_accumulate_grads(true);
-  m::Layer b(a, *Env::comm_b_, m::Layer::Share::kAll);
+  m::Layer b(a, comm_b, m::Layer::Share::kAll);
   b.share_interfaces(a);
+  EXPECT_EQ(a.copy_engine_collectives(), ce);
+  EXPECT_EQ(b.dy(), a.dy());
   const size_t act_before = a.memory().activations;
   sch::StrandStack stack(a, b, L);
+  EXPECT_EQ(stack.pool_in_window(), ce);
   EXPECT_LT(a.memory().activations, act_before);  // the saved set and x moved into the slots
   EXPECT_EQ(stack.slots(), L + 1);
   const sch::Layer dag = sch::strand_layer(c, par);
@@ -531,6 +551,8 @@ TEST(StrandsMpi, MoEStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at
 // Capacity: the per-expert counts are a saved tensor (combine_bwd zeroes the unused slots) and move with the slots.
 TEST(StrandsMpi, MoECapacityStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 1.0); }
 TEST(StrandsMpi, MoEDeviceSizesStackOfLayersTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(true, 0, 3, true); }
+// Over NCCL's copy engines, the slots a window of both comms (PlacedMemory; fifty-eighth session).
+TEST(StrandsMpi, CopyEngineStackInAWindowTwoStrandsEqualOneAtATime) { stack_equal_one_at_a_time(false, 0, 3, false, true); }
 
 // StrandStack::pass_compute_only (the reference bench strands measures the hidden fraction against): each MoE
 // forward gets its own layer's routing as a real forward of that object found it — host counts through set_routing,

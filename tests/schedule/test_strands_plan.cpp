@@ -517,6 +517,26 @@ TEST(StrandsPlan, SavedTensorsOfTheDenseLayer) {
   EXPECT_NEAR(saved_mib(sch::saved_tensors(cfg("llama3-70b", 4096), m::Parallel{2, true})), 568.5, 0.05);
 }
 
+// A copy-engine layer placed in a window gathers h1f / h2f in place: its norms write their rank's slots first, so they
+// are the producers the memory waits must precede; nothing else changes (and nothing without sp).
+TEST(StrandsPlan, SavedTensorsGatheredInPlaceAreProducedByTheNorms) {
+  const auto c = cfg("llama3-70b", 4096);
+  const auto plain = sch::saved_tensors(c, m::Parallel{2, true});
+  const auto ip = sch::saved_tensors(c, m::Parallel{2, true}, /*in_place_gathers=*/true);
+  ASSERT_EQ(plain.size(), ip.size());
+  for (size_t i = 0; i < ip.size(); ++i) {
+    EXPECT_EQ(ip[i].name, plain[i].name);
+    EXPECT_EQ(ip[i].bytes, plain[i].bytes);
+    EXPECT_EQ(ip[i].last_reader, plain[i].last_reader);
+    const std::string want = ip[i].name == "h1f" ? "f.norm1" : ip[i].name == "h2f" ? "f.residual_norm2" : plain[i].producer;
+    EXPECT_EQ(ip[i].producer, want) << ip[i].name;
+  }
+  for (const auto& t : plain)
+    if (t.name == "h1f" || t.name == "h2f") EXPECT_EQ(t.producer, t.name == "h1f" ? "f.ag_h1" : "f.ag_h2");
+  const auto no_sp = sch::saved_tensors(c, m::Parallel{2, false}, true);
+  for (const auto& t : no_sp) EXPECT_TRUE(t.name != "h1f" && t.name != "h2f") << t.name;
+}
+
 // Every producer and reader of the saved tensors is an operator of the layer's DAG (the names the GPU layer runs).
 void expect_saved_in_dag(const std::vector<sch::SavedTensor>& saved, const sch::Layer& dag) {
   auto has = [](const std::vector<sch::Op>& ops, const std::string& n) {

@@ -62,6 +62,19 @@ class Comm {
     return nullptr;
   }
   virtual void free_window(void* p) { (void)p; }
+  // Memory another comm's alloc_window returned, made a window of this comm as well (collective, like alloc_window),
+  // so that memory two comms' collectives both use (two strands' layers placing tensors in one pool) is a window of
+  // each. false where the comm has no windows. free_window(p) deregisters it here and leaves the memory to its owner
+  // (free it here first).
+  virtual bool register_window(void* p, size_t bytes) {
+    (void)p, (void)bytes;
+    return false;
+  }
+  // Whether [p, p + bytes) lies in one window of this comm (what an all_gather needs to take the copy engines).
+  virtual bool in_window(const void* p, size_t bytes) const {
+    (void)p, (void)bytes;
+    return false;
+  }
 };
 
 // Plain NCCL on the team's communicator (ncclAllGather, ncclReduceScatter, ncclAllReduce, grouped

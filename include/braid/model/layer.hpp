@@ -155,7 +155,14 @@ class Layer {
   // and every later operator uses the new addresses. Contents are not copied. Whoever shares that memory
   // must order its writes after the layer's last reads (schedule::two_strand_placement and the strand
   // executor's memory waits do that for two strands).
+  // Copy-engine layers (copy_engine_collectives()): where h1f / h2f land inside a window of this layer's comm
+  // (Comm::in_window: schedule::PlacedMemory), h1 / h2 stay their rank's slots of them and the all-gathers stay on the
+  // copy engines — so norm1 / residual_norm2 write the placed tensor first (schedule::saved_tensors with
+  // in_place_gathers names them its producers, so the memory waits come before them). Elsewhere h1 / h2 become
+  // buffers of their own and those all-gathers take NCCL's kernels.
   void place_saved(void* base, const std::vector<std::pair<std::string, size_t>>& offsets);
+  // The comm this layer's collectives use (what it was constructed with).
+  Comm& comm() const;
   // Uses caller-owned device memory as x ([local_tokens(), hidden] bf16, 256-byte aligned): the input the
   // forward reads and the backward reads again (norm1). Frees the layer's own x the first time (memory()
   // stops counting it; synchronizes the device then), and only moves a host pointer after that, so a

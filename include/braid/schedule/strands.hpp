@@ -35,6 +35,7 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -110,8 +111,11 @@ struct SavedTensor {
 /// The saved activations of the GPU layer (model::Layer, src/model/layer.cu) per rank, with their producer
 /// and last reader; the layer's interfaces (x, y, dy, dx) are not in it. MoE layers: the attention half,
 /// the router's input and routing state, the combine's input and the experts' inputs and activations at the
-/// layer's worst-case capacity (T * top_k rows per rank).
-std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p);
+/// layer's worst-case capacity (T * top_k rows per rank). in_place_gathers: the layer's copy-engine collectives
+/// (model::Layer::copy_engine_collectives) gather h1f / h2f in place, its norms writing their rank's slots first —
+/// f.norm1 and f.residual_norm2 are then those tensors' producers (what memory waits must precede).
+std::vector<SavedTensor> saved_tensors(const model::ModelConfig& c, const model::Parallel& p,
+                                       bool in_place_gathers = false);
 
 /// Peak of the two strands' saved activations when both live in one arena with ideal placement: β's
 /// tensors (its forward ran earlier) are all live at the start and each is freed when its last reader
@@ -316,7 +320,29 @@ std::vector<std::vector<int>> slot_reuse_waits(const Layer& dag, const std::vect
 /// issue order), so each strand's backward reads the set its own forward wrote one unit earlier; running a
 /// forward twice in a row into the pool overwrites the other strand's set. Dense and MoE layers of
 /// configuration (c, p). Freed with the holder.
+/// Device memory that two strands' layers place saved tensors in (SharedActivationPool, StrandStack). Where both
+/// layers run their collectives on copy engines (model::Layer::copy_engine_collectives: nccl-ce), a window of a's
+/// comm registered in b's as well (Comm::alloc_window, Comm::register_window), so the all-gathers of placed tensors
+/// stay in place on the copy engines (model::Layer::place_saved); else cudaMalloc. Collective over the ranks then
+/// (construction and destruction, in the same order on every rank); both layers' comms must outlive it.
+class PlacedMemory {
+ public:
+  PlacedMemory(model::Layer& a, model::Layer& b, size_t bytes);
+  ~PlacedMemory();
+  PlacedMemory(const PlacedMemory&) = delete;
+  PlacedMemory& operator=(const PlacedMemory&) = delete;
+  void* get() const { return p_; }
+  bool window() const { return window_; }
+
+ private:
+  model::Comm* ca_ = nullptr;  // the window's owner (window_)
+  model::Comm* cb_ = nullptr;  // where it is registered too
+  void* p_ = nullptr;
+  bool window_ = false;
+};
+
 struct SharedActivationPool {
+  std::unique_ptr<PlacedMemory> memory;
   void* base = nullptr;
   double bytes = 0, one_set = 0;
   std::vector<std::vector<int>> waits;    // `a` runs the forward (b the backward)
@@ -415,6 +441,7 @@ class StrandStack {
   size_t early_bytes() const { return early_bytes_; }
   /// The stack's pool: slots() late parts and early_regions() early parts.
   size_t pool_bytes() const { return pool_bytes_; }
+  bool pool_in_window() const { return pool_mem_->window(); }  // PlacedMemory: the layers' copy-engine windows
   /// Object o's (0: a, 1: b) micro-batch input to layer 0 and output gradient of the top layer,
   /// [local_tokens, hidden] bf16, owned by the stack (counted in extra_bytes()).
   void* input(int o) const { return io_[o][0]; }
@@ -496,6 +523,7 @@ class StrandStack {
   std::vector<Where> where_;             // every saved tensor of the layout
   std::vector<std::string> late_names_;  // the saved tensors in the slots
   bool x_early_ = false;                 // doubled tensors given: x and they live in early parts
+  std::unique_ptr<PlacedMemory> pool_mem_;  // (declared before pool_: pool_ points into it)
   char* pool_ = nullptr;
   void* io_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   std::vector<Held> held_[2];  // held_[o][l]: where object o's layer l lives ({-1, -1}: not held)
