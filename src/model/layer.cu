@@ -384,12 +384,7 @@ void Layer::Impl::setup() {
   rstd1 = alloc<float>(Tl), rstd2 = alloc<float>(Tl);
   if (ce) h2f = window<bf16>(T * H), h2 = h2f + rank * Tl * H;
   else h2 = sp && !moe ? one_phase(&Impl::h2, Tl * H) : alloc<bf16>(Tl * H);  // MoE: router_bwd reads h2
-  // Copy-engine layers of their own scratch: dy is its rank's slot of the window dyf (the backward's all-gather in
-  // place on the copy engines). Sharing the owner's scratch, dy stays the layer's own (x/y/dy/dx stay per layer) and
-  // that all-gather takes NCCL's kernels out of place — until share_interfaces makes dy the owner's, its slot of dyf.
-  const bool dy_in_dyf = ce && !share_scratch;
-  if (!dy_in_dyf) dy = alloc<bf16>(Tl * H);
-  dx = alloc<bf16>(Tl * H);
+  dy = alloc<bf16>(Tl * H), dx = alloc<bf16>(Tl * H);
   if (ce) dx1f = one_phase_window(&Impl::dx1f, T * H), dx1 = dx1f + rank * Tl * H;
   else dx1 = one_phase(&Impl::dx1, Tl * H);
   dh2 = one_phase(&Impl::dh2, Tl * H);
@@ -402,12 +397,10 @@ void Layer::Impl::setup() {
     gu = alloc<bf16>(T * 2 * Fl), act = alloc<bf16>(T * Fl);
     mlp_part = ce ? one_phase_window(&Impl::mlp_part, detail::kCeRsBlocks * Tl * H) : one_phase(&Impl::mlp_part, T * H);
     mo = sp ? one_phase(&Impl::mo, Tl * H) : mlp_part;
-    if (ce) {
-      dyf = one_phase_window(&Impl::dyf, T * H);
-      if (dy_in_dyf) dy = dyf + rank * Tl * H;
-    } else {
-      dyf = sp ? one_phase(&Impl::dyf, T * H) : dy;
-    }
+    // Copy-engine layers: dyf is a window; ag_dy copies dy into its rank's slot and gathers in place there. (dy is
+    // not that slot itself: dyf is scratch a second layer may share, whose backward would overwrite this one's dy —
+    // a89b5bd, caught by bench strands' shared-scratch verification.)
+    dyf = ce ? one_phase_window(&Impl::dyf, T * H) : sp ? one_phase(&Impl::dyf, T * H) : dy;
     dact = one_phase(&Impl::dact, T * Fl), dgu = one_phase(&Impl::dgu, T * 2 * Fl);
     dh2p = ce ? one_phase_window(&Impl::dh2p, detail::kCeRsBlocks * Tl * H) : sp ? one_phase(&Impl::dh2p, T * H) : dh2;
   } else {
@@ -639,6 +632,11 @@ void Layer::Impl::build_backward() {
     if (sp) add_op(B_, "ag_dy", [=, this](cudaStream_t s) {
       if (decompose > 1) return ag_then_gemm(decompose, s, dy, dyf, dh2p, dgrad_chunk);
       if (open_chunks > 1) return open_gather(1, s, dy, dyf, dh2p);  // down_proj_dgrad waits chunk by chunk
+      if (ce) {  // dy into its slot of the window (a device copy), then the all-gather in place on the copy engines
+        bf16* mine = dyf + rank * Tl * H;
+        BRAID_CUDA_CHECK(cudaMemcpyAsync(mine, dy, size_t(Tl * H) * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
+        return comm.all_gather(mine, dyf, Tl * H, DType::kBF16, s);
+      }
       comm.all_gather(dy, dyf, Tl * H, DType::kBF16, s);
     });
     add_op(B_, "down_proj_dgrad", [=, this](cudaStream_t s) {

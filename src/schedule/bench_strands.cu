@@ -1325,10 +1325,10 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
     std::printf("# nccl-ce: %s\n",
                 la.copy_engine_collectives()
                     ? "the layer's collectives on NCCL's copy engines (all-gathers in place, reduce-scatters as in-place "
-                      "transfers summed by their consumers, dy's all-gather in place where dy is its slot of dyf; a "
+                      "transfers summed by their consumers, dy copied into its slot of dyf and gathered in place; a "
                       "second layer's collectives on the owner's shared scratch and the gathers of placed tensors in "
-                      "windows of both comms (PlacedMemory); the replicated gradients' all-reduce, dy's all-gather "
-                      "of a layer with dy of its own, and gathers of tensors placed outside a window on NCCL's kernels)"
+                      "windows of both comms (PlacedMemory); the replicated gradients' all-reduce and gathers of "
+                      "tensors placed outside a window on NCCL's kernels)"
                     : "this layer (MoE, or not sequence parallel at TP = 2) runs every collective on NCCL's kernels");
   if (!a.plan.empty()) {
     std::ifstream f(a.plan);

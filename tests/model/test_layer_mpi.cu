@@ -258,12 +258,29 @@ TEST(LayerMpi, DenseCopyEngineCommEqualsReference) {
     EXPECT_EQ(a.y, b.y) << "nccl-ce and NCCL layers differ in y";  // the same sums, rounded once, either order
     EXPECT_EQ(a.dx, b.dx) << "nccl-ce and NCCL layers differ in dx";
     // The sharer's comm has the owner's scratch windows registered too (Comm::register_window), so its collectives
-    // stay on the copy engines; with share_interfaces its dy is the owner's, the slot of the shared dyf (in place).
+    // stay on the copy engines; its backward's dy goes into the shared dyf without touching the owner's dy (a89b5bd
+    // made dy a slot of dyf: a sharer's backward overwrote the owner's input); with share_interfaces too.
     m::Layer shared(layer, *ce_b, m::Layer::Share::kWeightsAndScratch);
     EXPECT_TRUE(shared.copy_engine_collectives());
     const auto s2 = run_layer(shared, rank, x, dy, team.stream());
     EXPECT_EQ(s2.y, a.y);
     EXPECT_EQ(s2.dx, a.dx);
+    {  // the owner's dy survives the sharer's backward: owner forward, sharer forward + backward, owner backward
+      const auto dy2 = m::random_values(n, 54, 1.0);
+      const size_t rows = size_t(layer.local_tokens()), H = size_t(c.hidden), first = size_t(rank) * rows * H;
+      const auto xb = to_bits(x, first, rows * H), dyb = to_bits(dy, first, rows * H), dy2b = to_bits(dy2, first, rows * H);
+      cudaStream_t st = team.stream();
+      ASSERT_EQ(cudaMemcpy(layer.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(layer.dy(), dyb.data(), dyb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(shared.x(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(shared.dy(), dy2b.data(), dy2b.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      layer.forward(st);
+      shared.forward(st);
+      shared.backward(st);
+      layer.backward(st);
+      team.synchronize(st, "owner's dy after the sharer's backward");
+      EXPECT_EQ(from_device(layer.dx(), rows * H), a.dx) << "the owner's backward after a sharer's";
+    }
     {
       m::Layer io(layer, *ce_b, m::Layer::Share::kWeightsAndScratch);
       io.share_interfaces(layer);
