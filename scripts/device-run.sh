@@ -237,6 +237,13 @@
 # at full NVLink over nccl-ce and at 1 CTA with the -open4 variants beside the plain moves orders (`strands-open`,
 # both runs with --op-trace; ~2 x 1.5 min); then the stack's op trace at full NVLink (`bench strands --layers 20 --op-trace`, d860992) beside
 # the chained round-robin, which hid the most there (36-46%).
+# Fifty-eighth session (five calls, 2x H200, ~1690 s): `build test strands-open` (BUILD_TARGET="braid test_layer_mpi
+# test_strands_mpi", CTEST_R='test_layer_mpi$|test_strands_mpi$') 6.6 min cold; `build` + a 20-layer 70B stack at NVLink
+# with --op-trace by hand 3.4 min cold; `build test` + one 70B NVLink layer (64 x 8, --op-trace --open-chunks 0) + the
+# stack (6 x 3) by hand 5.7 min cold (the a89b5bd call: the layer stopped at its verification, 3.9 min); `build` (braid)
+# + one 70B NVLink layer 4.2 min cold. -open4: no gain (docs/dhelix.md). Next on a 2-GPU machine: the 70B NVLink layer
+# and stack again at e51ceeb (the one-layer spread, 450-563 us, is most of the 757-950 us exposed: more passes), and a
+# layer whose replicated gradients are all-reduced once per step (Megatron's way) instead of per backward.
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
