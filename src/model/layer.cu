@@ -201,7 +201,7 @@ struct Layer::Impl {
   }
   // one_phase() for a window: the owner's with Share::kWeightsAndScratch — a window of the owner's comm, registered
   // in this one too (Comm::register_window) where the comms differ, so this layer's collectives on it take the copy
-  // engines as well (before 2026-11-30 they fell back to NCCL's kernels: every collective of a second strand object
+  // engines as well (before a89b5bd they fell back to NCCL's kernels: every collective of a second strand object
   // sharing the owner's scratch took SMs) — else a new one.
   template <class Tp>
   Tp* one_phase_window(Tp* Impl::*field, size_t n) {

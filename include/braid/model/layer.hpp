@@ -62,7 +62,9 @@ class Layer {
   };
   // Contract for kWeightsAndScratch: the two layers never run their forwards at the same time, nor their
   // backwards (two strands, one forward paired with the other's backward, as DHelix pairs them); the
-  // caller orders the streams so. Each layer's backward still reads its own saved activations.
+  // caller orders the streams so. Each layer's backward still reads its own saved activations. Copy-engine
+  // layers (copy_engine_collectives) over two comms: construction registers the owner's scratch windows in this
+  // layer's comm (Comm::register_window, collective) and destruction deregisters them, so the owner must outlive it.
   Layer(const Layer& owner, Comm& comm, Share share);
   ~Layer();
   Layer(const Layer&) = delete;

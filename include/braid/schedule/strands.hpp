@@ -312,14 +312,6 @@ double placement_wait_cost(const Layer& dag, const std::vector<std::pair<Pass, i
 std::vector<std::vector<int>> slot_reuse_waits(const Layer& dag, const std::vector<SavedTensor>& saved,
                                                const std::vector<std::string>& names);
 
-/// Both strands' saved activations in one device pool: two_strand_placement over `order` (each tensor
-/// rounded up to 256 bytes, sizes from a.saved_layout()), placed into `a` and `b` with
-/// model::Layer::place_saved (they free their own copies), and the memory waits for `a` running the
-/// forward (StrandExecutor::set_memory_waits), and for `b` running it. The placement assumes the steady
-/// state: units alternate roles (a forward with b backward, then b forward with a backward, in the same
-/// issue order), so each strand's backward reads the set its own forward wrote one unit earlier; running a
-/// forward twice in a row into the pool overwrites the other strand's set. Dense and MoE layers of
-/// configuration (c, p). Freed with the holder.
 /// Device memory that two strands' layers place saved tensors in (SharedActivationPool, StrandStack). Where both
 /// layers run their collectives on copy engines (model::Layer::copy_engine_collectives: nccl-ce), a window of a's
 /// comm registered in b's as well (Comm::alloc_window, Comm::register_window), so the all-gathers of placed tensors
@@ -341,6 +333,15 @@ class PlacedMemory {
   bool window_ = false;
 };
 
+/// Both strands' saved activations in one device pool: two_strand_placement over `order` (each tensor
+/// rounded up to 256 bytes, sizes from a.saved_layout()), placed into `a` and `b` with
+/// model::Layer::place_saved (they free their own copies), and the memory waits for `a` running the
+/// forward (StrandExecutor::set_memory_waits), and for `b` running it. The placement assumes the steady
+/// state: units alternate roles (a forward with b backward, then b forward with a backward, in the same
+/// issue order), so each strand's backward reads the set its own forward wrote one unit earlier; running a
+/// forward twice in a row into the pool overwrites the other strand's set. Dense and MoE layers of
+/// configuration (c, p). Freed with the holder. The pool is PlacedMemory (a window of both layers' comms for
+/// copy-engine layers, whose placement then names the norms as h1f / h2f's producers: saved_tensors' in_place_gathers).
 struct SharedActivationPool {
   std::unique_ptr<PlacedMemory> memory;
   void* base = nullptr;
