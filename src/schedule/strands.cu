@@ -506,9 +506,13 @@ OpTrace::Scope::Scope(OpTrace& trace) {
 
 OpTrace::Scope::~Scope() { g_active_trace = nullptr; }
 
+bool PlacedMemory::windowed(const model::Layer& a, const model::Layer& b) {
+  return a.copy_engine_collectives() && b.copy_engine_collectives();
+}
+
 PlacedMemory::PlacedMemory(model::Layer& a, model::Layer& b, size_t bytes) {
   BRAID_REQUIRE(bytes > 0, "placed memory: no bytes");
-  if (a.copy_engine_collectives() && b.copy_engine_collectives()) {
+  if (windowed(a, b)) {
     ca_ = &a.comm();
     p_ = ca_->alloc_window(bytes);
     BRAID_REQUIRE(p_ != nullptr, "placed memory: the copy-engine comm offers no window (internal error)");
@@ -546,7 +550,7 @@ SharedActivationPool::SharedActivationPool(const Layer& dag, const std::vector<s
                                            model::Layer& b, const PlacementChoice* choice) {
   // Copy-engine layers in a window (PlacedMemory) gather h1f / h2f in place: their norms are those tensors' first
   // writers (Layer::place_saved), which the memory waits below must precede.
-  auto saved = saved_tensors(c, p, a.copy_engine_collectives() && b.copy_engine_collectives());
+  auto saved = saved_tensors(c, p, PlacedMemory::windowed(a, b));
   const auto layout = a.saved_layout();
   BRAID_REQUIRE(!saved.empty() && layout.size() == saved.size(), "strands: the layer's saved tensors do not match schedule::saved_tensors");
   for (auto& t : saved) {

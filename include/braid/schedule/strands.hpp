@@ -325,6 +325,8 @@ class PlacedMemory {
   PlacedMemory& operator=(const PlacedMemory&) = delete;
   void* get() const { return p_; }
   bool window() const { return window_; }
+  /// Whether PlacedMemory for these two layers is a window (known before its size: a placement needs it first).
+  static bool windowed(const model::Layer& a, const model::Layer& b);
 
  private:
   model::Comm* ca_ = nullptr;  // the window's owner (window_)
