@@ -214,7 +214,7 @@ std::vector<OpInfo> plan_ops(const ModelConfig& c, const Parallel& p, Phase phas
     P.gemm("qkv_wgrad", H, nqkv, T);
     P.comm(rs + "dh1", row_comm, t_h, 2.0 * T * H);
     P.eltwise("norm1_bwd", tl_h, 2.0 * 4 * Tl * H + 4.0 * H);
-    if (sp) {
+    if (p.reduces_replicated_grads_per_backward()) {
       const int64_t n = 2 * H + (c.moe() ? H * E : 0);
       P.comm("ar_replicated_grads", CommKind::kAllReduce, dims({n}) + " fp32", 4.0 * n);
     }

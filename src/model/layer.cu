@@ -764,10 +764,13 @@ void Layer::Impl::build_backward() {
   add_op(B_, "norm1_bwd", [=, this](cudaStream_t s) {
     rs_finish(dh1p, dh1, s);
     k::rmsnorm_bwd(x, g1, rstd1, dh1, dx1, dx, rep_out(), norm_partial, norm_chunks, Tl, int(H), s);
-    // Without sp the replicated gradients are complete here (every rank saw every token): add them now.
-    if (!sp && accumulate) k::add_f32(rep, rep_step, rep, 2 * H + (moe ? H * E : 0), s);
+    // Without sp the replicated gradients are complete here (every rank saw every token): add them now. So too
+    // with them reduced once per step (Parallel::replicated_grads_per_step): this rank's partial sums add up
+    // here, reduce_replicated_grads all-reduces the totals after the step's last backward.
+    if (!p.reduces_replicated_grads_per_backward() && accumulate)
+      k::add_f32(rep, rep_step, rep, 2 * H + (moe ? H * E : 0), s);
   });
-  if (sp) {
+  if (p.reduces_replicated_grads_per_backward()) {
     const size_t n = size_t(2 * H + (moe ? H * E : 0));
     add_op(B_, "ar_replicated_grads", [=, this](cudaStream_t s) {
       float* r = rep_out();
@@ -1005,6 +1008,12 @@ int Layer::opening_chunks() const { return impl_->open_chunks; }
 bool Layer::copy_engine_collectives() const { return impl_->ce; }
 
 Comm& Layer::comm() const { return impl_->comm; }
+
+void Layer::reduce_replicated_grads(cudaStream_t s) {
+  Impl& m = *impl_;
+  if (!m.sp || !m.p.replicated_grads_per_step) return;  // complete already (no sp), or reduced by every backward
+  m.comm.all_reduce(m.rep, m.rep, size_t(m.rep_elems), DType::kFP32, s);
+}
 
 void Layer::zero_grads(cudaStream_t s) {
   Impl& m = *impl_;

@@ -46,6 +46,10 @@ struct Args {
   bool chain = true;        // stack: also the chained variants (StrandStack::pass_chained); --no-chain drops them
   bool op_trace = false;    // one compute-only pass more (the stack's or the layer pair's), every operator timed
                             // (OpTrace) against its solo time
+  // --replicated-grads step[:M]: the replicated gradients all-reduced once per step of M micro-batches
+  // (model::Parallel::replicated_grads_per_step, Megatron's way), not by every backward; every row then carries
+  // that all-reduce's measured time x layers / M (see report). 0: per backward (the default, as before).
+  int step_microbatches = 0;
 };
 
 Args parse(int argc, char** argv, const char* who) {
@@ -91,6 +95,13 @@ Args parse(int argc, char** argv, const char* who) {
       a.device_sizes = v == "device";
     }
     else if (k == "--comm") a.comm = val();
+    else if (k == "--replicated-grads") {
+      const std::string v = val();
+      if (v == "backward") a.step_microbatches = 0;
+      else if (v == "step") a.step_microbatches = 8;
+      else if (v.rfind("step:", 0) == 0 && v.size() > 5 && std::stoi(v.substr(5)) >= 1) a.step_microbatches = std::stoi(v.substr(5));
+      else throw UsageError(std::string(who) + ": --replicated-grads backward|step|step:M (M >= 1)", __FILE__, __LINE__);
+    }
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
   if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1 || a.layers < 1)
@@ -149,6 +160,7 @@ m::ModelConfig model_of(const Args& a, Team& team, m::Parallel* par, const char*
     throw UsageError(std::string(who) + ": --ep needs an MoE model and equals --tp (experts are split over the TP ranks)",
                      __FILE__, __LINE__);
   *par = m::Parallel{tp, true};
+  par->replicated_grads_per_step = a.step_microbatches > 0;
   par->validate(c);
   return c;
 }
@@ -636,7 +648,7 @@ struct Interleaved {
 // reference (single strand); `rr_name` the round-robin row the "vs rr" column divides by; one_set the
 // reference's memory; `context` prints the lines between the link lines and the table (root only).
 void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Parallel& p, const bench::Context& ctx,
-            Streams& st, m::Comm& comm_a, m::Comm& comm_b, int64_t local_tokens, const std::vector<Variant>& vs,
+            Streams& st, m::Comm& comm_a, m::Comm& comm_b, int64_t local_tokens, const std::vector<Variant>& measured,
             double compute_us, double comm_us, double one_set, const std::string& rr_name, int layers,
             const std::string& plan_source, const Plan& plan, bool ok,
             const std::function<void(double, double)>& context, const m::Layer& probe,
@@ -701,6 +713,36 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
   }
   const double busbw2 = 2 * ag_bytes / (ag2_us * 1e-6) / 1e9 * (p.tp - 1) / p.tp;
 
+  // --replicated-grads step[:M]: no backward all-reduces the replicated gradients (their totals are reduced once per
+  // step, model::Layer::reduce_replicated_grads), so no timed unit paid for it. Every row pays it here: that
+  // all-reduce (fp32, 2H + H·E values, on comm_a, random data) timed alone, x layers (one per layer: no coalescing
+  // assumed), / M units per step — added to every variant and to the single-strand and round-robin references,
+  // not to compute only (the reduce is communication a step exposes whole: charged as exposed for everyone).
+  double step_reduce_us = 0, step_charge_us = 0;
+  std::vector<Variant> vs = measured;
+  if (a.step_microbatches > 0 && p.sp && p.tp > 1) {
+    const size_t n = size_t(2 * c.hidden) + (c.moe() ? size_t(c.hidden) * c.experts : 0);
+    std::vector<float> h(n);
+    uint64_t x = 0x9e3779b97f4a7c15ull + uint64_t(team.rank());
+    for (auto& v : h) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      v = float(int64_t(x >> 40) % 2001 - 1000) * 1e-3f;  // [-1, 1]
+    }
+    float* r = nullptr;
+    BRAID_CUDA_CHECK(cudaMalloc(&r, n * sizeof(float)));
+    BRAID_CUDA_CHECK(cudaMemcpy(r, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    step_reduce_us = med([&](int) { comm_a.all_reduce(r, r, n, m::DType::kFP32, s); });
+    BRAID_CUDA_CHECK(cudaFree(r));
+    step_charge_us = step_reduce_us * layers / a.step_microbatches;
+    for (auto& v : vs) {
+      v.us += step_charge_us;
+      for (auto& u : v.round_us) u += step_charge_us;
+      if (v.ref_single_us > 0) v.ref_single_us += step_charge_us;
+      if (v.ref_rr_us > 0) v.ref_rr_us += step_charge_us;
+      for (auto& u : v.ref_single_rounds) u += step_charge_us;
+    }
+  }
+
   const double flops = layers * (m::layer_model_flops(c, m::Phase::kForward) + m::layer_model_flops(c, m::Phase::kBackward)) / p.tp;
   const double single_us = vs[0].us;
   const double exposed_single = std::max(0.0, single_us - compute_us);
@@ -723,6 +765,11 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
     std::printf("# two all-gathers at once (comm a and comm b on two streams, as round-robin runs them): %.1f us, "
                 "%.1f GB/s aggregate busbw (%.2fx one)\n",
                 ag2_us, busbw2, busbw > 0 ? busbw2 / busbw : 0.0);
+    if (step_reduce_us > 0)
+      std::printf("# replicated gradients reduced once per step of %d micro-batches (Megatron's way; no backward "
+                  "all-reduces them): that all-reduce %.1f us alone x %d layer(s) / %d = %.1f us added to every row "
+                  "below and its single-strand / round-robin references (not to compute only)\n",
+                  a.step_microbatches, step_reduce_us, layers, a.step_microbatches, step_charge_us);
     if (rows_us > 0)
       std::printf("# the MoE all-to-all with device counts (Comm::all_to_all_rows over peer memory, not NCCL%s): the "
                   "dispatch's size, balanced, %.1f us = %.1f GB/s busbw\n",
@@ -792,6 +839,10 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
           .add("rows_exchange_busbw_gbs", rows_busbw)
           .add("link_priority", link_priority_high() ? "high" : "normal").add("timing_rounds", v.rounds)
           .add("gemm_sm_reserve", v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "-smres") == 0 ? a.gemm_sm_reserve : 0);
+      j.add("replicated_grads", a.step_microbatches > 0 ? "per step" : "per backward");
+      if (a.step_microbatches > 0)
+        j.add("step_microbatches", a.step_microbatches).add("step_reduce_us", step_reduce_us)
+            .add("step_reduce_charge_us", step_charge_us);
       j.add("time_us", v.us).add("tokens_per_s", tok_s).add("mfu", mfu).add("compute_only_us", compute_us);
       j.add("comm_alone_us", comm_us).add("exposed_comm_us", exposed).add("hidden_fraction", hidden);
       j.add("compute_solo_sum_us", solo_us).add("hidden_fraction_vs_solo_sum", hidden_solo);

@@ -70,6 +70,8 @@ std::string strand_parallel_tag(const model::ModelConfig& c, const model::Parall
     tag += buf;
   }
   if (c.moe_device_sizes) tag += ",moe-sizes=device";  // grouped GEMMs and device-counted exchanges: other times
+  // No ar_replicated_grads operator in the backward (reduced once per step, model::Layer::reduce_replicated_grads)
+  if (p.sp && p.tp > 1 && p.replicated_grads_per_step) tag += ",rep-grads=step";
   return tag;
 }
 
@@ -102,7 +104,8 @@ Layer strand_layer(const model::ModelConfig& c, const model::Parallel& p, const 
       // and an MoE layer's router) into its totals inside norm1_bwd (model::Layer: there is no all-reduce op to do
       // it): the router's weight gradient, a sink, must be written before. (Found at one rank, thirty-seventh
       // session: an order that moved router_bwd after norm1_bwd lost that backward's router gradient.)
-      if (!fwd && o.name == "norm1_bwd" && !(p.sp && p.tp > 1))
+      // So too when they are reduced once per step (Parallel::replicated_grads_per_step).
+      if (!fwd && o.name == "norm1_bwd" && !p.reduces_replicated_grads_per_backward())
         for (int j = 0; j < int(i); ++j)
           if (infos[size_t(j)].name == "router_bwd") op.deps.push_back(j);
       if (fwd || !is_sink(o.name)) last_main = int(i);

@@ -463,6 +463,72 @@ TEST(LayerMpi, PlacedSavedTensorsAreNotReadAfterTheirNamedReaders) {
   });
 }
 
+// Parallel::replicated_grads_per_step: the backward keeps this rank's partial sums of the replicated gradients (no
+// ar_replicated_grads operator) and reduce_replicated_grads all-reduces them once. One backward: the same bits as the
+// per-backward layer (the same all-reduce of the same partial sums). Two accumulated backwards, reduced once: every
+// sharded gradient, y and dx bit for bit; the replicated ones (norms, router: fp32) equal up to the order of the
+// fp32 additions ((a0 + a1) + (b0 + b1) against (a0 + b0) + (a1 + b1)). Dense and MoE (capacity: static routes).
+TEST(LayerMpi, ReplicatedGradsPerStepEqualPerBackward) {
+  const int tp = Env::world_->size(), rank = Env::world_->rank();
+  if (tp < 2) GTEST_SKIP() << "sequence parallelism needs two ranks";
+  cudaStream_t s = Env::world_->stream();
+  for (const bool moe : {false, true}) {
+    auto c = shapes(moe)[1];
+    if (moe) c.capacity = 2.0;
+    SCOPED_TRACE(c.describe());
+    const m::Parallel per_backward{tp, true};
+    m::Parallel per_step = per_backward;
+    per_step.replicated_grads_per_step = true;
+    auto comm_ops = [&](const m::Parallel& p) {
+      int n = 0;
+      for (const auto& op : m::plan_ops(c, p, m::Phase::kBackward)) n += op.kind == m::OpKind::kComm;
+      return n;
+    };
+    EXPECT_EQ(comm_ops(per_step), comm_ops(per_backward) - 1);
+    const auto w = m::init_weights(c, 61);
+    const size_t n = size_t(c.tokens()) * c.hidden;
+    const auto x0 = m::random_values(n, 62, 1.0), dy0 = m::random_values(n, 63, 1.0);
+    const auto x1 = m::random_values(n, 64, 1.0), dy1 = m::random_values(n, 65, 1.0);
+    const std::vector<std::string> replicated = moe ? std::vector<std::string>{"norm1", "norm2", "router"}
+                                                    : std::vector<std::string>{"norm1", "norm2"};
+    auto is_replicated = [&](const std::string& f) {
+      return std::find(replicated.begin(), replicated.end(), f) != replicated.end();
+    };
+    for (const bool accumulate : {false, true}) {
+      m::Layer a(c, per_backward, *Env::comm_), b(c, per_step, *Env::comm_);
+      EXPECT_EQ(b.ops(m::Phase::kBackward).size() + 1, a.ops(m::Phase::kBackward).size());
+      for (m::Layer* l : {&a, &b}) {
+        l->load_weights(w);
+        l->set_accumulate_grads(accumulate);
+        l->zero_grads(s);
+      }
+      Outputs ga, gb;
+      for (int mb = 0; mb < (accumulate ? 2 : 1); ++mb) {
+        ga = run_layer(a, rank, mb ? x1 : x0, mb ? dy1 : dy0, s);
+        gb = run_layer(b, rank, mb ? x1 : x0, mb ? dy1 : dy0, s);
+        EXPECT_EQ(ga.y, gb.y) << "micro-batch " << mb;
+        EXPECT_EQ(ga.dx, gb.dx) << "micro-batch " << mb;
+      }
+      a.reduce_replicated_grads(s);  // (nothing to do: reduced by every backward)
+      b.reduce_replicated_grads(s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      ga.grad = a.download_grads(), gb.grad = b.download_grads();
+      for (const auto& f : m::field_names(c)) {
+        const auto &u = *m::field(ga.grad, f), &v = *m::field(gb.grad, f);
+        ASSERT_EQ(u.size(), v.size()) << f;
+        if (!accumulate || !is_replicated(f)) {
+          EXPECT_EQ(u, v) << "rank " << rank << ": d" << f << (accumulate ? " (accumulated)" : "");
+          continue;
+        }
+        double worst = 0, norm = 0;
+        for (size_t i = 0; i < u.size(); ++i) worst = std::max(worst, std::abs(u[i] - v[i])), norm = std::max(norm, std::abs(u[i]));
+        EXPECT_GT(norm, 0.0) << f;
+        EXPECT_LE(worst, 1e-5 * norm) << "rank " << rank << ": d" << f << " accumulated over two micro-batches";
+      }
+    }
+  }
+}
+
 TEST(LayerMpi, AllReducerCommForInference) {
   // Plain TP forward with the all-reduce through braid::AllReducer (exact algorithms).
   if (!Env::world_->has_nccl()) GTEST_SKIP() << "the AllReducer comm sends the rest over NCCL: none in this team";

@@ -339,6 +339,15 @@ TEST(ModelOps, CommunicationOperators) {
   const auto b = comms({2, true}, m::Phase::kBackward);
   ASSERT_EQ(b.size(), 5u);  // ag_dy, rs_dh2, ag_dx1, rs_dh1, ar_replicated_grads
   EXPECT_EQ(b.back().first, "ar_replicated_grads");
+  {  // reduced once per step (Megatron's way): no backward all-reduce; nothing changes without sp
+    m::Parallel step{2, true};
+    step.replicated_grads_per_step = true;
+    const auto bs = comms(step, m::Phase::kBackward);
+    ASSERT_EQ(bs.size(), 4u);
+    EXPECT_EQ(bs.back().first, "rs_dh1");
+    step.sp = false;
+    EXPECT_EQ(comms(step, m::Phase::kBackward).size(), comms({2, false}, m::Phase::kBackward).size());
+  }
   const auto ftp = comms({2, false}, m::Phase::kForward);
   ASSERT_EQ(ftp.size(), 2u);
   EXPECT_EQ(ftp[0].first, "ar_attn");

@@ -202,13 +202,16 @@ sch::Plan interleaved_plan(const sch::Layer& dag) {
 // captured and replayed from CUDA graphs as the dense layer's are.
 // device_sizes (MoE, dropless): the counts on the device (ModelConfig::moe_device_sizes) — no host wait either, so
 // captured and replayed too.
-void strands_equal_single(bool moe, double capacity = 0, bool device_sizes = false) {
+// per_step: the replicated gradients reduced once per step (Parallel::replicated_grads_per_step): no backward ends in
+// their all-reduce, the single strand's too; the snapshots compare the partial sums.
+void strands_equal_single(bool moe, double capacity = 0, bool device_sizes = false, bool per_step = false) {
   const int rank = Env::world_->rank(), tp = Env::world_->size();
   auto c = shape(moe);
   c.capacity = capacity;
   c.moe_device_sizes = device_sizes;
   const bool graphs = !moe || capacity > 0 || device_sizes;
-  const m::Parallel par{tp, true};
+  m::Parallel par{tp, true};
+  par.replicated_grads_per_step = per_step;
   m::Layer a(c, par, *Env::comm_a_);
   a.load_weights(m::init_weights(c, 51));
   m::Layer b(a, *Env::comm_b_);
@@ -349,6 +352,8 @@ TEST(StrandsMpi, DenseStrandsEqualSingleStrand) { strands_equal_single(false); }
 TEST(StrandsMpi, MoEStrandsEqualSingleStrand) { strands_equal_single(true); }
 TEST(StrandsMpi, MoECapacityStrandsEqualSingleStrandAndCapture) { strands_equal_single(true, 1.0); }
 TEST(StrandsMpi, MoEDeviceSizesStrandsEqualSingleStrandAndCapture) { strands_equal_single(true, 0, true); }
+TEST(StrandsMpi, DenseStrandsEqualSingleStrandReplicatedGradsPerStep) { strands_equal_single(false, 0, false, true); }
+TEST(StrandsMpi, MoEStrandsEqualSingleStrandReplicatedGradsPerStep) { strands_equal_single(true, 0, false, true); }
 
 // A stack of layers (StrandStack), dense and MoE: its one-strand-at-a-time pass equals the same micro-batches through
 // separate layer objects (one per layer and micro-batch, the same shared weights and accumulating

@@ -325,8 +325,12 @@ TEST(StrandsPlan, DeviceSizedMoEHasNoHostGateAndSavesItsLayout) {
 // Without sequence parallelism an accumulating layer folds its replicated gradients (an MoE layer's router gradient
 // among them) into the totals inside norm1_bwd: the router's weight gradient, a movable sink, must precede it in every
 // order (an order that moved it after norm1_bwd lost that backward's router gradient at one rank).
+// So too with sequence parallelism when the replicated gradients are reduced once per step (Parallel::
+// replicated_grads_per_step: norm1_bwd folds this rank's partial sums in, no backward all-reduce).
 TEST(StrandsPlan, RouterGradientBeforeTheFoldWithoutSequenceParallelism) {
-  for (const m::Parallel p : {m::Parallel{1, true}, m::Parallel{2, true}}) {  // (MoE needs sp at TP > 1)
+  m::Parallel per_step{2, true};
+  per_step.replicated_grads_per_step = true;
+  for (const m::Parallel p : {m::Parallel{1, true}, m::Parallel{2, true}, per_step}) {  // (MoE needs sp at TP > 1)
     auto c = m::preset("tiny-moe");
     c.hidden = 256, c.heads = 8, c.kv_heads = 2, c.ffn = 128, c.seq = 100, c.micro_batch = 2;
     const auto dag = sch::strand_layer(c, p);
@@ -338,7 +342,9 @@ TEST(StrandsPlan, RouterGradientBeforeTheFoldWithoutSequenceParallelism) {
     ASSERT_GE(router, 0);
     ASSERT_GT(norm1, router);
     const auto& deps = dag.bwd[size_t(norm1)].deps;
-    const bool folds_in_norm1 = !(p.sp && p.tp > 1);
+    const bool folds_in_norm1 = !p.reduces_replicated_grads_per_backward();
+    const bool has_ar = std::any_of(dag.bwd.begin(), dag.bwd.end(), [](const sch::Op& o) { return o.name == "b.ar_replicated_grads"; });
+    EXPECT_EQ(has_ar, p.reduces_replicated_grads_per_backward()) << "tp " << p.tp;
     EXPECT_EQ(std::count(deps.begin(), deps.end(), router), folds_in_norm1 ? 1 : 0) << "tp " << p.tp << " sp " << p.sp;
     for (const bool two : {false, true}) {
       const sch::Layer d = two ? sch::two_link_layer(dag) : dag;
@@ -659,6 +665,9 @@ TEST(StrandsPlan, BudgetedScheduleTradesTimeForMemory) {
 
 TEST(StrandsPlan, ParallelTag) {
   EXPECT_EQ(sch::strand_parallel_tag(cfg("mixtral-8x7b", 4096), {2, true}), "tp=2,sp=1,ep=2,seq=4096,mb=1");
+  m::Parallel per_step{2, true};
+  per_step.replicated_grads_per_step = true;
+  EXPECT_EQ(sch::strand_parallel_tag(cfg("llama3-70b", 4096), per_step), "tp=2,sp=1,ep=1,seq=4096,mb=1,rep-grads=step");
 }
 
 }  // namespace

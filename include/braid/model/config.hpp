@@ -64,7 +64,15 @@ struct Parallel {
                    // false: plain TP (inputs replicated, all-reduce after row-parallel GEMMs)
   // Expert parallelism (MoE): experts are split over the same tp ranks (ep == tp), each expert whole
   // (not tensor-split); tokens move by all-to-all. MoE requires sp (tokens partitioned by rank).
+  // With sp at tp > 1 each rank's backward sees only its tokens, so the replicated weights' gradients (the two
+  // norms', an MoE router's: fp32) are partial sums until all-reduced. false: every backward all-reduces them (its
+  // last operator, ar_replicated_grads). true: Megatron's way (finalize_model_grads) — the backward keeps this
+  // rank's partial sums (added into the totals when accumulating, inside norm1_bwd as without sp) and has no such
+  // operator; model::Layer::reduce_replicated_grads all-reduces the totals once per step, after its last backward.
+  bool replicated_grads_per_step = false;
   void validate(const ModelConfig& c) const;
+  // True when the backward ends in ar_replicated_grads (sp at tp > 1, not per step).
+  bool reduces_replicated_grads_per_backward() const { return sp && tp > 1 && !replicated_grads_per_step; }
 };
 
 enum class Phase { kForward, kBackward };

@@ -86,6 +86,12 @@ class Layer {
   void set_accumulate_grads(bool on);
   bool accumulates_grads() const;
   void zero_grads(cudaStream_t stream);
+  // With Parallel::replicated_grads_per_step (sp at tp > 1): the backwards leave this rank's partial sums of the
+  // replicated gradients (norms, router; accumulated when accumulating, else the last backward's); this all-reduces
+  // them over the comm, once per step after the last backward — collective, stream-ordered. A Share::kAll layer and
+  // its owner hold one set: call it on one of them. Otherwise nothing to do (returns at once). Until it ran,
+  // download_grads returns the partial sums.
+  void reduce_replicated_grads(cudaStream_t stream);
   // Intra-batch decomposition (the DHelix paper's baseline, Megatron's chunked TP overlap): with chunks >
   // 1, every all-gather -> GEMM and GEMM -> reduce-scatter pair (ag_h1/qkv_proj, out_proj/rs_attn,
   // ag_h2/gate_up_proj, down_proj/rs_mlp; backward ag_dy/down_proj_dgrad, gate_up_dgrad/rs_dh2,
