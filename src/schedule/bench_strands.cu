@@ -50,6 +50,11 @@ struct Args {
   // (model::Parallel::replicated_grads_per_step, Megatron's way), not by every backward; every row then carries
   // that all-reduce's measured time x layers / M (see report). 0: per backward (the default, as before).
   int step_microbatches = 0;
+  // --comm-scale X: the searches' collectives last X times their profiled solo time (Op::solo_us of every collective
+  // of the DAG, after the pair table's times): in the stack at full NVLink over nccl-ce a collective took 2.5-4x its
+  // solo time on the link streams (two strands' collectives at once, beside GEMMs: docs/dhelix.md, fifty-ninth
+  // session), so orders searched on solo times put a collective's consumer too close behind it. 1: as profiled.
+  double comm_scale = 1.0;
 };
 
 Args parse(int argc, char** argv, const char* who) {
@@ -88,6 +93,7 @@ Args parse(int argc, char** argv, const char* who) {
     else if (k == "--no-chain") a.chain = false;
     else if (k == "--op-trace") a.op_trace = true;
     else if (k == "--capacity") a.capacity = std::stod(val());
+    else if (k == "--comm-scale") a.comm_scale = std::stod(val());
     else if (k == "--moe-sizes") {
       const std::string v = val();
       if (v != "host" && v != "device")
@@ -104,6 +110,7 @@ Args parse(int argc, char** argv, const char* who) {
     }
     // other words (bench, strands, profile-pairs) belong to the CLI
   }
+  if (!(a.comm_scale > 0)) throw UsageError(std::string(who) + ": --comm-scale must be > 0", __FILE__, __LINE__);
   if (a.iters < 1 || a.warmup < 0 || a.prof_iters < 1 || a.rounds < 1 || a.layers < 1)
     throw UsageError(std::string(who) + ": --iters/--profile-iters/--rounds/--layers must be >= 1, --warmup >= 0",
                      __FILE__, __LINE__);
@@ -1401,6 +1408,14 @@ int bench_strands_main(Team& team, int argc, char** argv, const bench::Context& 
       if (root && !a.out.empty()) save_pair_table(a.out, table);
     }
     apply_solo_times(dag, table);
+    if (a.comm_scale != 1.0) {
+      for (auto* ops : {&dag.fwd, &dag.bwd})
+        for (auto& op : *ops)
+          if (op.kind == OpKind::Comm) op.solo_us *= a.comm_scale;
+      if (root)
+        std::printf("# --comm-scale %.2f: every collective's solo time x %.2f in the searches (the executor models)\n",
+                    a.comm_scale, a.comm_scale);
+    }
     plan = search(dag, table, a, &search_s);
   }
   if (root) {
