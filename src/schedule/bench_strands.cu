@@ -1098,6 +1098,8 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
           check_bits(std::string("stack-chained-split-") + name, sequence_on(sk, [&] { sk.pass_chained(s, *ex); }));
       check_bits("stack-chained-split-round-robin", sequence_on(sk, [&] { sk.pass_chained_rr(s); }));
       check_bits("stack-chained-split-round-robin-bfirst", sequence_on(sk, [&] { sk.pass_chained_rr(s, true); }));
+      check_bits("stack-chained-split-round-robin-bfirst-moves",
+                 sequence_on(sk, [&] { sk.pass_chained_rr(s, true, true); }));
       return;
     }
     check_bits("stack-round-robin", sequence([&] {
@@ -1215,6 +1217,16 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
                a.gemm_sm_reserve > 0 ? reserved([&] { split->pass_chained_rr(s, first); }) : split->pass_chained_rr(s, first);
              },
              mem_split);
+  // -moves: b's weight-gradient GEMMs beside its own collectives, which run on a stream of b's own
+  // (sinks_beside_collectives; fifty-ninth session: the bfirst stack's backward stream waited out rs_dh2 before
+  // gate_up_wgrad and rs_dh1 before qkv_wgrad)
+  if (split)
+    iv.add(std::string("stack-chained-split-round-robin-bfirst-moves") + (a.gemm_sm_reserve > 0 ? "-smres" : ""),
+           [&](int) {
+             a.gemm_sm_reserve > 0 ? reserved([&] { split->pass_chained_rr(s, true, true); })
+                                   : split->pass_chained_rr(s, true, true);
+           },
+           mem_split);
   for (const char* name : kStackOrders) {
     auto ex = stack_executor(name, dag, plan_file, orders2, st.s);
     if (!ex) continue;

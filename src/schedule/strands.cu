@@ -648,8 +648,10 @@ StrandStack::~StrandStack() {
   if (counts_stash_) cudaFree(counts_stash_);
   for (auto& o : io_)
     for (auto p : o) cudaFree(p);
-  for (auto c : {copy_[0], copy_[1], ranked_[0], ranked_[1]})
+  for (auto c : {copy_[0], copy_[1], ranked_[0], ranked_[1], link_})
     if (c) cudaStreamDestroy(c);
+  for (auto e : done_)
+    if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : {start_, copied_[0], copied_[1]})
     if (e) cudaEventDestroy(e);
   for (auto& t : tails_)
@@ -846,17 +848,35 @@ void StrandStack::pass_chained(cudaStream_t s, StrandExecutor& ex) {
   turn_ = b;
 }
 
-void StrandStack::pass_chained_rr(cudaStream_t s, bool backward_first) {
+void StrandStack::pass_chained_rr(cudaStream_t s, bool backward_first, bool moves) {
   const int f = turn_, b = 1 - turn_;
   require_pass_start(f, b);
   cudaStream_t* own = backward_first ? ranked_ : copy_;
   cudaStream_t sf = own[0], sb = own[1];  // each strand's one stream: its copies and its operators
   const size_t nf = obj(f).ops(model::Phase::kForward).size(), nb = obj(b).ops(model::Phase::kBackward).size();
   std::vector<std::vector<int>> waits(nf);
-  if (x_early_) {  // the late tensors' readers, by the layer's DAG (its operators in the same order)
-    const Layer dag = strand_layer(a_.config(), a_.parallel());
-    BRAID_REQUIRE(dag.fwd.size() == nf && dag.bwd.size() == nb, "strand stack: the layer's ops and its DAG differ");
-    waits = late_waits(dag);
+  const Layer dag = strand_layer(a_.config(), a_.parallel());
+  BRAID_REQUIRE(dag.fwd.size() == nf && dag.bwd.size() == nb, "strand stack: the layer's ops and its DAG differ");
+  if (x_early_) waits = late_waits(dag);  // the late tensors' readers, by the layer's DAG (its operators in the same order)
+  // b's issue order and where each op runs: moves — sinks_beside_collectives' order, collectives on link_ (events
+  // after every op carry the DAG's dependencies between the two streams); else the pass order on sb.
+  std::vector<int> border(nb);
+  for (size_t k = 0; k < nb; ++k) border[k] = int(k);
+  std::vector<char> linked(nb, 0);
+  if (moves) {
+    border = sinks_beside_collectives(dag, Pass::Backward);
+    for (size_t k = 0; k < nb; ++k) linked[k] = dag.bwd[k].kind == OpKind::Comm;
+    if (!link_) {
+      int prio = 0;
+      BRAID_CUDA_CHECK(cudaStreamGetPriority(sb, &prio));
+      BRAID_CUDA_CHECK(cudaStreamCreateWithPriority(&link_, cudaStreamNonBlocking, prio));
+    }
+    if (done_.size() != nb + 1) {
+      for (auto e : done_)
+        if (e) BRAID_CUDA_CHECK(cudaEventDestroy(e));
+      done_.assign(nb + 1, nullptr);
+      for (auto& e : done_) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
   }
   BRAID_CUDA_CHECK(cudaEventRecord(start_, s));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(sf, start_, 0));
@@ -882,9 +902,25 @@ void StrandStack::pass_chained_rr(cudaStream_t s, bool backward_first) {
     }
     keep_routing(f, i);
     prep_backward(b, j, sb);
-    for (size_t k = 0; k < nb; ++k) {
-      obj(b).run_op(model::Phase::kBackward, k, sb);
-      if (x_early_ && reads_[size_t(i % 2)][k]) BRAID_CUDA_CHECK(cudaEventRecord(reads_[size_t(i % 2)][k], sb));
+    // moves: the link stream starts after everything b issued before (the unit's copies, the last unit), and each
+    // op waits for its DAG dependencies that ran on the other stream (same-stream ones are in stream order).
+    if (moves) {
+      BRAID_CUDA_CHECK(cudaEventRecord(done_[nb], sb));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(link_, done_[nb], 0));
+    }
+    for (const int kk : border) {
+      const size_t k = size_t(kk);
+      cudaStream_t on = linked[k] ? link_ : sb;
+      if (moves)
+        for (const int d : dag.bwd[k].deps)
+          if (linked[size_t(d)] != linked[k]) BRAID_CUDA_CHECK(cudaStreamWaitEvent(on, done_[size_t(d)], 0));
+      obj(b).run_op(model::Phase::kBackward, k, on);
+      if (moves) BRAID_CUDA_CHECK(cudaEventRecord(done_[k], on));
+      if (x_early_ && reads_[size_t(i % 2)][k]) BRAID_CUDA_CHECK(cudaEventRecord(reads_[size_t(i % 2)][k], on));
+    }
+    if (moves) {  // b's unit ends on sb only after its last collective too
+      BRAID_CUDA_CHECK(cudaEventRecord(done_[nb], link_));
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(sb, done_[nb], 0));
     }
     BRAID_CUDA_CHECK(cudaEventRecord(tails_[size_t(i % ring)].ev[1][0], sb));  // b's unit i is over
     const Held freed = held_[b][size_t(j)];

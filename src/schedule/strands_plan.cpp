@@ -996,6 +996,43 @@ Layer dep_ready_layer(Layer dag) {
   return dag;
 }
 
+std::vector<int> sinks_beside_collectives(const Layer& dag, Pass p, double comm_scale) {
+  const auto& ops = dag.ops(p);
+  const int n = int(ops.size());
+  std::vector<int> order, held;  // held: sinks not issued yet, in pass order
+  order.reserve(size_t(n));
+  auto depends = [&](int k, int h) { return std::find(ops[size_t(k)].deps.begin(), ops[size_t(k)].deps.end(), h) != ops[size_t(k)].deps.end(); };
+  int last_comm = -1;
+  for (int k = 0; k < n; ++k)
+    if (ops[size_t(k)].kind == OpKind::Comm) last_comm = k;
+  for (int k = 0; k < n; ++k) {
+    const Op& o = ops[size_t(k)];
+    if (is_sink(o.name.substr(2)) && o.kind == OpKind::Compute) {
+      held.push_back(k);
+      continue;
+    }
+    for (auto it = held.begin(); it != held.end();) {  // what k waits for goes first
+      if (depends(k, *it)) {
+        order.push_back(*it);
+        it = held.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    order.push_back(k);
+    if (o.kind != OpKind::Comm) continue;
+    const double need = o.solo_us * comm_scale;
+    double got = 0;
+    while (!held.empty() && (k == last_comm || got < need)) {
+      got += ops[size_t(held.back())].solo_us;
+      order.push_back(held.back());
+      held.pop_back();
+    }
+  }
+  order.insert(order.end(), held.begin(), held.end());
+  return order;
+}
+
 Layer opening_chunked_layer(Layer dag) {
   const std::pair<const char*, const char*> pairs[] = {{"f.ag_h1", "f.qkv_proj"}, {"b.ag_dy", "b.down_proj_dgrad"}};
   for (const auto& [coll, gemm] : pairs) {

@@ -532,6 +532,8 @@ void stack_equal_one_at_a_time(bool moe, double capacity = 0, int L = 3, bool de
     same(run_on(split, [&] { split.pass_chained_rr(s); }), "stack on split slots, round-robin chained");
     same(run_on(split, [&] { split.pass_chained_rr(s, true); }),
          "stack on split slots, round-robin chained, the backward's stream first");
+    same(run_on(split, [&] { split.pass_chained_rr(s, true, true); }),
+         "stack on split slots, round-robin chained, backward first, sinks beside its collectives on their own stream");
   }
   same(run([&] { stack.pass_chained(s, ex); }), "stack chained, after the spare stack is gone");
   {  // BRAID_STRANDS_DEFER_DISPATCH=4: up to 4 backward ops issued ahead of each MoE dispatch (a no-op when dense)

@@ -1,12 +1,12 @@
 // CPU: the GPU layer's operator lists as schedule DAGs (strand_layer), plans over them, plan files.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <tuple>
 #include <cstdio>
 #include <set>
@@ -661,6 +661,57 @@ TEST(StrandsPlan, BudgetedScheduleTradesTimeForMemory) {
   EXPECT_EQ(sch::from_plan_file(dag, sch::read_plan(ss)).steps.size(), op.steps.size());
   // Below one set plus the forward's largest allocation the forward cannot finish.
   EXPECT_THROW(sch::budgeted_whole_pass(dag, saved, one * 0.5), braid::UsageError);
+}
+
+// sinks_beside_collectives on the 70B backward (solo times as profiled on 2x H200 over nccl-ce): each weight-gradient
+// GEMM follows a collective of its own strand, so that with the collectives on a stream of their own it runs while the
+// collective moves; every operator once, after its dependencies.
+TEST(StrandsPlan, SinksBesideCollectives) {
+  m::Parallel p{2, true};
+  p.replicated_grads_per_step = true;
+  sch::Layer dag = sch::strand_layer(cfg("llama3-70b", 4096), p);
+  const std::map<std::string, double> solo = {
+      {"b.ag_dy", 158},          {"b.down_proj_dgrad", 1200}, {"b.down_proj_wgrad", 1252}, {"b.swiglu_bwd", 294},
+      {"b.gate_up_dgrad", 2398}, {"b.gate_up_wgrad", 2476},   {"b.rs_dh2", 111},           {"b.norm2_bwd", 164},
+      {"b.ag_dx1", 113},         {"b.out_proj_dgrad", 346},   {"b.out_proj_wgrad", 353},   {"b.attention_bwd", 909},
+      {"b.rope_bwd", 106},       {"b.qkv_dgrad", 437},        {"b.qkv_wgrad", 440},        {"b.rs_dh1", 129},
+      {"b.norm1_bwd", 163}};
+  for (auto& op : dag.bwd) {
+    ASSERT_TRUE(solo.count(op.name)) << op.name;
+    op.solo_us = solo.at(op.name);
+  }
+  const auto order = sch::sinks_beside_collectives(dag, sch::Pass::Backward);
+  std::vector<std::string> names;
+  for (const int k : order) names.push_back(dag.bwd[size_t(k)].name);
+  const std::vector<std::string> want = {"b.ag_dy",         "b.down_proj_dgrad", "b.swiglu_bwd",     "b.gate_up_dgrad",
+                                         "b.rs_dh2",        "b.gate_up_wgrad",   "b.norm2_bwd",      "b.ag_dx1",
+                                         "b.down_proj_wgrad", "b.out_proj_dgrad", "b.attention_bwd", "b.rope_bwd",
+                                         "b.qkv_dgrad",     "b.rs_dh1",          "b.qkv_wgrad",      "b.out_proj_wgrad",
+                                         "b.norm1_bwd"};
+  EXPECT_EQ(names, want);
+  std::vector<int> pos(dag.bwd.size(), -1);
+  for (size_t i = 0; i < order.size(); ++i) pos[size_t(order[i])] = int(i);
+  for (size_t k = 0; k < dag.bwd.size(); ++k) {
+    ASSERT_GE(pos[k], 0) << dag.bwd[k].name;
+    for (const int d : dag.bwd[k].deps) EXPECT_LT(pos[size_t(d)], pos[k]) << dag.bwd[k].name;
+  }
+  // Per backward (sp): the replicated gradients' all-reduce, the last collective, depends on every operator: the sinks
+  // still held go before it.
+  const auto dag_ar = sch::strand_layer(cfg("llama3-70b", 4096), {2, true});
+  const auto order_ar = sch::sinks_beside_collectives(dag_ar, sch::Pass::Backward);
+  ASSERT_EQ(order_ar.size(), dag_ar.bwd.size());
+  EXPECT_EQ(dag_ar.bwd[size_t(order_ar.back())].name, "b.ar_replicated_grads");
+  // The MoE backward (router_bwd a sink that norm1_bwd waits for when folding): dependencies first there too.
+  for (const auto& pp : {p, m::Parallel{2, true}}) {
+    const auto moe = sch::strand_layer(cfg("mixtral-8x7b", 4096), pp);
+    const auto o = sch::sinks_beside_collectives(moe, sch::Pass::Backward);
+    std::vector<int> at(moe.bwd.size(), -1);
+    for (size_t i = 0; i < o.size(); ++i) at[size_t(o[i])] = int(i);
+    for (size_t k = 0; k < moe.bwd.size(); ++k) {
+      ASSERT_GE(at[k], 0);
+      for (const int d : moe.bwd[k].deps) EXPECT_LT(at[size_t(d)], at[k]) << moe.bwd[k].name;
+    }
+  }
 }
 
 TEST(StrandsPlan, ParallelTag) {

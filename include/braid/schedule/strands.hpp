@@ -282,6 +282,15 @@ Layer two_link_layer(Layer dag);
 /// (src/model/layer.cu). best_issue_order does not support it (throws UsageError).
 Layer dep_ready_layer(Layer dag);
 
+/// One strand's issue order for a pass with its weight-gradient operators (sinks: *_wgrad, router_bwd) moved beside
+/// its own collectives: each sink is held back from its place in the pass order; after each collective is issued,
+/// the most recently held sinks follow it until their solo times reach the collective's solo time x `comm_scale`
+/// (after the pass's last collective, every held sink); an operator that depends on a held sink gets it first; what is
+/// still held at the end follows. With the collectives on a stream of their own (StrandStack::pass_chained_rr's
+/// moves) those sinks then run while the collective moves, as Megatron overlaps the weight-gradient GEMM with the
+/// input gradient's reduce-scatter. Returns operator indices of pass `p`, every operator once, dependencies first.
+std::vector<int> sinks_beside_collectives(const Layer& dag, Pass p, double comm_scale = 3.0);
+
 /// `dag` for layers with model::Layer::set_opening_chunks on: the pairs that open each pass (f.ag_h1 -> f.qkv_proj;
 /// b.ag_dy -> b.down_proj_dgrad) split across their operators, the GEMM operator waiting for each chunk of the
 /// all-gather itself. So the GEMM operator no longer depends on the all-gather operator (it takes the all-gather's own
@@ -476,7 +485,10 @@ class StrandStack {
   /// strands have work ready the GPU's block scheduler starts b's (the longer chain: its compute and collectives
   /// in sequence) and f's fills what b leaves; the same work and results, only the start order of ready blocks
   /// differs.
-  void pass_chained_rr(cudaStream_t s, bool backward_first = false);
+  /// moves: b's backward issued in sinks_beside_collectives' order (on the layer's dependency-ready DAG), its
+  /// collectives on a stream of b's own (the link stream; events carry the DAG's dependencies across), so its
+  /// weight-gradient GEMMs run beside its reduce-scatters and all-gathers instead of after them in one stream.
+  void pass_chained_rr(cudaStream_t s, bool backward_first = false, bool moves = false);
   /// The same work one strand at a time (Megatron-style): b's whole backward, then f's whole forward (at
   /// most L slots held); then the roles swap.
   void pass_single(cudaStream_t s);
@@ -539,6 +551,8 @@ class StrandStack {
   // slot the unit of this pass whose b freed it (-1: before this pass, ordered by the pass's start).
   cudaStream_t copy_[2] = {nullptr, nullptr};
   cudaStream_t ranked_[2] = {nullptr, nullptr};  // pass_chained_rr(backward_first): f's at least, b's at greatest priority
+  cudaStream_t link_ = nullptr;                  // pass_chained_rr(moves): b's collectives (b's stream's priority)
+  std::vector<cudaEvent_t> done_;                // pass_chained_rr(moves): after each backward op, on its stream
   cudaEvent_t start_ = nullptr, copied_[2] = {nullptr, nullptr};
   std::vector<StrandTailEvents> tails_;  // a ring of spare + 2 units
   std::vector<int> freed_in_, freed_early_in_;
