@@ -244,6 +244,14 @@
 # + one 70B NVLink layer 4.2 min cold. -open4: no gain (docs/dhelix.md). Next on a 2-GPU machine: the 70B NVLink layer
 # and stack again at e51ceeb (the one-layer spread, 450-563 us, is most of the 757-950 us exposed: more passes), and a
 # layer whose replicated gradients are all-reduced once per step (Megatron's way) instead of per backward.
+# Fifty-ninth session (seven calls, 2x H200, ~1750 s): `build test` (BUILD_TARGET="braid test_layer_mpi test_strands_mpi",
+# CTEST_R='test_layer_mpi$|test_strands_mpi$') + one 70B NVLink layer (64 x 8, --replicated-grads step) 4.6 min cold;
+# warm: the stack (6 x 3) + the layer per backward 3.1 min, the layer with --op-trace 2.3 min, the stack with --op-trace
+# 1.6 min; `build` + stack + layer with --comm-scale 3, 5.4 min cold; `build test` (test_strands_mpi) + the stack 4.4 min
+# cold; `build` + the stack per backward 3.7 min cold (all by hand, as in the fifty-eighth). Per-step reduce, comm scale
+# and the backward's moves in the chained round-robin: none lifted full NVLink past ~68% (docs/dhelix.md). Next on a
+# 2-GPU machine: nothing of issue 9 at full NVLink is left that the H200's power-capped clock lets a run resolve; on
+# 2x H100, the plan below ("On 2x H100").
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
