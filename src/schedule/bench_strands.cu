@@ -1218,8 +1218,8 @@ int bench_stack(Team& team, const Args& a, const m::ModelConfig& c, const m::Par
              },
              mem_split);
   // -moves: b's weight-gradient GEMMs beside its own collectives, which run on a stream of b's own
-  // (sinks_beside_collectives; fifty-ninth session: the bfirst stack's backward stream waited out rs_dh2 before
-  // gate_up_wgrad and rs_dh1 before qkv_wgrad)
+  // (sinks_beside_collectives; fifty-ninth session: in the bfirst pass each of b's collectives is followed at once, on
+  // b's one stream, by the operator that waits for it; no gain measured, docs/dhelix.md)
   if (split)
     iv.add(std::string("stack-chained-split-round-robin-bfirst-moves") + (a.gemm_sm_reserve > 0 ? "-smres" : ""),
            [&](int) {

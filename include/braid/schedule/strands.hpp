@@ -485,7 +485,7 @@ class StrandStack {
   /// strands have work ready the GPU's block scheduler starts b's (the longer chain: its compute and collectives
   /// in sequence) and f's fills what b leaves; the same work and results, only the start order of ready blocks
   /// differs.
-  /// moves: b's backward issued in sinks_beside_collectives' order (on the layer's dependency-ready DAG), its
+  /// moves: b's backward issued in sinks_beside_collectives' order (on the layer's DAG, strand_layer), its
   /// collectives on a stream of b's own (the link stream; events carry the DAG's dependencies across), so its
   /// weight-gradient GEMMs run beside its reduce-scatters and all-gathers instead of after them in one stream.
   void pass_chained_rr(cudaStream_t s, bool backward_first = false, bool moves = false);
