@@ -248,7 +248,10 @@
 # CTEST_R='test_layer_mpi$|test_strands_mpi$') + one 70B NVLink layer (64 x 8, --replicated-grads step) 4.6 min cold;
 # warm: the stack (6 x 3) + the layer per backward 3.1 min, the layer with --op-trace 2.3 min, the stack with --op-trace
 # 1.6 min; `build` + stack + layer with --comm-scale 3, 5.4 min cold; `build test` (test_strands_mpi) + the stack 4.4 min
-# cold; `build` + the stack per backward 3.7 min cold (all by hand, as in the fifty-eighth). Per-step reduce, comm scale
+# cold; `build` + the stack per backward 3.7 min cold (all by hand, as in the fifty-eighth; `strands-ce` does the
+# one-layer run with CE_COMMS=nccl-ce CE_MODELS=llama3-70b SMRES_CE=0 STRANDS_ITERS=64 STRANDS_ROUNDS=8
+# STRANDS_ARGS="--replicated-grads step --open-chunks 0 --pairs bench/results/h200x2/strands-pairs-llama3-70b-nvlink-nccl-ce-eb35616.txt",
+# and the stack with STRANDS_ITERS=6 STRANDS_ROUNDS=3 and --layers 20 added to STRANDS_ARGS). Per-step reduce, comm scale
 # and the backward's moves in the chained round-robin: none lifted full NVLink past ~68% (docs/dhelix.md). Next on a
 # 2-GPU machine: nothing of issue 9 at full NVLink is left that the H200's power-capped clock lets a run resolve; on
 # 2x H100, the plan below ("On 2x H100").
