@@ -729,12 +729,8 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
   std::vector<Variant> vs = measured;
   if (a.step_microbatches > 0 && p.sp && p.tp > 1) {
     const size_t n = size_t(2 * c.hidden) + (c.moe() ? size_t(c.hidden) * c.experts : 0);
-    std::vector<float> h(n);
-    uint64_t x = 0x9e3779b97f4a7c15ull + uint64_t(team.rank());
-    for (auto& v : h) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      v = float(int64_t(x >> 40) % 2001 - 1000) * 1e-3f;  // [-1, 1]
-    }
+    const std::vector<double> v = m::random_values(n, 71 + uint64_t(team.rank()), 1.0);
+    const std::vector<float> h(v.begin(), v.end());
     float* r = nullptr;
     BRAID_CUDA_CHECK(cudaMalloc(&r, n * sizeof(float)));
     BRAID_CUDA_CHECK(cudaMemcpy(r, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));

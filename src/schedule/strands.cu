@@ -855,9 +855,12 @@ void StrandStack::pass_chained_rr(cudaStream_t s, bool backward_first, bool move
   cudaStream_t sf = own[0], sb = own[1];  // each strand's one stream: its copies and its operators
   const size_t nf = obj(f).ops(model::Phase::kForward).size(), nb = obj(b).ops(model::Phase::kBackward).size();
   std::vector<std::vector<int>> waits(nf);
-  const Layer dag = strand_layer(a_.config(), a_.parallel());
-  BRAID_REQUIRE(dag.fwd.size() == nf && dag.bwd.size() == nb, "strand stack: the layer's ops and its DAG differ");
-  if (x_early_) waits = late_waits(dag);  // the late tensors' readers, by the layer's DAG (its operators in the same order)
+  Layer dag;  // the layer's DAG (its operators in the same order): for the late tensors' readers and the moves
+  if (x_early_ || moves) {
+    dag = strand_layer(a_.config(), a_.parallel());
+    BRAID_REQUIRE(dag.fwd.size() == nf && dag.bwd.size() == nb, "strand stack: the layer's ops and its DAG differ");
+  }
+  if (x_early_) waits = late_waits(dag);
   // b's issue order and where each op runs: moves — sinks_beside_collectives' order, collectives on link_ (events
   // after every op carry the DAG's dependencies between the two streams); else the pass order on sb.
   std::vector<int> border(nb);
