@@ -16,8 +16,10 @@ TEST(AllReduceTable, BuiltinTableParsesAndPicks) {
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kFP16, Precision::kExact, 16 << 20), ArAlgo::kOneShotLL128);
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, 64 << 20), ArAlgo::kTwoShot);
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kExact, size_t(1) << 30), ArAlgo::kNccl);
-  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kOneShotLL128);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kFP16, Precision::kExact, 512 << 10), ArAlgo::kOneShotLL128);
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 4 << 20), ArAlgo::kTwoShot);
+  EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 32 << 20), ArAlgo::kTwoShot);
   EXPECT_EQ(braid::pick_from_table(t, 4, DType::kBF16, Precision::kExact, 64 << 20), ArAlgo::kNccl);
   EXPECT_EQ(braid::pick_from_table(t, 8, DType::kBF16, Precision::kExact, 64 << 10), ArAlgo::kNccl);  // unmeasured
   EXPECT_EQ(braid::pick_from_table(t, 2, DType::kBF16, Precision::kInt8, 64 << 20), ArAlgo::kQuantOneStep);
