@@ -456,7 +456,11 @@ class GemmOverlap {
   // kCopies: the peer copy-engine transport's setup and its copies alone (no flag raised, no wait for the
   // peers: the copy engines' own time, which kTransfer less kCopies leaves to the flags; `bench gemm-rs
   // --probe-pce`); elsewhere nothing.
-  enum class Part { kWhole, kTransfer, kTail, kSetup, kCopies };
+  // kAfterSetup: everything after the setup (the peer copy-engine transport's pushes, flags, waits, sum and
+  // all-reduce's second phase), issued after a kSetup call of the same count on this or an earlier-ordered
+  // stream — the split run() makes where the GEMM leaves no SM free (the flag reset's memset and the start
+  // barrier before the GEMM, the transfers beside it); elsewhere the same as kWhole.
+  enum class Part { kWhole, kTransfer, kTail, kSetup, kCopies, kAfterSetup };
   void transport_collective(size_t count, void* out, cudaStream_t stream, Part part = Part::kWhole);
   // run() issues part of each group's collective off the communication chain (SearchInputs::tail).
   bool has_tail() const { return sum_ != nullptr && opt_.coll == Collective::kReduceScatter; }

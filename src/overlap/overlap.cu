@@ -912,15 +912,17 @@ void GemmOverlap::peer_sum(size_t off, size_t chunk, void* out, int ctas, cudaSt
 }
 
 // The peer copy-engine collective alone, for --measure (everything on s, as one group at offset 0): reset
-// the flags, the start barrier (kSetup stops here), the pushes and flags, the waits for the peers' flags
-// (kTransfer stops here), then the sum on the CTAs a group's sum gets beside the GEMM (kTail: the sum alone,
-// on the data in place) and, all-reduce, the reduced chunks' pushes and waits. The barrier orders each call
-// after every rank's previous one, as in run().
+// the flags, the start barrier (kSetup stops here; kAfterSetup starts after it), the pushes and flags, the
+// waits for the peers' flags (kTransfer stops here), then the sum on the CTAs a group's sum gets beside the
+// GEMM (kTail: the sum alone, on the data in place) and, all-reduce, the reduced chunks' pushes and waits.
+// The barrier orders each call after every rank's previous one, as in run().
 void GemmOverlap::run_peer_standalone(size_t count, void* out, cudaStream_t s, Part part) {
   const size_t chunk = count / static_cast<size_t>(team_.size());
   if (part != Part::kTail) {
-    BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, peer_second_flags() * 2 * 4, s));
-    memops::start_barrier(team_, peer_slot_, s);
+    if (part != Part::kAfterSetup) {  // kAfterSetup: a kSetup call of this count was issued before it
+      BRAID_CUDA_CHECK(cudaMemsetAsync(peer_flags_->local(), 0, peer_second_flags() * 2 * 4, s));
+      memops::start_barrier(team_, peer_slot_, s);
+    }
     if (part == Part::kSetup) return;
     // kCopies: no flag, so no peer waits on this call's copies (the next call's barrier orders them after
     // every rank's copies here, as for any call).

@@ -516,11 +516,19 @@ TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
       const bool rs = coll == Collective::kReduceScatter;
       Buf plain(mn * 2), plain_out(mn * 2 / W), out(mn * 2 / W);
       void* outp = op.output() ? op.output() : out.p;
-      for (const int64_t count : {mn, (mn / 3) / (8 * W) * (8 * W)}) {
+      const int64_t partial = (mn / 3) / (8 * W) * (8 * W);
+      for (int v = 0; v < 4; ++v) {  // a whole and a partial group; one call, or kSetup then kAfterSetup
+        const int64_t count = v < 2 ? mn : partial;
+        const bool two_calls = v % 2 == 1;  // --measure's split where run() meets before the GEMM
         fill_uniform_bf16(op.reordered(), size_t(count), 600 + rank, 1.f, s);
         ASSERT_EQ(cudaMemcpyAsync(plain.p, op.reordered(), size_t(count) * 2, cudaMemcpyDeviceToDevice, s),
                   cudaSuccess);
-        op.transport_collective(size_t(count), outp, s);
+        if (two_calls) {
+          op.transport_collective(size_t(count), outp, s, GemmOverlap::Part::kSetup);
+          op.transport_collective(size_t(count), outp, s, GemmOverlap::Part::kAfterSetup);
+        } else {
+          op.transport_collective(size_t(count), outp, s);
+        }
         if (rs)
           ASSERT_EQ(ncclReduceScatter(plain.p, plain_out.p, size_t(count / W), ncclBfloat16, ncclSum, team.nccl(), s),
                     ncclSuccess);
@@ -533,7 +541,7 @@ TEST(OverlapMpiTransportCollective, MatchesNcclOnTheSameData) {
         // Sums of W values of |x| < 1 rounded to bf16: NCCL's order and roundings may differ from braid's fp32
         // sum by an ulp or two at magnitude W (wrong data is off by O(1)).
         EXPECT_EQ(count_mismatch(want, got, [](int64_t i) { return i; }, W / 64.0, 1.0 / 128.0), 0u)
-            << "count " << count;
+            << "count " << count << (two_calls ? ", setup and the rest as two calls" : "");
       }
     }
   }
