@@ -255,6 +255,14 @@
 # and the backward's moves in the chained round-robin: none lifted full NVLink past ~68% (docs/dhelix.md). Next on a
 # 2-GPU machine: nothing of issue 9 at full NVLink is left that the H200's power-capped clock lets a run resolve; on
 # 2x H100, the plan below ("On 2x H100").
+# Sixtieth session (3 calls 4x H200 ~570 s, 5 calls 2x H200 ~1080 s): 4x `build test` (CTEST_R='_np4$', the five
+# _np4 entries, ctest 288 s) 7.1 min cold; warm `ar-table` (TABLE_MAX=256M GRAPH_MAX=16M) + bench t3-gemm-rs at 4 ranks
+# on the six large shapes by hand 59 s; `layer-tp` + quantized all-reduce 16M-256M 24 s. 2x `build measure-rs` (BUILD_TARGET=braid,
+# OVERLAP_TRANSPORT=peer-copy-engine, MEASURE_PART=1/2, the thirtieth session's MEASURE_ARGS with --owner
+# --owner-chunks 1,2,4 --auto) 5.4 min cold; part 2/2 + `sweep-t3` (T3_AG=0) 7 min warm; `sweep-t3` (T3_RS=0) 40 s;
+# `peers-tp` 18 s; `build` (BUILD_TARGET="braid test_overlap_mpi") + one test by hand + `measure-rs`
+# (MEASURE_SHAPES=bench/shapes/pce-rho.txt, 8 shapes) 2.9 min cold. Next: the whole measure-rs sweep with the rho fix
+# (4c2a6da) on 2x H200 and on 2x H100.
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
