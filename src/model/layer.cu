@@ -1011,7 +1011,7 @@ Comm& Layer::comm() const { return impl_->comm; }
 
 void Layer::reduce_replicated_grads(cudaStream_t s) {
   Impl& m = *impl_;
-  if (!m.sp || !m.p.replicated_grads_per_step) return;  // complete already (no sp), or reduced by every backward
+  if (!m.p.reduces_replicated_grads_per_step()) return;  // complete already (no sp, tp 1), or reduced per backward
   m.comm.all_reduce(m.rep, m.rep, size_t(m.rep_elems), DType::kFP32, s);
 }
 

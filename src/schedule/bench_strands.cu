@@ -727,7 +727,7 @@ void report(Team& team, const Args& a, const m::ModelConfig& c, const m::Paralle
   // not to compute only (the reduce is communication a step exposes whole: charged as exposed for everyone).
   double step_reduce_us = 0, step_charge_us = 0;
   std::vector<Variant> vs = measured;
-  if (a.step_microbatches > 0 && p.sp && p.tp > 1) {
+  if (a.step_microbatches > 0 && p.reduces_replicated_grads_per_step()) {
     const size_t n = size_t(2 * c.hidden) + (c.moe() ? size_t(c.hidden) * c.experts : 0);
     const std::vector<double> v = m::random_values(n, 71 + uint64_t(team.rank()), 1.0);
     const std::vector<float> h(v.begin(), v.end());

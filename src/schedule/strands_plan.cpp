@@ -71,7 +71,7 @@ std::string strand_parallel_tag(const model::ModelConfig& c, const model::Parall
   }
   if (c.moe_device_sizes) tag += ",moe-sizes=device";  // grouped GEMMs and device-counted exchanges: other times
   // No ar_replicated_grads operator in the backward (reduced once per step, model::Layer::reduce_replicated_grads)
-  if (p.sp && p.tp > 1 && p.replicated_grads_per_step) tag += ",rep-grads=step";
+  if (p.reduces_replicated_grads_per_step()) tag += ",rep-grads=step";
   return tag;
 }
 

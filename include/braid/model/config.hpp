@@ -73,6 +73,8 @@ struct Parallel {
   void validate(const ModelConfig& c) const;
   // True when the backward ends in ar_replicated_grads (sp at tp > 1, not per step).
   bool reduces_replicated_grads_per_backward() const { return sp && tp > 1 && !replicated_grads_per_step; }
+  // True when model::Layer::reduce_replicated_grads has them to all-reduce (sp at tp > 1, per step).
+  bool reduces_replicated_grads_per_step() const { return sp && tp > 1 && replicated_grads_per_step; }
 };
 
 enum class Phase { kForward, kBackward };
