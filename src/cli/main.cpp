@@ -3,7 +3,7 @@
 //   braid info [--no-probe] [--count]
 //   braid bench nccl --op allreduce|reducescatter|allgather|alltoall -b 64K -e 1G -f 2 [--dtype bf16]
 //                    [--iters 50] [--warmup 10] [--graph] [--json FILE]
-//   braid bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,...] [--json FILE]
+//   braid bench p2p [--bytes 256M] [--bidir] [--blocks 8,16,...] [--json FILE] (copy engine, SM loads/stores, TMA bulk copies)
 // Multi-GPU commands run one process per GPU: mpirun -np <GPUs> braid bench ...
 #include <cstdio>
 #include <algorithm>
