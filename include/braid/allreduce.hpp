@@ -167,11 +167,6 @@ struct AllReducerConfig {
   // INT8 137.5-138.0 vs 127.8-128.1 us, INT4 90.2-90.5 vs 85.0-85.1). Environment (both widths):
   // BRAID_AR_1STEP_SPLIT_PULLERS.
   int onestep_split_puller_every[2] = {1, 1};
-  // Split roles at W = 2 and group 128 only: the quantizers push their codes into the peer's memory by remote
-  // stores straight from their registers, and the pullers read both sources locally (the PUSH form of
-  // ar::quant_onestep_split_kernel; the same bits). Off by default: measured in the sixty-first session
-  // (docs/flash-communication.md). Environment (both widths): BRAID_AR_1STEP_PUSH=0|1.
-  bool onestep_push[2] = {false, false};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;

@@ -211,7 +211,6 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   env_int2("BRAID_AR_1STEP_SPLIT", 0, 1 << 30, cfg_.onestep_split_iters);
   env_int2("BRAID_AR_1STEP_SPLIT_MIN", 0, kBig, cfg_.onestep_split_min_elems);
   env_int2("BRAID_AR_1STEP_SPLIT_PULLERS", 1, kMaxBlocks, cfg_.onestep_split_puller_every);
-  env_flag2("BRAID_AR_1STEP_PUSH", cfg_.onestep_push);
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
                     cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1,
                 "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0, onestep_split_puller_every "
@@ -719,18 +718,9 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
         const int unit_groups = split * cfg_.threads * ar::kVec / group;
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
-        // The PUSH form (onestep_push): two ranks, group 128 (one instantiation per width and pull mapping).
-        const bool push = cfg_.onestep_push[wi] && W == 2 && group == 128;
         auto go = [&](auto bits_c, auto pm_c) {
           constexpr int BITS = decltype(bits_c)::value;
           constexpr int PM = decltype(pm_c)::value;
-          if (push) {
-            BRAID_DISPATCH_DT(dtype, DT, (
-                ar::quant_onestep_split_kernel<DT, BITS, 128, PM, 0, true><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-                    x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                    prof_)));
-            return;
-          }
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, BITS, G, PM><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
@@ -741,12 +731,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           else if (wide) go(bits_c, std::integral_constant<int, ar::kPullWide>{});
           else go(bits_c, std::integral_constant<int, ar::kPull8>{});
         };
-        if (int6 && push) {
-          BRAID_DISPATCH_DT(dtype, DT, (
-              ar::quant_onestep_split_kernel<DT, 4, 128, ar::kPull16, 8, true><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                  prof_)));
-        } else if (int6) {
+        if (int6) {
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, 4, G, ar::kPull16, 8><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],

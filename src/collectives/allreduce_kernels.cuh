@@ -213,15 +213,12 @@ __device__ __forceinline__ void quantize_words(const float (&v)[kVec], int valid
   pack_codes<BITS>(q, w);
 }
 // Quantizes this thread's `valid` values with p and stores their codes at p_codes (8 bytes for INT8, 4 for INT4).
-// MIRROR: the same words also at p_codes + mirror (a peer's receive slot: remote stores straight from the
-// registers, quant_onestep_split_kernel's PUSH form).
-template <int BITS, bool MIRROR = false>
+template <int BITS>
 __device__ __forceinline__ void quantize_store_codes(const float (&v)[kVec], int valid, const quant::GroupParams& p,
-                                                     uint8_t* p_codes, int64_t mirror = 0) {
+                                                     uint8_t* p_codes) {
   uint32_t w[2];
   quantize_words<BITS>(v, valid, p, w);
   store_code_words<BITS>(w, p_codes);
-  if constexpr (MIRROR) store_code_words<BITS>(w, p_codes + mirror);
 }
 
 // Packed min (MAX false) or max (MAX true) of two 16-bit float pairs (DT 0: bf16x2, 1: f16x2), lane by lane. Like
@@ -292,46 +289,36 @@ __device__ __forceinline__ void group_minmax2(const float (&lo)[kVec], int vlo, 
 // each half's loads and code stores are contiguous across the lanes. The group's min/max, parameters and
 // codes are the quantizer's (min/max exact in any order), at half the per-value cost of the parameters,
 // shuffles and addressing. `payload` is the group's first code byte, `meta` its metadata word.
-// MIRROR: codes and metadata also at the same offsets + mirror bytes (quantize_store_codes).
-template <int BITS, int TPG, bool MIRROR = false>
+template <int BITS, int TPG>
 __device__ __forceinline__ void quantize_store2h(const float (&lo)[kVec], int vlo, const float (&hi)[kVec], int vhi,
-                                                 int lane_in_group, uint8_t* payload, uint32_t* meta,
-                                                 int64_t mirror = 0) {
+                                                 int lane_in_group, uint8_t* payload, uint32_t* meta) {
   float mn, mx;
   group_minmax2<TPG>(lo, vlo, hi, vhi, mn, mx);
   if (vlo <= 0) return;  // after the shuffles (vhi > 0 only where vlo == 8)
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
-  quantize_store_codes<BITS, MIRROR>(lo, vlo, p, payload + lane_in_group * kVec * BITS / 8, mirror);
-  if (vhi > 0) quantize_store_codes<BITS, MIRROR>(hi, vhi, p, payload + (TPG + lane_in_group) * kVec * BITS / 8, mirror);
-  if (lane_in_group == 0) {
-    const uint32_t m = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
-    *meta = m;
-    if constexpr (MIRROR) *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(meta) + mirror) = m;
-  }
+  quantize_store_codes<BITS>(lo, vlo, p, payload + lane_in_group * kVec * BITS / 8);
+  if (vhi > 0) quantize_store_codes<BITS>(hi, vhi, p, payload + (TPG + lane_in_group) * kVec * BITS / 8);
+  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
 }
 // quantize_store2h for two whole halves given as their raw 16-byte loads (a: this lane's low half, b: its high
 // half): the min/max on packed pairs (raw_group_minmax2) under BRAID_AR_PACKQ, then the same parameters and codes.
-template <int DT, int BITS, int TPG, bool MIRROR = false>
+template <int DT, int BITS, int TPG>
 __device__ __forceinline__ void quantize_store2h_raw(const uint4& a, const uint4& b, int lane_in_group,
-                                                     uint8_t* payload, uint32_t* meta, int64_t mirror = 0) {
+                                                     uint8_t* payload, uint32_t* meta) {
   float lo[kVec], hi[kVec];
 #if BRAID_AR_PACKQ
   float mn, mx;
   raw_group_minmax2<DT, TPG>(a, b, mn, mx);
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
   unpack8<DT>(a, lo);
-  quantize_store_codes<BITS, MIRROR>(lo, kVec, p, payload + lane_in_group * kVec * BITS / 8, mirror);
+  quantize_store_codes<BITS>(lo, kVec, p, payload + lane_in_group * kVec * BITS / 8);
   unpack8<DT>(b, hi);
-  quantize_store_codes<BITS, MIRROR>(hi, kVec, p, payload + (TPG + lane_in_group) * kVec * BITS / 8, mirror);
-  if (lane_in_group == 0) {
-    const uint32_t m = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
-    *meta = m;
-    if constexpr (MIRROR) *reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(meta) + mirror) = m;
-  }
+  quantize_store_codes<BITS>(hi, kVec, p, payload + (TPG + lane_in_group) * kVec * BITS / 8);
+  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
 #else
   unpack8<DT>(a, lo);
   unpack8<DT>(b, hi);
-  quantize_store2h<BITS, TPG, MIRROR>(lo, kVec, hi, kVec, lane_in_group, payload, meta, mirror);
+  quantize_store2h<BITS, TPG>(lo, kVec, hi, kVec, lane_in_group, payload, meta);
 #endif
 }
 
@@ -454,11 +441,9 @@ __device__ __forceinline__ void block_group_range(uint64_t groups_per_chunk, uin
 // block-wide, 16 values per thread (quantize_store2h: G / 16 lanes per group, one group per thread group
 // and iteration, both halves' 16-byte loads in flight). The loop trip count is uniform over the block, so
 // every lane reaches the shuffles.
-// MIRROR: every code and metadata word also at its address + mirror bytes (a peer's receive slot, remote
-// stores from the registers that hold them; quant_onestep_split_kernel's PUSH form).
-template <int DT, int BITS, int G, bool MIRROR = false>
+template <int DT, int BITS, int G>
 __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantGeom& q, int c, uint64_t ga,
-                                                uint64_t gb, uint8_t* pay, uint32_t* meta, int64_t mirror = 0) {
+                                                uint64_t gb, uint8_t* pay, uint32_t* meta) {
   constexpr int TPG = G / (2 * kVec);
   static_assert(TPG >= 1 && 32 % TPG == 0, "a group's lanes must tile a warp");
   const int lane_in_group = threadIdx.x % TPG;
@@ -487,7 +472,7 @@ __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantG
           na = *reinterpret_cast<const uint4*>(src);
           nb = *reinterpret_cast<const uint4*>(src + TPG * kVec);
         }
-        quantize_store2h_raw<DT, BITS, TPG, MIRROR>(a, b, lane_in_group, dst, mdst, mirror);
+        quantize_store2h_raw<DT, BITS, TPG>(a, b, lane_in_group, dst, mdst);
         dst += groups_per_iter * G * BITS / 8;
         mdst += groups_per_iter;
         a = na;
@@ -505,7 +490,7 @@ __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantG
     float lo[kVec], hi[kVec];
     load8<DT>(in + (v0 ? e0 : 0), v0, lo);
     load8<DT>(in + (v1 ? e1 : 0), v1, hi);
-    quantize_store2h<BITS, TPG, MIRROR>(lo, v0, hi, v1, lane_in_group, pay + gi * G * BITS / 8, meta + gi, mirror);
+    quantize_store2h<BITS, TPG>(lo, v0, hi, v1, lane_in_group, pay + gi * G * BITS / 8, meta + gi);
   }
 }
 
@@ -1254,16 +1239,7 @@ struct SplitState {
 inline constexpr int kPull8 = 0, kPullWide = 1, kPull16 = 2;
 // STEP2 = 8 (PM = kPull16 only): the one-step form of INT6 (BITS = 4): the pull ends with step 2
 // (store_sums), so the output is the two-step INT6's, bit for bit.
-// PUSH (W = 2 only; AllReducerConfig::onestep_push): the quantizer also stores every code and metadata word
-// from its registers into the peer's receive slot for this rank (slot W + c of the peer's phase: the one-step
-// leaves slots W..2W-1 of ws_quant_ unused), and the pullers read both sources from local memory (their own
-// slot and their receive slot). The link then carries remote stores (350 GB/s each way at once on 2x H200)
-// instead of remote loads (325). Ordering: the quantizer's remote stores, __syncthreads, then the flag's
-// st.release.sys (cumulative: the block's stores are visible at system scope first), as in the two-step's
-// stage 1; the puller's ld.acquire.sys + __syncthreads as before. Reuse: a rank's launch k+2 writes the
-// peer's phase-p receive slot only after its launch k+1 waited for the peer's launch-(k+1) flags, each
-// raised after the peer's launch k (its reads of that slot) ended. The same bits as the pull form.
-template <int DT, int BITS, int G, int PM, int STEP2 = 0, bool PUSH = false>
+template <int DT, int BITS, int G, int PM, int STEP2 = 0>
 __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint16_t* in, uint16_t* out,
                                                                       const __grid_constant__ QuantGeom q,
                                                                       const __grid_constant__ QuantWorkspace ws,
@@ -1295,8 +1271,6 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   const uint64_t phase_off = static_cast<uint64_t>((epoch - 1u) & 1u) * 2 * world * ws.slot_bytes;  // launch_phase
   const uint64_t sb = ws.slot_bytes;
   auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
-  // PUSH: rank r's receive slot for chunk c (its peer's codes), slot W + c of its phase.
-  auto recv_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(world + c) * sb; };
   const uint64_t gpc = q.stride / G;                            // groups per chunk
   const uint64_t upc = (gpc + unit_groups - 1) / unit_groups;  // units per chunk
   const uint64_t units = upc * world;
@@ -1313,13 +1287,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
       const int c = static_cast<int>(u % world);
       const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
       uint8_t* const pay = slot_of(rank, c);
-      if constexpr (PUSH) {
-        const int64_t mirror = reinterpret_cast<intptr_t>(recv_of(rank ^ 1, c)) - reinterpret_cast<intptr_t>(pay);
-        quantize_groups<DT, BITS, G, true>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out),
-                                           mirror);
-      } else {
-        quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
-      }
+      quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
       __syncthreads();  // the block's code stores before the release stores
       if (threadIdx.x < static_cast<unsigned>(world))
         dev::store_release(st.flags[threadIdx.x] + u * kMaxPeers + rank, epoch);
@@ -1341,7 +1309,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
     if (!s_ok) break;
     if (first_wait) phase_stamp(prof, 2, false);
     first_wait = false;
-    auto src = [&](int s) { return PUSH && s != rank ? recv_of(rank, c) : slot_of(s, c); };
+    auto src = [&](int s) { return slot_of(s, c); };
     if constexpr (PM == kPullWide) pull_sum_wide<DT, BITS, G>(q, out, c, ga, gb, src);
     else if constexpr (PM == kPull16) pull_sum_vals<DT, BITS, G, 16, STEP2>(q, out, c, ga, gb, src);
     else pull_sum_8<DT, BITS, G>(q, out, c, ga, gb, src);

@@ -178,8 +178,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
   // one step (`one4`), and with split roles (`split`, `splitw`, `split8`, `split16`: quantizing and
-  // pulling blocks; `split16` with the 16-value pull), and the PUSH form of the split kernel with each pull
-  // (`pushw`, `push16`, `push8`: codes stored into the peer's memory by the quantizers; at W = 2, g = 128).
+  // pulling blocks; `split16` with the 16-value pull).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
   // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
   // turns that off. `flat8`, `one4`, `splitw` and `split16` write phase stamps (set_onestep_profile), checked after
@@ -244,18 +243,6 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split16_cfg.onestep_pull16[0] = split16_cfg.onestep_pull16[1] = true;
   braid::AllReducer split16(team(), split16_cfg);
   split16.set_onestep_profile(true);
-  // The PUSH form (onestep_push; W = 2 and g = 128, else the pull form runs): quantizers store their codes into
-  // the peer's receive slot, pullers read locally — with each pull mapping.
-  braid::AllReducerConfig pushw_cfg = splitw_cfg;
-  pushw_cfg.onestep_split_puller_every[0] = pushw_cfg.onestep_split_puller_every[1] = 1;
-  pushw_cfg.onestep_push[0] = pushw_cfg.onestep_push[1] = true;
-  braid::AllReducer pushw(team(), pushw_cfg);
-  braid::AllReducerConfig push16_cfg = split16_cfg;
-  push16_cfg.onestep_push[0] = push16_cfg.onestep_push[1] = true;
-  braid::AllReducer push16(team(), push16_cfg);
-  braid::AllReducerConfig push8_cfg = split_cfg;  // every block of the default grid, 1 iteration per unit
-  push8_cfg.onestep_push[0] = push8_cfg.onestep_push[1] = true;
-  braid::AllReducer push8(team(), push8_cfg);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
   auto name = [&](const braid::AllReducer* ar) {
@@ -270,14 +257,10 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
            : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull"
            : ar == &split16 ? " split, 3 blocks, 3 iterations per unit, 16-value pull, stamps"
-           : ar == &pushw ? " push, 3 blocks, 3 iterations per unit, 16-byte pull"
-           : ar == &push16 ? " push, 3 blocks, 3 iterations per unit, 16-value pull"
-           : ar == &push8 ? " push, 1 iteration per unit, 8-value pull"
                           : "";
   };
   for (braid::AllReducer* ar :
-       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &split16, &pushw,
-        &push16, &push8})
+       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &split16})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
@@ -321,9 +304,7 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
   few.onestep_split_iters[1] = 3;
   few.onestep_split_min_elems[1] = 0;
   braid::AllReducer small(team(), few);
-  few.onestep_push[1] = true;  // the PUSH form (W = 2, g = 128)
-  braid::AllReducer smallp(team(), few);
-  for (braid::AllReducer* ar : {&reducer(), &flat3, &small, &smallp})
+  for (braid::AllReducer* ar : {&reducer(), &flat3, &small})
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (int g : {32, 128, 256})
         for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(123457), (size_t(1) << 20) + 3}) {
@@ -335,10 +316,7 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
           EXPECT_EQ(differences(got, expect), 0u)
               << "one-step INT6 " << braid::bench::dtype_name(dt) << " g=" << g << " n=" << n << " W=" << W
               << (in_place ? " in-place" : "")
-              << (ar == &small    ? " split, 3 blocks, 3 iterations per unit"
-                  : ar == &smallp ? " push, 3 blocks, 3 iterations per unit"
-                  : ar == &flat3  ? " 3 blocks"
-                                  : "");
+              << (ar == &small ? " split, 3 blocks, 3 iterations per unit" : ar == &flat3 ? " 3 blocks" : "");
         }
 }
 
