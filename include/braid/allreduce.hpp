@@ -168,6 +168,13 @@ struct AllReducerConfig {
   // BRAID_AR_1STEP_SPLIT_PULLERS.
   int onestep_split_puller_every[2] = {1, 1};
   uint64_t onestep_split_min_elems[2] = {uint64_t(4) << 20, uint64_t(32) << 20};
+  // Tapered units in the split kernel: each chunk opens and closes with onestep_split_taper units of
+  // onestep_split_taper_iters iterations (512 threads x 8 values; smaller than the middle's
+  // onestep_split_iters), so the first pulls start sooner and the last units end sooner (ar::SplitUnits).
+  // 0 = uniform units. The same bits. Environment (both widths): BRAID_AR_1STEP_TAPER,
+  // BRAID_AR_1STEP_TAPER_ITERS.
+  int onestep_split_taper[2] = {0, 0};
+  int onestep_split_taper_iters[2] = {1, 1};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add

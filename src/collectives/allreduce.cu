@@ -211,6 +211,12 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   env_int2("BRAID_AR_1STEP_SPLIT", 0, 1 << 30, cfg_.onestep_split_iters);
   env_int2("BRAID_AR_1STEP_SPLIT_MIN", 0, kBig, cfg_.onestep_split_min_elems);
   env_int2("BRAID_AR_1STEP_SPLIT_PULLERS", 1, kMaxBlocks, cfg_.onestep_split_puller_every);
+  env_int2("BRAID_AR_1STEP_TAPER", 0, 1 << 20, cfg_.onestep_split_taper);
+  env_int2("BRAID_AR_1STEP_TAPER_ITERS", 1, 1 << 20, cfg_.onestep_split_taper_iters);
+  BRAID_REQUIRE(cfg_.onestep_split_taper[0] >= 0 && cfg_.onestep_split_taper[1] >= 0 &&
+                    cfg_.onestep_split_taper_iters[0] >= 1 && cfg_.onestep_split_taper_iters[1] >= 1,
+                "AllReducer: onestep_split_taper (BRAID_AR_1STEP_TAPER) must be >= 0, onestep_split_taper_iters "
+                "(BRAID_AR_1STEP_TAPER_ITERS) >= 1");
   BRAID_REQUIRE(cfg_.onestep_split_iters[0] >= 0 && cfg_.onestep_split_iters[1] >= 0 &&
                     cfg_.onestep_split_puller_every[0] >= 1 && cfg_.onestep_split_puller_every[1] >= 1,
                 "AllReducer: onestep_split_iters (BRAID_AR_1STEP_SPLIT) must be >= 0, onestep_split_puller_every "
@@ -718,13 +724,18 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         for (int r = 0; r < W; ++r) st.flags[r] = ws_split_->peer_as<uint32_t>(r);
         const int unit_groups = split * cfg_.threads * ar::kVec / group;
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
+        // Tapered head and tail units: at least one iteration each (the flag table holds one unit per
+        // iteration and chunk, plus one), at most a middle unit.
+        const int taper = cfg_.onestep_split_taper[wi];
+        const int taper_groups =
+            std::max(1, std::min(cfg_.onestep_split_taper_iters[wi], split) * cfg_.threads * ar::kVec / group);
         auto go = [&](auto bits_c, auto pm_c) {
           constexpr int BITS = decltype(bits_c)::value;
           constexpr int PM = decltype(pm_c)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, BITS, G, PM><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                  prof_))));
+                  taper, taper_groups, prof_))));
         };
         auto by_pull = [&](auto bits_c) {
           if (cfg_.onestep_pull16[wi]) go(bits_c, std::integral_constant<int, ar::kPull16>{});
@@ -735,7 +746,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
               ar::quant_onestep_split_kernel<DT, 4, G, ar::kPull16, 8><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
                   x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                  prof_))));
+                  taper, taper_groups, prof_))));
         } else if (b1 == 8) {
           by_pull(std::integral_constant<int, 8>{});
         } else {

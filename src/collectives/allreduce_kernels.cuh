@@ -27,6 +27,7 @@
 #define BRAID_AR_PACKQ 1
 #endif
 #include "braid/signal_device.cuh"
+#include "split_units.hpp"
 
 namespace braid::ar {
 
@@ -1217,6 +1218,12 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
 // two blocks has one of each; with puller_every = k > 1 only every k-th SM has a puller, the others two
 // quantizers); a quantizer pulls too once every unit is taken for quantizing. Work: units
 // of `unit_groups` groups of one chunk, u -> chunk u % W, groups [(u / W) * unit_groups, +unit_groups);
+// tapered (taper_units = A > 0, AllReducerConfig::onestep_split_taper): each chunk opens and closes with A
+// units of taper_groups groups (smaller), the middle in units of unit_groups — so the pullers' first unit
+// is quantized sooner and the last units, each pulled by one block at its share of the link, end sooner;
+// position j of a chunk: j < A the head, then ceil(middle / unit_groups) middle units (the last one may be
+// short), then A tail units (SplitUnits). A = 0, or a chunk too short for 2 A small units plus one
+// group: the uniform units above.
 // quantizing and pulling each take units from their own ticket counter, in order.
 // Quantizer: quantize unit u into its own slot, __syncthreads (the block's code stores before the
 // release), then thread r < W stores `epoch` into rank r's unit flag [u][rank] with st.release.sys
@@ -1246,6 +1253,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                                                                       const __grid_constant__ SignalView sig,
                                                                       const __grid_constant__ SplitState st,
                                                                       uint32_t* seq, int unit_groups, int puller_every,
+                                                                      int taper_units, int taper_groups,
                                                                       uint64_t* prof) {
   static_assert(STEP2 == 0 || PM == kPull16, "step 2 with the 16-value pull");
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
@@ -1272,8 +1280,9 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   const uint64_t sb = ws.slot_bytes;
   auto slot_of = [&](int r, int c) { return ws.base[r] + phase_off + static_cast<uint64_t>(c) * sb; };
   const uint64_t gpc = q.stride / G;                            // groups per chunk
-  const uint64_t upc = (gpc + unit_groups - 1) / unit_groups;  // units per chunk
-  const uint64_t units = upc * world;
+  const SplitUnits su(gpc, static_cast<uint64_t>(unit_groups), static_cast<uint64_t>(taper_units),
+                      static_cast<uint64_t>(taper_groups));
+  const uint64_t units = su.per_chunk() * world;
   // Takes the next unit from ticket counter t (0: quantize, 1: pull), block-uniform.
   auto next_unit = [&](int t) {
     if (threadIdx.x == 0) s_unit = atomicAdd(&st.ctl[kSplitSms + t], 1u);
@@ -1285,7 +1294,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   if (quantizer) {
     for (uint64_t u; (u = next_unit(0)) < units;) {
       const int c = static_cast<int>(u % world);
-      const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
+      uint64_t ga, gb;
+      su.range(u / world, ga, gb);
       uint8_t* const pay = slot_of(rank, c);
       quantize_groups<DT, BITS, G>(in, q, c, ga, gb, pay, reinterpret_cast<uint32_t*>(pay + q.meta_out));
       __syncthreads();  // the block's code stores before the release stores
@@ -1298,7 +1308,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
   // pulls finish even where an SM holds a single block, and the tail is shared).
   for (uint64_t u; (u = next_unit(1)) < units;) {
     const int c = static_cast<int>(u % world);
-    const uint64_t ga = (u / world) * unit_groups, gb = ga + unit_groups < gpc ? ga + unit_groups : gpc;
+    uint64_t ga, gb;
+    su.range(u / world, ga, gb);
     if (threadIdx.x < static_cast<unsigned>(world) &&
         !dev::wait_geq<true>(sig, st.flags[rank] + u * kMaxPeers + threadIdx.x, epoch, kOp, static_cast<uint32_t>(u),
                              threadIdx.x))

@@ -178,7 +178,8 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // flags per block, both unrolls' tails), pipelined with 16-byte pulls (`pipew`), not pipelined with
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
   // one step (`one4`), and with split roles (`split`, `splitw`, `split8`, `split16`: quantizing and
-  // pulling blocks; `split16` with the 16-value pull).
+  // pulling blocks; `split16` with the 16-value pull), and tapered units (`taper16`, `taperw`: smaller units at
+  // each chunk's ends).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
   // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
   // turns that off. `flat8`, `one4`, `splitw` and `split16` write phase stamps (set_onestep_profile), checked after
@@ -243,6 +244,20 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split16_cfg.onestep_pull16[0] = split16_cfg.onestep_pull16[1] = true;
   braid::AllReducer split16(team(), split16_cfg);
   split16.set_onestep_profile(true);
+  // Tapered units (onestep_split_taper): small head and tail units per chunk around the middle's, with the
+  // 16-value pull (1-iteration ends around 3-iteration units) and the 16-byte pull on the default grid (2-iteration
+  // ends around 8-iteration units); short chunks fall back to uniform units.
+  braid::AllReducerConfig taper16_cfg = split16_cfg;
+  taper16_cfg.onestep_split_taper[0] = taper16_cfg.onestep_split_taper[1] = 2;
+  braid::AllReducer taper16(team(), taper16_cfg);
+  braid::AllReducerConfig taperw_cfg;
+  taperw_cfg.onestep_split_min_elems[0] = taperw_cfg.onestep_split_min_elems[1] = 0;
+  taperw_cfg.onestep_split_iters[0] = taperw_cfg.onestep_split_iters[1] = 8;
+  taperw_cfg.onestep_wide_pull[0] = taperw_cfg.onestep_wide_pull[1] = true;
+  taperw_cfg.onestep_pull16[0] = taperw_cfg.onestep_pull16[1] = false;
+  taperw_cfg.onestep_split_taper[0] = taperw_cfg.onestep_split_taper[1] = 3;
+  taperw_cfg.onestep_split_taper_iters[0] = taperw_cfg.onestep_split_taper_iters[1] = 2;
+  braid::AllReducer taperw(team(), taperw_cfg);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
   auto name = [&](const braid::AllReducer* ar) {
@@ -257,10 +272,13 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
            : ar == &splitw ? " split, 3 blocks, 3 iterations per unit, pullers every 3rd SM, 16-byte pull, stamps"
            : ar == &split8 ? " split, 3 blocks, 8 iterations per unit, 8-value pull"
            : ar == &split16 ? " split, 3 blocks, 3 iterations per unit, 16-value pull, stamps"
+           : ar == &taper16 ? " split, 3 blocks, 3 iterations per unit, 2 tapered units of 1 at each end, 16-value pull"
+           : ar == &taperw ? " split, 8 iterations per unit, 3 tapered units of 2 at each end, 16-byte pull"
                           : "";
   };
   for (braid::AllReducer* ar :
-       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &split16})
+       {&reducer(), &small, &deep, &pipew, &flat, &flat8, &ru4, &one4, &split, &splitw, &split8, &split16, &taper16,
+        &taperw})
     for (Precision p : {Precision::kInt8, Precision::kInt4})
       for (DType dt : {DType::kBF16, DType::kFP16})
         for (int g : {32, 128, 256})
@@ -304,7 +322,9 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
   few.onestep_split_iters[1] = 3;
   few.onestep_split_min_elems[1] = 0;
   braid::AllReducer small(team(), few);
-  for (braid::AllReducer* ar : {&reducer(), &flat3, &small})
+  few.onestep_split_taper[1] = 2;  // tapered: 2 units of 1 iteration at each chunk's ends
+  braid::AllReducer smallt(team(), few);
+  for (braid::AllReducer* ar : {&reducer(), &flat3, &small, &smallt})
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (int g : {32, 128, 256})
         for (size_t n : {size_t(1), size_t(7), size_t(1000), size_t(123457), (size_t(1) << 20) + 3}) {
@@ -316,7 +336,10 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
           EXPECT_EQ(differences(got, expect), 0u)
               << "one-step INT6 " << braid::bench::dtype_name(dt) << " g=" << g << " n=" << n << " W=" << W
               << (in_place ? " in-place" : "")
-              << (ar == &small ? " split, 3 blocks, 3 iterations per unit" : ar == &flat3 ? " 3 blocks" : "");
+              << (ar == &small    ? " split, 3 blocks, 3 iterations per unit"
+                  : ar == &smallt ? " split, 3 blocks, 3 iterations per unit, tapered"
+                  : ar == &flat3  ? " 3 blocks"
+                                  : "");
         }
 }
 
