@@ -172,8 +172,12 @@ struct AllReducerConfig {
   // onestep_split_taper_iters iterations (512 threads x 8 values; smaller than the middle's
   // onestep_split_iters), so the first pulls start sooner and the last units end sooner (ar::SplitUnits).
   // 0 = uniform units. The same bits. Environment (both widths): BRAID_AR_1STEP_TAPER,
-  // BRAID_AR_1STEP_TAPER_ITERS.
-  int onestep_split_taper[2] = {0, 0};
+  // BRAID_AR_1STEP_TAPER_ITERS. Default from 2x H200 (70022c4, seven settings, two rounds, 64 and 256 MiB):
+  // 16 one-iteration units at each end — INT8 64 MiB 124.9 us against 127.1-127.2 uniform, 256 MiB 492.7-492.9
+  // against 502.3-502.8; INT4 82.3-82.9 against 84.4-84.5, 324.1-324.9 against 331.5-331.6; INT6 86.5-86.8
+  // against 86.9-87.1. The pullers' first wait halves (INT4 median 11 -> 5-6 us), the span moves ~1 us: the
+  // call stays bound by the quantizers' pace and the link (docs/flash-communication.md, sixty-first session).
+  int onestep_split_taper[2] = {16, 16};
   int onestep_split_taper_iters[2] = {1, 1};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;

@@ -179,7 +179,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
   // one step (`one4`), and with split roles (`split`, `splitw`, `split8`, `split16`: quantizing and
   // pulling blocks; `split16` with the 16-value pull), and tapered units (`taper16`, `taperw`: smaller units at
-  // each chunk's ends).
+  // each chunk's ends; `splitw` and `split16` take the default taper, `split` and `split8` uniform units).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
   // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
   // turns that off. `flat8`, `one4`, `splitw` and `split16` write phase stamps (set_onestep_profile), checked after
@@ -224,6 +224,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split_cfg.onestep_split_iters[0] = split_cfg.onestep_split_iters[1] = 1;
   split_cfg.onestep_split_min_elems[0] = split_cfg.onestep_split_min_elems[1] = 0;  // at every size
   split_cfg.onestep_wide_pull[0] = split_cfg.onestep_wide_pull[1] = false;
+  split_cfg.onestep_split_taper[0] = split_cfg.onestep_split_taper[1] = 0;  // uniform units (the default tapers)
   braid::AllReducer split(team(), split_cfg);
   braid::AllReducerConfig splitw_cfg = few;  // split roles on 3 blocks, 3 iterations per unit, 16-byte pull
   splitw_cfg.onestep_split_iters[0] = splitw_cfg.onestep_split_iters[1] = 3;
@@ -235,6 +236,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split8_cfg.onestep_split_iters[0] = split8_cfg.onestep_split_iters[1] = 8;
   split8_cfg.onestep_split_min_elems[0] = split8_cfg.onestep_split_min_elems[1] = 0;
   split8_cfg.onestep_wide_pull[0] = split8_cfg.onestep_wide_pull[1] = false;
+  split8_cfg.onestep_split_taper[0] = split8_cfg.onestep_split_taper[1] = 0;  // uniform units
   braid::AllReducer split8(team(), split8_cfg);
   // split roles on 3 blocks, 3 iterations per unit (1.5 iterations of 16 values: pull_sum_vals' whole
   // iteration, then pull_sum_8 for the rest of each unit), 16-value pull, phase stamps
@@ -321,6 +323,7 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
   braid::AllReducer flat3(team(), few);
   few.onestep_split_iters[1] = 3;
   few.onestep_split_min_elems[1] = 0;
+  few.onestep_split_taper[1] = 0;  // uniform units
   braid::AllReducer small(team(), few);
   few.onestep_split_taper[1] = 2;  // tapered: 2 units of 1 iteration at each chunk's ends
   braid::AllReducer smallt(team(), few);
