@@ -177,8 +177,12 @@ struct AllReducerConfig {
   // against 502.3-502.8; INT4 82.3-82.9 against 84.4-84.5, 324.1-324.9 against 331.5-331.6; INT6 86.5-86.8
   // against 86.9-87.1. The pullers' first wait halves (INT4 median 11 -> 5-6 us), the span moves ~1 us: the
   // call stays bound by the quantizers' pace and the link (docs/flash-communication.md, sixty-first session).
+  // Only for pieces of at least onestep_split_taper_min_elems elements (BRAID_AR_1STEP_TAPER_MIN): INT8 at 16 MiB
+  // is slower tapered (e1e2c2d, two rounds: 46.8-47.6 us against 45.3-45.5), so the taper starts at a full piece
+  // (32 Mi elements, 64 MiB of bf16; 32 MiB not measured).
   int onestep_split_taper[2] = {16, 16};
   int onestep_split_taper_iters[2] = {1, 1};
+  uint64_t onestep_split_taper_min_elems[2] = {uint64_t(32) << 20, uint64_t(32) << 20};
   int onestep_lag = 1;
   int onestep_reduce_unroll = 1;
   // run_symmetric's kOneShotCE: bytes per pipelined chunk (a copy-engine transfer per peer, then an add

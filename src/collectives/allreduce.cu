@@ -213,6 +213,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   env_int2("BRAID_AR_1STEP_SPLIT_PULLERS", 1, kMaxBlocks, cfg_.onestep_split_puller_every);
   env_int2("BRAID_AR_1STEP_TAPER", 0, 1 << 20, cfg_.onestep_split_taper);
   env_int2("BRAID_AR_1STEP_TAPER_ITERS", 1, 1 << 20, cfg_.onestep_split_taper_iters);
+  env_int2("BRAID_AR_1STEP_TAPER_MIN", 0, kBig, cfg_.onestep_split_taper_min_elems);
   BRAID_REQUIRE(cfg_.onestep_split_taper[0] >= 0 && cfg_.onestep_split_taper[1] >= 0 &&
                     cfg_.onestep_split_taper_iters[0] >= 1 && cfg_.onestep_split_taper_iters[1] >= 1,
                 "AllReducer: onestep_split_taper (BRAID_AR_1STEP_TAPER) must be >= 0, onestep_split_taper_iters "
@@ -726,7 +727,7 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         BRAID_REQUIRE(unit_groups >= 1, "AllReducer: onestep_split_iters too small for the group size");
         // Tapered head and tail units: at least one iteration each (the flag table holds one unit per
         // iteration and chunk, plus one), at most a middle unit.
-        const int taper = cfg_.onestep_split_taper[wi];
+        const int taper = n >= cfg_.onestep_split_taper_min_elems[wi] ? cfg_.onestep_split_taper[wi] : 0;
         const int taper_groups =
             std::max(1, std::min(cfg_.onestep_split_taper_iters[wi], split) * cfg_.threads * ar::kVec / group);
         auto go = [&](auto bits_c, auto pm_c) {

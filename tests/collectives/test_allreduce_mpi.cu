@@ -179,7 +179,8 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // either pull (`flat`, `flat8`), the 8-value pull with four iterations per pass pipelined (`ru4`) and in
   // one step (`one4`), and with split roles (`split`, `splitw`, `split8`, `split16`: quantizing and
   // pulling blocks; `split16` with the 16-value pull), and tapered units (`taper16`, `taperw`: smaller units at
-  // each chunk's ends; `splitw` and `split16` take the default taper, `split` and `split8` uniform units).
+  // each chunk's ends, at every size; the default tapers from 32 Mi elements only, so the other split
+  // configurations run uniform units here).
   // The flat and split kernels' quantizer and 8-value pull keep the next iteration's loads in flight
   // (quant_prefetch) where a block has two or more whole iterations (`small`, `split8`, `splitw`); `flat8`
   // turns that off. `flat8`, `one4`, `splitw` and `split16` write phase stamps (set_onestep_profile), checked after
@@ -224,7 +225,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   split_cfg.onestep_split_iters[0] = split_cfg.onestep_split_iters[1] = 1;
   split_cfg.onestep_split_min_elems[0] = split_cfg.onestep_split_min_elems[1] = 0;  // at every size
   split_cfg.onestep_wide_pull[0] = split_cfg.onestep_wide_pull[1] = false;
-  split_cfg.onestep_split_taper[0] = split_cfg.onestep_split_taper[1] = 0;  // uniform units (the default tapers)
+  split_cfg.onestep_split_taper[0] = split_cfg.onestep_split_taper[1] = 0;  // uniform units at any size
   braid::AllReducer split(team(), split_cfg);
   braid::AllReducerConfig splitw_cfg = few;  // split roles on 3 blocks, 3 iterations per unit, 16-byte pull
   splitw_cfg.onestep_split_iters[0] = splitw_cfg.onestep_split_iters[1] = 3;
@@ -251,6 +252,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   // ends around 8-iteration units); short chunks fall back to uniform units.
   braid::AllReducerConfig taper16_cfg = split16_cfg;
   taper16_cfg.onestep_split_taper[0] = taper16_cfg.onestep_split_taper[1] = 2;
+  taper16_cfg.onestep_split_taper_min_elems[0] = taper16_cfg.onestep_split_taper_min_elems[1] = 0;  // every size
   braid::AllReducer taper16(team(), taper16_cfg);
   braid::AllReducerConfig taperw_cfg;
   taperw_cfg.onestep_split_min_elems[0] = taperw_cfg.onestep_split_min_elems[1] = 0;
@@ -259,6 +261,7 @@ TEST(AllReduce, OneStepQuantizedEqualsCpuReferenceBitForBit) {
   taperw_cfg.onestep_pull16[0] = taperw_cfg.onestep_pull16[1] = false;
   taperw_cfg.onestep_split_taper[0] = taperw_cfg.onestep_split_taper[1] = 3;
   taperw_cfg.onestep_split_taper_iters[0] = taperw_cfg.onestep_split_taper_iters[1] = 2;
+  taperw_cfg.onestep_split_taper_min_elems[0] = taperw_cfg.onestep_split_taper_min_elems[1] = 0;
   braid::AllReducer taperw(team(), taperw_cfg);
   splitw.set_onestep_profile(true);
   flat8.set_onestep_profile(true);
@@ -325,7 +328,8 @@ TEST(AllReduce, OneStepInt6EqualsTheTwoStepBitForBit) {
   few.onestep_split_min_elems[1] = 0;
   few.onestep_split_taper[1] = 0;  // uniform units
   braid::AllReducer small(team(), few);
-  few.onestep_split_taper[1] = 2;  // tapered: 2 units of 1 iteration at each chunk's ends
+  few.onestep_split_taper[1] = 2;  // tapered: 2 units of 1 iteration at each chunk's ends, at every size
+  few.onestep_split_taper_min_elems[1] = 0;
   braid::AllReducer smallt(team(), few);
   for (braid::AllReducer* ar : {&reducer(), &flat3, &small, &smallt})
     for (DType dt : {DType::kBF16, DType::kFP16})
