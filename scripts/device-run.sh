@@ -263,11 +263,12 @@
 # `peers-tp` 18 s; `build` (BUILD_TARGET="braid test_overlap_mpi") + one test by hand + `measure-rs`
 # (MEASURE_SHAPES=bench/shapes/pce-rho.txt, 8 shapes) 2.9 min cold. Next: the whole measure-rs sweep with the rho fix
 # (4c2a6da) on 2x H200 and on 2x H100.
-# Sixty-first session (five calls 2x H200, one 1x H200, ~1390 s; every call cold: idle release is 30 s): 2x `build
+# Sixty-first session (six calls 2x H200, one 1x H200, ~1620 s; every call cold: idle release is 30 s): 2x `build
 # p2p` (BUILD_TARGET=braid, P2P_BLOCKS=16,32,66,132) + one bench allreduce 2.1 min; `build ar-stamps`
 # (BUILD_TARGET="braid test_allreduce_mpi", ONESTEP_CFGS with two settings, STAMP_MIN/MAX) 3.6 min; with seven
 # settings at 64M-256M 4 min; 1x H200 `build test` (CTEST_R="test_allreduce_mpi_shared2|test_split_units") 3.2 min;
-# `build test` (CTEST_R='test_allreduce_mpi$') + two plain bench runs 3.3 min. Next on 2x H100: `ar-1step` with the
+# `build test` (CTEST_R='test_allreduce_mpi$') + two plain bench runs 3.3 min; `build test ar-stamps` (CTEST_R=
+# test_split_units, three settings) 3 min. Next on 2x H100: `ar-1step` with the
 # tapered default, then the plan below.
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
