@@ -139,15 +139,13 @@ template <int U>
 __global__ void copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst, size_t n16) {
   dev::copy_vectors<U>(src, dst, n16, blockIdx.x * uint64_t(blockDim.x) + threadIdx.x, uint64_t(gridDim.x) * blockDim.x);
 }
-// Copies through shared memory by the TMA unit (PTX cp.async.bulk), CH bytes per copy, S stages per block,
-// chunks taken block-cyclically. Push: the threads load a chunk from local memory into a stage (generic
-// proxy), fence.proxy.async.shared::cta and a barrier hand it to the async proxy, thread 0 copies the stage
-// to the peer (cp.async.bulk.global.shared::cta) as one bulk group; a stage is rewritten after its group's
-// reads (wait_group.read S - 1). Pull: thread 0 keeps S bulk loads from the peer in flight
-// (cp.async.bulk.shared::cluster.global, completion counted in bytes on a per-stage mbarrier); every thread
-// waits on the stage's mbarrier phase, stores the chunk to local memory, and a barrier frees the stage.
-// The question they answer: does the link carry bulk copies faster than 16-byte loads and stores
-// (docs/flash-communication.md, "Sixty-first session").
+// Copies through shared memory by the TMA unit (bulk copies, braid/copy_device.cuh), kBulkChunk bytes per copy,
+// kBulkStages stages per block, chunks taken block-cyclically. Push: the threads load a chunk from local memory into
+// a stage, fence it to the async proxy and meet; thread 0 copies the stage to the peer as one bulk group; a stage is
+// rewritten once its group's reads are done. Pull: thread 0 keeps kBulkStages loads from the peer in flight, each
+// completing on its stage's mbarrier; every thread waits for the stage's phase (bounded: a lost copy traps), stores
+// the chunk to local memory, and a barrier frees the stage. The question they answer: does the link carry bulk
+// copies faster than 16-byte loads and stores (docs/flash-communication.md, "Sixty-first session").
 constexpr int kBulkStages = 4;
 constexpr uint32_t kBulkChunk = 8192;
 __global__ void __launch_bounds__(512) bulk_push_kernel(const int4* __restrict__ src, char* dst, size_t nchunks) {
@@ -155,63 +153,41 @@ __global__ void __launch_bounds__(512) bulk_push_kernel(const int4* __restrict__
   int k = 0;
   for (size_t c = blockIdx.x; c < nchunks; c += gridDim.x, ++k) {
     const int st = k % kBulkStages;
-    if (k >= kBulkStages && threadIdx.x == 0)
-      asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kBulkStages - 1) : "memory");
+    if (k >= kBulkStages && threadIdx.x == 0) dev::bulk_wait_read<kBulkStages - 1>();  // stage st's group read
     __syncthreads();
     const int4* x = src + c * (kBulkChunk / 16);
     for (uint32_t i = threadIdx.x; i < kBulkChunk / 16; i += blockDim.x) stage[st][i] = x[i];
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    dev::fence_proxy_async_shared();
     __syncthreads();
     if (threadIdx.x == 0) {
-      const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(&stage[st][0]));
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + c * kBulkChunk), "r"(sa),
-                   "r"(kBulkChunk)
-                   : "memory");
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      dev::bulk_copy_s2g(dst + c * kBulkChunk, &stage[st][0], kBulkChunk);
+      dev::bulk_commit();
     }
   }
-  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if (threadIdx.x == 0) dev::bulk_wait_all();
 }
 __global__ void __launch_bounds__(512) bulk_pull_kernel(const char* src, int4* __restrict__ dst, size_t nchunks) {
   __shared__ alignas(128) int4 stage[kBulkStages][kBulkChunk / 16];
   __shared__ alignas(8) uint64_t bar[kBulkStages];
-  auto issue = [&](size_t c, int st) {  // thread 0
-    const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(&bar[st]));
-    const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(&stage[st][0]));
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(kBulkChunk) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(sa),
-                 "l"(src + c * kBulkChunk), "r"(kBulkChunk), "r"(b)
-                 : "memory");
-  };
   if (threadIdx.x == 0) {
+    for (int i = 0; i < kBulkStages; ++i) dev::mbarrier_init(&bar[i], 1);
+    dev::mbarrier_init_fence();
     for (int i = 0; i < kBulkStages; ++i)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&bar[i])))
-                   : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    for (int i = 0; i < kBulkStages; ++i)
-      if (blockIdx.x + size_t(i) * gridDim.x < nchunks) issue(blockIdx.x + size_t(i) * gridDim.x, i);
+      if (const size_t c = blockIdx.x + size_t(i) * gridDim.x; c < nchunks)
+        dev::bulk_copy_g2s(&stage[i][0], src + c * kBulkChunk, kBulkChunk, &bar[i]);
   }
   __syncthreads();
   int k = 0;
   for (size_t c = blockIdx.x; c < nchunks; c += gridDim.x, ++k) {
     const int st = k % kBulkStages;
-    const uint32_t parity = static_cast<uint32_t>(k / kBulkStages) & 1u;
-    const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(&bar[st]));
-    uint32_t done = 0;
-    const long long t0 = clock64();
-    while (!done) {
-      if (clock64() - t0 > (1ll << 35)) __trap();  // ~17 s: a lost copy is an error, not a hang
-      asm volatile(
-          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-          : "=r"(done)
-          : "r"(b), "r"(parity)
-          : "memory");
-    }
+    if (!dev::mbarrier_wait_parity(&bar[st], static_cast<uint32_t>(k / kBulkStages) & 1u, 1ll << 35))
+      __trap();  // ~17 s
     int4* y = dst + c * (kBulkChunk / 16);
     for (uint32_t i = threadIdx.x; i < kBulkChunk / 16; i += blockDim.x) y[i] = stage[st][i];
     __syncthreads();  // every thread has read the stage before it is loaded again
     const size_t next = c + size_t(kBulkStages) * gridDim.x;
-    if (threadIdx.x == 0 && next < nchunks) issue(next, st);
+    if (threadIdx.x == 0 && next < nchunks)
+      dev::bulk_copy_g2s(&stage[st][0], src + next * kBulkChunk, kBulkChunk, &bar[st]);
   }
 }
 __global__ void noop_kernel() {}

@@ -19,26 +19,22 @@
 
 #include <cstdint>
 
+#include "braid/copy_device.cuh"
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 
 namespace braid::overlap::detail {
 
-__device__ __forceinline__ void bulk_copy_s2g(void* gmem, const void* smem, uint32_t bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(s), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// The bulk-copy primitives (braid/copy_device.cuh), under the names the epilogues use.
+using dev::bulk_commit;
+using dev::bulk_copy_s2g;
+using dev::bulk_wait_all;
+using dev::fence_proxy_async_global;
+using dev::fence_proxy_async_shared;
 // Only the reads of the shared-memory source are complete (the stage may be rewritten); the writes may be in flight.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { dev::bulk_wait_read<0>(); }
 // The same for all but the most recent bulk group (groups complete in commit order).
-__device__ __forceinline__ void bulk_wait_read_but1() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read_but1() { dev::bulk_wait_read<1>(); }
 
 // Four 8x8 b16 matrices to shared memory (stmatrix.x4): lane L gives the address of row L % 8 of matrix L / 8 (16
 // bytes, 16-byte aligned); register k of every lane holds its two elements of matrix k in the mma C-fragment layout
