@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# ar-ll128 ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce strands-open t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
+# ar-ll128 ar-pdl ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce strands-open t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -456,6 +456,31 @@ if has ar-ll128; then  # the LL128 one-shot: its tests, then the bf16 band (64 K
       T=90 mpi bench allreduce $g --algo "${LL128_ALGOS:-nccl,oneshot-ll,oneshot-ll128,oneshot,twoshot}" \
         -b "${LL128_MIN:-64K}" -e "${LL128_MAX:-16M}" -f 2 --json "$out/allreduce-ll128-$m-r$r.jsonl" 2>&1 \
         | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
+    done
+  done
+fi
+if has ar-pdl; then  # programmatic dependent launch of the one-shots (LL, LL128): tests, then the bf16 band with
+  # BRAID_AR_PDL=0/1 timed three ways — events around each call, PDL_BATCH calls back to back per event pair
+  # (nccl-tests' way; --lead long enough that the host queues every timed call first), CUDA graph replays.
+  echo "== ar-pdl tests ($(date +%T))" | tee -a "$log"
+  timeout 240 mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_COMMIT \
+    build/tests/collectives/test_allreduce_mpi \
+    --gtest_filter="${PDL_TESTS:-*ProgrammaticDependent*:*LL128*:*ExactOneShot*:*CapturedInACudaGraph*}" > "$out/test-pdl.log" 2>&1
+  echo "test rc=$?" | tee -a "$log"
+  grep -E "^\[  (PASSED|FAILED) |Failure|wrong" "$out/test-pdl.log" | sort -u | head -20 | tee -a "$log"
+  for r in $(seq 1 "${PDL_ROUNDS:-2}"); do
+    for pdl in ${PDL_MODES:-0 1}; do
+      for m in ${PDL_TIMING:-call batch graph}; do
+        case $m in
+          call) a=() ;;
+          batch) a=(--batch "${PDL_BATCH:-16}" --iters 30 --lead 40000) ;;
+          graph) a=(--graph) ;;
+        esac
+        echo "-- ar-pdl BRAID_AR_PDL=$pdl $m round $r" | tee -a "$log"
+        E="BRAID_AR_PDL=$pdl" T=90 mpi bench allreduce "${a[@]}" --algo "${PDL_ALGOS:-nccl,oneshot-ll128,oneshot-ll}" \
+          -b "${PDL_MIN:-64K}" -e "${PDL_MAX:-16M}" -f 2 --json "$out/allreduce-pdl$pdl-$m-r$r.jsonl" 2>&1 \
+          | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
+      done
     done
   done
 fi

@@ -68,9 +68,15 @@ struct TimingOptions {
   // timer), so the host queues the first timed calls ahead of the GPU: times are GPU times, not host
   // launch latency, for braid and for the baselines alike (bench/peers/ scripts do the same). 0: off.
   int lead_us = 2000;
+  // Calls per timed iteration (direct launches): 1 puts two events around every call; B > 1 puts them around
+  // B back-to-back calls and reports the interval / B — nccl-tests' method (no event between calls, so no
+  // drain-and-relaunch between them). The host must queue the B x iters calls within lead_us, or the later
+  // batches time the host's launch rate (benches report the host's enqueue time per call beside).
+  int batch = 1;
 };
 // Enqueues fn(i) on `stream` `warmup` times, then (after opt.lead_us of GPU idle) `iters` times, each
-// iteration between two CUDA events. Returns per-iteration microseconds; when `team` is given, each entry
+// iteration between two CUDA events (with opt.batch = B > 1, each iteration is B calls fn(warmup + B i + j),
+// j < B, between the two events, and its entry is the interval / B). Returns per-iteration microseconds; when `team` is given, each entry
 // is the maximum over its ranks (an iteration is as slow as its slowest rank). Synchronises with the
 // team's bounded wait.
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,

@@ -26,6 +26,27 @@
 
 namespace braid::dev {
 
+// Programmatic dependent launch (PDL; sm_90 and later, compiled out before). Both are no-ops in a kernel
+// launched without cudaLaunchAttributeProgrammaticStreamSerialization.
+//   grid_dependency_wait() : griddepcontrol.wait — returns once every grid this one depends on (the kernel
+//                            before it in the stream) has completed and its memory writes are visible to this
+//                            grid. Call it before reading anything earlier stream work wrote (the input, a
+//                            launch counter) and before writing anything it may still read (a workspace).
+//   launch_dependents()    : griddepcontrol.launch_dependents — the next kernel in the stream, if launched with
+//                            PDL, may start once every block of this grid has called it or exited; it still
+//                            waits for this grid's completion in its own grid_dependency_wait(). Only its launch
+//                            and prologue overlap this grid's tail; no ordering is given up.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

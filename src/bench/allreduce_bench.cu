@@ -151,7 +151,11 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
     std::printf("# braid bench allreduce: %s, %d ranks, quantized inputs '%s', group %d, %d+%d iterations%s, median "
                 "of the slowest rank; busbw on the original %s bytes\n",
                 dtype_name(a.dtype), W, a.dist.c_str(), a.group, a.timing.warmup, a.timing.iters,
-                a.graph ? " (CUDA graph replays)" : " (direct launches)", dtype_name(a.dtype));
+                a.graph ? " (CUDA graph replays)"
+                : a.timing.batch > 1 ? (" (direct launches, " + std::to_string(a.timing.batch) +
+                                        " back to back per event pair)").c_str()
+                                     : " (direct launches)",
+                dtype_name(a.dtype));
     std::printf("# %10s %-11s %10s %9s %9s %8s %8s %10s %9s  %s\n", "size(B)", "algo", "time(us)", "p10", "p90",
                 "busbw", "speedup", "nrms", "max_err", "verdict");
   }
@@ -322,7 +326,8 @@ int run_allreduce_bench(Team& team, const AllReduceBenchArgs& a) {
             .add("baseline_algo", "nccl").add("baseline_time_us", nccl_us).add("speedup", speedup)
             .add("correct", ok).add("precision", precision_name(prec)).add("group", a.group)
             .add("dist", quant_mode ? a.dist : std::string("half-integers")).add("nrms", nrms).add("max_err", max_err)
-            .add("buffer_sets", sets).add("graph", a.graph).add("host_enqueue_us", host_us).add_context(a.ctx);
+            .add("buffer_sets", sets).add("graph", a.graph).add("batch", a.graph ? 1 : a.timing.batch)
+            .add("lead_us", a.timing.lead_us).add("host_enqueue_us", host_us).add_context(a.ctx);
         append_jsonl(a.json, j.str());
       }
       // ---- ablation: each phase of the NCCL-transport quantized path alone (same buffers, same grid)

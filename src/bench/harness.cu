@@ -162,9 +162,10 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
     team->barrier();  // ranks start the timed loop together
   }
   if (opt.lead_us > 0) gpu_idle(stream, opt.lead_us);
+  const int batch = std::max(opt.batch, 1);
   for (int i = 0; i < opt.iters; ++i) {
     BRAID_CUDA_CHECK(cudaEventRecord(ev[2 * i], stream));
-    fn(opt.warmup + i);
+    for (int j = 0; j < batch; ++j) fn(opt.warmup + i * batch + j);
     BRAID_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], stream));
   }
   if (team) team->synchronize(stream, "benchmark timed loop");
@@ -173,7 +174,7 @@ std::vector<double> time_iterations(Team* team, cudaStream_t stream, const Timin
   for (int i = 0; i < opt.iters; ++i) {
     float ms = 0;
     BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
-    us[i] = ms * 1000.0;
+    us[i] = ms * 1000.0 / batch;
   }
   for (auto& e : ev) cudaEventDestroy(e);
   if (team) us = team->allreduce_max(us);

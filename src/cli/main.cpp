@@ -45,6 +45,8 @@ const char* kUsage =
     "  bench allreduce [--algo nccl,oneshot,twoshot,oneshot-sym,twoshot-sym,oneshot-ce-sym,int8,int6,int4,int8-nccl,int8-1step,int6-1step,int4-1step,...] -b MIN -e MAX -f F\n"
     "                  [--dtype bf16|fp16] [--dist normal|student-t|outlier] [--group 128] [--json FILE]\n"
     "                  [--write-table tuning/allreduce.tsv] [--phases (time each phase of *-nccl alone)]\n"
+    "                  [--iters N] [--warmup N] [--graph | --batch B (B back-to-back calls per event pair, as\n"
+    "                  nccl-tests)] [--lead US (GPU idle before the timed calls, so the host queues them first)]\n"
     "                                    braid all-reduce vs NCCL, verified (quantized: vs CPU reference)\n"
     "                                    int8-pipe / int8-classic (int6, int4 too): that fused kernel; plain\n"
     "                                    int8 follows BRAID_AR_QUANT_IMPL=classic|pipelined (default classic)\n"
@@ -130,6 +132,9 @@ braid::bench::TimingOptions timing(const Options& o, int warmup, int iters) {
   t.warmup = std::stoi(o.get("--warmup", std::to_string(warmup)));
   t.iters = std::stoi(o.get("--iters", std::to_string(iters)));
   if (t.iters < 1 || t.warmup < 0) throw UsageError("--iters must be >= 1 and --warmup >= 0", __FILE__, __LINE__);
+  t.batch = std::stoi(o.get("--batch", "1"));
+  t.lead_us = std::stoi(o.get("--lead", std::to_string(t.lead_us)));
+  if (t.batch < 1 || t.lead_us < 0) throw UsageError("--batch must be >= 1 and --lead >= 0 (us)", __FILE__, __LINE__);
   return t;
 }
 

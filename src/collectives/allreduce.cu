@@ -194,6 +194,7 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
     cfg_.symm_pair_twoshot = *m == "twoshot" || *m == "both";
   }
   env_flag("BRAID_AR_QUANT_PAIR", cfg_.quant_pair_sources);
+  env_flag("BRAID_AR_PDL", cfg_.pdl);
   env_flag("BRAID_AR_QUANT_PREFETCH", cfg_.quant_prefetch);
   // The one-step knobs set both entries of their two-element arrays.
   auto env_int2 = [](const char* name, int64_t lo, int64_t hi, auto& pair) {
@@ -507,6 +508,26 @@ void AllReducer::run_oneshot(const void* in, void* out, size_t count, DType dtyp
 }
 
 namespace {
+// kernel<<<grid, block, 0, s>>>(args...), with programmatic stream serialization when `pdl` (the kernel
+// calls dev::grid_dependency_wait() before it touches memory).
+template <class... KArgs, class... Args>
+void launch_kernel(bool pdl, void (*kernel)(KArgs...), int grid, int block, cudaStream_t s, Args&&... args) {
+  if (!pdl) {
+    kernel<<<grid, block, 0, s>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t c{};
+  c.gridDim = dim3(grid);
+  c.blockDim = dim3(block);
+  c.stream = s;
+  c.attrs = &attr;
+  c.numAttrs = 1;
+  BRAID_CUDA_CHECK(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...));
+}
+
 // The flag-in-the-data one-shots (LL, LL128): every rank's workspace base and the slot size, then one launch per
 // piece of at most `piece` elements: launch(ws, offset, elements).
 template <class Launch>
@@ -527,9 +548,10 @@ void AllReducer::run_oneshot_ll(const void* in, void* out, size_t count, DType d
                  [&](const ar::ExactWorkspace& ws, size_t off, size_t n) {
                    const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.ll_min_vecs, cfg_.ll_blocks);
                    BRAID_DISPATCH_DT(dtype, DT,
-                                     (ar::oneshot_ll_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
-                                         static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n,
-                                         W, team_.rank(), ws, team_.signals(), seq_ + 6)));
+                                     launch_kernel(cfg_.pdl, ar::oneshot_ll_kernel<DT>, blocks, cfg_.threads, s,
+                                                   static_cast<const uint16_t*>(in) + off,
+                                                   static_cast<uint16_t*>(out) + off, uint64_t(n), W, team_.rank(), ws,
+                                                   team_.signals(), seq_ + 6));
                  });
 }
 
@@ -540,9 +562,10 @@ void AllReducer::run_oneshot_ll128(const void* in, void* out, size_t count, DTyp
                    const uint64_t lines = (n + ar::kLL128Vals - 1) / ar::kLL128Vals;
                    const int blocks = grid_for(lines, std::max<uint64_t>(cfg_.ll128_min_lines, 1), cfg_.ll128_blocks);
                    BRAID_DISPATCH_DT(dtype, DT,
-                                     (ar::oneshot_ll128_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
-                                         static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off, n,
-                                         W, team_.rank(), ws, team_.signals(), seq_ + 8)));
+                                     launch_kernel(cfg_.pdl, ar::oneshot_ll128_kernel<DT>, blocks, cfg_.threads, s,
+                                                   static_cast<const uint16_t*>(in) + off,
+                                                   static_cast<uint16_t*>(out) + off, uint64_t(n), W, team_.rank(), ws,
+                                                   team_.signals(), seq_ + 8));
                  });
 }
 

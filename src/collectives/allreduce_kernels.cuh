@@ -1434,6 +1434,10 @@ template <int DT>
 __global__ void __launch_bounds__(512) oneshot_ll_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world,
                                                           int rank, const __grid_constant__ ExactWorkspace ws,
                                                           const __grid_constant__ SignalView sig, uint32_t* seq) {
+  // With AllReducerConfig::pdl: nothing of the previous kernel's is touched before its completion (the
+  // launch counter, the input, the workspace it may still read); the next launch may start its own wait now.
+  dev::grid_dependency_wait();
+  dev::launch_dependents();
   const uint32_t launch = launch_count(seq);
   const uint32_t epoch = launch + 1;  // flags start at 0 in a fresh workspace
   const uint64_t phase_off = static_cast<uint64_t>(launch & 1u) * world * ws.slot_bytes;
@@ -1533,6 +1537,10 @@ template <int DT>
 __global__ void __launch_bounds__(512) oneshot_ll128_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world,
                                                              int rank, const __grid_constant__ ExactWorkspace ws,
                                                              const __grid_constant__ SignalView sig, uint32_t* seq) {
+  // With AllReducerConfig::pdl: nothing of the previous kernel's is touched before its completion (the
+  // launch counter, the input, the workspace it may still read); the next launch may start its own wait now.
+  dev::grid_dependency_wait();
+  dev::launch_dependents();
   const uint32_t launch = launch_count(seq);
   const uint32_t epoch = launch + 1;  // flags start at 0 in a fresh workspace
   const uint64_t flag = static_cast<uint64_t>(epoch) << 32 | epoch;

@@ -489,6 +489,78 @@ TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
   }
 }
 
+// Programmatic dependent launch (AllReducerConfig::pdl) of the one-shots LL and LL128: every line shape, then
+// back-to-back calls whose kernels are adjacent in the stream (no memset between them: the next launch may start
+// while the previous one runs, and must still see its launch counter and leave its workspace alone), directly and
+// replayed from a CUDA graph.
+TEST(AllReduce, OneShotsWithProgrammaticDependentLaunchEqualTheExactSum) {
+  ASSERT_TRUE(team().peer_ok());
+  auto& s = team();
+  braid::AllReducerConfig cfg;
+  cfg.pdl = true;
+  braid::AllReducerConfig pieces = cfg;  // several launches per call: PDL between a call's own pieces
+  pieces.ll128_max_bytes = 64 << 10;
+  pieces.ll_max_bytes = 64 << 10;
+  braid::AllReducer pdl(s, cfg), pdl_pieces(s, pieces);
+  for (braid::AllReducer* ar : {&pdl, &pdl_pieces})
+    for (ArAlgo algo : {ArAlgo::kOneShotLL, ArAlgo::kOneShotLL128})
+      for (size_t n : {size_t(1), size_t(59), size_t(61), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 7})
+        for (bool in_place : {false, true})
+          EXPECT_EQ(exact_wrong(*ar, algo, n, DType::kBF16, in_place, 17 + n), 0u)
+              << braid::algo_name(algo) << " n=" << n << (in_place ? " in-place" : "")
+              << (ar == &pdl_pieces ? " 64 KiB pieces" : "");
+  const size_t n = (size_t(1) << 18) + 123;
+  constexpr int kCalls = 16;
+  std::vector<void*> x(kCalls), y(kCalls);
+  for (int c = 0; c < kCalls; ++c) {
+    ASSERT_EQ(cudaMalloc(&x[c], n * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&y[c], n * 2), cudaSuccess);
+  }
+  auto calls = [&](braid::AllReducer& ar) {
+    for (int c = 0; c < kCalls; ++c) {
+      braid::AllReduceOptions o;
+      o.algo = c % 3 == 2 ? ArAlgo::kOneShotLL : ArAlgo::kOneShotLL128;
+      ar.run(x[c], y[c], n, DType::kBF16, s.stream(), o);
+    }
+  };
+  auto check = [&](uint64_t seed0, const char* what) {
+    for (int c = 0; c < kCalls; ++c)
+      EXPECT_EQ(braid::bench::count_wrong("allreduce", y[c], DType::kBF16, n, seed0 + c, s.rank(), s.size(), s.stream()),
+                0u)
+          << what << " call " << c;
+  };
+  auto fresh = [&](uint64_t seed0) {  // new inputs, poisoned outputs, then the calls back to back
+    for (int c = 0; c < kCalls; ++c) {
+      braid::bench::fill_pattern(x[c], DType::kBF16, n, seed0 + c, s.rank(), 0, s.stream());
+      cudaMemsetAsync(y[c], 0xFF, n * 2, s.stream());
+    }
+  };
+  for (int round = 0; round < 6; ++round) {
+    const uint64_t seed0 = 7000 + 100 * round;
+    fresh(seed0);
+    calls(pdl);
+    s.synchronize("PDL back to back");
+    check(seed0, "direct");
+  }
+  cudaGraphExec_t ge;
+  cudaGraph_t g = braid::test::capture_graph(s.stream(), [&] { calls(pdl); });
+  ASSERT_NE(g, nullptr) << "stream capture failed";
+  ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+  for (int rep = 0; rep < 4; ++rep) {
+    const uint64_t seed0 = 8000 + 100 * rep;
+    fresh(seed0);
+    ASSERT_EQ(cudaGraphLaunch(ge, s.stream()), cudaSuccess);
+    s.synchronize("PDL graph replay");
+    check(seed0, "graph");
+  }
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  for (int c = 0; c < kCalls; ++c) {
+    cudaFree(x[c]);
+    cudaFree(y[c]);
+  }
+}
+
 // The flag-in-the-data one-shots (LL, LL128) poll in loops of their own, not dev::wait_geq: a peer that never calls
 // must end them with a TimeoutError (a bounded wait), not a hang. A team of its own with a 2-s bound; the last rank
 // never calls.
