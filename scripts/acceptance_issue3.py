@@ -8,10 +8,12 @@ baseline_time_us, speedup) and `bench/peers/allreduce_symm_mem.py` rows (algo to
   * INT8 >= 2.4x, INT6 >= 2.8x, INT4 >= 3.5x faster than NCCL in the same run, every row verified: per file the best
     algorithm of each precision at 64 MiB (median over its rows in that file: rounds); met when every file meets it.
   * the bf16 (exact) peer all-reduce >= 1.5x NCCL from 64 KiB to 4 MiB and not slower above: per file, per size, the
-    fastest exact braid algorithm against NCCL's row of that size; graph replays and direct launches reported apart.
+    fastest exact braid algorithm against NCCL's row of that size; each size's newest commit decides (the slowest of
+    its files); graph replays,
+    direct launches (events around each call) and back-to-back direct launches (--batch) reported apart.
   * at least as fast as the better of PyTorch's symmetric-memory one-shot / two-shot at every size: braid's fastest
     exact time per size against the peers', call by call (rows of the same commit: the device call that ran both),
-    graph replays and direct launches apart.
+    per launch mode as above.
 Only rows with correct == true count; others are counted and excluded. `check()` returns dicts for
 scripts/acceptance.py."""
 import json
@@ -28,6 +30,17 @@ def load(path):
 
 def fmt_bytes(b):
     return f"{b // MiB} MiB" if b >= MiB else f"{b // 1024} KiB"
+
+
+# How a row was timed: CUDA graph replays; direct launches with two events around each call; or B > 1 calls back to
+# back per event pair (`--batch B`, nccl-tests' method: no drain and relaunch between the calls).
+MODES = ("graph replays", "direct launches", "back-to-back direct launches")
+
+
+def mode_of(r):
+    if r.get("graph"):
+        return MODES[0]
+    return MODES[2] if int(r.get("batch", 1) or 1) > 1 else MODES[1]
 
 
 def verdict(issue, criterion, measured, target, met, files):
@@ -75,39 +88,56 @@ def check(paths, card=None):
                            + (f"; {others}" if others else "") + note,
                            f">= {target}x in every file", min(sps) >= target, per_algo[algo].keys()))
 
-    # bf16 band against NCCL, per file and launch mode: the fastest exact braid algorithm per size against NCCL's row
-    # of that size in the same file. The verdict is the newest file's (rows' date): older files ran older code and
-    # are listed beside it.
-    for graph in (True, False):
-        per_file = []  # (date, file, worst in band, worst above)
+    # bf16 band against NCCL, per launch mode: in each file the fastest exact braid algorithm per size against NCCL's
+    # row of that size in the same file; each size's verdict is the newest file that measured it (rows' date: older
+    # files ran older code and are listed beside it), so a newer file that stops at 16 MiB does not hide an older
+    # 1-GiB row.
+    for mode in MODES:
+        per_file = []  # (date, file, {bytes: speedup})
         for f, rows in braid.items():
-            rows = [r for r in rows if bool(r.get("graph")) == graph and r.get("precision", "exact") == "exact"]
+            rows = [r for r in rows if mode_of(r) == mode and r.get("precision", "exact") == "exact"]
             nccl = {r["bytes"]: float(r["time_us"]) for r in rows if r["algo"] == "nccl"}
             best = {}
             for r in rows:
                 if r["algo"] != "nccl" and r["bytes"] in nccl:
                     best[r["bytes"]] = min(best.get(r["bytes"], 1e30), float(r["time_us"]))
-            band = [(nccl[b] / t, b) for b, t in best.items() if 64 * 1024 <= b <= 4 * MiB]
-            above = [(nccl[b] / t, b) for b, t in best.items() if b > 4 * MiB]
-            if band or above:
-                per_file.append((max(str(r.get("date", "")) for r in rows), f, min(band) if band else None,
-                                 min(above) if above else None))
+            if best:
+                per_file.append((max(str(r.get("date", "")) for r in rows), f, {b: nccl[b] / t for b, t in best.items()},
+                                 str(rows[0].get("commit", ""))[:7]))
         if not per_file:
             continue
         per_file.sort()
-        mode = "graph replays" if graph else "direct launches"
-        for idx, crit, target, limit in ((2, f"bf16 >= 1.5x NCCL, 64 KiB - 4 MiB ({mode})", ">= 1.5x at every size", 1.5),
-                                         (3, f"bf16 not slower than NCCL above 4 MiB ({mode})", ">= 1.0x at every size", 1.0)):
-            have = [x for x in per_file if x[idx] is not None]
-            if not have:
+        for crit, target, limit, inside in (
+                (f"bf16 >= 1.5x NCCL, 64 KiB - 4 MiB ({mode})", ">= 1.5x at every size", 1.5,
+                 lambda b: 64 * 1024 <= b <= 4 * MiB),
+                (f"bf16 not slower than NCCL above 4 MiB ({mode})", ">= 1.0x at every size", 1.0, lambda b: b > 4 * MiB)):
+            # bytes -> the newest file's commit measuring that size; then the worst of that commit's files (its rounds)
+            last = {}
+            for _, f, sp, c in per_file:
+                for b in sp:
+                    if inside(b):
+                        last[b] = c
+            if not last:
                 continue
-            date, f, worst = have[-1][0], have[-1][1], have[-1][idx]
-            measured = f"lowest {worst[0]:.2f}x at {fmt_bytes(worst[1])} ({f}, newest)"
-            if limit == 1.0 and worst[0] < 1.0:
+            newest = {}  # bytes -> (speedup, file): the slowest row of that size at its newest commit
+            used = set()
+            for _, f, sp, c in per_file:
+                for b, x in sp.items():
+                    if b in last and c == last[b]:
+                        used.add(f)
+                        if b not in newest or x < newest[b][0]:
+                            newest[b] = (x, f)
+            worst_b = min(newest, key=lambda b: newest[b][0])
+            worst, wf = newest[worst_b]
+            used = sorted(used)
+            measured = f"lowest {worst:.2f}x at {fmt_bytes(worst_b)} ({wf}); sizes {fmt_bytes(min(newest))}-" \
+                       f"{fmt_bytes(max(newest))}, each from the newest commit measuring it: {', '.join(used)}"
+            if limit == 1.0 and worst < 1.0:
                 measured += "; the entry point's table runs NCCL where it is faster"
-            if len(have) > 1:
-                measured += "; older: " + ", ".join(f"{x[1]} {x[idx][0]:.2f}x" for x in have[:-1])
-            out.append(verdict(3, crit, measured, target, worst[0] >= limit, [x[1] for x in have]))
+            older = [f for _, f, sp, _ in per_file if f not in used and any(inside(b) for b in sp)]
+            if older:
+                measured += "; older: " + ", ".join(older)
+            out.append(verdict(3, crit, measured, target, worst >= limit, used))
 
     # Against PyTorch's symmetric memory (the better of its one-shot and two-shot per size), call by call: braid's
     # rows and the peers' rows of the same commit (one device call runs both), graph replays and direct launches
@@ -118,13 +148,13 @@ def check(paths, card=None):
             if r["algo"] in ("torch-symm-oneshot", "torch-symm-twoshot"):
                 t = calls.setdefault(str(r.get("commit", ""))[:7], {})
                 t[r["bytes"]] = min(t.get(r["bytes"], 1e30), float(r["time_us"]))
-        for graph in (True, False):
+        for mode in MODES:
             worse, n, ratios, used, skipped = [], 0, [], [], []
             for commit, torch in calls.items():
                 # Like for like: PyTorch's all-reduces read inputs in symmetric memory, so a call counts only where
                 # braid's symmetric-buffer paths (*-sym) ran too.
                 mine = [(f, r) for f, rows in braid.items() for r in rows
-                        if str(r.get("commit", ""))[:7] == commit and bool(r.get("graph")) == graph]
+                        if str(r.get("commit", ""))[:7] == commit and mode_of(r) == mode]
                 if mine and not any(r["algo"].endswith("-sym") for _, r in mine):
                     skipped.append(commit)
                     continue
@@ -139,7 +169,6 @@ def check(paths, card=None):
                           if best[b] > torch[b]]
             if not n:
                 continue
-            mode = "graph replays" if graph else "direct launches"
             out.append(verdict(3, f"bf16 at least as fast as PyTorch symm-mem at every size ({mode})",
                                f"{n - len(worse)}/{n} (size, call) pairs, torch/braid {min(ratios):.3f}-"
                                f"{max(ratios):.2f}x" + (f"; slower at {', '.join(worse)}" if worse else "")

@@ -404,6 +404,26 @@ int grid_for(uint64_t units, uint64_t min_per_block, int max_blocks) {
   const uint64_t b = (units + min_per_block - 1) / min_per_block;
   return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(b, max_blocks)));
 }
+
+// kernel<<<grid, block, 0, s>>>(args...), with programmatic stream serialization when `pdl` (the kernel
+// calls dev::grid_dependency_wait() before it touches memory).
+template <class... KArgs, class... Args>
+void launch_kernel(bool pdl, void (*kernel)(KArgs...), int grid, int block, cudaStream_t s, Args&&... args) {
+  if (!pdl) {
+    kernel<<<grid, block, 0, s>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t c{};
+  c.gridDim = dim3(grid);
+  c.blockDim = dim3(block);
+  c.stream = s;
+  c.attrs = &attr;
+  c.numAttrs = 1;
+  BRAID_CUDA_CHECK(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...));
+}
 }  // namespace
 
 ArAlgo AllReducer::choose(size_t count, DType dtype, const AllReduceOptions& opt) const {
@@ -501,33 +521,13 @@ void AllReducer::run_oneshot(const void* in, void* out, size_t count, DType dtyp
     auto* y = static_cast<uint16_t*>(out) + off;
     const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.oneshot_min_vecs, cfg_.oneshot_blocks);
     BRAID_DISPATCH_DT(dtype, DT,
-                      (ar::oneshot_kernel<DT><<<blocks, cfg_.threads, 0, s>>>(
-                          x, y, n, W, team_.rank(), ws, team_.signals(), slot_oneshot_, seq_)));
+                      launch_kernel(cfg_.pdl, ar::oneshot_kernel<DT>, blocks, cfg_.threads, s, x, y, uint64_t(n), W,
+                                    team_.rank(), ws, team_.signals(), slot_oneshot_, seq_));
     BRAID_CHECK_LAUNCH();
   }
 }
 
 namespace {
-// kernel<<<grid, block, 0, s>>>(args...), with programmatic stream serialization when `pdl` (the kernel
-// calls dev::grid_dependency_wait() before it touches memory).
-template <class... KArgs, class... Args>
-void launch_kernel(bool pdl, void (*kernel)(KArgs...), int grid, int block, cudaStream_t s, Args&&... args) {
-  if (!pdl) {
-    kernel<<<grid, block, 0, s>>>(std::forward<Args>(args)...);
-    return;
-  }
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t c{};
-  c.gridDim = dim3(grid);
-  c.blockDim = dim3(block);
-  c.stream = s;
-  c.attrs = &attr;
-  c.numAttrs = 1;
-  BRAID_CUDA_CHECK(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...));
-}
-
 // The flag-in-the-data one-shots (LL, LL128): every rank's workspace base and the slot size, then one launch per
 // piece of at most `piece` elements: launch(ws, offset, elements).
 template <class Launch>
@@ -583,15 +583,9 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
     constexpr size_t kUnrollFrom = size_t(2) << 20;  // elements per launch from which U = 4 (AllReducerConfig)
     const int U = cfg_.twoshot_unroll ? cfg_.twoshot_unroll : (n >= kUnrollFrom ? 4 : 1);
     BRAID_DISPATCH_DT(dtype, DT, {
-      if (U == 4)
-        ar::twoshot_kernel<DT, 4><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),
-                                                                  slot_twoshot_, seq_ + 2);
-      else if (U == 2)
-        ar::twoshot_kernel<DT, 2><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),
-                                                                  slot_twoshot_, seq_ + 2);
-      else
-        ar::twoshot_kernel<DT, 1><<<blocks, cfg_.threads, 0, s>>>(x, y, n, stride, W, team_.rank(), ws, team_.signals(),
-                                                                  slot_twoshot_, seq_ + 2);
+      auto k = U == 4 ? ar::twoshot_kernel<DT, 4> : U == 2 ? ar::twoshot_kernel<DT, 2> : ar::twoshot_kernel<DT, 1>;
+      launch_kernel(cfg_.pdl, k, blocks, cfg_.threads, s, x, y, uint64_t(n), uint64_t(stride), W, team_.rank(), ws,
+                    team_.signals(), slot_twoshot_, seq_ + 2);
     });
     BRAID_CHECK_LAUNCH();
   }

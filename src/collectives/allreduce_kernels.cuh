@@ -1382,6 +1382,8 @@ template <int DT>
 __global__ void __launch_bounds__(512) oneshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, int world, int rank,
                                                        const __grid_constant__ ExactWorkspace ws,
                                                        const __grid_constant__ SignalView sig, int slot0, uint32_t* seq) {
+  dev::grid_dependency_wait();  // AllReducerConfig::pdl: see oneshot_ll_kernel
+  dev::launch_dependents();
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * world * ws.slot_bytes;
   uint64_t v0, v1;
@@ -1731,6 +1733,8 @@ template <int DT, int U>
 __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16_t* out, uint64_t n, uint64_t stride,
                                                        int world, int rank, const __grid_constant__ ExactWorkspace ws,
                                                        const __grid_constant__ SignalView sig, int slot0, uint32_t* seq) {
+  dev::grid_dependency_wait();  // AllReducerConfig::pdl: see oneshot_ll_kernel
+  dev::launch_dependents();
   const int slot = slot0 + blockIdx.x;
   const uint64_t phase_off = static_cast<uint64_t>(launch_phase(seq)) * 2 * world * ws.slot_bytes;
   auto rs = [&](int owner, int from) {

@@ -450,6 +450,7 @@ TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
   auto& s = team();
   braid::AllReducerConfig few, pieces;
   few.ll128_blocks = 3;
+  few.pdl = false;  // the plain launch (the default is programmatic dependent launch)
   pieces.ll128_max_bytes = 64 << 10;
   braid::AllReducer a_few(s, few), a_pieces(s, pieces);
   for (braid::AllReducer* ar : {&reducer(), &a_few, &a_pieces})
@@ -459,7 +460,7 @@ TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
         for (bool in_place : {false, true})
           EXPECT_EQ(exact_wrong(*ar, ArAlgo::kOneShotLL128, n, dt, in_place, 11 + n), 0u)
               << "n=" << n << " " << braid::bench::dtype_name(dt) << (in_place ? " in-place" : "")
-              << (ar == &a_few ? " 3 blocks" : ar == &a_pieces ? " 64 KiB pieces" : "");
+              << (ar == &a_few ? " 3 blocks, no PDL" : ar == &a_pieces ? " 64 KiB pieces" : "");
   const size_t n = (size_t(1) << 20) + 123;
   constexpr int kCalls = 24;
   std::vector<void*> x(kCalls), y(kCalls);
@@ -489,7 +490,7 @@ TEST(AllReduce, LL128EqualsTheExactSumOnEveryLineShape) {
   }
 }
 
-// Programmatic dependent launch (AllReducerConfig::pdl) of the one-shots LL and LL128: every line shape, then
+// Programmatic dependent launch (AllReducerConfig::pdl) of the exact kernels (one-shot, LL, LL128, two-shot): shapes, then
 // back-to-back calls whose kernels are adjacent in the stream (no memset between them: the next launch may start
 // while the previous one runs, and must still see its launch counter and leave its workspace alone), directly and
 // replayed from a CUDA graph.
@@ -501,9 +502,11 @@ TEST(AllReduce, OneShotsWithProgrammaticDependentLaunchEqualTheExactSum) {
   braid::AllReducerConfig pieces = cfg;  // several launches per call: PDL between a call's own pieces
   pieces.ll128_max_bytes = 64 << 10;
   pieces.ll_max_bytes = 64 << 10;
+  pieces.oneshot_max_bytes = 64 << 10;
+  pieces.piece_elems = 32 << 10;
   braid::AllReducer pdl(s, cfg), pdl_pieces(s, pieces);
   for (braid::AllReducer* ar : {&pdl, &pdl_pieces})
-    for (ArAlgo algo : {ArAlgo::kOneShotLL, ArAlgo::kOneShotLL128})
+    for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kOneShotLL, ArAlgo::kOneShotLL128, ArAlgo::kTwoShot})
       for (size_t n : {size_t(1), size_t(59), size_t(61), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 7})
         for (bool in_place : {false, true})
           EXPECT_EQ(exact_wrong(*ar, algo, n, DType::kBF16, in_place, 17 + n), 0u)
@@ -519,7 +522,9 @@ TEST(AllReduce, OneShotsWithProgrammaticDependentLaunchEqualTheExactSum) {
   auto calls = [&](braid::AllReducer& ar) {
     for (int c = 0; c < kCalls; ++c) {
       braid::AllReduceOptions o;
-      o.algo = c % 3 == 2 ? ArAlgo::kOneShotLL : ArAlgo::kOneShotLL128;
+      constexpr ArAlgo kCycle[] = {ArAlgo::kOneShotLL128, ArAlgo::kOneShotLL128, ArAlgo::kOneShotLL, ArAlgo::kOneShot,
+                                   ArAlgo::kOneShotLL128, ArAlgo::kTwoShot};
+      o.algo = kCycle[c % 6];
       ar.run(x[c], y[c], n, DType::kBF16, s.stream(), o);
     }
   };
