@@ -91,7 +91,8 @@ struct AllReducerConfig {
   size_t ll128_max_bytes = size_t(8) << 20;
   int ll128_blocks = 1 << 16;
   uint64_t ll128_min_lines = 64;
-  // Programmatic dependent launch of the exact kernels (one-shot, LL, LL128, two-shot): each is launched with
+  // Programmatic dependent launch of the exact kernels (one-shot, LL, LL128, two-shot, their symmetric-buffer forms)
+  // and of the one-step quantized split kernel: each is launched with
   // cudaLaunchAttributeProgrammaticStreamSerialization, waits for the stream's previous kernel in
   // griddepcontrol.wait before touching memory, and lets the next one launch early (dev::launch_dependents),
   // so back-to-back kernels overlap their launch with the previous kernel's tail. On by default since 2x H200

@@ -628,7 +628,7 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     BRAID_DISPATCH_DT(dtype, DT, {
       auto k = big ? (pb ? ar::symm_oneshot_kernel<DT, 4, true> : ar::symm_oneshot_kernel<DT, 4, false>)
                    : (pb ? ar::symm_oneshot_kernel<DT, 1, true> : ar::symm_oneshot_kernel<DT, 1, false>);
-      k<<<blocks, cfg_.threads, 0, s>>>(b, o, count, W, sig, slot_twoshot_, il);
+      launch_kernel(cfg_.pdl, k, blocks, cfg_.threads, s, b, o, uint64_t(count), W, sig, slot_twoshot_, il);
     });
   } else {
     BRAID_REQUIRE(out == nullptr || out == buf.local_as<uint16_t>() + offset,
@@ -640,7 +640,8 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     BRAID_DISPATCH_DT(dtype, DT, {
       auto k = big ? (pb ? ar::symm_twoshot_kernel<DT, 4, true> : ar::symm_twoshot_kernel<DT, 4, false>)
                    : (pb ? ar::symm_twoshot_kernel<DT, 1, true> : ar::symm_twoshot_kernel<DT, 1, false>);
-      k<<<blocks, cfg_.threads, 0, s>>>(b, count, stride, W, team_.rank(), sig, slot_twoshot_, il);
+      launch_kernel(cfg_.pdl, k, blocks, cfg_.threads, s, b, uint64_t(count), uint64_t(stride), W, team_.rank(), sig,
+                    slot_twoshot_, il);
     });
   }
   BRAID_CHECK_LAUNCH();
@@ -751,9 +752,9 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
           constexpr int BITS = decltype(bits_c)::value;
           constexpr int PM = decltype(pm_c)::value;
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              ar::quant_onestep_split_kernel<DT, BITS, G, PM><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                  taper, taper_groups, prof_))));
+              launch_kernel(cfg_.pdl, ar::quant_onestep_split_kernel<DT, BITS, G, PM>, cfg_.quant_blocks, cfg_.threads,
+                            s, x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups,
+                            cfg_.onestep_split_puller_every[wi], taper, taper_groups, prof_))));
         };
         auto by_pull = [&](auto bits_c) {
           if (cfg_.onestep_pull16[wi]) go(bits_c, std::integral_constant<int, ar::kPull16>{});
@@ -762,9 +763,9 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         };
         if (int6) {
           BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              ar::quant_onestep_split_kernel<DT, 4, G, ar::kPull16, 8><<<cfg_.quant_blocks, cfg_.threads, 0, s>>>(
-                  x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups, cfg_.onestep_split_puller_every[wi],
-                  taper, taper_groups, prof_))));
+              launch_kernel(cfg_.pdl, ar::quant_onestep_split_kernel<DT, 4, G, ar::kPull16, 8>, cfg_.quant_blocks,
+                            cfg_.threads, s, x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups,
+                            cfg_.onestep_split_puller_every[wi], taper, taper_groups, prof_))));
         } else if (b1 == 8) {
           by_pull(std::integral_constant<int, 8>{});
         } else {

@@ -1257,6 +1257,8 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_split_kernel(const uint1
                                                                       uint64_t* prof) {
   static_assert(STEP2 == 0 || PM == kPull16, "step 2 with the 16-value pull");
   constexpr uint32_t kOp = static_cast<uint32_t>(OpId::kAllReduceQuant);
+  dev::grid_dependency_wait();  // AllReducerConfig::pdl: see oneshot_ll_kernel (before the stamp, the role
+  dev::launch_dependents();     // counters the previous launch reset, the input and the slots)
   phase_stamp(prof, 0, false);
   const int rank = q.rank, world = q.world;
   __shared__ uint32_t s_role, s_epoch, s_unit;
@@ -1860,6 +1862,8 @@ __global__ void __launch_bounds__(512) symm_twoshot_kernel(const __grid_constant
                                                             uint64_t stride, int world, int rank,
                                                             const __grid_constant__ SignalView sig, int slot0,
                                                             int interleaved) {
+  dev::grid_dependency_wait();  // AllReducerConfig::pdl: see oneshot_ll_kernel
+  dev::launch_dependents();
   const int slot = slot0 + blockIdx.x;
   uint64_t v0, v1, step;
   symm_block_vecs<U>(stride / kVec, interleaved, v0, v1, step);
@@ -1889,6 +1893,8 @@ __global__ void __launch_bounds__(512) symm_oneshot_kernel(const __grid_constant
                                                             uint64_t n, int world,
                                                             const __grid_constant__ SignalView sig, int slot0,
                                                             int interleaved) {
+  dev::grid_dependency_wait();  // AllReducerConfig::pdl: see oneshot_ll_kernel
+  dev::launch_dependents();
   const int slot = slot0 + blockIdx.x;
   uint64_t v0, v1, step;
   symm_block_vecs<U>((n + kVec - 1) / kVec, interleaved, v0, v1, step);
