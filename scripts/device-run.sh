@@ -1265,5 +1265,9 @@ if has shared-bench; then  # one GPU: bench strands / layer at TP = EP = 2, two 
   echo "== shared-bench ($(date +%T))" | tee -a "$log"
   bash scripts/shared-gpu-bench.sh "$out"
 fi
-(cd "$out" && tar czf results.tgz --remove-files $(ls *.jsonl *.tsv *.txt *.txt.* 2>/dev/null) 2>/dev/null)
+# A second run of this script into the same OUT bundles into results-2.tgz, -3, ... (sixty-second session: a second
+# run's results.tgz replaced the first's).
+bundle=results.tgz; i=2
+while [[ -e "$out/$bundle" ]]; do bundle=results-$i.tgz; i=$((i + 1)); done
+(cd "$out" && tar czf "$bundle" --remove-files $(ls *.jsonl *.tsv *.txt *.txt.* 2>/dev/null) 2>/dev/null)
 echo "== done" | tee -a "$log"
