@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# ar-ll128 ar-pdl ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce strands-open t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
+# ar-ll128 ar-pdl ar-relaunch ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce strands-open t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -487,6 +487,21 @@ if has ar-pdl; then  # programmatic dependent launch of the one-shots (LL, LL128
           -b "${PDL_MIN:-64K}" -e "${PDL_MAX:-16M}" -f 2 --json "$out/allreduce-${PDL_TAG:-}pdl$pdl-$m-r$r.jsonl" 2>&1 \
           | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
       done
+    done
+  done
+fi
+if has ar-relaunch; then  # where a call's relaunch goes: LL128 per call / back to back / replayed at a few grid sizes
+  for b in ${RELAUNCH_BLOCKS:-0 1 2 4}; do
+    for m in call batch graph; do
+      case $m in
+        call) a=() ;;
+        batch) a=(--batch 16 --iters 30 --lead 40000) ;;
+        graph) a=(--graph) ;;
+      esac
+      e=""; [[ $b != 0 ]] && e="BRAID_AR_LL128_BLOCKS=$b"
+      echo "-- ar-relaunch blocks=${b/#0/default} $m" | tee -a "$log"
+      E="$e" T=60 mpi bench allreduce "${a[@]}" --algo nccl,oneshot-ll128 -b 64K -e "${RELAUNCH_MAX:-1M}" -f 4 \
+        --json "$out/allreduce-relaunch-b$b-$m.jsonl" 2>&1 | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
     done
   done
 fi

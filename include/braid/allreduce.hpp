@@ -97,7 +97,8 @@ struct AllReducerConfig {
   // griddepcontrol.wait before touching memory, and lets the next one launch early (dev::launch_dependents),
   // so back-to-back kernels overlap their launch with the previous kernel's tail. On by default since 2x H200
   // measured it faster at every size (LL128 at 64 KiB: 4.35 -> 3.99 us in graph replays, 5.6 -> 4.8 us back to
-  // back; docs/flash-communication.md, sixty-second session). Environment: BRAID_AR_PDL=0 turns it off.
+  // back; docs/flash-communication.md, sixty-second session); off on GPUs before sm_90. Environment: BRAID_AR_PDL=0
+  // turns it off.
   bool pdl = true;
   size_t piece_elems = size_t(32) << 20;         // elements per launch for two-shot / quantized
   // Grid: at most this many blocks (each owns one signal slot); fewer for small messages, so that a

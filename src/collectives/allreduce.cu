@@ -195,6 +195,12 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   }
   env_flag("BRAID_AR_QUANT_PAIR", cfg_.quant_pair_sources);
   env_flag("BRAID_AR_PDL", cfg_.pdl);
+  if (cfg_.pdl) {  // programmatic dependent launch is an sm_90 feature: a plain launch on older GPUs
+    int dev = 0, major = 0;
+    BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+    BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cfg_.pdl = major >= 9;
+  }
   env_flag("BRAID_AR_QUANT_PREFETCH", cfg_.quant_prefetch);
   // The one-step knobs set both entries of their two-element arrays.
   auto env_int2 = [](const char* name, int64_t lo, int64_t hi, auto& pair) {
