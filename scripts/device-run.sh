@@ -490,18 +490,25 @@ if has ar-pdl; then  # programmatic dependent launch of the one-shots (LL, LL128
     done
   done
 fi
-if has ar-relaunch; then  # where a call's relaunch goes: LL128 per call / back to back / replayed at a few grid sizes
-  for b in ${RELAUNCH_BLOCKS:-0 1 2 4}; do
-    for m in call batch graph; do
-      case $m in
-        call) a=() ;;
-        batch) a=(--batch 16 --iters 30 --lead 40000) ;;
-        graph) a=(--graph) ;;
-      esac
-      e=""; [[ $b != 0 ]] && e="BRAID_AR_LL128_BLOCKS=$b"
-      echo "-- ar-relaunch blocks=${b/#0/default} $m" | tee -a "$log"
-      E="$e" T=60 mpi bench allreduce "${a[@]}" --algo nccl,oneshot-ll128 -b 64K -e "${RELAUNCH_MAX:-1M}" -f 4 \
-        --json "$out/allreduce-relaunch-b$b-$m.jsonl" 2>&1 | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
+if has ar-relaunch; then  # where a call's relaunch goes: per call / back to back / replayed at a few grid sizes
+  # RELAUNCH_CFGS: environment settings to compare ("none" = defaults; e.g. "none BRAID_AR_REMOTE_DOMAIN=1")
+  k=0
+  for cfg in ${RELAUNCH_CFGS:-none}; do
+    k=$((k + 1))
+    for b in ${RELAUNCH_BLOCKS:-0 1 2 4}; do
+      for m in call batch graph; do
+        case $m in
+          call) a=() ;;
+          batch) a=(--batch 16 --iters 30 --lead 40000) ;;
+          graph) a=(--graph) ;;
+        esac
+        e=""; [[ $b != 0 ]] && e="BRAID_AR_LL128_BLOCKS=$b"; [[ $cfg != none ]] && e="$e $cfg"
+        tag=""; [[ $cfg != none ]] && tag="${cfg//=/-}-"; [[ ${RELAUNCH_CFGS:-none} == none ]] || tag="$k-$tag"
+        echo "-- ar-relaunch ${cfg} blocks=${b/#0/default} $m" | tee -a "$log"
+        E="$e" T=60 mpi bench allreduce "${a[@]}" --algo "${RELAUNCH_ALGOS:-nccl,oneshot-ll128}" -b 64K \
+          -e "${RELAUNCH_MAX:-1M}" -f 4 --json "$out/allreduce-relaunch-${tag}b$b-$m.jsonl" 2>&1 \
+          | grep -E "^ +[0-9]|wrong|error" | tee -a "$log"
+      done
     done
   done
 fi

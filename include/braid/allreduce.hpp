@@ -100,6 +100,11 @@ struct AllReducerConfig {
   // back; docs/flash-communication.md, sixty-second session); off on GPUs before sm_90. Environment: BRAID_AR_PDL=0
   // turns it off.
   bool pdl = true;
+  // The same kernels launched in the remote memory synchronization domain (cudaLaunchMemSyncDomainRemote, as NCCL
+  // launches its own): a fence in them does not wait for the default domain's traffic, nor a compute kernel's fence
+  // for theirs. Safe for braid's kernels: they meet other kernels of their GPU only across kernel boundaries, their
+  // peers at system scope. GPUs with one domain ignore it. Environment: BRAID_AR_REMOTE_DOMAIN.
+  bool remote_domain = false;
   size_t piece_elems = size_t(32) << 20;         // elements per launch for two-shot / quantized
   // Grid: at most this many blocks (each owns one signal slot); fewer for small messages, so that a
   // block has at least the given amount of work (vectors of 8 values; quantization groups). Environment

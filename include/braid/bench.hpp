@@ -76,9 +76,9 @@ struct TimingOptions {
 };
 // Enqueues fn(i) on `stream` `warmup` times, then (after opt.lead_us of GPU idle) `iters` times, each
 // iteration between two CUDA events (with opt.batch = B > 1, each iteration is B calls fn(warmup + B i + j),
-// j < B, between the two events, and its entry is the interval / B). Returns per-iteration microseconds; when `team` is given, each entry
-// is the maximum over its ranks (an iteration is as slow as its slowest rank). Synchronises with the
-// team's bounded wait.
+// j < B, between the two events, and its entry is the interval / B). Returns per-iteration microseconds; when
+// `team` is given, each entry is the maximum over its ranks (an iteration is as slow as its slowest rank).
+// Synchronises with the team's bounded wait.
 std::vector<double> time_iterations(Team* team, cudaStream_t stream, const TimingOptions& opt,
                                     const std::function<void(int)>& fn);
 // The host side of timed calls: wrap(fn) returns fn with each call's host time (the issuing thread's time in it:

@@ -195,11 +195,21 @@ AllReducer::AllReducer(Team& team, AllReducerConfig cfg) : team_(team), cfg_(cfg
   }
   env_flag("BRAID_AR_QUANT_PAIR", cfg_.quant_pair_sources);
   env_flag("BRAID_AR_PDL", cfg_.pdl);
+  env_flag("BRAID_AR_REMOTE_DOMAIN", cfg_.remote_domain);
   if (cfg_.pdl) {  // programmatic dependent launch is an sm_90 feature: a plain launch on older GPUs
     int dev = 0, major = 0;
     BRAID_CUDA_CHECK(cudaGetDevice(&dev));
     BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     cfg_.pdl = major >= 9;
+  }
+  if (cfg_.remote_domain) {  // memory synchronization domains: sm_90 and later (one domain before)
+    int dev = 0, domains = 0;
+    BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+    if (cudaDeviceGetAttribute(&domains, cudaDevAttrMemSyncDomainCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      domains = 1;
+    }
+    cfg_.remote_domain = domains > 1;
   }
   env_flag("BRAID_AR_QUANT_PREFETCH", cfg_.quant_prefetch);
   // The one-step knobs set both entries of their two-element arrays.
@@ -411,23 +421,38 @@ int grid_for(uint64_t units, uint64_t min_per_block, int max_blocks) {
   return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(b, max_blocks)));
 }
 
-// kernel<<<grid, block, 0, s>>>(args...), with programmatic stream serialization when `pdl` (the kernel
-// calls dev::grid_dependency_wait() before it touches memory).
+// kernel<<<grid, block, 0, s>>>(args...) with the launch attributes `a` asks for: programmatic stream
+// serialization (a.pdl; the kernel calls dev::grid_dependency_wait() before it touches memory) and the remote
+// memory synchronization domain (a.remote_domain, as NCCL's kernels: fences in this kernel and in the default
+// domain's kernels do not wait for each other's traffic; braid's kernels meet other kernels of their GPU only across
+// kernel boundaries and meet their peers at system scope, which both domains keep).
+struct LaunchAttrs {
+  bool pdl = false;
+  bool remote_domain = false;
+};
+LaunchAttrs attrs_of(const AllReducerConfig& c) { return {c.pdl, c.remote_domain}; }
 template <class... KArgs, class... Args>
-void launch_kernel(bool pdl, void (*kernel)(KArgs...), int grid, int block, cudaStream_t s, Args&&... args) {
-  if (!pdl) {
+void launch_kernel(LaunchAttrs a, void (*kernel)(KArgs...), int grid, int block, cudaStream_t s, Args&&... args) {
+  if (!a.pdl && !a.remote_domain) {
     kernel<<<grid, block, 0, s>>>(std::forward<Args>(args)...);
     return;
   }
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2]{};
+  unsigned n = 0;
+  if (a.pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (a.remote_domain) {
+    attr[n].id = cudaLaunchAttributeMemSyncDomain;
+    attr[n++].val.memSyncDomain = cudaLaunchMemSyncDomainRemote;
+  }
   cudaLaunchConfig_t c{};
   c.gridDim = dim3(grid);
   c.blockDim = dim3(block);
   c.stream = s;
-  c.attrs = &attr;
-  c.numAttrs = 1;
+  c.attrs = attr;
+  c.numAttrs = n;
   BRAID_CUDA_CHECK(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...));
 }
 }  // namespace
@@ -527,8 +552,8 @@ void AllReducer::run_oneshot(const void* in, void* out, size_t count, DType dtyp
     auto* y = static_cast<uint16_t*>(out) + off;
     const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.oneshot_min_vecs, cfg_.oneshot_blocks);
     BRAID_DISPATCH_DT(dtype, DT,
-                      launch_kernel(cfg_.pdl, ar::oneshot_kernel<DT>, blocks, cfg_.threads, s, x, y, uint64_t(n), W,
-                                    team_.rank(), ws, team_.signals(), slot_oneshot_, seq_));
+                      launch_kernel(attrs_of(cfg_), ar::oneshot_kernel<DT>, blocks, cfg_.threads, s, x, y, uint64_t(n),
+                                    W, team_.rank(), ws, team_.signals(), slot_oneshot_, seq_));
     BRAID_CHECK_LAUNCH();
   }
 }
@@ -554,7 +579,7 @@ void AllReducer::run_oneshot_ll(const void* in, void* out, size_t count, DType d
                  [&](const ar::ExactWorkspace& ws, size_t off, size_t n) {
                    const int blocks = grid_for((n + ar::kVec - 1) / ar::kVec, cfg_.ll_min_vecs, cfg_.ll_blocks);
                    BRAID_DISPATCH_DT(dtype, DT,
-                                     launch_kernel(cfg_.pdl, ar::oneshot_ll_kernel<DT>, blocks, cfg_.threads, s,
+                                     launch_kernel(attrs_of(cfg_), ar::oneshot_ll_kernel<DT>, blocks, cfg_.threads, s,
                                                    static_cast<const uint16_t*>(in) + off,
                                                    static_cast<uint16_t*>(out) + off, uint64_t(n), W, team_.rank(), ws,
                                                    team_.signals(), seq_ + 6));
@@ -567,11 +592,11 @@ void AllReducer::run_oneshot_ll128(const void* in, void* out, size_t count, DTyp
                  [&](const ar::ExactWorkspace& ws, size_t off, size_t n) {
                    const uint64_t lines = (n + ar::kLL128Vals - 1) / ar::kLL128Vals;
                    const int blocks = grid_for(lines, std::max<uint64_t>(cfg_.ll128_min_lines, 1), cfg_.ll128_blocks);
-                   BRAID_DISPATCH_DT(dtype, DT,
-                                     launch_kernel(cfg_.pdl, ar::oneshot_ll128_kernel<DT>, blocks, cfg_.threads, s,
-                                                   static_cast<const uint16_t*>(in) + off,
-                                                   static_cast<uint16_t*>(out) + off, uint64_t(n), W, team_.rank(), ws,
-                                                   team_.signals(), seq_ + 8));
+                   BRAID_DISPATCH_DT(
+                       dtype, DT,
+                       launch_kernel(attrs_of(cfg_), ar::oneshot_ll128_kernel<DT>, blocks, cfg_.threads, s,
+                                     static_cast<const uint16_t*>(in) + off, static_cast<uint16_t*>(out) + off,
+                                     uint64_t(n), W, team_.rank(), ws, team_.signals(), seq_ + 8));
                  });
 }
 
@@ -590,8 +615,8 @@ void AllReducer::run_twoshot(const void* in, void* out, size_t count, DType dtyp
     const int U = cfg_.twoshot_unroll ? cfg_.twoshot_unroll : (n >= kUnrollFrom ? 4 : 1);
     BRAID_DISPATCH_DT(dtype, DT, {
       auto k = U == 4 ? ar::twoshot_kernel<DT, 4> : U == 2 ? ar::twoshot_kernel<DT, 2> : ar::twoshot_kernel<DT, 1>;
-      launch_kernel(cfg_.pdl, k, blocks, cfg_.threads, s, x, y, uint64_t(n), uint64_t(stride), W, team_.rank(), ws,
-                    team_.signals(), slot_twoshot_, seq_ + 2);
+      launch_kernel(attrs_of(cfg_), k, blocks, cfg_.threads, s, x, y, uint64_t(n), uint64_t(stride), W, team_.rank(),
+                    ws, team_.signals(), slot_twoshot_, seq_ + 2);
     });
     BRAID_CHECK_LAUNCH();
   }
@@ -634,7 +659,7 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     BRAID_DISPATCH_DT(dtype, DT, {
       auto k = big ? (pb ? ar::symm_oneshot_kernel<DT, 4, true> : ar::symm_oneshot_kernel<DT, 4, false>)
                    : (pb ? ar::symm_oneshot_kernel<DT, 1, true> : ar::symm_oneshot_kernel<DT, 1, false>);
-      launch_kernel(cfg_.pdl, k, blocks, cfg_.threads, s, b, o, uint64_t(count), W, sig, slot_twoshot_, il);
+      launch_kernel(attrs_of(cfg_), k, blocks, cfg_.threads, s, b, o, uint64_t(count), W, sig, slot_twoshot_, il);
     });
   } else {
     BRAID_REQUIRE(out == nullptr || out == buf.local_as<uint16_t>() + offset,
@@ -646,8 +671,8 @@ void AllReducer::run_symmetric(SymmetricBuffer& buf, size_t count, DType dtype, 
     BRAID_DISPATCH_DT(dtype, DT, {
       auto k = big ? (pb ? ar::symm_twoshot_kernel<DT, 4, true> : ar::symm_twoshot_kernel<DT, 4, false>)
                    : (pb ? ar::symm_twoshot_kernel<DT, 1, true> : ar::symm_twoshot_kernel<DT, 1, false>);
-      launch_kernel(cfg_.pdl, k, blocks, cfg_.threads, s, b, uint64_t(count), uint64_t(stride), W, team_.rank(), sig,
-                    slot_twoshot_, il);
+      launch_kernel(attrs_of(cfg_), k, blocks, cfg_.threads, s, b, uint64_t(count), uint64_t(stride), W, team_.rank(),
+                    sig, slot_twoshot_, il);
     });
   }
   BRAID_CHECK_LAUNCH();
@@ -757,21 +782,30 @@ void AllReducer::run_quant_p2p(const void* in, void* out, size_t count, DType dt
         auto go = [&](auto bits_c, auto pm_c) {
           constexpr int BITS = decltype(bits_c)::value;
           constexpr int PM = decltype(pm_c)::value;
-          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              launch_kernel(cfg_.pdl, ar::quant_onestep_split_kernel<DT, BITS, G, PM>, cfg_.quant_blocks, cfg_.threads,
-                            s, x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups,
-                            cfg_.onestep_split_puller_every[wi], taper, taper_groups, prof_))));
+          BRAID_DISPATCH_DT(
+              dtype, DT,
+              BRAID_DISPATCH_GROUP(
+                  group, G,
+                  (launch_kernel(attrs_of(cfg_), ar::quant_onestep_split_kernel<DT, BITS, G, PM>, cfg_.quant_blocks,
+                                 cfg_.threads, s, x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups,
+                                 cfg_.onestep_split_puller_every[wi], taper, taper_groups, prof_))));
         };
         auto by_pull = [&](auto bits_c) {
-          if (cfg_.onestep_pull16[wi]) go(bits_c, std::integral_constant<int, ar::kPull16>{});
-          else if (wide) go(bits_c, std::integral_constant<int, ar::kPullWide>{});
-          else go(bits_c, std::integral_constant<int, ar::kPull8>{});
+          if (cfg_.onestep_pull16[wi])
+            go(bits_c, std::integral_constant<int, ar::kPull16>{});
+          else if (wide)
+            go(bits_c, std::integral_constant<int, ar::kPullWide>{});
+          else
+            go(bits_c, std::integral_constant<int, ar::kPull8>{});
         };
         if (int6) {
-          BRAID_DISPATCH_DT(dtype, DT, BRAID_DISPATCH_GROUP(group, G, (
-              launch_kernel(cfg_.pdl, ar::quant_onestep_split_kernel<DT, 4, G, ar::kPull16, 8>, cfg_.quant_blocks,
-                            cfg_.threads, s, x, y, q, ws, team_.signals(), st, seq_ + 4, unit_groups,
-                            cfg_.onestep_split_puller_every[wi], taper, taper_groups, prof_))));
+          BRAID_DISPATCH_DT(
+              dtype, DT,
+              BRAID_DISPATCH_GROUP(
+                  group, G,
+                  (launch_kernel(attrs_of(cfg_), ar::quant_onestep_split_kernel<DT, 4, G, ar::kPull16, 8>,
+                                 cfg_.quant_blocks, cfg_.threads, s, x, y, q, ws, team_.signals(), st, seq_ + 4,
+                                 unit_groups, cfg_.onestep_split_puller_every[wi], taper, taper_groups, prof_))));
         } else if (b1 == 8) {
           by_pull(std::integral_constant<int, 8>{});
         } else {

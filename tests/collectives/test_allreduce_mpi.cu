@@ -504,14 +504,16 @@ TEST(AllReduce, OneShotsWithProgrammaticDependentLaunchEqualTheExactSum) {
   pieces.ll_max_bytes = 64 << 10;
   pieces.oneshot_max_bytes = 64 << 10;
   pieces.piece_elems = 32 << 10;
-  braid::AllReducer pdl(s, cfg), pdl_pieces(s, pieces);
-  for (braid::AllReducer* ar : {&pdl, &pdl_pieces})
+  braid::AllReducerConfig remote = cfg;  // and in the remote memory synchronization domain
+  remote.remote_domain = true;
+  braid::AllReducer pdl(s, cfg), pdl_pieces(s, pieces), pdl_remote(s, remote);
+  for (braid::AllReducer* ar : {&pdl, &pdl_pieces, &pdl_remote})
     for (ArAlgo algo : {ArAlgo::kOneShot, ArAlgo::kOneShotLL, ArAlgo::kOneShotLL128, ArAlgo::kTwoShot})
       for (size_t n : {size_t(1), size_t(59), size_t(61), size_t(1001), size_t(65536 + 3), (size_t(1) << 20) + 7})
         for (bool in_place : {false, true})
           EXPECT_EQ(exact_wrong(*ar, algo, n, DType::kBF16, in_place, 17 + n), 0u)
               << braid::algo_name(algo) << " n=" << n << (in_place ? " in-place" : "")
-              << (ar == &pdl_pieces ? " 64 KiB pieces" : "");
+              << (ar == &pdl_pieces ? " 64 KiB pieces" : ar == &pdl_remote ? " remote domain" : "");
   const size_t n = (size_t(1) << 18) + 123;
   constexpr int kCalls = 16;
   std::vector<void*> x(kCalls), y(kCalls);
@@ -543,7 +545,7 @@ TEST(AllReduce, OneShotsWithProgrammaticDependentLaunchEqualTheExactSum) {
   for (int round = 0; round < 6; ++round) {
     const uint64_t seed0 = 7000 + 100 * round;
     fresh(seed0);
-    calls(pdl);
+    calls(round % 2 ? pdl_remote : pdl);
     s.synchronize("PDL back to back");
     check(seed0, "direct");
   }
