@@ -3,7 +3,7 @@
 # benchmarks, leave logs and JSON under OUT. `what`: any of build test allreduce peers transitions
 # nccl qar ctest-new ctest-mod overlap overlap-diag overlap-probe t3 layer layer-more layer-tp attn strands
 # sweep-rs sweep-t3 sweep-a2a sweep-ar measure-rs pce-probe ar-phases gemm-swizzle gemm-cublas owner-phases t3-regions peers-tp t3-cases t3-diag ncu-t3 fo-reserve
-# ar-ll128 ar-pdl ar-relaunch ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce strands-open t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
+# ar-ll128 ar-pdl ar-relaunch comm-domain ar-table strands-quick layer-capacity shared-bench bench-comm strands-ce strands-open t3-swizzle pipeline strands-smres strands-stack test-overlap strands-mixtral barrier-ab ar-grid ar-ce ar-batch ar-qpair ar-1step ar-1pipe ar-stamps ar-variant fo-ce-groups p2p gemm-variant tma-suite cublaslt ncu-gemm t3-np1 layer-moe-sizes moe-tile
 # (default: build test allreduce peers transitions). Every item uses all GPUs of the node (`test`
 # includes the *_np4/_np8 ctest entries, skipped below 4/8 GPUs). Items run in this file's order.
 # Timings seen on 2x/4x H200 (2026-11-26): a fresh machine starts in ~40-70 s and builds in ~1 min;
@@ -1248,6 +1248,17 @@ if has bench-comm; then  # the layer's Comm implementations alone and beside a c
     T=240 mpi bench comm --comm "${COMM_IMPLS:-nccl,peer,peer-ce}" --op "${COMM_OPS:-allgather,reducescatter,allreduce,alltoall}" \
       -b "${COMM_MIN:-1M}" -e "${COMM_MAX:-256M}" -f 4 ${COMM_ARGS:-} \
       --gemm "${COMM_GEMM:-8192,8192,8192}" --gemm-sm-reserve "$r" --json "$out/bench-comm.jsonl" 2>&1 | tee -a "$log"
+  done
+fi
+if has comm-domain; then  # braid's all-reduce beside a cuBLAS GEMM with its kernels in the default / remote memory
+  # synchronization domain (BRAID_AR_REMOTE_DOMAIN=0/1), NCCL beside it, DOMAIN_ROUNDS rounds
+  for r in $(seq 1 "${DOMAIN_ROUNDS:-2}"); do
+    for d in 0 1; do
+      echo "-- comm-domain BRAID_AR_REMOTE_DOMAIN=$d round $r" | tee -a "$log"
+      E="BRAID_AR_REMOTE_DOMAIN=$d" T=120 mpi bench comm --comm nccl,allreducer --op allreduce -b "${DOMAIN_MIN:-64K}" \
+        -e "${DOMAIN_MAX:-256M}" -f 4 --gemm "${COMM_GEMM:-8192,8192,8192}" --json "$out/bench-comm-domain$d-r$r.jsonl" \
+        2>&1 | grep -vE "^#|^$" | tee -a "$log"
+    done
   done
 fi
 if has strands-open; then  # DHelix with each pass's opening pair in chunks (-open<K>, fifty-seventh session): one 70B layer

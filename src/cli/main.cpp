@@ -75,7 +75,7 @@ const char* kUsage =
     "  bench layer --model llama3-70b --tp 2 --seq 8192 [--moe] [--capacity C | --moe-sizes host|device] [--backward] [--comm nccl|peer|peer-ce]\n"
     "              [--json FILE]\n"
     "                                    the transformer layer workload: time per operator, MFU, tokens/s\n"
-    "  bench comm [--comm nccl,nccl-ce,peer,peer-ce] [--ce-in-place 0|1] [--op allgather,reducescatter,allreduce,alltoall] [-b 1M] [-e 256M] [-f 4]\n"
+    "  bench comm [--comm nccl,nccl-ce,peer,peer-ce,allreducer] [--ce-in-place 0|1] [--op allgather,reducescatter,allreduce,alltoall] [-b 1M] [-e 256M] [-f 4]\n"
     "             [--gemm M,N,K [--gemm-sm-reserve SMS] | --no-gemm] [--throttle CTAS] [--json FILE]\n"
     "                                    the layer's Comm implementations (NCCL; braid's peer comm on SMs or copy\n"
     "                                    engines), verified, alone and beside a cuBLAS GEMM on a second stream\n"

@@ -61,8 +61,9 @@ Args parse(int argc, char** argv) {
     throw UsageError("bench comm: needs -f > 1, 0 < -b <= -e, --iters >= 1, --warmup >= 0", __FILE__, __LINE__);
   for (const auto& c : a.comms) {
     PeerCommOptions::Engine e;
-    if (c != "nccl" && c != "nccl-ce" && !peer_engine_from_name(c, &e))
-      throw UsageError("bench comm: --comm takes nccl, nccl-ce, peer, peer-ce (got '" + c + "')", __FILE__, __LINE__);
+    if (c != "nccl" && c != "nccl-ce" && c != "allreducer" && !peer_engine_from_name(c, &e))
+      throw UsageError("bench comm: --comm takes nccl, nccl-ce, peer, peer-ce, allreducer (got '" + c + "')", __FILE__,
+                       __LINE__);
   }
   for (const auto& o : a.ops)
     if (o != "allgather" && o != "reducescatter" && o != "allreduce" && o != "alltoall")
@@ -173,6 +174,9 @@ Corun time_corun(Team& team, cudaStream_t cs, cudaStream_t gs, Gemm& gemm, const
 
 std::unique_ptr<Comm> make(Team& team, const std::string& name, int throttle) {
   if (name == "nccl") return throttle > 0 ? make_nccl_comm_split(team, throttle) : make_nccl_comm(team);
+  // braid::AllReducer's exact all-reduce (the entry point's table; NCCL for the other collectives): with
+  // BRAID_AR_PDL / BRAID_AR_REMOTE_DOMAIN its kernels' launch attributes beside the GEMM.
+  if (name == "allreducer") return make_allreducer_comm(team);
   PeerCommOptions o;
   peer_engine_from_name(name, &o.engine);
   return make_peer_comm(team, o);
