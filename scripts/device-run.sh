@@ -1250,13 +1250,14 @@ if has bench-comm; then  # the layer's Comm implementations alone and beside a c
       --gemm "${COMM_GEMM:-8192,8192,8192}" --gemm-sm-reserve "$r" --json "$out/bench-comm.jsonl" 2>&1 | tee -a "$log"
   done
 fi
-if has comm-domain; then  # braid's all-reduce beside a cuBLAS GEMM with its kernels in the default / remote memory
-  # synchronization domain (BRAID_AR_REMOTE_DOMAIN=0/1), NCCL beside it, DOMAIN_ROUNDS rounds
+if has comm-domain; then  # braid's all-reduce beside a cuBLAS GEMM under each setting of DOMAIN_ENVS (default: its
+  # kernels in the default / remote memory synchronization domain), NCCL beside it, DOMAIN_ROUNDS rounds
   for r in $(seq 1 "${DOMAIN_ROUNDS:-2}"); do
-    for d in 0 1; do
-      echo "-- comm-domain BRAID_AR_REMOTE_DOMAIN=$d round $r" | tee -a "$log"
-      E="BRAID_AR_REMOTE_DOMAIN=$d" T=120 mpi bench comm --comm nccl,allreducer --op allreduce -b "${DOMAIN_MIN:-64K}" \
-        -e "${DOMAIN_MAX:-256M}" -f 4 --gemm "${COMM_GEMM:-8192,8192,8192}" --json "$out/bench-comm-domain$d-r$r.jsonl" \
+    for e in ${DOMAIN_ENVS:-BRAID_AR_REMOTE_DOMAIN=0 BRAID_AR_REMOTE_DOMAIN=1}; do
+      echo "-- comm-domain $e round $r" | tee -a "$log"
+      tag=${e//BRAID_AR_/}; tag=${tag//=/}; tag=${tag,,}
+      E="$e" T=120 mpi bench comm --comm nccl,allreducer --op allreduce -b "${DOMAIN_MIN:-64K}" \
+        -e "${DOMAIN_MAX:-256M}" -f 4 --gemm "${COMM_GEMM:-8192,8192,8192}" --json "$out/bench-comm-$tag-r$r.jsonl" \
         2>&1 | grep -vE "^#|^$" | tee -a "$log"
     done
   done
