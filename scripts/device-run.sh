@@ -273,7 +273,10 @@
 # Sixty-second session (2x H200): `build ar-pdl` (BUILD_TARGET="braid test_allreduce_mpi", two rounds x PDL 0/1 x
 # call/batch/graph, 64K-16M, 3 algos) 3.6 min cold; the same with test_layer_mpi built too, PDL_TESTS="*",
 # PDL_ROUNDS=1, 4 algos to 64M 3.5 min cold; a warm one-test mpirun 5 s (export OMPI_ALLOW_RUN_AS_ROOT=1 and
-# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun outside this script). Next on 2x H100: `ar-pdl` (the bf16 band).
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun outside this script); `build ar-pdl ar-relaunch` (tests filtered,
+# PDL_ROUNDS=0, four grids) 2.5 min cold; the same with RELAUNCH_CFGS (4 settings, 3 algos to 64M) 3.5 min cold; `build
+# comm-domain` (BUILD_TARGET=braid, 2 rounds x 2 settings, 64K-256M) 2.3 min cold; with five DOMAIN_ENVS at 64M 2.9 min.
+# Next on 2x H100: `ar-pdl` (the bf16 band).
 # Fifty-fifth session (seven calls, 2x H200, ~1620 s): `build strands-stack` (BUILD_TARGET="braid test_strands_mpi",
 # STACK_MODELS="llama3-70b mixtral-8x7b" STACK_THROTTLES=1) 5.5 min cold; warm `strands-smres` + `strands-mixtral` (one
 # throttle each, under $OUT/s1 and $OUT/m1) 2.1 min; `build bench-comm` (BUILD_TARGET=braid, COMM_IMPLS=nccl,nccl-ce,
