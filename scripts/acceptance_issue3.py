@@ -25,7 +25,8 @@ TARGETS = {"int8": 2.4, "int6": 2.8, "int4": 3.5}
 
 
 def load(path):
-    return [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def fmt_bytes(b):
