@@ -379,6 +379,15 @@ mpi() {
     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT -x BRAID_DEADLINE_S=$(( t > 10 ? t - 5 : t )) \
     "${xs[@]}" "${BIN:-build/braid}" "$@"
 }
+# ar_tests LABEL LOGFILE FILTER: test_allreduce_mpi's tests matching the gtest FILTER at every GPU, into $out/LOGFILE;
+# the verdict lines go to the run log.
+ar_tests() {
+  echo "== $1 ($(date +%T))" | tee -a "$log"
+  timeout 240 mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_COMMIT \
+    build/tests/collectives/test_allreduce_mpi --gtest_filter="$3" > "$out/$2" 2>&1
+  echo "test rc=$?" | tee -a "$log"
+  grep -E "^\[  (PASSED|FAILED) |Failure|wrong" "$out/$2" | sort -u | head -20 | tee -a "$log"
+}
 if has build; then
   echo "== build ($(date +%T))" | tee -a "$log"
   # A warm machine's build directory may hold another epilogue mode (tma-suite cut short): back to BUILD_TMA (default 3).
@@ -450,12 +459,7 @@ if has barrier-ab; then  # barrier_block's two orderings (SignalView::barrier_mo
   done
 fi
 if has ar-ll128; then  # the LL128 one-shot: its tests, then the bf16 band (64 KiB - 16 MiB) beside NCCL, graph and direct
-  echo "== ar-ll128 tests ($(date +%T))" | tee -a "$log"
-  timeout 240 mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_COMMIT \
-    build/tests/collectives/test_allreduce_mpi \
-    --gtest_filter="${LL128_TESTS:-*LL128*:*ExactOneShot*:*CapturedInACudaGraph*}" > "$out/test-ll128.log" 2>&1
-  echo "test rc=$?" | tee -a "$log"
-  grep -E "^\[  (PASSED|FAILED) |Failure|wrong" "$out/test-ll128.log" | sort -u | head -20 | tee -a "$log"
+  ar_tests "ar-ll128 tests" test-ll128.log "${LL128_TESTS:-*LL128*:*ExactOneShot*:*CapturedInACudaGraph*}"
   for r in $(seq 1 "${LL128_ROUNDS:-2}"); do
     for g in --graph ""; do
       m=${g:+graph}; m=${m:-direct}
@@ -469,14 +473,8 @@ fi
 if has ar-pdl; then  # programmatic dependent launch of the one-shots (LL, LL128): tests, then the bf16 band with
   # BRAID_AR_PDL=0/1 timed three ways — events around each call, PDL_BATCH calls back to back per event pair
   # (nccl-tests' way; --lead long enough that the host queues every timed call first), CUDA graph replays.
-  if [[ ${PDL_TESTS:-} != none ]]; then
-    echo "== ar-pdl tests ($(date +%T))" | tee -a "$log"
-    timeout 240 mpirun -np "$ngpu" --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x BRAID_COMMIT \
-      build/tests/collectives/test_allreduce_mpi \
-      --gtest_filter="${PDL_TESTS:-*ProgrammaticDependent*:*LL128*:*ExactOneShot*:*CapturedInACudaGraph*}" > "$out/test-pdl.log" 2>&1
-    echo "test rc=$?" | tee -a "$log"
-    grep -E "^\[  (PASSED|FAILED) |Failure|wrong" "$out/test-pdl.log" | sort -u | head -20 | tee -a "$log"
-  fi
+  [[ ${PDL_TESTS:-} == none ]] ||
+    ar_tests "ar-pdl tests" test-pdl.log "${PDL_TESTS:-*ProgrammaticDependent*:*LL128*:*ExactOneShot*:*CapturedInACudaGraph*}"
   for r in $(seq 1 "${PDL_ROUNDS:-2}"); do
     for pdl in ${PDL_MODES:-0 1}; do
       for m in ${PDL_TIMING:-call batch graph}; do
