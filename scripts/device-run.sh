@@ -821,25 +821,36 @@ if has ar-1pipe; then  # the pipelined one-step kernel: step sizes / lag / unrol
   onestep_ab ar-1pipe "BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=0 BRAID_AR_1STEP_ITERS=0,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=1 BRAID_AR_1STEP_ITERS=8,BRAID_AR_1STEP_WIDE=0" \
     nccl,int8,int8-1step,int4,int4-1step 4M 256M ""
 fi
-if has ar-variant; then  # A/B of a compile-time all-reduce variant: VARIANT_DEFS (e.g. "BRAID_AR_X=0") on the
-  # all-reduce translation unit builds build/braid-variant (scripts/build-variant.sh); both binaries run the
-  # same bench in alternation, two rounds (VARIANT_ALGOS, VARIANT_MIN/MAX). Used in the twentieth session for
-  # the conversion-free code arithmetic (measured, dropped; docs/flash-communication.md).
-  echo "== variant build: ${VARIANT_DEFS:?VARIANT_DEFS} ($(date +%T))" | tee -a "$log"
-  # shellcheck disable=SC2086
-  bash scripts/build-variant.sh build src/collectives/allreduce.cu variant $VARIANT_DEFS > "$out/build-variant.log" 2>&1 \
-    || { tail -20 "$out/build-variant.log"; exit 1; }
+if has ar-variant; then  # A/B of compile-time all-reduce variants: AR_VARIANTS="tag:DEF[,DEF...] ..." (or one variant as
+  # VARIANT_DEFS, e.g. "BRAID_AR_X=0", tag `variant`) on the all-reduce translation unit builds build/braid-TAG
+  # (scripts/build-variant.sh, the compiles at once); the base binary and every variant run the same bench in
+  # alternation, VARIANT_ROUNDS rounds (default 2; VARIANT_ALGOS, VARIANT_MIN/MAX, VARIANT_F). Used in the twentieth
+  # session for the conversion-free code arithmetic, the sixty-third for cache hints (BRAID_AR_CACHE_HINTS).
+  variants=${AR_VARIANTS:-"variant:$(tr ' ' ',' <<< "${VARIANT_DEFS:?AR_VARIANTS or VARIANT_DEFS}")"}
+  tags=()
+  for spec in $variants; do
+    vt=${spec%%:*}; defs=${spec#*:}
+    echo "== variant build $vt: ${defs//,/ } ($(date +%T))" | tee -a "$log"
+    rm -f "build/braid-$vt"
+    # shellcheck disable=SC2086
+    bash scripts/build-variant.sh build src/collectives/allreduce.cu "$vt" ${defs//,/ } > "$out/build-variant-$vt.log" 2>&1 &
+    tags+=("$vt")
+  done
+  wait
+  for vt in "${tags[@]}"; do
+    [[ -x build/braid-$vt ]] || { echo "variant $vt did not build" | tee -a "$log"; tail -20 "$out/build-variant-$vt.log"; exit 1; }
+  done
   if ! has test && ! has ar-1step; then
     (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce" > "$out/ctest-ar-variant.log" 2>&1)
     echo "ctest rc=$?" | tee -a "$log"
     grep -E "tests passed|tests failed|Failed|\*\*\*|FAILED" "$out/ctest-ar-variant.log" | tee -a "$log"
   fi
-  for round in 1 2; do
-    for v in base variant; do
-      bin=build/braid; [[ $v == variant ]] && bin=build/braid-variant
+  for round in $(seq 1 "${VARIANT_ROUNDS:-2}"); do
+    for v in base "${tags[@]}"; do
+      bin=build/braid; [[ $v != base ]] && bin=build/braid-$v
       echo "-- [$v] round $round ($(date +%T))" | tee -a "$log"
       BIN=$bin T=90 mpi bench allreduce --algo "${VARIANT_ALGOS:-nccl,int8,int8-1step,int6,int6-1step,int4,int4-1step}" \
-        -b "${VARIANT_MIN:-4M}" -e "${VARIANT_MAX:-256M}" -f 4 --json "$out/allreduce-variant-$v-r$round.jsonl" 2>&1 \
+        -b "${VARIANT_MIN:-4M}" -e "${VARIANT_MAX:-256M}" -f "${VARIANT_F:-4}" --json "$out/allreduce-variant-$v-r$round.jsonl" 2>&1 \
         | grep -E "^ +[0-9]" | tee -a "$log"
     done
   done

@@ -26,6 +26,14 @@
 #ifndef BRAID_AR_PACKQ
 #define BRAID_AR_PACKQ 1
 #endif
+// BRAID_AR_CACHE_HINTS (bit mask, default 0): cache-eviction hints on the quantized kernels' streams, for A/B runs
+// with scripts/build-variant.sh. 1: the quantizers' input loads are streaming (`ld.global.cs`: evict-first in L1 and
+// L2; each input byte is read once); 2: the pulls' output stores are streaming (`st.global.cs`); 4: the quantizers'
+// code and metadata stores carry an L2 evict-last policy (`createpolicy`; the codes are read twice soon after, by
+// this rank's pull and by the peer's). Hints only: the same bytes and arithmetic whatever the bits.
+#ifndef BRAID_AR_CACHE_HINTS
+#define BRAID_AR_CACHE_HINTS 0
+#endif
 #include "braid/signal_device.cuh"
 #include "split_units.hpp"
 
@@ -74,17 +82,56 @@ __device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[k
     for (int j = 0; j < kVec; ++j) v[j] = j < valid ? load_scalar<DT>(p + j) : 0.f;
   }
 }
-template <int DT>
+// STREAM (with BRAID_AR_CACHE_HINTS bit 2): a whole 16-byte store is streaming (st.global.cs), for outputs
+// written once and not read again by the kernel.
+template <int DT, bool STREAM = false>
 __device__ __forceinline__ void store8(uint16_t* p, int valid, const float (&v)[kVec]) {
   if (valid == kVec) {
     uint32_t w[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) w[j] = to_bits<DT>(v[2 * j]) | (static_cast<uint32_t>(to_bits<DT>(v[2 * j + 1])) << 16);
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    if constexpr (STREAM && (BRAID_AR_CACHE_HINTS & 2) != 0)
+      __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    else
+      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j)
       if (j < valid) p[j] = to_bits<DT>(v[j]);
+  }
+}
+
+// The output stores of the pulls (streaming under BRAID_AR_CACHE_HINTS bit 2).
+template <int DT>
+__device__ __forceinline__ void store8_out(uint16_t* p, int valid, const float (&v)[kVec]) {
+  store8<DT, true>(p, valid, v);
+}
+// A quantizer's 16-byte input load (streaming under BRAID_AR_CACHE_HINTS bit 1). Coherent (not the
+// non-coherent path), so in-place calls read what the caller wrote.
+__device__ __forceinline__ uint4 load_in16(const uint16_t* p) {
+  if constexpr ((BRAID_AR_CACHE_HINTS & 1) != 0)
+    return __ldcs(reinterpret_cast<const uint4*>(p));
+  else
+    return *reinterpret_cast<const uint4*>(p);
+}
+// Code and metadata stores of the quantizers (BRAID_AR_CACHE_HINTS bit 4: an L2 evict-last policy).
+template <class T>
+__device__ __forceinline__ void store_code(T* p, T v) {
+  if constexpr ((BRAID_AR_CACHE_HINTS & 4) != 0) {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    if constexpr (sizeof(T) == 8) {
+      const uint2 w = reinterpret_cast<const uint2&>(v);
+      asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;" ::"l"(p), "r"(w.x), "r"(w.y), "l"(pol)
+                   : "memory");
+    } else {
+      static_assert(sizeof(T) == 4, "4- or 8-byte code stores");
+      asm volatile("st.global.L2::cache_hint.u32 [%0], %1, %2;" ::"l"(p), "r"(reinterpret_cast<const uint32_t&>(v)),
+                   "l"(pol)
+                   : "memory");
+    }
+  } else {
+    *p = v;
   }
 }
 
@@ -195,9 +242,9 @@ __device__ __forceinline__ void pack_codes(const uint32_t (&q)[kVec], uint32_t (
 template <int BITS>
 __device__ __forceinline__ void store_code_words(const uint32_t (&w)[2], uint8_t* p) {
   if constexpr (BITS == 8)
-    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    store_code(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
   else
-    *reinterpret_cast<uint32_t*>(p) = w[0];
+    store_code(reinterpret_cast<uint32_t*>(p), w[0]);
 }
 // The packed codes of this thread's `valid` values quantized with p (0 past them).
 template <int BITS>
@@ -271,7 +318,7 @@ __device__ __forceinline__ void quantize_store(const float (&v)[kVec], int valid
   if (valid <= 0) return;  // after the shuffles: every lane took part
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
   quantize_store_codes<BITS>(v, valid, p, payload + lane_in_group * kVec * BITS / 8);
-  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+  if (lane_in_group == 0) store_code(meta, static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16);
 }
 
 // The group's min/max over two halves of kVec values per lane and its TPG lanes (every lane must take part).
@@ -299,7 +346,7 @@ __device__ __forceinline__ void quantize_store2h(const float (&lo)[kVec], int vl
   const quant::GroupParams p = quant::make_params(mn, mx, BITS);
   quantize_store_codes<BITS>(lo, vlo, p, payload + lane_in_group * kVec * BITS / 8);
   if (vhi > 0) quantize_store_codes<BITS>(hi, vhi, p, payload + (TPG + lane_in_group) * kVec * BITS / 8);
-  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+  if (lane_in_group == 0) store_code(meta, static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16);
 }
 // quantize_store2h for two whole halves given as their raw 16-byte loads (a: this lane's low half, b: its high
 // half): the min/max on packed pairs (raw_group_minmax2) under BRAID_AR_PACKQ, then the same parameters and codes.
@@ -315,7 +362,7 @@ __device__ __forceinline__ void quantize_store2h_raw(const uint4& a, const uint4
   quantize_store_codes<BITS>(lo, kVec, p, payload + lane_in_group * kVec * BITS / 8);
   unpack8<DT>(b, hi);
   quantize_store_codes<BITS>(hi, kVec, p, payload + (TPG + lane_in_group) * kVec * BITS / 8);
-  if (lane_in_group == 0) *meta = static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16;
+  if (lane_in_group == 0) store_code(meta, static_cast<uint32_t>(p.scale_h) | static_cast<uint32_t>(p.zero_h) << 16);
 #else
   unpack8<DT>(a, lo);
   unpack8<DT>(b, hi);
@@ -465,13 +512,13 @@ __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantG
       const uint16_t* src = in + c0 + (base + gt) * G + lane_in_group * kVec;  // this lane's low half
       uint8_t* dst = pay + (base + gt) * G * BITS / 8;
       uint32_t* mdst = meta + base + gt;
-      uint4 a = *reinterpret_cast<const uint4*>(src), b = *reinterpret_cast<const uint4*>(src + TPG * kVec);
+      uint4 a = load_in16(src), b = load_in16(src + TPG * kVec);
       for (int it = 0; it < nit; ++it) {
         uint4 na = a, nb = b;
         if (it + 1 < nit) {
           src += groups_per_iter * G;
-          na = *reinterpret_cast<const uint4*>(src);
-          nb = *reinterpret_cast<const uint4*>(src + TPG * kVec);
+          na = load_in16(src);
+          nb = load_in16(src + TPG * kVec);
         }
         quantize_store2h_raw<DT, BITS, TPG>(a, b, lane_in_group, dst, mdst);
         dst += groups_per_iter * G * BITS / 8;
@@ -526,13 +573,13 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
         const uint16_t* src = in + c0 + (base + gt) * G + lane_in_group * kVec;
         uint8_t* dst0 = pay + (base + gt) * G * BITS / 8;
         uint32_t* m0 = meta + base + gt;
-        uint4 a = *reinterpret_cast<const uint4*>(src), b = *reinterpret_cast<const uint4*>(src + half);
+        uint4 a = load_in16(src), b = load_in16(src + half);
         for (int it = 0; it < nit; ++it) {
           uint4 na = a, nb = b;
           if (it + 1 < nit) {
             src += 2 * half;
-            na = *reinterpret_cast<const uint4*>(src);
-            nb = *reinterpret_cast<const uint4*>(src + half);
+            na = load_in16(src);
+            nb = load_in16(src + half);
           }
           float v[kVec];
           unpack8<DT>(a, v);
@@ -649,7 +696,7 @@ __device__ __forceinline__ void stage_dequantize(uint16_t* out, const QuantGeom&
       }
 #pragma unroll
       for (int u = 0; u < 2; ++u)
-        if (valid[u] > 0) store8<DT>(out + e[u], valid[u], v[u]);
+        if (valid[u] > 0) store8_out<DT>(out + e[u], valid[u], v[u]);
     }
   }
 }
@@ -751,7 +798,7 @@ __device__ __forceinline__ void pull_sum_wide(const QuantGeom& q, uint16_t* out,
       {
         const uint64_t at = static_cast<uint64_t>(h) * kVec;
         const float (&v8)[kVec] = sum;
-        store8<DT>(out + e + at, valid_count(left - at), v8);
+        store8_out<DT>(out + e + at, valid_count(left - at), v8);
       }
     }
   }
@@ -777,7 +824,7 @@ __device__ __forceinline__ void requantize_store(uint16_t* dst, int valid, const
   float y[kVec];
 #pragma unroll
   for (int j = 0; j < kVec; ++j) y[j] = quant::dequantize_one(qv[j], p);
-  store8<DT>(dst, valid, y);
+  store8_out<DT>(dst, valid, y);
 }
 // The end of a pull: this thread's kVec sums of one group (values [e, e + valid) of the output) rounded
 // into `dst` (STEP2 = 0: the one-step), or first through the two-step's step 2 (STEP2 = 8: the one-step
@@ -789,7 +836,7 @@ __device__ __forceinline__ void requantize_store(uint16_t* dst, int valid, const
 template <int DT, int STEP2, int TPG>
 __device__ __forceinline__ void store_sums(uint16_t* dst, int valid, const float (&sum)[kVec]) {
   if constexpr (STEP2 == 0) {
-    if (valid > 0) store8<DT>(dst, valid, sum);
+    if (valid > 0) store8_out<DT>(dst, valid, sum);
   } else {
     float mn, mx;
     group_minmax<TPG>(sum, valid, mn, mx);
@@ -800,8 +847,8 @@ __device__ __forceinline__ void store_sums(uint16_t* dst, int valid, const float
 template <int DT, int STEP2, int TPG>
 __device__ __forceinline__ void store_sums16(uint16_t* dst, const float (&lo)[kVec], const float (&hi)[kVec]) {
   if constexpr (STEP2 == 0) {
-    store8<DT>(dst, kVec, lo);
-    store8<DT>(dst + kVec, kVec, hi);
+    store8_out<DT>(dst, kVec, lo);
+    store8_out<DT>(dst + kVec, kVec, hi);
   } else {
     float mn, mx;
     group_minmax2<TPG>(lo, kVec, hi, kVec, mn, mx);
@@ -980,7 +1027,7 @@ __device__ __forceinline__ void pull_sum_vals(const QuantGeom& q, uint16_t* out,
               sum[j] = __fadd_rn(sum[j], __fmaf_rn(static_cast<float>(qv), scale, zero));  // quant::dequantize_one
             }
           }
-          if constexpr (STEP2 == 0) store8<DT>(dst + h * kVec, kVec, sum);
+          if constexpr (STEP2 == 0) store8_out<DT>(dst + h * kVec, kVec, sum);
         }
         if constexpr (STEP2 != 0) store_sums16<DT, STEP2, TPG>(dst, sums[0], sums[1]);
         dst += static_cast<uint64_t>(groups_per_iter) * G;
@@ -1174,7 +1221,7 @@ __global__ void __launch_bounds__(512, 2) quant_onestep_pipe_kernel(const uint16
             for (int i = 0; i < kVec; ++i) sum[i] = __fadd_rn(sum[i], v[i]);
           }
         }
-        store8<DT>(out + a[u].e(q.stride, lane_in_group), a[u].valid, sum);
+        store8_out<DT>(out + a[u].e(q.stride, lane_in_group), a[u].valid, sum);
       }
     }
   };
