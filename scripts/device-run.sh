@@ -1264,13 +1264,17 @@ if has bench-comm; then  # the layer's Comm implementations alone and beside a c
 fi
 if has comm-domain; then  # braid's all-reduce beside a cuBLAS GEMM under each setting of DOMAIN_ENVS (default: its
   # kernels in the default / remote memory synchronization domain), NCCL beside it, DOMAIN_ROUNDS rounds
+  # DOMAIN_BINS: the binaries, `base` (build/braid) or variant tags built by ar-variant (build/braid-TAG), in alternation.
   for r in $(seq 1 "${DOMAIN_ROUNDS:-2}"); do
-    for e in ${DOMAIN_ENVS:-BRAID_AR_REMOTE_DOMAIN=0 BRAID_AR_REMOTE_DOMAIN=1}; do
-      echo "-- comm-domain $e round $r" | tee -a "$log"
-      tag=${e//BRAID_AR_/}; tag=${tag//=/}; tag=${tag,,}
-      E="$e" T=120 mpi bench comm --comm nccl,allreducer --op allreduce -b "${DOMAIN_MIN:-64K}" \
-        -e "${DOMAIN_MAX:-256M}" -f 4 --gemm "${COMM_GEMM:-8192,8192,8192}" --json "$out/bench-comm-$tag-r$r.jsonl" \
-        2>&1 | grep -vE "^#|^$" | tee -a "$log"
+    for b in ${DOMAIN_BINS:-base}; do
+      for e in ${DOMAIN_ENVS:-BRAID_AR_REMOTE_DOMAIN=0 BRAID_AR_REMOTE_DOMAIN=1}; do
+        echo "-- comm-domain [$b] $e round $r" | tee -a "$log"
+        tag=${e//BRAID_AR_/}; tag=${tag//=/}; tag=${tag,,}
+        bin=build/braid; [[ $b != base ]] && { bin=build/braid-$b; tag=$b-$tag; }
+        BIN=$bin E="$e" T=120 mpi bench comm --comm nccl,allreducer --op allreduce -b "${DOMAIN_MIN:-64K}" \
+          -e "${DOMAIN_MAX:-256M}" -f 4 --gemm "${COMM_GEMM:-8192,8192,8192}" --json "$out/bench-comm-$tag-r$r.jsonl" \
+          2>&1 | grep -vE "^#|^$" | tee -a "$log"
+      done
     done
   done
 fi

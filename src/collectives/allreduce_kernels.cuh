@@ -28,9 +28,11 @@
 #endif
 // BRAID_AR_CACHE_HINTS (bit mask, default 0): cache-eviction hints on the quantized kernels' streams, for A/B runs
 // with scripts/build-variant.sh. 1: the quantizers' input loads are streaming (`ld.global.cs`: evict-first in L1 and
-// L2; each input byte is read once); 2: the pulls' output stores are streaming (`st.global.cs`); 4: the quantizers'
-// code and metadata stores carry an L2 evict-last policy (`createpolicy`; the codes are read twice soon after, by
-// this rank's pull and by the peer's). Hints only: the same bytes and arithmetic whatever the bits.
+// L2; each input byte is read once); 2: the two-step's output stores are streaming (`st.global.cs`); 4: the
+// quantizers' code and metadata stores carry an L2 evict-last policy (`createpolicy`; the codes are read twice soon
+// after, by this rank's pull and by the peer's); 8: the exact two-shot's input loads, gathered-chunk loads and output
+// stores are streaming; 16: the one-step pulls' output stores are streaming. Hints only: the same bytes and
+// arithmetic whatever the bits.
 #ifndef BRAID_AR_CACHE_HINTS
 #define BRAID_AR_CACHE_HINTS 0
 #endif
@@ -82,15 +84,15 @@ __device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[k
     for (int j = 0; j < kVec; ++j) v[j] = j < valid ? load_scalar<DT>(p + j) : 0.f;
   }
 }
-// STREAM (with BRAID_AR_CACHE_HINTS bit 2): a whole 16-byte store is streaming (st.global.cs), for outputs
-// written once and not read again by the kernel.
+// STREAM: a whole 16-byte store is streaming (st.global.cs), for outputs written once and not read again by the
+// kernel (store8_out, kExactStream).
 template <int DT, bool STREAM = false>
 __device__ __forceinline__ void store8(uint16_t* p, int valid, const float (&v)[kVec]) {
   if (valid == kVec) {
     uint32_t w[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) w[j] = to_bits<DT>(v[2 * j]) | (static_cast<uint32_t>(to_bits<DT>(v[2 * j + 1])) << 16);
-    if constexpr (STREAM && (BRAID_AR_CACHE_HINTS & 2) != 0)
+    if constexpr (STREAM)
       __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
     else
       *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -101,10 +103,15 @@ __device__ __forceinline__ void store8(uint16_t* p, int valid, const float (&v)[
   }
 }
 
-// The output stores of the pulls (streaming under BRAID_AR_CACHE_HINTS bit 2).
+// The output stores of the one-step pulls (streaming under BRAID_AR_CACHE_HINTS bit 16) and of the two-step's last
+// stage (bit 2).
 template <int DT>
 __device__ __forceinline__ void store8_out(uint16_t* p, int valid, const float (&v)[kVec]) {
-  store8<DT, true>(p, valid, v);
+  store8<DT, (BRAID_AR_CACHE_HINTS & 16) != 0>(p, valid, v);
+}
+template <int DT>
+__device__ __forceinline__ void store8_final(uint16_t* p, int valid, const float (&v)[kVec]) {
+  store8<DT, (BRAID_AR_CACHE_HINTS & 2) != 0>(p, valid, v);
 }
 // A quantizer's 16-byte input load (streaming under BRAID_AR_CACHE_HINTS bit 1). Coherent (not the
 // non-coherent path), so in-place calls read what the caller wrote.
@@ -113,6 +120,19 @@ __device__ __forceinline__ uint4 load_in16(const uint16_t* p) {
     return __ldcs(reinterpret_cast<const uint4*>(p));
   else
     return *reinterpret_cast<const uint4*>(p);
+}
+// 16-byte loads and stores that are streaming (ld/st.global.cs) when S: the exact two-shot's input reads, the reads
+// of its gathered chunks and its output stores under BRAID_AR_CACHE_HINTS bit 8 (kExactStream).
+inline constexpr bool kExactStream = (BRAID_AR_CACHE_HINTS & 8) != 0;
+template <bool S>
+__device__ __forceinline__ uint4 ld16(const void* p) {
+  if constexpr (S) return __ldcs(reinterpret_cast<const uint4*>(p));
+  else return *reinterpret_cast<const uint4*>(p);
+}
+template <bool S>
+__device__ __forceinline__ void st16(void* p, const uint4& v) {
+  if constexpr (S) __stcs(reinterpret_cast<uint4*>(p), v);
+  else *reinterpret_cast<uint4*>(p) = v;
 }
 // Code and metadata stores of the quantizers (BRAID_AR_CACHE_HINTS bit 4: an L2 evict-last policy).
 template <class T>
@@ -696,7 +716,7 @@ __device__ __forceinline__ void stage_dequantize(uint16_t* out, const QuantGeom&
       }
 #pragma unroll
       for (int u = 0; u < 2; ++u)
-        if (valid[u] > 0) store8_out<DT>(out + e[u], valid[u], v[u]);
+        if (valid[u] > 0) store8_final<DT>(out + e[u], valid[u], v[u]);
     }
   }
 }
@@ -1674,7 +1694,7 @@ __global__ void __launch_bounds__(512) oneshot_ll128_kernel(const uint16_t* in, 
 // U: vectors (16 bytes) per thread per loop iteration; a thread issues all U loads before any store or
 // sum, so each keeps U loads in flight (U = 1: one load, then its store, as before). The arithmetic and
 // the order of every sum are the same for any U: the output is bit-identical.
-template <int U>
+template <int U, bool STREAM_IN = false>
 __device__ __forceinline__ void copy_vecs(uint4* dst, const uint16_t* src, uint64_t c0, uint64_t n, uint64_t v0,
                                           uint64_t v1) {
   // dst[v] = src[c0 + 8v .. c0 + 8v + 8) for v in [v0, v1), elements at or past n excluded.
@@ -1683,7 +1703,7 @@ __device__ __forceinline__ void copy_vecs(uint4* dst, const uint16_t* src, uint6
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
-      if (v < v1 && e + kVec <= n) d[u] = *reinterpret_cast<const uint4*>(src + e);
+      if (v < v1 && e + kVec <= n) d[u] = ld16<STREAM_IN>(src + e);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -1796,7 +1816,7 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
   block_vec_range(stride / kVec, v0, v1);
   for (int i = 1; i < world; ++i) {
     const int r = (rank + i) % world;
-    copy_vecs<U>(reinterpret_cast<uint4*>(rs(r, rank)), in, stride * r, n, v0, v1);
+    copy_vecs<U, kExactStream>(reinterpret_cast<uint4*>(rs(r, rank)), in, stride * r, n, v0, v1);
   }
   if (!dev::barrier_block(sig, slot, static_cast<uint32_t>(OpId::kAllReduceTwoShot))) return;
   {
@@ -1816,7 +1836,7 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
         const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
         for (int i = 0; i < world; ++i) {
           const int r = (rank + i) % world;
-          if (r == rank) store8<DT>(out + e, valid[u], acc[u]);
+          if (r == rank) store8<DT, kExactStream>(out + e, valid[u], acc[u]);
           else store8<DT>(ag(r, rank) + v * kVec, valid[u], acc[u]);
         }
       }
@@ -1833,13 +1853,13 @@ __global__ void __launch_bounds__(512) twoshot_kernel(const uint16_t* in, uint16
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
-        if (v < v1 && e + kVec <= n) d[u] = reinterpret_cast<const uint4*>(src)[v];
+        if (v < v1 && e + kVec <= n) d[u] = ld16<kExactStream>(src + v * kVec);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const uint64_t v = vb + uint64_t(u) * blockDim.x, e = c0 + v * kVec;
         if (v >= v1 || e >= n) continue;
-        if (e + kVec <= n) *reinterpret_cast<uint4*>(out + e) = d[u];
+        if (e + kVec <= n) st16<kExactStream>(out + e, d[u]);
         else
           for (uint64_t k = e; k < n; ++k) out[k] = src[k - c0];
       }
