@@ -26,15 +26,18 @@
 #ifndef BRAID_AR_PACKQ
 #define BRAID_AR_PACKQ 1
 #endif
-// BRAID_AR_CACHE_HINTS (bit mask, default 0): cache-eviction hints on the quantized kernels' streams, for A/B runs
-// with scripts/build-variant.sh. 1: the quantizers' input loads are streaming (`ld.global.cs`: evict-first in L1 and
+// BRAID_AR_CACHE_HINTS (bit mask): cache-eviction hints on the all-reduce kernels' streams, for A/B runs with
+// scripts/build-variant.sh. 1: the INT4 quantizers' input loads are streaming (`ld.global.cs`: evict-first in L1 and
 // L2; each input byte is read once); 2: the two-step's output stores are streaming (`st.global.cs`); 4: the
 // quantizers' code and metadata stores carry an L2 evict-last policy (`createpolicy`; the codes are read twice soon
 // after, by this rank's pull and by the peer's); 8: the exact two-shot's input loads, gathered-chunk loads and output
 // stores are streaming; 16: the one-step pulls' output stores are streaming. Hints only: the same bytes and
 // arithmetic whatever the bits.
+// Default 3 (measured on 2x H200, b42f91d: the two-step INT4 7-8% and INT6 2-3% faster at 64-256 MiB, the INT4 and
+// INT6 one-steps 0.5-1%; bits 4 and 8 changed nothing measurable, alone or beside a GEMM; 16 made the INT6 one-step
+// 1-2% slower; bit 1 on INT8 made its one-step 1.5% slower at 16 MiB).
 #ifndef BRAID_AR_CACHE_HINTS
-#define BRAID_AR_CACHE_HINTS 0
+#define BRAID_AR_CACHE_HINTS 3
 #endif
 #include "braid/signal_device.cuh"
 #include "split_units.hpp"
@@ -113,10 +116,12 @@ template <int DT>
 __device__ __forceinline__ void store8_final(uint16_t* p, int valid, const float (&v)[kVec]) {
   store8<DT, (BRAID_AR_CACHE_HINTS & 2) != 0>(p, valid, v);
 }
-// A quantizer's 16-byte input load (streaming under BRAID_AR_CACHE_HINTS bit 1). Coherent (not the
-// non-coherent path), so in-place calls read what the caller wrote.
+// A quantizer's 16-byte input load (streaming under BRAID_AR_CACHE_HINTS bit 1, for the INT4 quantizers only:
+// INT8's one-step measured 1.5% slower with it at 16 MiB and no faster above). Coherent (not the non-coherent
+// path), so in-place calls read what the caller wrote.
+template <int BITS>
 __device__ __forceinline__ uint4 load_in16(const uint16_t* p) {
-  if constexpr ((BRAID_AR_CACHE_HINTS & 1) != 0)
+  if constexpr ((BRAID_AR_CACHE_HINTS & 1) != 0 && BITS == 4)
     return __ldcs(reinterpret_cast<const uint4*>(p));
   else
     return *reinterpret_cast<const uint4*>(p);
@@ -532,13 +537,13 @@ __device__ __forceinline__ void quantize_groups(const uint16_t* in, const QuantG
       const uint16_t* src = in + c0 + (base + gt) * G + lane_in_group * kVec;  // this lane's low half
       uint8_t* dst = pay + (base + gt) * G * BITS / 8;
       uint32_t* mdst = meta + base + gt;
-      uint4 a = load_in16(src), b = load_in16(src + TPG * kVec);
+      uint4 a = load_in16<BITS>(src), b = load_in16<BITS>(src + TPG * kVec);
       for (int it = 0; it < nit; ++it) {
         uint4 na = a, nb = b;
         if (it + 1 < nit) {
           src += groups_per_iter * G;
-          na = load_in16(src);
-          nb = load_in16(src + TPG * kVec);
+          na = load_in16<BITS>(src);
+          nb = load_in16<BITS>(src + TPG * kVec);
         }
         quantize_store2h_raw<DT, BITS, TPG>(a, b, lane_in_group, dst, mdst);
         dst += groups_per_iter * G * BITS / 8;
@@ -593,13 +598,13 @@ __device__ __forceinline__ void stage_quantize(const uint16_t* in, const QuantGe
         const uint16_t* src = in + c0 + (base + gt) * G + lane_in_group * kVec;
         uint8_t* dst0 = pay + (base + gt) * G * BITS / 8;
         uint32_t* m0 = meta + base + gt;
-        uint4 a = load_in16(src), b = load_in16(src + half);
+        uint4 a = load_in16<BITS>(src), b = load_in16<BITS>(src + half);
         for (int it = 0; it < nit; ++it) {
           uint4 na = a, nb = b;
           if (it + 1 < nit) {
             src += 2 * half;
-            na = load_in16(src);
-            nb = load_in16(src + half);
+            na = load_in16<BITS>(src);
+            nb = load_in16<BITS>(src + half);
           }
           float v[kVec];
           unpack8<DT>(a, v);
