@@ -270,6 +270,11 @@
 # `build test` (CTEST_R='test_allreduce_mpi$') + two plain bench runs 3.3 min; `build test ar-stamps` (CTEST_R=
 # test_split_units, three settings) 3 min. Next on 2x H100: `ar-1step` with the
 # tapered default, then the plan below.
+# Sixty-third session (2x H200): `build ar-variant` (BUILD_TARGET=braid, three AR_VARIANTS compiled at once, 5 algos,
+# 16M-256M, 2 rounds) 4.6 min cold; `build ar-variant comm-domain` (two variants, 8 algos 4M-256M, DOMAIN_BINS="base v11",
+# one DOMAIN_ENVS, 2 rounds) 4.5 min cold; `build test` (every target, CTEST_E='shared|np4|np8') ran out at DEADLINE=530
+# with 34 of 43 entries done (build 175 s cold); the other 20 (with most shared entries) 3.4 min warm; strands_mpi_shared2
+# + comm_mpi_shared4 96 s, comm_mpi_shared8 149 s.
 # Sixty-second session (2x H200): `build ar-pdl` (BUILD_TARGET="braid test_allreduce_mpi", two rounds x PDL 0/1 x
 # call/batch/graph, 64K-16M, 3 algos) 3.6 min cold; the same with test_layer_mpi built too, PDL_TESTS="*",
 # PDL_ROUNDS=1, 4 algos to 64M 3.5 min cold; a warm one-test mpirun 5 s (export OMPI_ALLOW_RUN_AS_ROOT=1 and
