@@ -384,6 +384,24 @@ mpi() {
     -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS -x BRAID_COMMIT -x BRAID_DEADLINE_S=$(( t > 10 ? t - 5 : t )) \
     "${xs[@]}" "${BIN:-build/braid}" "$@"
 }
+# build_variants TU "tag:DEF[,DEF...] ...": scripts/build-variant.sh for every spec at once (build/braid-TAG, with TU
+# compiled with the extra definitions); their tags in the array `tags`. Ends the run if one does not build.
+build_variants() {
+  local tu=$1 spec vt defs
+  tags=()
+  for spec in $2; do
+    vt=${spec%%:*}; defs=${spec#*:}
+    echo "== variant build $vt: ${defs//,/ } ($(date +%T))" | tee -a "$log"
+    rm -f "build/braid-$vt"
+    # shellcheck disable=SC2086
+    bash scripts/build-variant.sh build "$tu" "$vt" ${defs//,/ } > "$out/build-variant-$vt.log" 2>&1 &
+    tags+=("$vt")
+  done
+  wait
+  for vt in "${tags[@]}"; do
+    [[ -x build/braid-$vt ]] || { echo "variant $vt did not build" | tee -a "$log"; tail -20 "$out/build-variant-$vt.log"; exit 1; }
+  done
+}
 # ar_tests LABEL LOGFILE FILTER: test_allreduce_mpi's tests matching the gtest FILTER at every GPU, into $out/LOGFILE;
 # the verdict lines go to the run log.
 ar_tests() {
@@ -831,20 +849,7 @@ if has ar-variant; then  # A/B of compile-time all-reduce variants: AR_VARIANTS=
   # (scripts/build-variant.sh, the compiles at once); the base binary and every variant run the same bench in
   # alternation, VARIANT_ROUNDS rounds (default 2; VARIANT_ALGOS, VARIANT_MIN/MAX, VARIANT_F). Used in the twentieth
   # session for the conversion-free code arithmetic, the sixty-third for cache hints (BRAID_AR_CACHE_HINTS).
-  variants=${AR_VARIANTS:-"variant:$(tr ' ' ',' <<< "${VARIANT_DEFS:?AR_VARIANTS or VARIANT_DEFS}")"}
-  tags=()
-  for spec in $variants; do
-    vt=${spec%%:*}; defs=${spec#*:}
-    echo "== variant build $vt: ${defs//,/ } ($(date +%T))" | tee -a "$log"
-    rm -f "build/braid-$vt"
-    # shellcheck disable=SC2086
-    bash scripts/build-variant.sh build src/collectives/allreduce.cu "$vt" ${defs//,/ } > "$out/build-variant-$vt.log" 2>&1 &
-    tags+=("$vt")
-  done
-  wait
-  for vt in "${tags[@]}"; do
-    [[ -x build/braid-$vt ]] || { echo "variant $vt did not build" | tee -a "$log"; tail -20 "$out/build-variant-$vt.log"; exit 1; }
-  done
+  build_variants src/collectives/allreduce.cu "${AR_VARIANTS:-"variant:$(tr ' ' ',' <<< "${VARIANT_DEFS:?AR_VARIANTS or VARIANT_DEFS}")"}"
   if ! has test && ! has ar-1step; then
     (cd build && timeout 150 ctest --output-on-failure --timeout 140 -R "test_allreduce" > "$out/ctest-ar-variant.log" 2>&1)
     echo "ctest rc=$?" | tee -a "$log"
@@ -865,20 +870,8 @@ if has gemm-variant; then  # the plain GEMM, base build against variants of gemm
   # one variant as VARIANT_TAG + VARIANT_DEFS (default nostores: BRAID_OVERLAP_EPILOGUE_STORES=0); GEMM_SHAPES a shapes
   # file, VARIANT_ROUNDS rounds (default 2), VARIANT_T seconds per run (default 120). Every row verifies braid's GEMM
   # against cuBLAS (bench tolerance) and the FlashOverlap op against cuBLAS + NCCL, so each variant's output is checked.
-  variants=${VARIANTS:-"${VARIANT_TAG:-nostores}:$(tr ' ' ',' <<< "${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}")"}
-  tags=()
-  for spec in $variants; do  # the variants' compiles at once (one translation unit each, separate folders)
-    vt=${spec%%:*}; defs=${spec#*:}
-    echo "== GEMM epilogue A/B: base / $vt (${defs//,/ }) ($(date +%T))" | tee -a "$log"
-    rm -f "build/braid-$vt"
-    # shellcheck disable=SC2086
-    bash scripts/build-variant.sh build src/overlap/gemm_sm90.cu "$vt" ${defs//,/ } > "$out/build-variant-$vt.log" 2>&1 &
-    tags+=("$vt")
-  done
-  wait
-  for vt in "${tags[@]}"; do
-    [[ -x build/braid-$vt ]] || { echo "variant $vt did not build" | tee -a "$log"; tail -20 "$out/build-variant-$vt.log"; exit 1; }
-  done
+  build_variants src/overlap/gemm_sm90.cu \
+    "${VARIANTS:-"${VARIANT_TAG:-nostores}:$(tr ' ' ',' <<< "${VARIANT_DEFS:-BRAID_OVERLAP_EPILOGUE_STORES=0}")"}"
   for round in $(seq 1 "${VARIANT_ROUNDS:-2}"); do
     for v in base "${tags[@]}"; do
       bin=build/braid; [[ $v != base ]] && bin=build/braid-$v
