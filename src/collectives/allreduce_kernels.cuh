@@ -87,18 +87,29 @@ __device__ __forceinline__ void load8(const uint16_t* p, int valid, float (&v)[k
     for (int j = 0; j < kVec; ++j) v[j] = j < valid ? load_scalar<DT>(p + j) : 0.f;
   }
 }
-// STREAM: a whole 16-byte store is streaming (st.global.cs), for outputs written once and not read again by the
-// kernel (store8_out, kExactStream).
+// 16-byte loads and stores that are streaming (ld/st.global.cs: evict-first in L1 and L2) when S — the
+// BRAID_AR_CACHE_HINTS forms; kExactStream: the exact two-shot's input reads, the reads of its gathered chunks and its
+// output stores (bit 8).
+inline constexpr bool kExactStream = (BRAID_AR_CACHE_HINTS & 8) != 0;
+template <bool S>
+__device__ __forceinline__ uint4 ld16(const void* p) {
+  if constexpr (S) return __ldcs(reinterpret_cast<const uint4*>(p));
+  else return *reinterpret_cast<const uint4*>(p);
+}
+template <bool S>
+__device__ __forceinline__ void st16(void* p, const uint4& v) {
+  if constexpr (S) __stcs(reinterpret_cast<uint4*>(p), v);
+  else *reinterpret_cast<uint4*>(p) = v;
+}
+// STREAM: a whole 16-byte store is streaming (st16), for outputs written once and not read again by the
+// kernel (store8_out, store8_final, kExactStream).
 template <int DT, bool STREAM = false>
 __device__ __forceinline__ void store8(uint16_t* p, int valid, const float (&v)[kVec]) {
   if (valid == kVec) {
     uint32_t w[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) w[j] = to_bits<DT>(v[2 * j]) | (static_cast<uint32_t>(to_bits<DT>(v[2 * j + 1])) << 16);
-    if constexpr (STREAM)
-      __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
-    else
-      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    st16<STREAM>(p, make_uint4(w[0], w[1], w[2], w[3]));
   } else {
 #pragma unroll
     for (int j = 0; j < kVec; ++j)
@@ -121,23 +132,7 @@ __device__ __forceinline__ void store8_final(uint16_t* p, int valid, const float
 // path), so in-place calls read what the caller wrote.
 template <int BITS>
 __device__ __forceinline__ uint4 load_in16(const uint16_t* p) {
-  if constexpr ((BRAID_AR_CACHE_HINTS & 1) != 0 && BITS == 4)
-    return __ldcs(reinterpret_cast<const uint4*>(p));
-  else
-    return *reinterpret_cast<const uint4*>(p);
-}
-// 16-byte loads and stores that are streaming (ld/st.global.cs) when S: the exact two-shot's input reads, the reads
-// of its gathered chunks and its output stores under BRAID_AR_CACHE_HINTS bit 8 (kExactStream).
-inline constexpr bool kExactStream = (BRAID_AR_CACHE_HINTS & 8) != 0;
-template <bool S>
-__device__ __forceinline__ uint4 ld16(const void* p) {
-  if constexpr (S) return __ldcs(reinterpret_cast<const uint4*>(p));
-  else return *reinterpret_cast<const uint4*>(p);
-}
-template <bool S>
-__device__ __forceinline__ void st16(void* p, const uint4& v) {
-  if constexpr (S) __stcs(reinterpret_cast<uint4*>(p), v);
-  else *reinterpret_cast<uint4*>(p) = v;
+  return ld16<(BRAID_AR_CACHE_HINTS & 1) != 0 && BITS == 4>(p);
 }
 // Code and metadata stores of the quantizers (BRAID_AR_CACHE_HINTS bit 4: an L2 evict-last policy).
 template <class T>
