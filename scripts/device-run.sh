@@ -270,6 +270,12 @@
 # `build test` (CTEST_R='test_allreduce_mpi$') + two plain bench runs 3.3 min; `build test ar-stamps` (CTEST_R=
 # test_split_units, three settings) 3 min. Next on 2x H100: `ar-1step` with the
 # tapered default, then the plan below.
+# Sixty-fourth session (4x H200, then 2x H200): 4x `build test` (CTEST_R='_np4$|test_allreduce_mpi$', six entries,
+# ctest 5 min) 6.8 min cold (build 106 s on 64 cores); warm `test ar-table ar-variant` (CTEST_R='^none$', TABLE_MAX=256M
+# GRAPH_MAX=16M, AR_VARIANTS="nohint:BRAID_AR_CACHE_HINTS=0", VARIANT_ALGOS=nccl,int8,int6,int4, 16M-256M) 2.2 min;
+# warm `ar-pdl` (PDL_TESTS=none, PDL_ROUNDS=2) 1.4 min; `build` + bench pipeline at PP = 4 by hand (M = 8, 16; lpc 2
+# needs > 85 s a run) + `transitions` 7.4 min cold. 2x `build` (BUILD_TARGET=braid) + six bench pipeline runs 8.6 min
+# cold (build ~3 min).
 # Sixty-third session (2x H200): `build ar-variant` (BUILD_TARGET=braid, three AR_VARIANTS compiled at once, 5 algos,
 # 16M-256M, 2 rounds) 4.6 min cold; `build ar-variant comm-domain` (two variants, 8 algos 4M-256M, DOMAIN_BINS="base v11",
 # one DOMAIN_ENVS, 2 rounds) 4.5 min cold; `build test` (every target, CTEST_E='shared|np4|np8') ran out at DEADLINE=530
