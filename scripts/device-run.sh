@@ -731,9 +731,15 @@ if has pipeline; then  # DHelix PP executor: W-shaped vs 1F1B vs no pipelining, 
   echo "== bench pipeline ($(date +%T))" | tee -a "$log"
   (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_pipeline" > "$out/ctest-pipeline.log" 2>&1)
   grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-pipeline.log" | tee -a "$log"
-  for lpc in 1 2; do
-    T=150 mpi bench pipeline --model llama3-8b --seq 4096 --microbatches ${PIPE_M:-8} --layers-per-chunk $lpc \
-      --iters 5 --warmup 2 --json "$out/pipeline.jsonl" 2>&1 | tee -a "$log"
+  # PIPE_MS (micro-batch counts), PIPE_LPCS (layers per W chunk), PIPE_ROUNDS, PIPE_T (seconds a run), PIPE_ARGS
+  # (e.g. --w-si corun,fb,bf).
+  for r in $(seq 1 "${PIPE_ROUNDS:-1}"); do
+    for pm in ${PIPE_MS:-${PIPE_M:-8}}; do
+      for lpc in ${PIPE_LPCS:-1 2}; do
+        T=${PIPE_T:-150} mpi bench pipeline --model llama3-8b --seq 4096 --microbatches "$pm" --layers-per-chunk $lpc \
+          --iters 5 --warmup 2 ${PIPE_ARGS:-} --json "$out/pipeline-m$pm-lpc$lpc-r$r.jsonl" 2>&1 | tee -a "$log"
+      done
+    done
   done
 fi
 if has allreduce; then

@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "braid/errors.hpp"
 
@@ -89,6 +91,27 @@ PipeSchedule make_w_shaped(int P, int M) {
     for (auto& [key, slot] : keyed[st]) s.stage_slots[st].push_back(std::move(slot));
   }
   return s;
+}
+
+PipeSchedule split_si_blocks(const PipeSchedule& s, bool backward_first) {
+  PipeSchedule r = s;
+  for (auto& slots : r.stage_slots) {
+    std::vector<PipeSlot> out;
+    out.reserve(slots.size() * 2);
+    for (const PipeSlot& block : slots) {
+      if (block.tasks.size() != 2) {
+        out.push_back(block);
+        continue;
+      }
+      const PipeTask& f = block.tasks[0].backward ? block.tasks[1] : block.tasks[0];
+      const PipeTask& b = block.tasks[0].backward ? block.tasks[0] : block.tasks[1];
+      BRAID_REQUIRE(!f.backward && b.backward, "split_si_blocks: an SI block pairs a forward with a backward");
+      out.push_back({{backward_first ? b : f}});
+      out.push_back({{backward_first ? f : b}});
+    }
+    slots = std::move(out);
+  }
+  return r;
 }
 
 PipeStats simulate_pipeline(PipeSchedule& s, const PipeCosts& c) {

@@ -428,6 +428,9 @@ struct PipeArgs {
   std::string model = "llama3-8b", json;
   int seq = 4096, mb = 1, microbatches = 8, lpc = 1, iters = 5, warmup = 2;
   int channel_ctas = PipeExecOptions{}.channel_ctas;
+  // How the W-shaped schedule's SI blocks run, one W row each: "corun" (the strand executor), "fb" / "bf" (split
+  // into two tasks, forward or backward first: split_si_blocks).
+  std::vector<std::string> w_si = {"corun", "fb", "bf"};
 };
 
 PipeArgs parse_pipe(int argc, char** argv) {
@@ -444,6 +447,19 @@ PipeArgs parse_pipe(int argc, char** argv) {
     else if (k == "--microbatches") a.microbatches = std::stoi(val());
     else if (k == "--layers-per-chunk") a.lpc = std::stoi(val());
     else if (k == "--channel-ctas") a.channel_ctas = std::stoi(val());
+    else if (k == "--w-si") {
+      a.w_si.clear();
+      const std::string v = val();
+      for (size_t p = 0; p <= v.size();) {
+        const size_t q = std::min(v.find(',', p), v.size());
+        const std::string w = v.substr(p, q - p);
+        if (w != "corun" && w != "fb" && w != "bf")
+          throw UsageError("bench pipeline: --w-si takes corun, fb and bf (comma-separated), not '" + w + "'", __FILE__,
+                           __LINE__);
+        a.w_si.push_back(w);
+        p = q + 1;
+      }
+    }
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--warmup") a.warmup = std::stoi(val());
     else if (k == "--json") a.json = val();
@@ -480,8 +496,11 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   };
   // One model of 2P x lpc layers in every run: W and its reference fold it into 2P chunks, 1F1B into P.
   std::vector<Run> runs = {{"sequential", make_sequential_pipe(PipeKind::WShaped, P, M), a.lpc},
-                           {"1f1b", make_1f1b(P, M), 2 * a.lpc},
-                           {"w-shaped", make_w_shaped(P, M), a.lpc}};
+                           {"1f1b", make_1f1b(P, M), 2 * a.lpc}};
+  for (const std::string& w : a.w_si) {
+    if (w == "corun") runs.push_back({"w-shaped", make_w_shaped(P, M), a.lpc});
+    else runs.push_back({"w-shaped-" + w, split_si_blocks(make_w_shaped(P, M), w == "bf"), a.lpc});
+  }
   if (root)
     std::printf("# pipeline: %s, seq %d, micro-batch %d, %d micro-batches, %d stages, %d layers (%d per W chunk), "
                 "TP = 1 per stage\n",

@@ -71,6 +71,9 @@ TEST(PipelineMpi, SchedulesEqualTheUnpipelinedRun) {
       const Hashes ref = run(sch::make_sequential_pipe(sch::PipeKind::WShaped, P, M), lpc, 2);
       ASSERT_EQ(ref.grads.size(), size_t(2 * P * lpc));
       expect_same(run(sch::make_w_shaped(P, M), lpc, 2), ref, "W-shaped, " + tag);
+      for (bool bf : {false, true})  // SI blocks run as two tasks in a row
+        expect_same(run(sch::split_si_blocks(sch::make_w_shaped(P, M), bf), lpc, 2), ref,
+                    std::string("W-shaped, SI blocks split ") + (bf ? "backward first, " : "forward first, ") + tag);
       expect_same(run(sch::make_1f1b(P, M), 2 * lpc), ref, "1F1B, " + tag);
       expect_same(run(sch::make_sequential_pipe(sch::PipeKind::OneFOneB, P, M), 2 * lpc), ref,
                   "unpipelined with 1F1B chunks, " + tag);

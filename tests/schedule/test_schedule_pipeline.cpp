@@ -1,6 +1,8 @@
 // Model folding and the W-shaped pipeline against 1F1B: correctness, bubble ratio, activations.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "braid/errors.hpp"
 #include "braid/schedule.hpp"
 
@@ -116,6 +118,58 @@ TEST(Pipeline, FasterSiBlocksShortenOnlyTheWSchedule) {
   // Each stage runs 2 steps of each of the M - P SI units; each step saves 0.2 * (0.5 + 1). The
   // make-span shrinks by at least that much (here 9 = 57 - 48; the fill and drain tighten too).
   EXPECT_GE(ws - wf, (M - P) * 2 * 0.2 * 1.5 - 1e-9);
+}
+
+// SI blocks split into two tasks (the executor's choice when a stage has no collective to hide): a correct,
+// FIFO schedule with no SI block, never slower than the co-executed blocks at si_factor 1 (each half hands
+// its output on when it ends), so the bubble stays at 1F1B's or below; backward first holds one activation
+// set less.
+TEST(Pipeline, SplitSiBlocks) {
+  for (int P : {2, 4, 8})
+    for (int M : {1, P, P + 1, 2 * P, 4 * P})
+      for (double tb : {1.0, 2.0}) {
+        const PipeCosts c{1.0, tb, 1.0, 1.0};
+        PipeSchedule w = make_w_shaped(P, M), a = make_1f1b(P, M);
+        const PipeStats rw = simulate_pipeline(w, c), ra = simulate_pipeline(a, c);
+        for (bool bf : {false, true}) {
+          const std::string id = std::string(bf ? "bf" : "fb") + " P=" + std::to_string(P) + " M=" + std::to_string(M);
+          PipeSchedule s = split_si_blocks(make_w_shaped(P, M), bf);
+          size_t tasks_w = 0, tasks_s = 0;
+          for (const auto& v : w.stage_slots)
+            for (const auto& b : v) tasks_w += b.tasks.size();
+          for (const auto& v : s.stage_slots)
+            for (const auto& b : v) {
+              EXPECT_EQ(b.tasks.size(), 1u) << id;
+              tasks_s += b.tasks.size();
+            }
+          EXPECT_EQ(tasks_s, tasks_w) << id;
+          const PipeStats rs = simulate_pipeline(s, c);
+          EXPECT_EQ(check_pipeline(s), "") << id;
+          EXPECT_EQ(check_channel_order(s), "") << id;
+          EXPECT_LE(rs.makespan, rw.makespan + 1e-9) << id;
+          // With steady SI units the split fill is shorter by (P - 1) stage forwards (the folded chunks' forward
+          // halves reach the next stage a backward earlier), for either order.
+          if (M > P) EXPECT_NEAR(rs.makespan, rw.makespan - (P - 1) * c.t_fwd, 1e-9) << id << " tb=" << tb;
+          EXPECT_LE(rs.bubble_ratio, ra.bubble_ratio + 1e-12) << id;
+          if (M > P) {
+            EXPECT_DOUBLE_EQ(rs.peak_activation, bf ? P : P + 0.5) << id << " tb=" << tb;
+          } else {
+            EXPECT_DOUBLE_EQ(rs.peak_activation, rw.peak_activation) << id;
+          }
+          for (int st = 0; st < P; ++st) {
+            const SlotPlan pw = plan_slots(w, st), ps = plan_slots(s, st);
+            int nw = 0, ns = 0;
+            for (int k : pw.count) nw += k;
+            for (int k : ps.count) ns += k;
+            if (bf) EXPECT_LE(ns, nw) << id << " stage " << st;
+            else EXPECT_EQ(ns, nw) << id << " stage " << st;
+          }
+        }
+      }
+  PipeSchedule one = make_1f1b(2, 4);
+  PipeSchedule same = split_si_blocks(one, false);
+  EXPECT_EQ(same.stage_slots.size(), one.stage_slots.size());
+  for (size_t st = 0; st < one.stage_slots.size(); ++st) EXPECT_EQ(same.stage_slots[st].size(), one.stage_slots[st].size());
 }
 
 TEST(Pipeline, DeadlockIsReported) {

@@ -81,6 +81,15 @@ PipeSchedule make_1f1b(int stages, int microbatches);
 /// DHelix's W-shaped schedule with model folding and SI blocks (see above).
 PipeSchedule make_w_shaped(int stages, int microbatches);
 
+/// `s` with every SI block run as two tasks one after the other (forward first, or with
+/// `backward_first` the backward first) instead of co-executed. Co-running two strands pays off when a
+/// stage has collectives to hide (tensor parallelism inside the stage); with TP = 1 per stage the two
+/// strands' GEMMs only contend for the SMs, and split blocks also hand each task's output on as soon as
+/// that task ends (the forward's activation, or the backward's input gradient, goes to the next stage
+/// before the other half runs). Backward first frees the backward's activation set before the forward
+/// takes one, so the stage holds one set less. Every other slot is kept as it is.
+PipeSchedule split_si_blocks(const PipeSchedule& s, bool backward_first);
+
 /// Runs `s` as early as dependencies and stage order allow, filling slot times. Throws UsageError
 /// on a deadlock (an order that cannot run).
 PipeStats simulate_pipeline(PipeSchedule& s, const PipeCosts& c = {});
