@@ -87,8 +87,10 @@ const char* kPlanUsage =
     "    strands` uses for <= 1.05x a single strand of M MiB); --pool-order-out writes the recommended order.\n";
 
 const char* kPipeUsage =
-    "usage: braid pipeline --stages P[,P..] --microbatches M[,M..] [--schedule 1f1b|w|both]\n"
-    "                      [--t-fwd 1] [--t-bwd 2] [--si-factor 1] [--timeline]\n";
+    "usage: braid pipeline --stages P[,P..] --microbatches M[,M..] [--schedule 1f1b|w|w-fb|w-bf|both|all]\n"
+    "                      [--t-fwd 1] [--t-bwd 2] [--si-factor 1] [--timeline]\n"
+    "  w-fb / w-bf: the W-shaped schedule with each SI block run as two tasks, forward or backward first\n"
+    "  (split_si_blocks: for stages with no collective to hide); both = 1f1b and w; all = the four.\n";
 
 // Both strands' saved activations in one pool (docs/dhelix.md, fifty-third and fifty-fourth sessions): the
 // pool-bounded co-run moves orders at the co-run weights `bench strands` searches, each with its smallest
@@ -400,8 +402,11 @@ int pipeline(int argc, char** argv, std::ostream& out) {
     throw UsageError("--stages and --microbatches are required", __FILE__, __LINE__);
   const auto Ps = to_list("--stages", o["--stages"]), Ms = to_list("--microbatches", o["--microbatches"]);
   const std::string which = o.count("--schedule") ? o["--schedule"] : "both";
-  if (which != "1f1b" && which != "w" && which != "both")
-    throw UsageError("--schedule must be 1f1b, w or both", __FILE__, __LINE__);
+  std::vector<std::string> names;
+  if (which == "both") names = {"1f1b", "w"};
+  else if (which == "all") names = {"1f1b", "w", "w-fb", "w-bf"};
+  else if (which == "1f1b" || which == "w" || which == "w-fb" || which == "w-bf") names = {which};
+  else throw UsageError("--schedule must be 1f1b, w, w-fb, w-bf, both or all", __FILE__, __LINE__);
   PipeCosts c;
   if (o.count("--t-fwd")) c.t_fwd = to_double("--t-fwd", o["--t-fwd"]);
   if (o.count("--t-bwd")) c.t_bwd = to_double("--t-bwd", o["--t-bwd"]);
@@ -419,9 +424,9 @@ int pipeline(int argc, char** argv, std::ostream& out) {
   for (long P : Ps)
     for (long M : Ms) {
       if (P < 1 || M < 1) throw UsageError("stages and micro-batches must be >= 1", __FILE__, __LINE__);
-      for (PipeKind k : {PipeKind::OneFOneB, PipeKind::WShaped}) {
-        if (which != "both" && which != pipe_kind_name(k)) continue;
-        PipeSchedule s = k == PipeKind::OneFOneB ? make_1f1b(int(P), int(M)) : make_w_shaped(int(P), int(M));
+      for (const std::string& name : names) {
+        PipeSchedule s = name == "1f1b" ? make_1f1b(int(P), int(M)) : make_w_shaped(int(P), int(M));
+        if (name == "w-fb" || name == "w-bf") s = split_si_blocks(s, name == "w-bf");
         const PipeStats r = simulate_pipeline(s, c);
         if (auto e = check_pipeline(s); !e.empty()) throw UsageError("internal: " + e, __FILE__, __LINE__);
         std::string peaks;
@@ -430,7 +435,7 @@ int pipeline(int argc, char** argv, std::ostream& out) {
           std::snprintf(b, sizeof b, "%s%.1f", peaks.empty() ? "" : " ", v);
           peaks += b;
         }
-        std::snprintf(buf, sizeof buf, "%-8s %4ld %5ld %11.3f  %7.4f  %13.4f  %12.2f  %s\n", pipe_kind_name(k), P, M,
+        std::snprintf(buf, sizeof buf, "%-8s %4ld %5ld %11.3f  %7.4f  %13.4f  %12.2f  %s\n", name.c_str(), P, M,
                       r.makespan, r.bubble_ratio, ideal_1f1b_bubble(int(P), int(M)), r.peak_activation, peaks.c_str());
         out << buf;
         if (o.count("--timeline")) {

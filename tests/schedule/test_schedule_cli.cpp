@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -174,4 +175,20 @@ TEST(Cli, PipelineTable) {
   std::istringstream is(out);
   for (std::string line; std::getline(is, line);) rows += line.rfind("1f1b", 0) == 0 || line.rfind("w ", 0) == 0;
   EXPECT_EQ(rows, 6) << out;
+  // all: the split W forms too, faster than W with si-factor 1 once SI units run (M > P).
+  ASSERT_EQ(run(simulate_pipeline_main, {"pipeline", "--stages", "4", "--microbatches", "16", "--schedule", "all"}, out), 0)
+      << out;
+  std::map<std::string, double> span;
+  std::istringstream is2(out);
+  for (std::string line; std::getline(is2, line);) {
+    std::istringstream ls(line);
+    std::string name;
+    long P = 0, M = 0;
+    double makespan = 0;
+    if (ls >> name >> P >> M >> makespan && P == 4) span[name] = makespan;
+  }
+  ASSERT_EQ(span.size(), 4u) << out;
+  EXPECT_DOUBLE_EQ(span["w"], span["1f1b"]);
+  EXPECT_LT(span["w-fb"], span["w"]);
+  EXPECT_DOUBLE_EQ(span["w-fb"], span["w-bf"]);
 }

@@ -3,7 +3,8 @@
 // the un-pipelined make_sequential_pipe) executed with model::Layer chunks (tensor parallelism 1 inside
 // a stage), activations and their gradients passed between stages by NCCL send/recv, and the W
 // schedule's SI blocks (a forward task and a backward task on one stage) co-executed layer pair by layer
-// pair by the strand executor.
+// pair by the strand executor. A schedule from split_si_blocks has no SI block (its halves run one after the
+// other, the better form for these TP = 1 stages: docs/dhelix.md, sixty-fifth session).
 //
 //   PipelineExecutor w(team, cfg, make_w_shaped(team.size(), M), {.layers_per_chunk = 1});
 //   w.step(stream);                      // M micro-batches forward and backward, gradients accumulated
