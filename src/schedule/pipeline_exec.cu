@@ -113,6 +113,10 @@ struct PipelineExecutor::Impl {
   std::unique_ptr<StrandExecutor> strands;                      // for SI blocks
   std::vector<cudaEvent_t> events;
   size_t next_event = 0;
+  // Block timing: [0] step start (after zeroing), [1] the compute stream's step end, [2] the fork, then four per
+  // slot (before prepare, after prepare, after its layers, after finish).
+  bool timing = false, timed = false;
+  std::vector<cudaEvent_t> tevents;
   void* out_y = nullptr;   // [M][T*H]: the last chunk's outputs (rank holding it)
   void* out_dx = nullptr;  // [M][T*H]: the first chunk's input gradients (rank holding it)
 
@@ -325,6 +329,8 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
   for (const auto& block : s.stage_slots[I.rank]) tasks += block.tasks.size();
   I.events.resize(8 * tasks + 64, nullptr);
   for (auto& e : I.events) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  I.tevents.resize(3 + 4 * s.stage_slots[I.rank].size(), nullptr);
+  for (auto& e : I.tevents) BRAID_CUDA_CHECK(cudaEventCreate(&e));
   if (I.local_chunk(I.C - 1)) BRAID_CUDA_CHECK(cudaMalloc(&I.out_y, size_t(I.M) * I.elems * 2));
   if (I.local_chunk(0)) BRAID_CUDA_CHECK(cudaMalloc(&I.out_dx, size_t(I.M) * I.elems * 2));
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
@@ -342,6 +348,8 @@ PipelineExecutor::~PipelineExecutor() {
   I.strands.reset();
   for (auto e : I.events)
     if (e) cudaEventDestroy(e);
+  for (auto e : I.tevents)
+    if (e) cudaEventDestroy(e);
   cudaFree(I.out_y);
   cudaFree(I.out_dx);
   for (cudaStream_t s : {I.cs, I.local, I.cross})
@@ -357,12 +365,22 @@ void PipelineExecutor::step(cudaStream_t stream) {
   BRAID_CUDA_CHECK(cudaEventRecord(start, stream));
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(I.cs, start, 0));
   for (auto& [key, ch] : I.channels) BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, start, 0));
+  const bool timing = I.timing;
+  auto mark = [&](size_t k) {
+    if (timing) BRAID_CUDA_CHECK(cudaEventRecord(I.tevents[k], I.cs));
+  };
+  mark(2);
   for (int c = 0; c < I.C; ++c)
     if (I.local_chunk(c))
       for (auto& layer : I.chunks[c][0]) layer->zero_grads(I.cs);
+  mark(0);
   // This stage's slots in order.
+  size_t bi = 0;
   for (const PipeSlot& block : I.sched.stage_slots[I.rank]) {
+    const size_t tk = 3 + 4 * bi++;
+    mark(tk);
     for (const PipeTask& t : block.tasks) I.prepare(t);
+    mark(tk + 1);
     if (block.tasks.size() == 2) {
       const PipeTask& f = block.tasks[0].backward ? block.tasks[1] : block.tasks[0];
       const PipeTask& b = block.tasks[0].backward ? block.tasks[0] : block.tasks[1];
@@ -372,10 +390,14 @@ void PipelineExecutor::step(cudaStream_t stream) {
       BRAID_REQUIRE(block.tasks.size() == 1, "pipeline: a slot holds one task or an SI pair");
       I.run_alone(block.tasks[0]);
     }
+    mark(tk + 2);
     for (const PipeTask& t : block.tasks) I.finish(t);
+    mark(tk + 3);
     // Slots are reused in the compute stream's order (plan_slots' releases are host bookkeeping only:
     // every write into a slot — a copy from a channel buffer included — is on the compute stream).
   }
+  mark(1);
+  I.timed = timing;
   // Join: the caller's stream waits for the compute stream and every channel.
   BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, I.record(I.cs), 0));
   for (auto& [key, ch] : I.channels) BRAID_CUDA_CHECK(cudaStreamWaitEvent(stream, I.record(ch.stream), 0));
@@ -408,6 +430,33 @@ std::vector<double> PipelineExecutor::grad_hashes() const {
     if (I.local_chunk(c))
       for (int i = 0; i < I.lpc; ++i) h[size_t(c) * I.lpc + i] = hash_grads(I.chunks[c][0][i]->download_grads());
   return h;
+}
+
+void PipelineExecutor::set_block_timing(bool on) { impl_->timing = on; }
+
+std::vector<BlockTiming> PipelineExecutor::block_timings(double* zero_us, double* step_us) const {
+  const Impl& I = *impl_;
+  BRAID_REQUIRE(I.timed, "pipeline: block_timings() needs a step run with set_block_timing(true)");
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  auto us = [&](size_t a, size_t b) {
+    float ms = 0;
+    BRAID_CUDA_CHECK(cudaEventElapsedTime(&ms, I.tevents[a], I.tevents[b]));
+    return double(ms) * 1e3;
+  };
+  if (zero_us) *zero_us = us(2, 0);
+  if (step_us) *step_us = us(0, 1);
+  std::vector<BlockTiming> r;
+  size_t bi = 0;
+  for (const PipeSlot& block : I.sched.stage_slots[I.rank]) {
+    const size_t tk = 3 + 4 * bi++;
+    BlockTiming b;
+    b.tasks = int(block.tasks.size());
+    const PipeTask& t = block.tasks.size() == 2 && block.tasks[0].backward ? block.tasks[1] : block.tasks[0];
+    b.backward = b.tasks == 1 && t.backward, b.mb = t.mb, b.chunk = t.chunk;
+    b.start_us = us(0, tk), b.prepare_us = us(tk, tk + 1), b.run_us = us(tk + 1, tk + 2), b.finish_us = us(tk + 2, tk + 3);
+    r.push_back(b);
+  }
+  return r;
 }
 
 int PipelineExecutor::total_layers() const { return impl_->C * impl_->lpc; }
@@ -509,6 +558,12 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   std::vector<std::vector<double>> ref;
   bool ok = true;
   std::vector<double> mem(runs.size(), 0), sets(runs.size(), 0), us(runs.size(), 0);
+  // Per run, per stage (kBd values each, gathered from every rank): where the stage's step went.
+  enum { kStep, kZero, kPrepare, kRun, kFinish, kFwdPasses, kBwdPasses, kMhz, kCapped, kBd };
+  std::vector<std::vector<double>> bd(runs.size());
+  int device = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&device));
+  bench::GpuClockSampler clocks(device);
   for (size_t r = 0; r < runs.size(); ++r) {
     const double before = bench::device_used_bytes();
     PipeExecOptions po;
@@ -533,10 +588,26 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
                     runs[r].name.c_str(), diff, h[0].size() + h[1].size() + h[2].size(), diff == 0 ? "Passed" : "FAILED");
     }
     const bench::TimingOptions topt{a.warmup, a.iters};
+    clocks.start();
     us[r] = bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { ex.step(s); })).median_us;
+    const bench::ClockSummary clk = clocks.stop();
+    // One more step with events around every slot of this stage.
+    ex.set_block_timing(true);
+    bench::time_iterations(&team, s, bench::TimingOptions{0, 1}, [&](int) { ex.step(s); });
+    ex.set_block_timing(false);
+    std::vector<double> v(size_t(P) * kBd, 0.0);
+    double* mine = v.data() + size_t(team.rank()) * kBd;
+    for (const BlockTiming& b : ex.block_timings(&mine[kZero], &mine[kStep])) {
+      mine[kPrepare] += b.prepare_us, mine[kRun] += b.run_us, mine[kFinish] += b.finish_us;
+      if (b.tasks == 2) mine[kFwdPasses] += runs[r].lpc, mine[kBwdPasses] += runs[r].lpc;
+      else mine[b.backward ? kBwdPasses : kFwdPasses] += runs[r].lpc;
+    }
+    mine[kMhz] = clk.mean_mhz, mine[kCapped] = clk.power_capped;
+    bd[r] = team.allreduce_max(v);
   }
   // The simulator's prediction from measured one-layer times (a W chunk = half a stage's layers).
   double t_f = 0, t_b = 0, t_b0 = 0;
+  bench::ClockSummary layer_clk;
   {
     auto solo = team.split(team.rank(), 0);  // must outlive the communicator made from it
     auto comm = m::make_default_comm(*solo);
@@ -547,6 +618,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(l.x()), n, 1000 + 7, -1.f, 1.f, s);
     m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(l.dy()), n, 2000 + 7, -1e-2f, 1e-2f, s);
     const bench::TimingOptions topt{2, 5};
+    clocks.start();
     t_f = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.forward(s); })).median_us);
     t_b0 = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.backward(s); })).median_us);
     // The executor's layers accumulate their weight gradients (wgrad GEMMs with beta = 1): the prediction
@@ -554,8 +626,13 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     l.set_accumulate_grads(true);
     l.zero_grads(s);
     t_b = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.backward(s); })).median_us);
+    layer_clk = clocks.stop();
   }
+  std::vector<double> lclk(size_t(P) * 2, 0.0);
+  lclk[2 * team.rank()] = layer_clk.mean_mhz, lclk[2 * team.rank() + 1] = layer_clk.power_capped;
+  lclk = team.allreduce_max(lclk);
   const double tokens = double(M) * double(c.tokens());
+  std::vector<std::string> stage_json(runs.size());
   if (root) {
     std::printf("# one layer alone: forward %.1f us, backward %.1f us accumulating its gradients (%.1f us "
                 "overwriting them)\n",
@@ -582,6 +659,45 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       bench::append_jsonl(a.json, j.str());
     }
   }
+  if (root) {
+    std::printf("# where each stage's step went (one more step, events on the stage's compute stream; ms): layers = its\n"
+                "# slots' layer passes (alone: the same passes at the one-layer times), inputs = waits for a channel and\n"
+                "# copies before a slot, outputs = copies after one, gaps = the rest; SM clock during the timed steps\n");
+    std::printf("%-12s %5s %8s %6s %8s %8s %8s %7s %6s %14s\n", "schedule", "stage", "step", "zero", "inputs", "layers",
+                "alone", "outputs", "gaps", "clock MHz(cap)");
+    for (int st = 0; st < P; ++st)
+      std::printf("%-12s %5d %8s %6s %8s %8s %8s %7s %6s %9.0f (%3.0f%%)\n", "one layer", st, "", "", "", "", "", "", "",
+                  lclk[2 * st], 100 * lclk[2 * st + 1]);
+  }
+  for (size_t r = 0; r < runs.size(); ++r) {
+    std::string js = "[";
+    for (int st = 0; st < P; ++st) {
+      const double* v = bd[r].data() + size_t(st) * kBd;
+      const double alone = v[kFwdPasses] * t_f + v[kBwdPasses] * t_b;
+      const double gaps = v[kStep] - v[kPrepare] - v[kRun] - v[kFinish];
+      if (root)
+        std::printf("%-12s %5d %8.2f %6.2f %8.2f %8.2f %8.2f %7.2f %6.2f %9.0f (%3.0f%%)\n", runs[r].name.c_str(), st,
+                    v[kStep] / 1e3, v[kZero] / 1e3, v[kPrepare] / 1e3, v[kRun] / 1e3, alone / 1e3, v[kFinish] / 1e3,
+                    gaps / 1e3, v[kMhz], 100 * v[kCapped]);
+      char b[512];
+      std::snprintf(b, sizeof b,
+                    "%s{\"stage\": %d, \"step_us\": %.1f, \"zero_us\": %.1f, \"inputs_us\": %.1f, \"layers_us\": %.1f, "
+                    "\"layers_alone_us\": %.1f, \"outputs_us\": %.1f, \"gaps_us\": %.1f, \"sm_mhz\": %.0f, "
+                    "\"power_capped\": %.3f, \"layer_timing_sm_mhz\": %.0f}",
+                    st ? ", " : "", st, v[kStep], v[kZero], v[kPrepare], v[kRun], alone, v[kFinish], gaps, v[kMhz],
+                    v[kCapped], lclk[2 * st]);
+      js += b;
+    }
+    stage_json[r] = js + "]";
+  }
+  if (root)
+    for (size_t r = 0; r < runs.size(); ++r) {
+      bench::Json j;
+      j.add("bench", "pipeline-breakdown").add("schedule", runs[r].name).add("model", c.name).add("microbatches", M);
+      j.add("stages", P).add("layers", 2 * P * a.lpc).add("time_us", us[r]).add_raw("per_stage", stage_json[r]);
+      j.add("verified", ok).add_context(ctx);
+      bench::append_jsonl(a.json, j.str());
+    }
   team.synchronize(s, "bench pipeline end");
   return ok ? 0 : 3;
 }

@@ -80,6 +80,34 @@ TEST(PipelineMpi, SchedulesEqualTheUnpipelinedRun) {
     }
 }
 
+// Block timing: one record per slot of this rank, in order, non-negative, within the compute stream's step.
+TEST(PipelineMpi, BlockTimingCoversTheStep) {
+  braid::Team& team = world();
+  const int P = team.size();
+  const sch::PipeSchedule s = sch::make_w_shaped(P, 2 * P + 1);
+  sch::PipelineExecutor ex(team, tiny(), s, {1, 3});
+  EXPECT_THROW(ex.block_timings(), braid::Error);  // no timed step yet
+  ex.set_block_timing(true);
+  ex.step(team.stream());
+  team.synchronize(team.stream(), "pipeline timing test");
+  double zero = -1, step = -1;
+  const std::vector<sch::BlockTiming> bt = ex.block_timings(&zero, &step);
+  const auto& slots = s.stage_slots[team.rank()];
+  ASSERT_EQ(bt.size(), slots.size());
+  EXPECT_GE(zero, 0.0);
+  double sum = 0, last = 0;
+  for (size_t i = 0; i < bt.size(); ++i) {
+    EXPECT_EQ(bt[i].tasks, int(slots[i].tasks.size()));
+    EXPECT_GE(bt[i].prepare_us, 0.0);
+    EXPECT_GT(bt[i].run_us, 0.0);
+    EXPECT_GE(bt[i].finish_us, 0.0);
+    EXPECT_GE(bt[i].start_us, last - 1.0);
+    last = bt[i].start_us;
+    sum += bt[i].prepare_us + bt[i].run_us + bt[i].finish_us;
+  }
+  EXPECT_LE(sum, step * 1.001 + 5.0);
+}
+
 TEST(PipelineMpi, RejectsMismatchedStages) {
   braid::Team& team = world();
   EXPECT_THROW(sch::PipelineExecutor(team, tiny(), sch::make_1f1b(team.size() + 1, 2)), braid::Error);

@@ -55,6 +55,18 @@ struct PipeExecOptions {
   int channel_ctas = 2;
 };
 
+/// One slot of a step on this rank, timed with events on the compute stream (set_block_timing): what the
+/// stage's compute stream spent on it. Microseconds; start_us from the step's start (after zeroing gradients).
+struct BlockTiming {
+  int tasks = 0;             // 1, or 2 for an SI block
+  bool backward = false;     // the single task's direction (an SI block: false)
+  int mb = 0, chunk = 0;     // the single task's (an SI block: its forward's)
+  double start_us = 0;       // when the compute stream reached the block
+  double prepare_us = 0;     // its inputs: a local copy, or the wait for a channel's receive and the copy out of it
+  double run_us = 0;         // its layers (an SI block: both tasks', co-executed)
+  double finish_us = 0;      // handing its outputs on (a copy into a channel's buffer or the output)
+};
+
 class PipelineExecutor {
  public:
   // Collective over `team` (team.size() == s.stages; every rank builds the same channels in the same
@@ -76,6 +88,12 @@ class PipelineExecutor {
   std::vector<double> input_grad_hashes() const;
   std::vector<double> grad_hashes() const;
 
+  // Timing events around every slot of the next steps (off by default: events cost a little). After a timed
+  // step, block_timings() (synchronises the device) gives this rank's slots, and zero_us / step_us the
+  // gradients' zeroing before them and the compute stream's whole step.
+  void set_block_timing(bool on);
+  std::vector<BlockTiming> block_timings(double* zero_us = nullptr, double* step_us = nullptr) const;
+
   int total_layers() const;
   int activation_sets() const;   // slots x layers this rank holds
   const PipeSchedule& schedule() const;
@@ -86,11 +104,14 @@ class PipelineExecutor {
 };
 
 /// `braid bench pipeline [--model llama3-8b] [--seq 4096] [--microbatches 8] [--layers-per-chunk 1]
-/// [--iters 5] [--warmup 2] [--json FILE]`: with P = ranks stages, the un-pipelined reference, 1F1B
-/// (P chunks of 2 x layers-per-chunk layers) and the W-shaped schedule (2P folded chunks), one model of
-/// 2P x layers-per-chunk layers. Verifies every output, input gradient and weight gradient of 1F1B and
-/// W against the reference bit for bit, then times them; prints the simulator's prediction from measured
-/// one-layer times beside each. Returns 0, or 3 when a check failed.
+/// [--iters 5] [--warmup 2] [--w-si corun,fb,bf] [--json FILE]`: with P = ranks stages, the un-pipelined
+/// reference, 1F1B (P chunks of 2 x layers-per-chunk layers) and the W-shaped schedule (2P folded chunks; its
+/// SI blocks co-run, or split by split_si_blocks), one model of 2P x layers-per-chunk layers. Verifies every
+/// output, input gradient and weight gradient of each against the reference bit for bit, then times them;
+/// prints the simulator's prediction from measured one-layer times beside each, and where each stage's step
+/// went (one more step with block timing: layers against their one-layer times, input waits and copies,
+/// gaps) with the GPU clock during the timed steps and during the one-layer timing. Returns 0, or 3 when a
+/// check failed.
 int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context& ctx);
 
 }  // namespace braid::schedule
