@@ -559,7 +559,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   bool ok = true;
   std::vector<double> mem(runs.size(), 0), sets(runs.size(), 0), us(runs.size(), 0);
   // Per run, per stage (kBd values each, gathered from every rank): where the stage's step went.
-  enum { kStep, kZero, kPrepare, kRun, kFinish, kFwdPasses, kBwdPasses, kMhz, kCapped, kBd };
+  enum { kStep, kZero, kPrepare, kRun, kFinish, kFwdPasses, kBwdPasses, kMhz, kCapped, kRunF, kRunB, kBd };
   std::vector<std::vector<double>> bd(runs.size());
   int device = 0;
   BRAID_CUDA_CHECK(cudaGetDevice(&device));
@@ -601,12 +601,13 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       mine[kPrepare] += b.prepare_us, mine[kRun] += b.run_us, mine[kFinish] += b.finish_us;
       if (b.tasks == 2) mine[kFwdPasses] += runs[r].lpc, mine[kBwdPasses] += runs[r].lpc;
       else mine[b.backward ? kBwdPasses : kFwdPasses] += runs[r].lpc;
+      if (b.tasks == 1) mine[b.backward ? kRunB : kRunF] += b.run_us;  // (SI blocks: in layers only)
     }
     mine[kMhz] = clk.mean_mhz, mine[kCapped] = clk.power_capped;
     bd[r] = team.allreduce_max(v);
   }
   // The simulator's prediction from measured one-layer times (a W chunk = half a stage's layers).
-  double t_f = 0, t_b = 0, t_b0 = 0;
+  double t_f = 0, t_b = 0, t_b0 = 0, t_f2 = 0, t_b2 = 0;
   bench::ClockSummary layer_clk;
   {
     auto solo = team.split(team.rank(), 0);  // must outlive the communicator made from it
@@ -627,6 +628,22 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     l.zero_grads(s);
     t_b = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) { l.backward(s); })).median_us);
     layer_clk = clocks.stop();
+    // The same passes alternating between two layers (other weights, other saved activations), as a stage's
+    // slots do: what repeating one layer keeps in the caches.
+    m::Layer l2(c, m::Parallel{1, false}, *comm);
+    l2.init_random_weights(8);
+    l2.set_accumulate_grads(true);
+    l2.zero_grads(s);
+    m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(l2.x()), n, 1000 + 8, -1.f, 1.f, s);
+    m::kernels::fill_uniform(static_cast<m::kernels::bf16*>(l2.dy()), n, 2000 + 8, -1e-2f, 1e-2f, s);
+    t_f2 = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) {
+                                l.forward(s);
+                                l2.forward(s);
+                              })).median_us) / 2;
+    t_b2 = team.allreduce_max(bench::summarize(bench::time_iterations(&team, s, topt, [&](int) {
+                                l.backward(s);
+                                l2.backward(s);
+                              })).median_us) / 2;
   }
   std::vector<double> lclk(size_t(P) * 2, 0.0);
   lclk[2 * team.rank()] = layer_clk.mean_mhz, lclk[2 * team.rank() + 1] = layer_clk.power_capped;
@@ -635,8 +652,8 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   std::vector<std::string> stage_json(runs.size());
   if (root) {
     std::printf("# one layer alone: forward %.1f us, backward %.1f us accumulating its gradients (%.1f us "
-                "overwriting them)\n",
-                t_f, t_b, t_b0);
+                "overwriting them); alternating two layers: forward %.1f us, backward %.1f us\n",
+                t_f, t_b, t_b0, t_f2, t_b2);
     std::printf("%-12s %12s %12s %10s %14s %10s %12s %10s\n", "schedule", "time(us)", "tokens/s", "vs seq", "predicted(us)",
                 "bubble", "act sets", "mem(MiB)");
   }
@@ -663,8 +680,8 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     std::printf("# where each stage's step went (one more step, events on the stage's compute stream; ms): layers = its\n"
                 "# slots' layer passes (alone: the same passes at the one-layer times), inputs = waits for a channel and\n"
                 "# copies before a slot, outputs = copies after one, gaps = the rest; SM clock during the timed steps\n");
-    std::printf("%-12s %5s %8s %6s %8s %8s %8s %7s %6s %14s\n", "schedule", "stage", "step", "zero", "inputs", "layers",
-                "alone", "outputs", "gaps", "clock MHz(cap)");
+    std::printf("%-12s %5s %8s %6s %8s %8s %8s %7s %6s %14s %17s %17s\n", "schedule", "stage", "step", "zero", "inputs",
+                "layers", "alone", "outputs", "gaps", "clock MHz(cap)", "fwd tasks (alone)", "bwd tasks (alone)");
     for (int st = 0; st < P; ++st)
       std::printf("%-12s %5d %8s %6s %8s %8s %8s %7s %6s %9.0f (%3.0f%%)\n", "one layer", st, "", "", "", "", "", "", "",
                   lclk[2 * st], 100 * lclk[2 * st + 1]);
@@ -676,16 +693,18 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       const double alone = v[kFwdPasses] * t_f + v[kBwdPasses] * t_b;
       const double gaps = v[kStep] - v[kPrepare] - v[kRun] - v[kFinish];
       if (root)
-        std::printf("%-12s %5d %8.2f %6.2f %8.2f %8.2f %8.2f %7.2f %6.2f %9.0f (%3.0f%%)\n", runs[r].name.c_str(), st,
-                    v[kStep] / 1e3, v[kZero] / 1e3, v[kPrepare] / 1e3, v[kRun] / 1e3, alone / 1e3, v[kFinish] / 1e3,
-                    gaps / 1e3, v[kMhz], 100 * v[kCapped]);
-      char b[512];
+        std::printf("%-12s %5d %8.2f %6.2f %8.2f %8.2f %8.2f %7.2f %6.2f %9.0f (%3.0f%%) %8.2f (%6.2f) %8.2f (%6.2f)\n",
+                    runs[r].name.c_str(), st, v[kStep] / 1e3, v[kZero] / 1e3, v[kPrepare] / 1e3, v[kRun] / 1e3, alone / 1e3,
+                    v[kFinish] / 1e3, gaps / 1e3, v[kMhz], 100 * v[kCapped], v[kRunF] / 1e3,
+                    (v[kRunF] > 0 ? v[kFwdPasses] * t_f : 0) / 1e3, v[kRunB] / 1e3, (v[kRunB] > 0 ? v[kBwdPasses] * t_b : 0) / 1e3);
+      char b[768];
       std::snprintf(b, sizeof b,
                     "%s{\"stage\": %d, \"step_us\": %.1f, \"zero_us\": %.1f, \"inputs_us\": %.1f, \"layers_us\": %.1f, "
                     "\"layers_alone_us\": %.1f, \"outputs_us\": %.1f, \"gaps_us\": %.1f, \"sm_mhz\": %.0f, "
-                    "\"power_capped\": %.3f, \"layer_timing_sm_mhz\": %.0f}",
+                    "\"power_capped\": %.3f, \"layer_timing_sm_mhz\": %.0f, \"fwd_tasks_us\": %.1f, \"bwd_tasks_us\": %.1f, "
+                    "\"fwd_passes\": %.0f, \"bwd_passes\": %.0f}",
                     st ? ", " : "", st, v[kStep], v[kZero], v[kPrepare], v[kRun], alone, v[kFinish], gaps, v[kMhz],
-                    v[kCapped], lclk[2 * st]);
+                    v[kCapped], lclk[2 * st], v[kRunF], v[kRunB], v[kFwdPasses], v[kBwdPasses]);
       js += b;
     }
     stage_json[r] = js + "]";
@@ -694,7 +713,8 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     for (size_t r = 0; r < runs.size(); ++r) {
       bench::Json j;
       j.add("bench", "pipeline-breakdown").add("schedule", runs[r].name).add("model", c.name).add("microbatches", M);
-      j.add("stages", P).add("layers", 2 * P * a.lpc).add("time_us", us[r]).add_raw("per_stage", stage_json[r]);
+      j.add("stages", P).add("layers", 2 * P * a.lpc).add("time_us", us[r]).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b);
+      j.add("layer_fwd_alternating_us", t_f2).add("layer_bwd_alternating_us", t_b2).add_raw("per_stage", stage_json[r]);
       j.add("verified", ok).add_context(ctx);
       bench::append_jsonl(a.json, j.str());
     }
