@@ -274,6 +274,10 @@
 # PIPE_ROUNDS=2 PIPE_ARGS="--w-si corun,fb,bf"; ctest 44 s) ran out at DEADLINE=570 in the last run (build ~2.4 min
 # cold; a 5-schedule run ~60 s at M = 8, ~115 s at M = 16); warm `pipeline` (PIPE_NOTEST=1 PIPE_LPCS=2 PIPE_MS=8) 3.6
 # min. Pass BRAID_COMMIT=<sha> (forgotten in the first: the rows named the configure-time commit, fixed by hand).
+# `build pipeline` (BUILD_TARGET="braid test_pipeline_mpi", PIPE_LPCS="1 2", with the block-timing step) 8 min cold,
+# the lpc-2 run cut by DEADLINE=560; `build pipeline` (BUILD_TARGET=braid, PIPE_NOTEST=1, lpc 1, --w-si fb) 3.2 min cold.
+# Next (2x H200 or H100): the layer passes' 10% over the alternating one-layer times under block timing with
+# --channel-ctas 1 and 8 (the posted-receive hypothesis, docs/dhelix.md "Where the PP executor's step goes").
 # Sixty-fourth session (4x H200, then 2x H200): 4x `build test` (CTEST_R='_np4$|test_allreduce_mpi$', six entries,
 # ctest 5 min) 6.8 min cold (build 106 s on 64 cores); warm `test ar-table ar-variant` (CTEST_R='^none$', TABLE_MAX=256M
 # GRAPH_MAX=16M, AR_VARIANTS="nohint:BRAID_AR_CACHE_HINTS=0", VARIANT_ALGOS=nccl,int8,int6,int4, 16M-256M) 2.2 min;
