@@ -654,22 +654,30 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     std::printf("# one layer alone: forward %.1f us, backward %.1f us accumulating its gradients (%.1f us "
                 "overwriting them); alternating two layers: forward %.1f us, backward %.1f us\n",
                 t_f, t_b, t_b0, t_f2, t_b2);
-    std::printf("%-12s %12s %12s %10s %14s %10s %12s %10s\n", "schedule", "time(us)", "tokens/s", "vs seq", "predicted(us)",
-                "bubble", "act sets", "mem(MiB)");
+    std::printf("%-12s %12s %12s %10s %14s %10s %12s %10s %14s\n", "schedule", "time(us)", "tokens/s", "vs seq", "predicted(us)",
+                "bubble", "act sets", "mem(MiB)", "pred. alt(us)");
   }
   for (size_t r = 0; r < runs.size(); ++r) {
     PipeSchedule sim = runs[r].sched;
     PipeCosts pc;
     pc.t_fwd = 2 * a.lpc * t_f, pc.t_bwd = 2 * a.lpc * t_b;  // one stage's layers
     const PipeStats st = simulate_pipeline(sim, pc);
+    // The same with the one-layer times taken alternating two layers (closer to a stage's passes: sixty-fifth
+    // session, docs/dhelix.md).
+    PipeSchedule sim2 = runs[r].sched;
+    PipeCosts pc2 = pc;
+    pc2.t_fwd = 2 * a.lpc * t_f2, pc2.t_bwd = 2 * a.lpc * t_b2;
+    const double alt = simulate_pipeline(sim2, pc2).makespan;
     if (root) {
-      std::printf("%-12s %12.1f %12.0f %9.3fx %14.1f %10.4f %12.0f %10.1f\n", runs[r].name.c_str(), us[r],
-                  tokens / (us[r] * 1e-6), us[0] / us[r], st.makespan, st.bubble_ratio, sets[r], mem[r] / 1048576.0);
+      std::printf("%-12s %12.1f %12.0f %9.3fx %14.1f %10.4f %12.0f %10.1f %14.1f\n", runs[r].name.c_str(), us[r],
+                  tokens / (us[r] * 1e-6), us[0] / us[r], st.makespan, st.bubble_ratio, sets[r], mem[r] / 1048576.0, alt);
       bench::Json j;
       j.add("bench", "pipeline").add("schedule", runs[r].name).add("model", c.name).add("seq", c.seq);
       j.add("micro_batch", c.micro_batch).add("microbatches", M).add("stages", P).add("layers", 2 * P * a.lpc);
       j.add("time_us", us[r]).add("tokens_per_s", tokens / (us[r] * 1e-6)).add("speedup_vs_sequential", us[0] / us[r]);
-      j.add("predicted_us", st.makespan).add("predicted_bubble", st.bubble_ratio).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b)
+      j.add("predicted_us", st.makespan).add("predicted_alternating_us", alt).add("predicted_bubble", st.bubble_ratio)
+          .add("layer_fwd_us", t_f).add("layer_bwd_us", t_b).add("layer_fwd_alternating_us", t_f2)
+          .add("layer_bwd_alternating_us", t_b2)
           .add("layer_bwd_overwrite_us", t_b0).add("channel_ctas", a.channel_ctas);
       j.add("activation_sets", sets[r]).add("mem_bytes", mem[r]).add("verified", ok);
       j.add_context(ctx);
