@@ -276,8 +276,10 @@
 # min. Pass BRAID_COMMIT=<sha> (forgotten in the first: the rows named the configure-time commit, fixed by hand).
 # `build pipeline` (BUILD_TARGET="braid test_pipeline_mpi", PIPE_LPCS="1 2", with the block-timing step) 8 min cold,
 # the lpc-2 run cut by DEADLINE=560; `build pipeline` (BUILD_TARGET=braid, PIPE_NOTEST=1, lpc 1, --w-si fb) 3.2 min cold.
-# Next (2x H200 or H100): the layer passes' 10% over the alternating one-layer times under block timing with
-# --channel-ctas 1 and 8 (the posted-receive hypothesis, docs/dhelix.md "Where the PP executor's step goes").
+# Next (2x H200 or H100): the posted-receive hypothesis for the layer passes' 10% over the alternating one-layer
+# times (docs/dhelix.md "Where the PP executor's step goes"): `build pipeline` with BUILD_TARGET="braid
+# test_pipeline_mpi" PIPE_LPCS=1 PIPE_MS=8 PIPE_ARGS="--w-si fb --recv-ahead 0" and again with "--w-si fb" (the
+# default -1) and "--w-si fb --recv-ahead 1"; compare the breakdown's fwd/bwd task times.
 # Sixty-fourth session (4x H200, then 2x H200): 4x `build test` (CTEST_R='_np4$|test_allreduce_mpi$', six entries,
 # ctest 5 min) 6.8 min cold (build 106 s on 64 cores); warm `test ar-table ar-variant` (CTEST_R='^none$', TABLE_MAX=256M
 # GRAPH_MAX=16M, AR_VARIANTS="nohint:BRAID_AR_CACHE_HINTS=0", VARIANT_ALGOS=nccl,int8,int6,int4, 16M-256M) 2.2 min;
@@ -737,7 +739,7 @@ if has strands-stack; then  # DHelix over a stack of layers (StrandStack, bench 
 fi
 if has pipeline; then  # DHelix PP executor: W-shaped vs 1F1B vs no pipelining, one stage per rank, verified
   echo "== bench pipeline ($(date +%T))" | tee -a "$log"
-  [[ -n "${PIPE_NOTEST:-}" ]] || (cd build && timeout 120 ctest --output-on-failure --timeout 100 -R "test_pipeline" > "$out/ctest-pipeline.log" 2>&1)
+  [[ -n "${PIPE_NOTEST:-}" ]] || (cd build && timeout 240 ctest --output-on-failure --timeout 200 -R "test_pipeline" > "$out/ctest-pipeline.log" 2>&1)
   [[ -n "${PIPE_NOTEST:-}" ]] || grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-pipeline.log" | tee -a "$log"
   # PIPE_NOTEST=1 skips the tests; PIPE_MS (micro-batch counts), PIPE_LPCS (layers per W chunk), PIPE_ROUNDS, PIPE_T (seconds a run), PIPE_ARGS
   # (e.g. --w-si corun,fb,bf).

@@ -117,6 +117,9 @@ struct PipelineExecutor::Impl {
   // slot (before prepare, after prepare, after its layers, after finish).
   bool timing = false, timed = false;
   std::vector<cudaEvent_t> tevents;
+  // recv_ahead >= 0: an event on the compute stream at the start of every slot of the step, and the slot being enqueued.
+  std::vector<cudaEvent_t> block_starts;
+  size_t cur_block = 0;
   void* out_y = nullptr;   // [M][T*H]: the last chunk's outputs (rank holding it)
   void* out_dx = nullptr;  // [M][T*H]: the first chunk's input gradients (rank holding it)
 
@@ -148,6 +151,10 @@ struct PipelineExecutor::Impl {
   void recv(int boundary, int dir, int from, int mb, void* dst) {
     Channel& ch = channels.at({boundary, dir});
     void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
+    if (opt.recv_ahead >= 0) {  // post it once the compute stream reaches the slot recv_ahead slots before this one
+      const size_t at = cur_block >= size_t(opt.recv_ahead) ? cur_block - size_t(opt.recv_ahead) : 0;
+      BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, block_starts.at(at), 0));
+    }
     if (peer) {
       peer_arrived_kernel<<<1, 1, 0, ch.stream>>>(team.signals(), ch.peer_flags->local_as<uint32_t>() + mb,
                                                   step_no * kPeerSendBlocks, from);
@@ -331,6 +338,11 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
   for (auto& e : I.events) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   I.tevents.resize(3 + 4 * s.stage_slots[I.rank].size(), nullptr);
   for (auto& e : I.tevents) BRAID_CUDA_CHECK(cudaEventCreate(&e));
+  BRAID_REQUIRE(opt.recv_ahead >= -1, "pipeline: recv_ahead is -1 (post at once) or >= 0 slots");
+  if (opt.recv_ahead >= 0) {
+    I.block_starts.resize(s.stage_slots[I.rank].size(), nullptr);
+    for (auto& e : I.block_starts) BRAID_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   if (I.local_chunk(I.C - 1)) BRAID_CUDA_CHECK(cudaMalloc(&I.out_y, size_t(I.M) * I.elems * 2));
   if (I.local_chunk(0)) BRAID_CUDA_CHECK(cudaMalloc(&I.out_dx, size_t(I.M) * I.elems * 2));
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
@@ -349,6 +361,8 @@ PipelineExecutor::~PipelineExecutor() {
   for (auto e : I.events)
     if (e) cudaEventDestroy(e);
   for (auto e : I.tevents)
+    if (e) cudaEventDestroy(e);
+  for (auto e : I.block_starts)
     if (e) cudaEventDestroy(e);
   cudaFree(I.out_y);
   cudaFree(I.out_dx);
@@ -377,6 +391,8 @@ void PipelineExecutor::step(cudaStream_t stream) {
   // This stage's slots in order.
   size_t bi = 0;
   for (const PipeSlot& block : I.sched.stage_slots[I.rank]) {
+    I.cur_block = bi;
+    if (!I.block_starts.empty()) BRAID_CUDA_CHECK(cudaEventRecord(I.block_starts[bi], I.cs));
     const size_t tk = 3 + 4 * bi++;
     mark(tk);
     for (const PipeTask& t : block.tasks) I.prepare(t);
@@ -477,6 +493,7 @@ struct PipeArgs {
   std::string model = "llama3-8b", json;
   int seq = 4096, mb = 1, microbatches = 8, lpc = 1, iters = 5, warmup = 2;
   int channel_ctas = PipeExecOptions{}.channel_ctas;
+  int recv_ahead = PipeExecOptions{}.recv_ahead;
   // How the W-shaped schedule's SI blocks run, one W row each: "corun" (the strand executor), "fb" / "bf" (split
   // into two tasks, forward or backward first: split_si_blocks).
   std::vector<std::string> w_si = {"corun", "fb", "bf"};
@@ -496,6 +513,7 @@ PipeArgs parse_pipe(int argc, char** argv) {
     else if (k == "--microbatches") a.microbatches = std::stoi(val());
     else if (k == "--layers-per-chunk") a.lpc = std::stoi(val());
     else if (k == "--channel-ctas") a.channel_ctas = std::stoi(val());
+    else if (k == "--recv-ahead") a.recv_ahead = std::stoi(val());
     else if (k == "--w-si") {
       a.w_si.clear();
       const std::string v = val();
@@ -515,7 +533,8 @@ PipeArgs parse_pipe(int argc, char** argv) {
     else if (k.rfind("--", 0) == 0) throw UsageError("bench pipeline: unknown option " + k, __FILE__, __LINE__);
     // other words (bench, pipeline) belong to the CLI
   }
-  if (a.seq < 1 || a.mb < 1 || a.microbatches < 1 || a.lpc < 1 || a.iters < 1 || a.warmup < 0 || a.channel_ctas < 0)
+  if (a.seq < 1 || a.mb < 1 || a.microbatches < 1 || a.lpc < 1 || a.iters < 1 || a.warmup < 0 || a.channel_ctas < 0 ||
+      a.recv_ahead < -1)
     throw UsageError("bench pipeline: sizes and --iters must be >= 1, --warmup and --channel-ctas >= 0", __FILE__,
                      __LINE__);
   return a;
@@ -567,7 +586,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   for (size_t r = 0; r < runs.size(); ++r) {
     const double before = bench::device_used_bytes();
     PipeExecOptions po;
-    po.layers_per_chunk = runs[r].lpc, po.seed = 1, po.channel_ctas = a.channel_ctas;
+    po.layers_per_chunk = runs[r].lpc, po.seed = 1, po.channel_ctas = a.channel_ctas, po.recv_ahead = a.recv_ahead;
     PipelineExecutor ex(team, c, runs[r].sched, po);
     mem[r] = team.allreduce_max(bench::device_used_bytes() - before);
     sets[r] = team.allreduce_max(double(ex.activation_sets()));
@@ -677,7 +696,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       j.add("time_us", us[r]).add("tokens_per_s", tokens / (us[r] * 1e-6)).add("speedup_vs_sequential", us[0] / us[r]);
       j.add("predicted_us", st.makespan).add("predicted_alternating_us", alt).add("predicted_bubble", st.bubble_ratio)
           .add("layer_fwd_us", t_f).add("layer_bwd_us", t_b).add("layer_fwd_alternating_us", t_f2)
-          .add("layer_bwd_alternating_us", t_b2)
+          .add("layer_bwd_alternating_us", t_b2).add("recv_ahead", a.recv_ahead)
           .add("layer_bwd_overwrite_us", t_b0).add("channel_ctas", a.channel_ctas);
       j.add("activation_sets", sets[r]).add("mem_bytes", mem[r]).add("verified", ok);
       j.add_context(ctx);

@@ -35,9 +35,11 @@ struct Hashes {
   std::vector<double> y, dx, grads;
 };
 
-Hashes run(const sch::PipeSchedule& s, int lpc, int steps = 1) {
+Hashes run(const sch::PipeSchedule& s, int lpc, int steps = 1, int recv_ahead = -1) {
   braid::Team& team = world();
-  sch::PipelineExecutor ex(team, tiny(), s, {lpc, 3});
+  sch::PipeExecOptions o;
+  o.layers_per_chunk = lpc, o.seed = 3, o.recv_ahead = recv_ahead;
+  sch::PipelineExecutor ex(team, tiny(), s, o);
   Hashes first;
   for (int i = 0; i < steps; ++i) {
     ex.step(team.stream());
@@ -75,6 +77,11 @@ TEST(PipelineMpi, SchedulesEqualTheUnpipelinedRun) {
         expect_same(run(sch::split_si_blocks(sch::make_w_shaped(P, M), bf), lpc, 2), ref,
                     std::string("W-shaped, SI blocks split ") + (bf ? "backward first, " : "forward first, ") + tag);
       expect_same(run(sch::make_1f1b(P, M), 2 * lpc), ref, "1F1B, " + tag);
+      for (int ahead : {0, 1}) {  // receives posted only a slot or two before their consumer
+        const std::string at = ", receives posted " + std::to_string(ahead) + " slots ahead, " + tag;
+        expect_same(run(sch::make_w_shaped(P, M), lpc, 2, ahead), ref, "W-shaped" + at);
+        expect_same(run(sch::make_1f1b(P, M), 2 * lpc, 1, ahead), ref, "1F1B" + at);
+      }
       expect_same(run(sch::make_sequential_pipe(sch::PipeKind::OneFOneB, P, M), 2 * lpc), ref,
                   "unpipelined with 1F1B chunks, " + tag);
     }

@@ -53,6 +53,11 @@ struct PipeExecOptions {
   // receive occupies its CTAs while it waits beside the stage's compute: with 2 the 2x H200 runs were
   // 4-7% faster than NCCL's default (bench/results/h200x2, seventh session).
   int channel_ctas = 2;
+  // When a channel's receive is posted: -1 as soon as the host enqueues the step (the receive's kernel then waits on
+  // its stream, holding its CTAs beside the stage's compute until the data comes); k >= 0: only once the compute
+  // stream reaches the slot k slots before the one that consumes it (a test of whether posted receives slow the
+  // stage's GEMMs: docs/dhelix.md, "Where the PP executor's step goes").
+  int recv_ahead = -1;
 };
 
 /// One slot of a step on this rank, timed with events on the compute stream (set_block_timing): what the
