@@ -535,8 +535,8 @@ PipeArgs parse_pipe(int argc, char** argv) {
   }
   if (a.seq < 1 || a.mb < 1 || a.microbatches < 1 || a.lpc < 1 || a.iters < 1 || a.warmup < 0 || a.channel_ctas < 0 ||
       a.recv_ahead < -1)
-    throw UsageError("bench pipeline: sizes and --iters must be >= 1, --warmup and --channel-ctas >= 0", __FILE__,
-                     __LINE__);
+    throw UsageError("bench pipeline: sizes and --iters must be >= 1, --warmup and --channel-ctas >= 0, --recv-ahead >= -1",
+                     __FILE__, __LINE__);
   return a;
 }
 
