@@ -668,7 +668,6 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   lclk[2 * team.rank()] = layer_clk.mean_mhz, lclk[2 * team.rank() + 1] = layer_clk.power_capped;
   lclk = team.allreduce_max(lclk);
   const double tokens = double(M) * double(c.tokens());
-  std::vector<std::string> stage_json(runs.size());
   if (root) {
     std::printf("# one layer alone: forward %.1f us, backward %.1f us accumulating its gradients (%.1f us "
                 "overwriting them); alternating two layers: forward %.1f us, backward %.1f us\n",
@@ -724,27 +723,23 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
                     runs[r].name.c_str(), st, v[kStep] / 1e3, v[kZero] / 1e3, v[kPrepare] / 1e3, v[kRun] / 1e3, alone / 1e3,
                     v[kFinish] / 1e3, gaps / 1e3, v[kMhz], 100 * v[kCapped], v[kRunF] / 1e3,
                     (v[kRunF] > 0 ? v[kFwdPasses] * t_f : 0) / 1e3, v[kRunB] / 1e3, (v[kRunB] > 0 ? v[kBwdPasses] * t_b : 0) / 1e3);
-      char b[768];
-      std::snprintf(b, sizeof b,
-                    "%s{\"stage\": %d, \"step_us\": %.1f, \"zero_us\": %.1f, \"inputs_us\": %.1f, \"layers_us\": %.1f, "
-                    "\"layers_alone_us\": %.1f, \"outputs_us\": %.1f, \"gaps_us\": %.1f, \"sm_mhz\": %.0f, "
-                    "\"power_capped\": %.3f, \"layer_timing_sm_mhz\": %.0f, \"fwd_tasks_us\": %.1f, \"bwd_tasks_us\": %.1f, "
-                    "\"fwd_passes\": %.0f, \"bwd_passes\": %.0f}",
-                    st ? ", " : "", st, v[kStep], v[kZero], v[kPrepare], v[kRun], alone, v[kFinish], gaps, v[kMhz],
-                    v[kCapped], lclk[2 * st], v[kRunF], v[kRunB], v[kFwdPasses], v[kBwdPasses]);
-      js += b;
+      bench::Json sj;
+      sj.add("stage", st).add("step_us", v[kStep]).add("zero_us", v[kZero]).add("inputs_us", v[kPrepare]);
+      sj.add("layers_us", v[kRun]).add("layers_alone_us", alone).add("outputs_us", v[kFinish]).add("gaps_us", gaps);
+      sj.add("sm_mhz", v[kMhz]).add("power_capped", v[kCapped]).add("layer_timing_sm_mhz", lclk[2 * st]);
+      sj.add("fwd_tasks_us", v[kRunF]).add("bwd_tasks_us", v[kRunB]).add("fwd_passes", v[kFwdPasses]);
+      sj.add("bwd_passes", v[kBwdPasses]);
+      js += (st ? ", " : "") + sj.str();
     }
-    stage_json[r] = js + "]";
-  }
-  if (root)
-    for (size_t r = 0; r < runs.size(); ++r) {
+    if (root) {
       bench::Json j;
       j.add("bench", "pipeline-breakdown").add("schedule", runs[r].name).add("model", c.name).add("microbatches", M);
       j.add("stages", P).add("layers", 2 * P * a.lpc).add("time_us", us[r]).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b);
-      j.add("layer_fwd_alternating_us", t_f2).add("layer_bwd_alternating_us", t_b2).add_raw("per_stage", stage_json[r]);
+      j.add("layer_fwd_alternating_us", t_f2).add("layer_bwd_alternating_us", t_b2).add_raw("per_stage", js + "]");
       j.add("verified", ok).add_context(ctx);
       bench::append_jsonl(a.json, j.str());
     }
+  }
   team.synchronize(s, "bench pipeline end");
   return ok ? 0 : 3;
 }
