@@ -743,11 +743,16 @@ if has pipeline; then  # DHelix PP executor: W-shaped vs 1F1B vs no pipelining, 
   [[ -n "${PIPE_NOTEST:-}" ]] || grep -E "tests passed|tests failed|Failed|\*\*\*|Passed" "$out/ctest-pipeline.log" | tee -a "$log"
   # PIPE_NOTEST=1 skips the tests; PIPE_MS (micro-batch counts), PIPE_LPCS (layers per W chunk), PIPE_ROUNDS, PIPE_T (seconds a run), PIPE_ARGS
   # (e.g. --w-si corun,fb,bf).
+  # PIPE_RA: a list of --recv-ahead values, each its own run (file suffix -ra<k>), rounds interleaved.
   for r in $(seq 1 "${PIPE_ROUNDS:-1}"); do
     for pm in ${PIPE_MS:-${PIPE_M:-8}}; do
       for lpc in ${PIPE_LPCS:-1 2}; do
-        T=${PIPE_T:-150} mpi bench pipeline --model llama3-8b --seq 4096 --microbatches "$pm" --layers-per-chunk $lpc \
-          --iters 5 --warmup 2 ${PIPE_ARGS:-} --json "$out/pipeline-m$pm-lpc$lpc-r$r.jsonl" 2>&1 | tee -a "$log"
+        for ra in ${PIPE_RA:-none}; do
+          ra_arg=(); sfx=""
+          [[ "$ra" == none ]] || { ra_arg=(--recv-ahead "$ra"); sfx="-ra$ra"; }
+          T=${PIPE_T:-150} mpi bench pipeline --model llama3-8b --seq 4096 --microbatches "$pm" --layers-per-chunk $lpc \
+            --iters 5 --warmup 2 ${PIPE_ARGS:-} "${ra_arg[@]}" --json "$out/pipeline-m$pm-lpc$lpc$sfx-r$r.jsonl" 2>&1 | tee -a "$log"
+        done
       done
     done
   done
