@@ -98,7 +98,7 @@ const char* kUsage =
     "                                    intra-batch decomposition, verified; --layers L: a stack of L\n"
     "                                    layers (two strands hold L + 1 layers' activations), its units\n"
     "                                    also chained (spare slot; split slots within 1.05x memory)\n"
-    "  bench pipeline [--model llama3-8b] [--seq 4096] [--microbatches 8] [--layers-per-chunk 1] [--channel-ctas 2] [--recv-ahead -1] [--w-si corun,fb,bf] [--json FILE]\n"
+    "  bench pipeline [--model llama3-8b] [--seq 4096] [--microbatches 8] [--layers-per-chunk 1] [--channel-ctas 2] [--recv-ahead -1] [--channels auto|nccl|peer|ce,...] [--w-si corun,fb,bf] [--json FILE]\n"
     "                                    DHelix: W-shaped (folded, SI blocks) vs 1F1B vs no pipelining on\n"
     "                                    real layers, one stage per rank, verified bit for bit\n"
     "  profile-pairs --model M --tp 2 [--ep 2] --seq S [--out PAIRS] [--plan-out PLAN] [--throttle CTAS]\n"

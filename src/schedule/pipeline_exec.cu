@@ -19,6 +19,7 @@
 #include "braid/schedule/pipeline_exec.hpp"
 #include "braid/schedule/strands.hpp"
 #include "braid/signal_device.cuh"
+#include "braid/stream_memops.cuh"
 
 namespace braid::schedule {
 
@@ -84,6 +85,18 @@ __global__ void peer_consumed_kernel(uint32_t* consumed, uint32_t epoch) {
   dev::store_release(consumed, epoch);
 }
 
+// Copy-engine channels (PipeChannel::kCopyEngine): the same symmetric staging and flags, the words holding the
+// step number itself. Sender, on the channel stream after the compute stream's copy into its own staging:
+// cuStreamWaitValue32(own [1][mb] >= step - 1), cudaMemcpyAsync into the receiver's staging (a copy engine), then
+// cuStreamWriteValue32(receiver's [0][mb] = step), whose default flags put a memory barrier over the copy before
+// the write (braid/stream_memops.cuh). Receiver: cuStreamWaitValue32(own [0][mb] >= step, GEQ plus FLUSH of remote
+// writes where supported) on the channel stream, the compute stream's copy out after it, then
+// cuStreamWriteValue32(sender's [1][mb] = step) on the compute stream (the barrier orders the copy's reads first).
+// No SM waits or copies for a channel. The stream waits have no timeout of their own: the destructor waits for
+// the streams bounded by the team's timeout and, if they have not finished, writes 0xffffffff to this rank's
+// flags (memops::release_words) so that no stream stays stuck; a step that waits forever surfaces as the
+// TimeoutError of the caller's Team::synchronize.
+
 }  // namespace
 
 struct PipelineExecutor::Impl {
@@ -107,7 +120,11 @@ struct PipelineExecutor::Impl {
     std::unique_ptr<SymmetricBuffer> peer_staging, peer_flags;
   };
   std::map<std::pair<int, int>, Channel> channels;
-  bool peer = false;       // channels over peer memory (the team has no NCCL) instead of NCCL send/recv
+  bool peer = false;       // channels over peer memory (symmetric staging and flags) instead of NCCL send/recv
+  bool ce = false;         // ... moved by copy engines and stream memory operations (else by peer_send_kernel)
+  void* wait_value = nullptr;   // cuStreamWaitValue32 / cuStreamWriteValue32 (ce)
+  void* write_value = nullptr;
+  unsigned wait_flags = 0;
   uint32_t step_no = 0;    // steps enqueued: the peer channels' epoch
   cudaStream_t cs = nullptr, local = nullptr, cross = nullptr;  // compute, and the strand executor's links
   std::unique_ptr<StrandExecutor> strands;                      // for SI blocks
@@ -155,7 +172,9 @@ struct PipelineExecutor::Impl {
       const size_t at = cur_block >= size_t(opt.recv_ahead) ? cur_block - size_t(opt.recv_ahead) : 0;
       BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, block_starts.at(at), 0));
     }
-    if (peer) {
+    if (ce) {
+      memops::stream_wait(wait_value, ch.stream, ch.peer_flags->local_as<uint32_t>() + mb, step_no, wait_flags);
+    } else if (peer) {
       peer_arrived_kernel<<<1, 1, 0, ch.stream>>>(team.signals(), ch.peer_flags->local_as<uint32_t>() + mb,
                                                   step_no * kPeerSendBlocks, from);
       BRAID_CHECK_LAUNCH();
@@ -164,7 +183,9 @@ struct PipelineExecutor::Impl {
     }
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(cs, record(ch.stream), 0));
     copy(dst, buf);
-    if (peer) {
+    if (ce) {
+      memops::stream_write(write_value, cs, ch.peer_flags->peer_as<uint32_t>(from) + M + mb, step_no);
+    } else if (peer) {
       peer_consumed_kernel<<<1, 1, 0, cs>>>(ch.peer_flags->peer_as<uint32_t>(from) + M + mb, step_no);
       BRAID_CHECK_LAUNCH();
     }
@@ -174,7 +195,12 @@ struct PipelineExecutor::Impl {
     void* buf = static_cast<char*>(ch.staging) + size_t(mb) * elems * 2;
     copy(buf, src);
     BRAID_CUDA_CHECK(cudaStreamWaitEvent(ch.stream, record(cs), 0));
-    if (peer) {
+    if (ce) {
+      auto* dst = ch.peer_staging->peer_as<char>(to) + size_t(mb) * elems * 2;
+      memops::stream_wait(wait_value, ch.stream, ch.peer_flags->local_as<uint32_t>() + M + mb, step_no - 1, wait_flags);
+      BRAID_CUDA_CHECK(cudaMemcpyAsync(dst, buf, elems * 2, cudaMemcpyDefault, ch.stream));
+      memops::stream_write(write_value, ch.stream, ch.peer_flags->peer_as<uint32_t>(to) + mb, step_no);
+    } else if (peer) {
       auto* dst = ch.peer_staging->peer_as<char>(to) + size_t(mb) * elems * 2;
       peer_send_kernel<<<kPeerSendBlocks, kPeerSendThreads, 0, ch.stream>>>(
           team.signals(), static_cast<const uint4*>(buf), reinterpret_cast<uint4*>(dst), elems * 2 / 16,
@@ -275,11 +301,22 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
   // Collective part first, identical on every rank: the stage's own communicator, then the channels.
   I.solo = team.split(I.rank, 0);
   I.comm1 = m::make_default_comm(*I.solo);
-  // Without NCCL (ranks sharing one GPU) the channels go over peer memory (peer_send_kernel).
-  I.peer = !team.has_nccl();
+  // Without NCCL (ranks sharing one GPU) the channels go over peer memory (peer_send_kernel) by default.
+  PipeChannel tx = opt.channels;
+  if (tx == PipeChannel::kAuto) tx = team.has_nccl() ? PipeChannel::kNccl : PipeChannel::kPeerKernel;
+  BRAID_REQUIRE(tx != PipeChannel::kNccl || team.has_nccl(), "pipeline: NCCL channels need a team with NCCL");
+  I.peer = tx != PipeChannel::kNccl;
+  I.ce = tx == PipeChannel::kCopyEngine;
   if (I.peer) {
-    BRAID_REQUIRE(team.peer_ok(), "pipeline: a team without NCCL needs peer memory (" + team.peer_status() + ")");
-    BRAID_REQUIRE(I.elems * 2 % 16 == 0, "pipeline: peer channels copy 16-byte vectors (tokens x hidden % 8 == 0)");
+    BRAID_REQUIRE(team.peer_ok(), std::string("pipeline: ") + pipe_channel_name(tx) + " channels need peer memory (" +
+                                      team.peer_status() + ")");
+    BRAID_REQUIRE(I.ce || I.elems * 2 % 16 == 0,
+                  "pipeline: peer channels copy 16-byte vectors (tokens x hidden % 8 == 0)");
+  }
+  if (I.ce) {
+    I.wait_value = memops::required_entry_point("cuStreamWaitValue32", "pipeline copy-engine channels");
+    I.write_value = memops::required_entry_point("cuStreamWriteValue32", "pipeline copy-engine channels");
+    I.wait_flags = memops::remote_wait_flags();
   }
   for (int b = 0; b + 1 < I.C; ++b) {
     if (I.stage_of(b) == I.stage_of(b + 1)) continue;
@@ -351,6 +388,22 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
 
 PipelineExecutor::~PipelineExecutor() {
   Impl& I = *impl_;
+  if (I.ce) {  // stream waits have no timeout: bounded, then this rank's flags released (see the ce contract)
+    auto done = [&] {
+      cudaError_t e = I.cs ? cudaStreamQuery(I.cs) : cudaSuccess;
+      for (auto& [key, ch] : I.channels)
+        if (e == cudaSuccess && ch.stream) e = cudaStreamQuery(ch.stream);
+      return e;
+    };
+    const double t = I.team.options().timeout_s;
+    if (!memops::wait_bounded(done, t)) {
+      std::fprintf(stderr, "braid: rank %d: pipeline copy-engine channels still waiting at teardown after %.0f s; "
+                           "releasing this rank's channel flags\n", I.rank, t);
+      for (auto& [key, ch] : I.channels)
+        memops::release_words(I.write_value, ch.peer_flags->local_as<uint32_t>(), size_t(2) * I.M, t);
+      memops::wait_bounded(done, t);
+    }
+  }
   if (I.cs) cudaStreamSynchronize(I.cs);
   for (auto& [key, ch] : I.channels) {
     if (ch.stream) cudaStreamSynchronize(ch.stream), cudaStreamDestroy(ch.stream);
@@ -477,6 +530,22 @@ std::vector<BlockTiming> PipelineExecutor::block_timings(double* zero_us, double
 
 int PipelineExecutor::total_layers() const { return impl_->C * impl_->lpc; }
 
+const char* pipe_channel_name(PipeChannel c) {
+  switch (c) {
+    case PipeChannel::kAuto: return "auto";
+    case PipeChannel::kNccl: return "nccl";
+    case PipeChannel::kPeerKernel: return "peer";
+    case PipeChannel::kCopyEngine: return "ce";
+  }
+  return "?";
+}
+
+PipeChannel parse_pipe_channel(const std::string& name) {
+  for (PipeChannel c : {PipeChannel::kAuto, PipeChannel::kNccl, PipeChannel::kPeerKernel, PipeChannel::kCopyEngine})
+    if (name == pipe_channel_name(c)) return c;
+  throw UsageError("pipeline: channels are auto, nccl, peer or ce, not '" + name + "'", __FILE__, __LINE__);
+}
+
 int PipelineExecutor::activation_sets() const {
   int n = 0;
   for (const auto& ch : impl_->chunks)
@@ -497,6 +566,9 @@ struct PipeArgs {
   // How the W-shaped schedule's SI blocks run, one W row each: "corun" (the strand executor), "fb" / "bf" (split
   // into two tasks, forward or backward first: split_si_blocks).
   std::vector<std::string> w_si = {"corun", "fb", "bf"};
+  // Channel transports, each a set of runs (every schedule, the un-pipelined reference included); the first
+  // transport's un-pipelined run is the reference every other run is checked against.
+  std::vector<PipeChannel> channels = {PipeChannel::kAuto};
 };
 
 PipeArgs parse_pipe(int argc, char** argv) {
@@ -514,6 +586,15 @@ PipeArgs parse_pipe(int argc, char** argv) {
     else if (k == "--layers-per-chunk") a.lpc = std::stoi(val());
     else if (k == "--channel-ctas") a.channel_ctas = std::stoi(val());
     else if (k == "--recv-ahead") a.recv_ahead = std::stoi(val());
+    else if (k == "--channels") {
+      a.channels.clear();
+      const std::string v = val();
+      for (size_t p = 0; p <= v.size();) {
+        const size_t q = std::min(v.find(',', p), v.size());
+        a.channels.push_back(parse_pipe_channel(v.substr(p, q - p)));
+        p = q + 1;
+      }
+    }
     else if (k == "--w-si") {
       a.w_si.clear();
       const std::string v = val();
@@ -561,13 +642,19 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     std::string name;
     PipeSchedule sched;
     int lpc;
+    PipeChannel channels;
   };
   // One model of 2P x lpc layers in every run: W and its reference fold it into 2P chunks, 1F1B into P.
-  std::vector<Run> runs = {{"sequential", make_sequential_pipe(PipeKind::WShaped, P, M), a.lpc},
-                           {"1f1b", make_1f1b(P, M), 2 * a.lpc}};
-  for (const std::string& w : a.w_si) {
-    if (w == "corun") runs.push_back({"w-shaped", make_w_shaped(P, M), a.lpc});
-    else runs.push_back({"w-shaped-" + w, split_si_blocks(make_w_shaped(P, M), w == "bf"), a.lpc});
+  // More than one transport: every run's name carries its transport ("1f1b/ce").
+  std::vector<Run> runs;
+  for (PipeChannel ch : a.channels) {
+    const std::string tag = a.channels.size() > 1 ? std::string("/") + pipe_channel_name(ch) : "";
+    runs.push_back({"sequential" + tag, make_sequential_pipe(PipeKind::WShaped, P, M), a.lpc, ch});
+    runs.push_back({"1f1b" + tag, make_1f1b(P, M), 2 * a.lpc, ch});
+    for (const std::string& w : a.w_si) {
+      if (w == "corun") runs.push_back({"w-shaped" + tag, make_w_shaped(P, M), a.lpc, ch});
+      else runs.push_back({"w-shaped-" + w + tag, split_si_blocks(make_w_shaped(P, M), w == "bf"), a.lpc, ch});
+    }
   }
   if (root)
     std::printf("# pipeline: %s, seq %d, micro-batch %d, %d micro-batches, %d stages, %d layers (%d per W chunk), "
@@ -587,6 +674,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     const double before = bench::device_used_bytes();
     PipeExecOptions po;
     po.layers_per_chunk = runs[r].lpc, po.seed = 1, po.channel_ctas = a.channel_ctas, po.recv_ahead = a.recv_ahead;
+    po.channels = runs[r].channels;
     PipelineExecutor ex(team, c, runs[r].sched, po);
     mem[r] = team.allreduce_max(bench::device_used_bytes() - before);
     sets[r] = team.allreduce_max(double(ex.activation_sets()));
@@ -672,7 +760,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     std::printf("# one layer alone: forward %.1f us, backward %.1f us accumulating its gradients (%.1f us "
                 "overwriting them); alternating two layers: forward %.1f us, backward %.1f us\n",
                 t_f, t_b, t_b0, t_f2, t_b2);
-    std::printf("%-12s %12s %12s %10s %14s %10s %12s %10s %14s\n", "schedule", "time(us)", "tokens/s", "vs seq", "predicted(us)",
+    std::printf("%-18s %12s %12s %10s %14s %10s %12s %10s %14s\n", "schedule", "time(us)", "tokens/s", "vs seq", "predicted(us)",
                 "bubble", "act sets", "mem(MiB)", "pred. alt(us)");
   }
   for (size_t r = 0; r < runs.size(); ++r) {
@@ -687,7 +775,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     pc2.t_fwd = 2 * a.lpc * t_f2, pc2.t_bwd = 2 * a.lpc * t_b2;
     const double alt = simulate_pipeline(sim2, pc2).makespan;
     if (root) {
-      std::printf("%-12s %12.1f %12.0f %9.3fx %14.1f %10.4f %12.0f %10.1f %14.1f\n", runs[r].name.c_str(), us[r],
+      std::printf("%-18s %12.1f %12.0f %9.3fx %14.1f %10.4f %12.0f %10.1f %14.1f\n", runs[r].name.c_str(), us[r],
                   tokens / (us[r] * 1e-6), us[0] / us[r], st.makespan, st.bubble_ratio, sets[r], mem[r] / 1048576.0, alt);
       bench::Json j;
       j.add("bench", "pipeline").add("schedule", runs[r].name).add("model", c.name).add("seq", c.seq);
@@ -696,7 +784,8 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       j.add("predicted_us", st.makespan).add("predicted_alternating_us", alt).add("predicted_bubble", st.bubble_ratio)
           .add("layer_fwd_us", t_f).add("layer_bwd_us", t_b).add("layer_fwd_alternating_us", t_f2)
           .add("layer_bwd_alternating_us", t_b2).add("recv_ahead", a.recv_ahead)
-          .add("layer_bwd_overwrite_us", t_b0).add("channel_ctas", a.channel_ctas);
+          .add("layer_bwd_overwrite_us", t_b0).add("channel_ctas", a.channel_ctas)
+          .add("channels", pipe_channel_name(runs[r].channels));
       j.add("activation_sets", sets[r]).add("mem_bytes", mem[r]).add("verified", ok);
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());
@@ -706,10 +795,10 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     std::printf("# where each stage's step went (one more step, events on the stage's compute stream; ms): layers = its\n"
                 "# slots' layer passes (alone: the same passes at the one-layer times), inputs = waits for a channel and\n"
                 "# copies before a slot, outputs = copies after one, gaps = the rest; SM clock during the timed steps\n");
-    std::printf("%-12s %5s %8s %6s %8s %8s %8s %7s %6s %14s %17s %17s\n", "schedule", "stage", "step", "zero", "inputs",
+    std::printf("%-18s %5s %8s %6s %8s %8s %8s %7s %6s %14s %17s %17s\n", "schedule", "stage", "step", "zero", "inputs",
                 "layers", "alone", "outputs", "gaps", "clock MHz(cap)", "fwd tasks (alone)", "bwd tasks (alone)");
     for (int st = 0; st < P; ++st)
-      std::printf("%-12s %5d %8s %6s %8s %8s %8s %7s %6s %9.0f (%3.0f%%)\n", "one layer", st, "", "", "", "", "", "", "",
+      std::printf("%-18s %5d %8s %6s %8s %8s %8s %7s %6s %9.0f (%3.0f%%)\n", "one layer", st, "", "", "", "", "", "", "",
                   lclk[2 * st], 100 * lclk[2 * st + 1]);
   }
   for (size_t r = 0; r < runs.size(); ++r) {
@@ -719,7 +808,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
       const double alone = v[kFwdPasses] * t_f + v[kBwdPasses] * t_b;
       const double gaps = v[kStep] - v[kPrepare] - v[kRun] - v[kFinish];
       if (root)
-        std::printf("%-12s %5d %8.2f %6.2f %8.2f %8.2f %8.2f %7.2f %6.2f %9.0f (%3.0f%%) %8.2f (%6.2f) %8.2f (%6.2f)\n",
+        std::printf("%-18s %5d %8.2f %6.2f %8.2f %8.2f %8.2f %7.2f %6.2f %9.0f (%3.0f%%) %8.2f (%6.2f) %8.2f (%6.2f)\n",
                     runs[r].name.c_str(), st, v[kStep] / 1e3, v[kZero] / 1e3, v[kPrepare] / 1e3, v[kRun] / 1e3, alone / 1e3,
                     v[kFinish] / 1e3, gaps / 1e3, v[kMhz], 100 * v[kCapped], v[kRunF] / 1e3,
                     (v[kRunF] > 0 ? v[kFwdPasses] * t_f : 0) / 1e3, v[kRunB] / 1e3, (v[kRunB] > 0 ? v[kBwdPasses] * t_b : 0) / 1e3);
@@ -734,6 +823,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     if (root) {
       bench::Json j;
       j.add("bench", "pipeline-breakdown").add("schedule", runs[r].name).add("model", c.name).add("microbatches", M);
+      j.add("channels", pipe_channel_name(runs[r].channels)).add("recv_ahead", a.recv_ahead);
       j.add("stages", P).add("layers", 2 * P * a.lpc).add("time_us", us[r]).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b);
       j.add("layer_fwd_alternating_us", t_f2).add("layer_bwd_alternating_us", t_b2).add_raw("per_stage", js + "]");
       j.add("verified", ok).add_context(ctx);

@@ -35,10 +35,11 @@ struct Hashes {
   std::vector<double> y, dx, grads;
 };
 
-Hashes run(const sch::PipeSchedule& s, int lpc, int steps = 1, int recv_ahead = -1) {
+Hashes run(const sch::PipeSchedule& s, int lpc, int steps = 1, int recv_ahead = -1,
+           sch::PipeChannel channels = sch::PipeChannel::kAuto) {
   braid::Team& team = world();
   sch::PipeExecOptions o;
-  o.layers_per_chunk = lpc, o.seed = 3, o.recv_ahead = recv_ahead;
+  o.layers_per_chunk = lpc, o.seed = 3, o.recv_ahead = recv_ahead, o.channels = channels;
   sch::PipelineExecutor ex(team, tiny(), s, o);
   Hashes first;
   for (int i = 0; i < steps; ++i) {
@@ -85,6 +86,29 @@ TEST(PipelineMpi, SchedulesEqualTheUnpipelinedRun) {
       expect_same(run(sch::make_sequential_pipe(sch::PipeKind::OneFOneB, P, M), 2 * lpc), ref,
                   "unpipelined with 1F1B chunks, " + tag);
     }
+}
+
+// The channel transports: copy engines and stream memory operations (and the peer-kernel one where the team
+// has NCCL, whose default is NCCL send/recv), three steps each so that every flag is reused across steps.
+TEST(PipelineMpi, ChannelTransportsEqualTheUnpipelinedRun) {
+  braid::Team& team = world();
+  if (!team.peer_ok()) GTEST_SKIP() << "no peer access between the ranks: " << team.peer_status();
+  const int P = team.size();
+  for (int M : {1, 2 * P + 1}) {
+    const std::string tag = std::to_string(M) + " micro-batches";
+    const Hashes ref = run(sch::make_sequential_pipe(sch::PipeKind::WShaped, P, M), 1, 1);
+    for (sch::PipeChannel ch : {sch::PipeChannel::kCopyEngine, sch::PipeChannel::kPeerKernel}) {
+      const std::string what = std::string(sch::pipe_channel_name(ch)) + " channels, ";
+      expect_same(run(sch::make_sequential_pipe(sch::PipeKind::WShaped, P, M), 1, 3, -1, ch), ref,
+                  what + "unpipelined, " + tag);
+      expect_same(run(sch::make_1f1b(P, M), 2, 3, -1, ch), ref, what + "1F1B, " + tag);
+      expect_same(run(sch::split_si_blocks(sch::make_w_shaped(P, M), false), 1, 3, -1, ch), ref,
+                  what + "W-shaped, SI blocks split forward first, " + tag);
+      expect_same(run(sch::make_w_shaped(P, M), 1, 3, 0, ch), ref, what + "W-shaped, receives posted late, " + tag);
+    }
+  }
+  EXPECT_EQ(sch::parse_pipe_channel("ce"), sch::PipeChannel::kCopyEngine);
+  EXPECT_THROW(sch::parse_pipe_channel("tcp"), braid::Error);
 }
 
 // Block timing: one record per slot of this rank, in order, non-negative, within the compute stream's step.

@@ -25,13 +25,17 @@
 // Every wait is stream-ordered; nothing synchronises the host inside step(). In a team without NCCL (ranks
 // sharing one GPU, TeamOptions::shared_gpu) the channels go over peer memory instead: the sender's blocks push
 // into the receiver's buffer and count arrivals on its flag, the receiver stores "consumed" into the sender's
-// (pipeline_exec.cu); for correctness checks on one GPU only.
+// (pipeline_exec.cu); for correctness checks on one GPU only. PipeChannel::kCopyEngine (a team with peer access)
+// moves the same bytes with no SM at all: a copy engine writes the receiver's buffer, stream memory operations
+// (cuStreamWriteValue32 / cuStreamWaitValue32) carry the flags, so nothing waits on an SM beside the stage's GEMMs
+// (a posted NCCL receive holds its CTAs there: docs/dhelix.md, sixty-sixth session).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "braid/model/config.hpp"
@@ -46,6 +50,17 @@ struct Context;
 
 namespace braid::schedule {
 
+// How the chunk-boundary channels move activations between stages.
+enum class PipeChannel {
+  kAuto,        // NCCL send/recv where the team has NCCL, else kPeerKernel
+  kNccl,        // NCCL send/recv, one communicator per channel (channel_ctas CTAs each)
+  kPeerKernel,  // peer memory: a 32-block push kernel and a one-thread flag wait (needs peer access)
+  kCopyEngine,  // peer memory: cudaMemcpyAsync to the peer (a copy engine) and stream memory operations for
+                // the flags; no SM waits or copies (needs peer access and the driver's stream memory operations)
+};
+const char* pipe_channel_name(PipeChannel c);      // "auto", "nccl", "peer", "ce"
+PipeChannel parse_pipe_channel(const std::string& name);  // UsageError for anything else
+
 struct PipeExecOptions {
   int layers_per_chunk = 1;  // layers of one chunk of the schedule
   uint64_t seed = 1;         // weights and data, see the file comment
@@ -58,6 +73,7 @@ struct PipeExecOptions {
   // stream reaches the slot k slots before the one that consumes it (a test of whether posted receives slow the
   // stage's GEMMs: docs/dhelix.md, "Where the PP executor's step goes").
   int recv_ahead = -1;
+  PipeChannel channels = PipeChannel::kAuto;
 };
 
 /// One slot of a step on this rank, timed with events on the compute stream (set_block_timing): what the
