@@ -122,6 +122,7 @@ struct PipelineExecutor::Impl {
   std::map<std::pair<int, int>, Channel> channels;
   bool peer = false;       // channels over peer memory (symmetric staging and flags) instead of NCCL send/recv
   bool ce = false;         // ... moved by copy engines and stream memory operations (else by peer_send_kernel)
+  PipeChannel tx = PipeChannel::kNccl;  // the transport in use (opt.channels resolved)
   void* wait_value = nullptr;   // cuStreamWaitValue32 / cuStreamWriteValue32 (ce)
   void* write_value = nullptr;
   unsigned wait_flags = 0;
@@ -301,10 +302,16 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
   // Collective part first, identical on every rank: the stage's own communicator, then the channels.
   I.solo = team.split(I.rank, 0);
   I.comm1 = m::make_default_comm(*I.solo);
-  // Without NCCL (ranks sharing one GPU) the channels go over peer memory (peer_send_kernel) by default.
+  // kAuto: copy engines where the ranks have peer access and the driver its stream memory operations (measured
+  // faster than NCCL send/recv on every schedule: docs/dhelix.md, sixty-sixth session), else NCCL, else peer kernels.
   PipeChannel tx = opt.channels;
-  if (tx == PipeChannel::kAuto) tx = team.has_nccl() ? PipeChannel::kNccl : PipeChannel::kPeerKernel;
+  if (tx == PipeChannel::kAuto)
+    tx = team.peer_ok() && memops::driver_entry_point("cuStreamWaitValue32") &&
+                 memops::driver_entry_point("cuStreamWriteValue32")
+             ? PipeChannel::kCopyEngine
+             : team.has_nccl() ? PipeChannel::kNccl : PipeChannel::kPeerKernel;
   BRAID_REQUIRE(tx != PipeChannel::kNccl || team.has_nccl(), "pipeline: NCCL channels need a team with NCCL");
+  I.tx = tx;
   I.peer = tx != PipeChannel::kNccl;
   I.ce = tx == PipeChannel::kCopyEngine;
   if (I.peer) {
@@ -530,6 +537,8 @@ std::vector<BlockTiming> PipelineExecutor::block_timings(double* zero_us, double
 
 int PipelineExecutor::total_layers() const { return impl_->C * impl_->lpc; }
 
+PipeChannel PipelineExecutor::channels() const { return impl_->tx; }
+
 const char* pipe_channel_name(PipeChannel c) {
   switch (c) {
     case PipeChannel::kAuto: return "auto";
@@ -664,6 +673,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
   std::vector<std::vector<double>> ref;
   bool ok = true;
   std::vector<double> mem(runs.size(), 0), sets(runs.size(), 0), us(runs.size(), 0);
+  std::vector<std::string> used(runs.size());  // each run's transport, resolved
   // Per run, per stage (kBd values each, gathered from every rank): where the stage's step went.
   enum { kStep, kZero, kPrepare, kRun, kFinish, kFwdPasses, kBwdPasses, kMhz, kCapped, kRunF, kRunB, kBd };
   std::vector<std::vector<double>> bd(runs.size());
@@ -676,6 +686,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     po.layers_per_chunk = runs[r].lpc, po.seed = 1, po.channel_ctas = a.channel_ctas, po.recv_ahead = a.recv_ahead;
     po.channels = runs[r].channels;
     PipelineExecutor ex(team, c, runs[r].sched, po);
+    used[r] = pipe_channel_name(ex.channels());
     mem[r] = team.allreduce_max(bench::device_used_bytes() - before);
     sets[r] = team.allreduce_max(double(ex.activation_sets()));
     ex.step(s);
@@ -785,7 +796,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
           .add("layer_fwd_us", t_f).add("layer_bwd_us", t_b).add("layer_fwd_alternating_us", t_f2)
           .add("layer_bwd_alternating_us", t_b2).add("recv_ahead", a.recv_ahead)
           .add("layer_bwd_overwrite_us", t_b0).add("channel_ctas", a.channel_ctas)
-          .add("channels", pipe_channel_name(runs[r].channels));
+          .add("channels", used[r]);
       j.add("activation_sets", sets[r]).add("mem_bytes", mem[r]).add("verified", ok);
       j.add_context(ctx);
       bench::append_jsonl(a.json, j.str());
@@ -823,7 +834,7 @@ int bench_pipeline_main(Team& team, int argc, char** argv, const bench::Context&
     if (root) {
       bench::Json j;
       j.add("bench", "pipeline-breakdown").add("schedule", runs[r].name).add("model", c.name).add("microbatches", M);
-      j.add("channels", pipe_channel_name(runs[r].channels)).add("recv_ahead", a.recv_ahead);
+      j.add("channels", used[r]).add("recv_ahead", a.recv_ahead);
       j.add("stages", P).add("layers", 2 * P * a.lpc).add("time_us", us[r]).add("layer_fwd_us", t_f).add("layer_bwd_us", t_b);
       j.add("layer_fwd_alternating_us", t_f2).add("layer_bwd_alternating_us", t_b2).add_raw("per_stage", js + "]");
       j.add("verified", ok).add_context(ctx);

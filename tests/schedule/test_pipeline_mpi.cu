@@ -88,16 +88,18 @@ TEST(PipelineMpi, SchedulesEqualTheUnpipelinedRun) {
     }
 }
 
-// The channel transports: copy engines and stream memory operations (and the peer-kernel one where the team
-// has NCCL, whose default is NCCL send/recv), three steps each so that every flag is reused across steps.
+// Every channel transport the team can run (copy engines and peer kernels with peer access, NCCL with NCCL),
+// three steps each so that every flag and buffer is reused across steps, against the default's reference.
 TEST(PipelineMpi, ChannelTransportsEqualTheUnpipelinedRun) {
   braid::Team& team = world();
-  if (!team.peer_ok()) GTEST_SKIP() << "no peer access between the ranks: " << team.peer_status();
   const int P = team.size();
+  std::vector<sch::PipeChannel> chans;
+  if (team.peer_ok()) chans = {sch::PipeChannel::kCopyEngine, sch::PipeChannel::kPeerKernel};
+  if (team.has_nccl()) chans.push_back(sch::PipeChannel::kNccl);
   for (int M : {1, 2 * P + 1}) {
     const std::string tag = std::to_string(M) + " micro-batches";
     const Hashes ref = run(sch::make_sequential_pipe(sch::PipeKind::WShaped, P, M), 1, 1);
-    for (sch::PipeChannel ch : {sch::PipeChannel::kCopyEngine, sch::PipeChannel::kPeerKernel}) {
+    for (sch::PipeChannel ch : chans) {
       const std::string what = std::string(sch::pipe_channel_name(ch)) + " channels, ";
       expect_same(run(sch::make_sequential_pipe(sch::PipeKind::WShaped, P, M), 1, 3, -1, ch), ref,
                   what + "unpipelined, " + tag);
@@ -106,6 +108,13 @@ TEST(PipelineMpi, ChannelTransportsEqualTheUnpipelinedRun) {
                   what + "W-shaped, SI blocks split forward first, " + tag);
       expect_same(run(sch::make_w_shaped(P, M), 1, 3, 0, ch), ref, what + "W-shaped, receives posted late, " + tag);
     }
+  }
+  {
+    sch::PipeExecOptions o;
+    o.seed = 3;
+    sch::PipelineExecutor ex(team, tiny(), sch::make_1f1b(P, 2), o);
+    EXPECT_EQ(ex.channels(), team.peer_ok() ? sch::PipeChannel::kCopyEngine : sch::PipeChannel::kNccl)
+        << "the default transport";
   }
   EXPECT_EQ(sch::parse_pipe_channel("ce"), sch::PipeChannel::kCopyEngine);
   EXPECT_THROW(sch::parse_pipe_channel("tcp"), braid::Error);

@@ -1,7 +1,7 @@
 // braid/schedule/pipeline_exec.hpp — pipeline parallelism on real layers (DHelix §5: model folding and
 // the W-shaped schedule, against 1F1B): one stage per rank, a PipeSchedule (make_1f1b, make_w_shaped, or
 // the un-pipelined make_sequential_pipe) executed with model::Layer chunks (tensor parallelism 1 inside
-// a stage), activations and their gradients passed between stages by NCCL send/recv, and the W
+// a stage), activations and their gradients passed between stages by channels (copy engines, or NCCL send/recv), and the W
 // schedule's SI blocks (a forward task and a backward task on one stage) co-executed layer pair by layer
 // pair by the strand executor. A schedule from split_si_blocks has no SI block (its halves run one after the
 // other, the better form for these TP = 1 stages: docs/dhelix.md, sixty-fifth session).
@@ -17,18 +17,18 @@
 //
 // Buffers: each chunk keeps plan_slots(s, rank).count[c] activation sets ("slots"); slot 0's layers own
 // the chunk's weights and its accumulating weight gradients, the other slots share both
-// (model::Layer::Share::kAll). Channels: one NCCL communicator and one stream per direction of every
+// (model::Layer::Share::kAll). Channels: one stream (and, over NCCL, one communicator) per direction of every
 // chunk boundary that crosses ranks (each is a FIFO in micro-batch order, check_channel_order, so sends
 // and receives of different boundaries never wait on each other), with one buffer per micro-batch on
 // both ends: a send goes from a copy and a receive lands in the channel's buffer, then is copied into
 // the slot, so no slot waits for a transfer and only the schedule's data dependencies link the ranks.
-// Every wait is stream-ordered; nothing synchronises the host inside step(). In a team without NCCL (ranks
-// sharing one GPU, TeamOptions::shared_gpu) the channels go over peer memory instead: the sender's blocks push
-// into the receiver's buffer and count arrivals on its flag, the receiver stores "consumed" into the sender's
-// (pipeline_exec.cu); for correctness checks on one GPU only. PipeChannel::kCopyEngine (a team with peer access)
-// moves the same bytes with no SM at all: a copy engine writes the receiver's buffer, stream memory operations
-// (cuStreamWriteValue32 / cuStreamWaitValue32) carry the flags, so nothing waits on an SM beside the stage's GEMMs
-// (a posted NCCL receive holds its CTAs there: docs/dhelix.md, sixty-sixth session).
+// Every wait is stream-ordered; nothing synchronises the host inside step(). Transports (PipeChannel): by
+// default, where the ranks have peer access, copy engines — cudaMemcpyAsync writes the receiver's buffer and
+// stream memory operations (cuStreamWriteValue32 / cuStreamWaitValue32) carry the "arrived" and "consumed" flags,
+// so no SM waits or copies beside the stage's GEMMs (a posted NCCL receive holds its CTAs there for the whole
+// wait; copy engines made 1F1B 7% and the split W schedule 9% faster on 2x H200: docs/dhelix.md, sixty-sixth
+// session). Else NCCL send/recv; kPeerKernel (the sender's blocks push into the receiver's buffer and count
+// arrivals on its flag, a one-thread kernel waits) is kept for comparison (pipeline_exec.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,7 +52,7 @@ namespace braid::schedule {
 
 // How the chunk-boundary channels move activations between stages.
 enum class PipeChannel {
-  kAuto,        // NCCL send/recv where the team has NCCL, else kPeerKernel
+  kAuto,        // kCopyEngine where the ranks have peer access, else NCCL send/recv, else kPeerKernel
   kNccl,        // NCCL send/recv, one communicator per channel (channel_ctas CTAs each)
   kPeerKernel,  // peer memory: a 32-block push kernel and a one-thread flag wait (needs peer access)
   kCopyEngine,  // peer memory: cudaMemcpyAsync to the peer (a copy engine) and stream memory operations for
@@ -116,6 +116,8 @@ class PipelineExecutor {
   std::vector<BlockTiming> block_timings(double* zero_us = nullptr, double* step_us = nullptr) const;
 
   int total_layers() const;
+  // The channel transport in use (PipeExecOptions::channels, kAuto resolved).
+  PipeChannel channels() const;
   int activation_sets() const;   // slots x layers this rank holds
   const PipeSchedule& schedule() const;
 
