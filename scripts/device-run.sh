@@ -276,10 +276,11 @@
 # min. Pass BRAID_COMMIT=<sha> (forgotten in the first: the rows named the configure-time commit, fixed by hand).
 # `build pipeline` (BUILD_TARGET="braid test_pipeline_mpi", PIPE_LPCS="1 2", with the block-timing step) 8 min cold,
 # the lpc-2 run cut by DEADLINE=560; `build pipeline` (BUILD_TARGET=braid, PIPE_NOTEST=1, lpc 1, --w-si fb) 3.2 min cold.
-# Next (2x H200 or H100): the posted-receive hypothesis for the layer passes' 10% over the alternating one-layer
-# times (docs/dhelix.md "Where the PP executor's step goes"): `build pipeline` with BUILD_TARGET="braid
-# test_pipeline_mpi" PIPE_LPCS=1 PIPE_MS=8 PIPE_ARGS="--w-si fb --recv-ahead 0" and again with "--w-si fb" (the
-# default -1) and "--w-si fb --recv-ahead 1"; compare the breakdown's fwd/bwd task times.
+# Sixty-sixth session (2x H200): `build pipeline` (BUILD_TARGET="braid test_pipeline_mpi", PIPE_LPCS=1 PIPE_MS=8
+# PIPE_ROUNDS=2 PIPE_ARGS="--w-si fb" PIPE_RA="-1 0 1") ran past DEADLINE=570 in round 2's last run (build 2.3 min cold,
+# ctest 60 s, ~55 s a run); the same with PIPE_ARGS="--w-si fb --channels nccl,ce" and no PIPE_RA 8.2 min cold (ctest
+# 72 s, ~95 s a two-transport run); PIPE_MS=16 one round 6.1 min cold. Next (4x H200 or 2x H100): `build pipeline`
+# with PIPE_ARGS="--w-si fb,bf --channels nccl,ce" at M = 8 and 16, and PIPE_LPCS=2.
 # Sixty-fourth session (4x H200, then 2x H200): 4x `build test` (CTEST_R='_np4$|test_allreduce_mpi$', six entries,
 # ctest 5 min) 6.8 min cold (build 106 s on 64 cores); warm `test ar-table ar-variant` (CTEST_R='^none$', TABLE_MAX=256M
 # GRAPH_MAX=16M, AR_VARIANTS="nohint:BRAID_AR_CACHE_HINTS=0", VARIANT_ALGOS=nccl,int8,int6,int4, 16M-256M) 2.2 min;
