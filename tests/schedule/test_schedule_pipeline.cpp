@@ -5,6 +5,7 @@
 
 #include "braid/errors.hpp"
 #include "braid/schedule.hpp"
+#include "braid/schedule/pipeline_exec.hpp"
 
 using namespace braid::schedule;
 
@@ -249,4 +250,13 @@ TEST(PipelineExec, ChannelsAreFifos) {
       break;
     }
   EXPECT_NE(check_channel_order(s), "");
+}
+
+// The PP executor's channel transports by name (bench pipeline --channels): every name reads back, nothing else does.
+TEST(PipelineExec, ChannelTransportNames) {
+  for (PipeChannel c : {PipeChannel::kAuto, PipeChannel::kNccl, PipeChannel::kPeerKernel, PipeChannel::kCopyEngine})
+    EXPECT_EQ(parse_pipe_channel(pipe_channel_name(c)), c) << pipe_channel_name(c);
+  EXPECT_STREQ(pipe_channel_name(PipeChannel::kCopyEngine), "ce");
+  for (const char* bad : {"", "tcp", "CE", "nccl,ce"}) EXPECT_THROW(parse_pipe_channel(bad), braid::UsageError) << bad;
+  EXPECT_EQ(PipeExecOptions{}.channels, PipeChannel::kAuto);
 }
