@@ -145,6 +145,26 @@ struct PipelineExecutor::Impl {
       : team(t), cfg(c), sched(s), opt(o) {}
 
   int stage_of(int chunk) const { return chunk_stage(sched, chunk); }
+  // True once every stream of the executor is idle, false if one is still busy after the team's timeout (or failed).
+  bool drain() const {
+    return memops::wait_bounded(
+        [&] {
+          cudaError_t e = cudaSuccess;
+          for (cudaStream_t x : {cs, local, cross})
+            if (e == cudaSuccess && x) e = cudaStreamQuery(x);
+          for (auto& [key, ch] : channels)
+            if (e == cudaSuccess && ch.stream) e = cudaStreamQuery(ch.stream);
+          return e;
+        },
+        team.options().timeout_s);
+  }
+  // The getters' guard: the executor's work must end within the team's timeout before the device is synchronized.
+  void require_drained(const char* what) const {
+    if (!drain())
+      throw TimeoutError(std::string("pipeline ") + what + ": the executor's streams did not complete within " +
+                             std::to_string(team.options().timeout_s) + " s on rank " + std::to_string(rank),
+                         __FILE__, __LINE__);
+  }
   bool local_chunk(int chunk) const { return chunk >= 0 && chunk < C && stage_of(chunk) == rank; }
   cudaEvent_t event() {
     BRAID_REQUIRE(next_event < events.size(), "pipeline: event pool exhausted (internal error)");
@@ -395,21 +415,23 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
 
 PipelineExecutor::~PipelineExecutor() {
   Impl& I = *impl_;
-  if (I.ce) {  // stream waits have no timeout: bounded, then this rank's flags released (see the ce contract)
-    auto done = [&] {
-      cudaError_t e = I.cs ? cudaStreamQuery(I.cs) : cudaSuccess;
-      for (auto& [key, ch] : I.channels)
-        if (e == cudaSuccess && ch.stream) e = cudaStreamQuery(ch.stream);
-      return e;
-    };
+  // No hang at teardown (a step that never completed: a peer gone): wait for the executor's streams, bounded by the
+  // team's timeout; if they are still busy, free them — copy-engine channels by releasing this rank's flag words,
+  // NCCL channels by aborting their communicators (peer-kernel waits are bounded on the device) — and wait again.
+  if (!I.drain()) {
     const double t = I.team.options().timeout_s;
-    if (!memops::wait_bounded(done, t)) {
-      std::fprintf(stderr, "braid: rank %d: pipeline copy-engine channels still waiting at teardown after %.0f s; "
-                           "releasing this rank's channel flags\n", I.rank, t);
-      for (auto& [key, ch] : I.channels)
+    std::fprintf(stderr, "braid: rank %d: pipeline executor still busy at teardown after %.0f s (a peer gone?); %s\n",
+                 I.rank, t, I.ce ? "releasing this rank's channel flags" : "aborting its channel communicators");
+    for (auto& [key, ch] : I.channels) {
+      if (I.ce) {
         memops::release_words(I.write_value, ch.peer_flags->local_as<uint32_t>(), size_t(2) * I.M, t);
-      memops::wait_bounded(done, t);
+      } else if (ch.comm) {
+        ncclCommAbort(ch.comm);
+        ch.comm = nullptr;
+      }
     }
+    if (!I.drain())
+      std::fprintf(stderr, "braid: rank %d: pipeline executor streams still busy after the release\n", I.rank);
   }
   if (I.cs) cudaStreamSynchronize(I.cs);
   for (auto& [key, ch] : I.channels) {
@@ -482,7 +504,7 @@ void PipelineExecutor::step(cudaStream_t stream) {
 namespace {
 // Per micro-batch hashes of a [M][T*H] buffer (zeros where this rank has no such buffer).
 std::vector<double> per_microbatch_hashes(const void* buf, int M, size_t elems) {
-  BRAID_CUDA_CHECK(cudaDeviceSynchronize());
+  BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // (the callers drained the executor's streams, bounded)
   std::vector<double> h(M, 0.0);
   if (buf)
     for (int mb = 0; mb < M; ++mb) h[mb] = hash_device_bf16(static_cast<const char*>(buf) + size_t(mb) * elems * 2, elems);
@@ -491,15 +513,18 @@ std::vector<double> per_microbatch_hashes(const void* buf, int M, size_t elems) 
 }  // namespace
 
 std::vector<double> PipelineExecutor::output_hashes() const {
+  impl_->require_drained("output_hashes");
   return per_microbatch_hashes(impl_->out_y, impl_->M, impl_->elems);
 }
 
 std::vector<double> PipelineExecutor::input_grad_hashes() const {
+  impl_->require_drained("input_grad_hashes");
   return per_microbatch_hashes(impl_->out_dx, impl_->M, impl_->elems);
 }
 
 std::vector<double> PipelineExecutor::grad_hashes() const {
   const Impl& I = *impl_;
+  I.require_drained("grad_hashes");
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<double> h(size_t(I.C) * I.lpc, 0.0);
   for (int c = 0; c < I.C; ++c)
@@ -513,6 +538,7 @@ void PipelineExecutor::set_block_timing(bool on) { impl_->timing = on; }
 std::vector<BlockTiming> PipelineExecutor::block_timings(double* zero_us, double* step_us) const {
   const Impl& I = *impl_;
   BRAID_REQUIRE(I.timed, "pipeline: block_timings() needs a step run with set_block_timing(true)");
+  I.require_drained("block_timings");
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());
   auto us = [&](size_t a, size_t b) {
     float ms = 0;
