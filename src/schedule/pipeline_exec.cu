@@ -322,11 +322,15 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
   // Collective part first, identical on every rank: the stage's own communicator, then the channels.
   I.solo = team.split(I.rank, 0);
   I.comm1 = m::make_default_comm(*I.solo);
-  // kAuto: copy engines where the ranks have peer access and the driver its stream memory operations (measured
-  // faster than NCCL send/recv on every schedule: docs/dhelix.md, sixty-sixth session), else NCCL, else peer kernels.
+  // kAuto: copy engines at two stages where the ranks have peer access and the driver its stream memory operations
+  // (measured faster than NCCL send/recv on every schedule: docs/dhelix.md, sixty-sixth session), else NCCL, else
+  // peer kernels. Above two stages NCCL stays the default: a symmetric buffer takes memory on every rank of the team,
+  // so the peer transports hold every channel's staging on every rank (at P = 4, 12 channels where a stage is an end
+  // of at most 8; at P = 8, 28), where NCCL's staging sits on the channel's two ends only. (Every rank decides alike:
+  // team size, the team-wide peer verdict and the node's driver.)
   PipeChannel tx = opt.channels;
   if (tx == PipeChannel::kAuto)
-    tx = team.peer_ok() && memops::driver_entry_point("cuStreamWaitValue32") &&
+    tx = I.P == 2 && team.peer_ok() && memops::driver_entry_point("cuStreamWaitValue32") &&
                  memops::driver_entry_point("cuStreamWriteValue32")
              ? PipeChannel::kCopyEngine
              : team.has_nccl() ? PipeChannel::kNccl : PipeChannel::kPeerKernel;

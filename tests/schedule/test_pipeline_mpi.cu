@@ -113,8 +113,10 @@ TEST(PipelineMpi, ChannelTransportsEqualTheUnpipelinedRun) {
     sch::PipeExecOptions o;
     o.seed = 3;
     sch::PipelineExecutor ex(team, tiny(), sch::make_1f1b(P, 2), o);
-    EXPECT_EQ(ex.channels(), team.peer_ok() ? sch::PipeChannel::kCopyEngine : sch::PipeChannel::kNccl)
-        << "the default transport";
+    const sch::PipeChannel want = P == 2 && team.peer_ok() ? sch::PipeChannel::kCopyEngine
+                                  : team.has_nccl()          ? sch::PipeChannel::kNccl
+                                                             : sch::PipeChannel::kPeerKernel;
+    EXPECT_EQ(ex.channels(), want) << "the default transport";
   }
   EXPECT_EQ(sch::parse_pipe_channel("ce"), sch::PipeChannel::kCopyEngine);
   EXPECT_THROW(sch::parse_pipe_channel("tcp"), braid::Error);

@@ -23,11 +23,12 @@
 // both ends: a send goes from a copy and a receive lands in the channel's buffer, then is copied into
 // the slot, so no slot waits for a transfer and only the schedule's data dependencies link the ranks.
 // Every wait is stream-ordered; nothing synchronises the host inside step(). Transports (PipeChannel): by
-// default, where the ranks have peer access, copy engines — cudaMemcpyAsync writes the receiver's buffer and
+// default, at two stages where the ranks have peer access, copy engines — cudaMemcpyAsync writes the receiver's buffer and
 // stream memory operations (cuStreamWriteValue32 / cuStreamWaitValue32) carry the "arrived" and "consumed" flags,
 // so no SM waits or copies beside the stage's GEMMs (a posted NCCL receive holds its CTAs there for the whole
 // wait; copy engines made 1F1B 7% and the split W schedule 9% faster on 2x H200: docs/dhelix.md, sixty-sixth
-// session). Else NCCL send/recv; kPeerKernel (the sender's blocks push into the receiver's buffer and count
+// session). Else NCCL send/recv (and above two stages, where the peer transports' staging — symmetric buffers —
+// would sit on every rank for every channel); kPeerKernel (the sender's blocks push into the receiver's buffer and count
 // arrivals on its flag, a one-thread kernel waits) is kept for comparison (pipeline_exec.cu).
 #pragma once
 
@@ -52,7 +53,7 @@ namespace braid::schedule {
 
 // How the chunk-boundary channels move activations between stages.
 enum class PipeChannel {
-  kAuto,        // kCopyEngine where the ranks have peer access, else NCCL send/recv, else kPeerKernel
+  kAuto,        // kCopyEngine at two stages where the ranks have peer access, else NCCL send/recv, else kPeerKernel
   kNccl,        // NCCL send/recv, one communicator per channel (channel_ctas CTAs each)
   kPeerKernel,  // peer memory: a 32-block push kernel and a one-thread flag wait (needs peer access)
   kCopyEngine,  // peer memory: cudaMemcpyAsync to the peer (a copy engine) and stream memory operations for
