@@ -189,9 +189,15 @@ class NcclWindow {
 
 // A buffer of the same size on every rank of a team, each mapped into every peer of the node.
 // Construction and destruction are collective over the team.
+// The second constructor holds the buffer on `members` only (team ranks, the same list on every rank; a non-member
+// passes it too and gets no memory: local() == nullptr, bytes() == 0), each member's mapped into the other members
+// only (peer(r) == nullptr for a non-member r): e.g. a channel's staging on its two ends. Still collective over the
+// whole team.
 class SymmetricBuffer {
  public:
   SymmetricBuffer(Team& team, size_t bytes);
+  SymmetricBuffer(Team& team, size_t bytes, const std::vector<int>& members);
+  bool member() const { return local_ != nullptr; }
   ~SymmetricBuffer();
   SymmetricBuffer(const SymmetricBuffer&) = delete;
   SymmetricBuffer& operator=(const SymmetricBuffer&) = delete;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -470,22 +471,52 @@ std::vector<double> Team::allreduce_max(const std::vector<double>& v) const {
 // ---------------------------------------------------------------------------------------------------
 // SymmetricBuffer
 
-SymmetricBuffer::SymmetricBuffer(Team& team, size_t bytes) : team_(team), bytes_(bytes) {
+namespace {
+std::vector<int> all_ranks(int n) {
+  std::vector<int> v(n);
+  for (int r = 0; r < n; ++r) v[r] = r;
+  return v;
+}
+}  // namespace
+
+SymmetricBuffer::SymmetricBuffer(Team& team, size_t bytes) : SymmetricBuffer(team, bytes, all_ranks(team.size_)) {}
+
+SymmetricBuffer::SymmetricBuffer(Team& team, size_t bytes, const std::vector<int>& members)
+    : team_(team), bytes_(bytes) {
   if (!team.peer_ok_) throw UnavailableError("symmetric memory needs peer access: " + team.peer_status_, __FILE__, __LINE__);
-  // Collective agreement on the size: a mismatch would map buffers of different lengths.
-  unsigned long long b = bytes, bmax = 0;
-  BRAID_MPI_CHECK(MPI_Allreduce(&b, &bmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, team.comm_));
-  if (bmax != b) throw UsageError("SymmetricBuffer: ranks asked for different sizes", __FILE__, __LINE__);
-  BRAID_CUDA_CHECK(cudaMalloc(&local_, bytes_ == 0 ? 256 : bytes_));
-  cudaIpcMemHandle_t mine;
-  BRAID_CUDA_CHECK(cudaIpcGetMemHandle(&mine, local_));
+  std::vector<char> in(team.size_, 0);
+  for (int r : members) {
+    if (r < 0 || r >= team.size_) throw UsageError("SymmetricBuffer: a member outside the team", __FILE__, __LINE__);
+    in[r] = 1;
+  }
+  const bool me = in[team.rank_] != 0;
+  // Collective agreement on the members and the size: a mismatch would map buffers of different lengths, or wait
+  // for a handle that never comes. Members contribute their size, non-members nothing.
+  const unsigned long long big = ~0ull;
+  unsigned long long lo[2] = {me ? bytes : big, me ? ~bytes : big}, out[2] = {0, 0};  // min bytes, max bytes
+  BRAID_MPI_CHECK(MPI_Allreduce(lo, out, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, team.comm_));
+  std::vector<char> every(size_t(team.size_) * team.size_);
+  BRAID_MPI_CHECK(MPI_Allgather(in.data(), team.size_, MPI_CHAR, every.data(), team.size_, MPI_CHAR, team.comm_));
+  for (int r = 0; r < team.size_; ++r)
+    if (!std::equal(in.begin(), in.end(), every.begin() + size_t(r) * team.size_))
+      throw UsageError("SymmetricBuffer: ranks named different members", __FILE__, __LINE__);
+  if (out[0] != big && out[0] != ~out[1])  // (every rank sees it alike and throws: no rank is left in the exchange)
+    throw UsageError("SymmetricBuffer: ranks asked for different sizes", __FILE__, __LINE__);
+  cudaIpcMemHandle_t mine{};
+  if (me) {
+    BRAID_CUDA_CHECK(cudaMalloc(&local_, bytes_ == 0 ? 256 : bytes_));
+    BRAID_CUDA_CHECK(cudaIpcGetMemHandle(&mine, local_));
+  } else {
+    bytes_ = 0;
+  }
   std::vector<cudaIpcMemHandle_t> all(team.size_);
   BRAID_MPI_CHECK(MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, team.comm_));
   peers_.assign(team.size_, nullptr);
+  if (!me) return;
   for (int r = 0; r < team.size_; ++r) {
     if (r == team.rank_) {
       peers_[r] = local_;
-    } else {
+    } else if (in[r]) {
       BRAID_CUDA_CHECK(cudaIpcOpenMemHandle(&peers_[r], all[r], cudaIpcMemLazyEnablePeerAccess));
     }
   }

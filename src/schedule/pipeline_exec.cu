@@ -324,10 +324,8 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
   I.comm1 = m::make_default_comm(*I.solo);
   // kAuto: copy engines at two stages where the ranks have peer access and the driver its stream memory operations
   // (measured faster than NCCL send/recv on every schedule: docs/dhelix.md, sixty-sixth session), else NCCL, else
-  // peer kernels. Above two stages NCCL stays the default: a symmetric buffer takes memory on every rank of the team,
-  // so the peer transports hold every channel's staging on every rank (at P = 4, 12 channels where a stage is an end
-  // of at most 8; at P = 8, 28), where NCCL's staging sits on the channel's two ends only. (Every rank decides alike:
-  // team size, the team-wide peer verdict and the node's driver.)
+  // peer kernels. Above two stages NCCL stays the default until copy engines are measured there (the PP = 4 runs
+  // so far are NCCL's). (Every rank decides alike: team size, the team-wide peer verdict and the node's driver.)
   PipeChannel tx = opt.channels;
   if (tx == PipeChannel::kAuto)
     tx = I.P == 2 && team.peer_ok() && memops::driver_entry_point("cuStreamWaitValue32") &&
@@ -353,11 +351,13 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
     if (I.stage_of(b) == I.stage_of(b + 1)) continue;
     for (int dir = 0; dir < 2; ++dir) {
       Impl::Channel ch;
-      if (I.peer) {  // collective: every rank, in the same order
-        ch.peer_staging = std::make_unique<SymmetricBuffer>(team, size_t(I.M) * I.elems * 2);
-        ch.peer_flags = std::make_unique<SymmetricBuffer>(team, size_t(2) * I.M * sizeof(uint32_t));
-        BRAID_CUDA_CHECK(cudaMemset(ch.peer_flags->local(), 0, ch.peer_flags->bytes()));  // synchronized below
-        ch.staging = ch.peer_staging->local();
+      if (I.peer) {  // collective: every rank, in the same order; memory on the channel's two ends only
+        const std::vector<int> ends = {I.stage_of(b), I.stage_of(b + 1)};
+        ch.peer_staging = std::make_unique<SymmetricBuffer>(team, size_t(I.M) * I.elems * 2, ends);
+        ch.peer_flags = std::make_unique<SymmetricBuffer>(team, size_t(2) * I.M * sizeof(uint32_t), ends);
+        if (ch.peer_flags->member())  // synchronized below
+          BRAID_CUDA_CHECK(cudaMemset(ch.peer_flags->local(), 0, ch.peer_flags->bytes()));
+        ch.staging = ch.peer_staging->local();  // (nullptr on the other ranks)
       } else {
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         if (opt.channel_ctas > 0) cfg.minCTAs = 1, cfg.maxCTAs = opt.channel_ctas;
@@ -428,7 +428,8 @@ PipelineExecutor::~PipelineExecutor() {
                  I.rank, t, I.ce ? "releasing this rank's channel flags" : "aborting its channel communicators");
     for (auto& [key, ch] : I.channels) {
       if (I.ce) {
-        memops::release_words(I.write_value, ch.peer_flags->local_as<uint32_t>(), size_t(2) * I.M, t);
+        if (ch.peer_flags->member())
+          memops::release_words(I.write_value, ch.peer_flags->local_as<uint32_t>(), size_t(2) * I.M, t);
       } else if (ch.comm) {
         ncclCommAbort(ch.comm);
         ch.comm = nullptr;

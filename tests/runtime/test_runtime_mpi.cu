@@ -277,4 +277,50 @@ TEST(Runtime, SplitCreatesSubTeamsEagerly) {
   cudaFree(d);
 }
 
+
+// A symmetric buffer on some ranks only (a channel's two ends): members map each other, non-members hold nothing,
+// and a disagreement on the members or the size throws on every rank (nobody is left waiting in the exchange).
+TEST(Runtime, SymmetricBufferOnMembersOnly) {
+  braid::Team team(MPI_COMM_WORLD);
+  ASSERT_TRUE(team.peer_ok()) << team.peer_status();
+  const int world = team.size(), rank = team.rank();
+  const std::vector<int> ends = {0, world - 1};
+  const size_t n = 1 << 16;  // words
+  {
+    braid::SymmetricBuffer buf(team, n * 4, ends);
+    const bool me = rank == 0 || rank == world - 1;
+    EXPECT_EQ(buf.member(), me);
+    EXPECT_EQ(buf.bytes(), me ? n * 4 : 0u);
+    for (int r = 0; r < world; ++r)
+      EXPECT_EQ(buf.peer(r) != nullptr, me && (r == 0 || r == world - 1)) << "rank " << rank << " peer " << r;
+    if (me) {  // each end writes its rank into the other end's buffer by a copy engine, then reads its own
+      std::vector<uint32_t> h(n, uint32_t(rank) + 1);
+      const int other = rank == 0 ? world - 1 : 0;
+      ASSERT_EQ(cudaMemcpy(buf.peer(other), h.data(), n * 4, cudaMemcpyDefault), cudaSuccess);
+    }
+    cudaDeviceSynchronize();
+    team.barrier();
+    if (me) {
+      std::vector<uint32_t> h(n, 0);
+      ASSERT_EQ(cudaMemcpy(h.data(), buf.local(), n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      const uint32_t want = uint32_t(rank == 0 ? world - 1 : 0) + 1;
+      size_t bad = 0;
+      for (uint32_t v : h) bad += v != want;
+      EXPECT_EQ(bad, 0u);
+    }
+    team.barrier();
+  }
+  {
+    braid::SymmetricBuffer one(team, 256, {world - 1});  // a single member: nobody to map
+    EXPECT_EQ(one.member(), rank == world - 1);
+    for (int r = 0; r < world; ++r) EXPECT_EQ(one.peer(r) != nullptr, rank == world - 1 && r == rank);
+  }
+  if (world >= 2) {
+    EXPECT_THROW(braid::SymmetricBuffer(team, 256, {rank}), braid::UsageError);             // members differ
+    EXPECT_THROW(braid::SymmetricBuffer(team, 256 * size_t(1 + rank), ends), braid::UsageError);  // sizes differ
+  }
+  EXPECT_THROW(braid::SymmetricBuffer(team, 256, {world}), braid::UsageError);  // outside the team (every rank)
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 }  // namespace

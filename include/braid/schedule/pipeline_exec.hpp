@@ -27,8 +27,7 @@
 // stream memory operations (cuStreamWriteValue32 / cuStreamWaitValue32) carry the "arrived" and "consumed" flags,
 // so no SM waits or copies beside the stage's GEMMs (a posted NCCL receive holds its CTAs there for the whole
 // wait; copy engines made 1F1B 7% and the split W schedule 9% faster on 2x H200: docs/dhelix.md, sixty-sixth
-// session). Else NCCL send/recv (and above two stages, where the peer transports' staging — symmetric buffers —
-// would sit on every rank for every channel); kPeerKernel (the sender's blocks push into the receiver's buffer and count
+// session). Else NCCL send/recv (and above two stages, until copy engines are measured there); kPeerKernel (the sender's blocks push into the receiver's buffer and count
 // arrivals on its flag, a one-thread kernel waits) is kept for comparison (pipeline_exec.cu).
 #pragma once
 
