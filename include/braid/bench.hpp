@@ -169,6 +169,16 @@ class GpuClockSampler {
 // Device memory in use on the current device (cudaMemGetInfo: total - free), bytes.
 double device_used_bytes();
 
+// A 52-bit hash of the bits of device buffers, computed on the device (for bit-for-bit comparisons of large
+// results without copying them to the host): the sum mod 2^64 of splitmix64(buffer, word index, 32-bit word) over
+// every word of every buffer (a last partial word zero-padded), so it depends on every bit and on where it is, and
+// not on the order the GPU sums in. Returned as an exactly representable double, never 0. Stream-ordered on
+// `stream`, then synchronizes it.
+double device_hash52(const std::vector<std::pair<const void*, size_t>>& buffers, cudaStream_t stream);
+inline double device_hash52(const void* p, size_t bytes, cudaStream_t stream) {
+  return device_hash52({{p, bytes}}, stream);
+}
+
 // A device allocation owned for one benchmark case (at least 16 bytes, so empty shapes stay valid).
 struct DeviceBuffer {
   void* p = nullptr;

@@ -132,6 +132,65 @@ double device_used_bytes() {
   return double(total - free_b);
 }
 
+namespace {
+__host__ __device__ inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// acc += Σ_i splitmix64(splitmix64(tag ^ i) ^ word_i) over the buffer's 32-bit words (the last one zero-padded):
+// each block sums its threads' terms (mod 2^64, exact in any order) and adds one atomic.
+constexpr int kHashThreads = 256;
+__global__ void __launch_bounds__(kHashThreads) hash_words_kernel(const uint8_t* p, size_t bytes, uint64_t tag,
+                                                                  unsigned long long* acc) {
+  const size_t words = (bytes + 3) / 4, full = bytes / 4;
+  uint64_t sum = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t w = 0;
+    if (i < full && reinterpret_cast<uintptr_t>(p) % 4 == 0) {
+      w = reinterpret_cast<const uint32_t*>(p)[i];
+    } else {
+      for (size_t b = 0; b < 4 && 4 * i + b < bytes; ++b) w |= uint32_t(p[4 * i + b]) << (8 * b);
+    }
+    sum += splitmix64(splitmix64(tag ^ uint64_t(i)) ^ w);
+  }
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_down_sync(0xffffffffu, sum, o);
+  __shared__ uint64_t part[kHashThreads / 32];
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t t = 0;
+    for (int k = 0; k < kHashThreads / 32; ++k) t += part[k];
+    atomicAdd(acc, static_cast<unsigned long long>(t));
+  }
+}
+}  // namespace
+
+double device_hash52(const std::vector<std::pair<const void*, size_t>>& buffers, cudaStream_t stream) {
+  DeviceBuffer acc(sizeof(unsigned long long));
+  auto* a = static_cast<unsigned long long*>(acc.p);
+  BRAID_CUDA_CHECK(cudaMemsetAsync(a, 0, sizeof(*a), stream));
+  int dev = 0, sms = 0;
+  BRAID_CUDA_CHECK(cudaGetDevice(&dev));
+  BRAID_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  for (size_t k = 0; k < buffers.size(); ++k) {
+    const size_t bytes = buffers[k].second;
+    if (bytes == 0) continue;
+    const size_t words = (bytes + 3) / 4;
+    const int blocks = int(std::min<size_t>((words + kHashThreads - 1) / kHashThreads, size_t(sms) * 8));
+    hash_words_kernel<<<blocks, kHashThreads, 0, stream>>>(static_cast<const uint8_t*>(buffers[k].first), bytes,
+                                                          splitmix64(0x6272616964ull + k) ^ (uint64_t(bytes) << 20), a);
+    BRAID_CHECK_LAUNCH();
+  }
+  unsigned long long h = 0;
+  BRAID_CUDA_CHECK(cudaMemcpyAsync(&h, a, sizeof(h), cudaMemcpyDeviceToHost, stream));
+  BRAID_CUDA_CHECK(cudaStreamSynchronize(stream));
+  h &= (1ull << 52) - 1;
+  return double(h == 0 ? 1 : h);
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes) { BRAID_CUDA_CHECK(cudaMalloc(&p, bytes < 16 ? 16 : bytes)); }
 DeviceBuffer::~DeviceBuffer() { cudaFree(p); }
 

@@ -1231,6 +1231,18 @@ void Layer::init_random_weights(uint64_t seed) {
   BRAID_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+std::vector<std::pair<const void*, size_t>> Layer::grad_buffers() const {
+  const Impl& m = *impl_;
+  const size_t h = size_t(m.H);
+  const size_t w13 = m.moe ? size_t(m.El) * h * 2 * size_t(m.F) : h * 2 * size_t(m.Fl);
+  const size_t w2 = m.moe ? size_t(m.El) * size_t(m.F) * h : size_t(m.Fl) * h;
+  return {{m.rep, size_t(m.rep_elems) * 4},
+          {m.dwqkv, h * size_t(m.nqkv) * 2},
+          {m.dwo, size_t(m.qd) * h * 2},
+          {m.dw13, w13 * 2},
+          {m.dw2, w2 * 2}};
+}
+
 LayerWeights Layer::download_grads() const {
   const Impl& m = *impl_;
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());

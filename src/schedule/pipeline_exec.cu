@@ -27,28 +27,6 @@ namespace m = braid::model;
 
 namespace {
 
-// 52-bit FNV-1a of a byte range, as an exactly representable double (0 is kept for "not here").
-double hash52(const void* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  h &= (uint64_t(1) << 52) - 1;
-  return double(h == 0 ? 1 : h);
-}
-
-double hash_device_bf16(const void* p, size_t n) {
-  std::vector<uint16_t> h(n);
-  BRAID_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
-  return hash52(h.data(), n * 2);
-}
-
-double hash_grads(const m::LayerWeights& g) {
-  std::vector<double> all;
-  for (const auto* v : {&g.norm1, &g.norm2, &g.wq, &g.wk, &g.wv, &g.wo, &g.w1, &g.w3, &g.w2, &g.router})
-    all.insert(all.end(), v->begin(), v->end());
-  return hash52(all.data(), all.size() * sizeof(double));
-}
-
 // Peer channels (a team without NCCL: ranks sharing one GPU). Per channel, every rank holds a symmetric staging
 // buffer [M][T*H] and flags [2][M]: [0][mb] "data of step e arrived" (the sender's kPeerSendBlocks blocks each add 1
 // into the receiver's, so step e is complete at e x kPeerSendBlocks), [1][mb] "step e consumed" (the receiver stores e
@@ -507,24 +485,26 @@ void PipelineExecutor::step(cudaStream_t stream) {
 }
 
 namespace {
-// Per micro-batch hashes of a [M][T*H] buffer (zeros where this rank has no such buffer).
-std::vector<double> per_microbatch_hashes(const void* buf, int M, size_t elems) {
+// Per micro-batch hashes of a [M][T*H] buffer (zeros where this rank has no such buffer), computed on the device
+// (bench::device_hash52; the host-side hashes of gigabytes of gradients took most of a bench run's time).
+std::vector<double> per_microbatch_hashes(const void* buf, int M, size_t elems, cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // (the callers drained the executor's streams, bounded)
   std::vector<double> h(M, 0.0);
   if (buf)
-    for (int mb = 0; mb < M; ++mb) h[mb] = hash_device_bf16(static_cast<const char*>(buf) + size_t(mb) * elems * 2, elems);
+    for (int mb = 0; mb < M; ++mb)
+      h[mb] = bench::device_hash52(static_cast<const char*>(buf) + size_t(mb) * elems * 2, elems * 2, s);
   return h;
 }
 }  // namespace
 
 std::vector<double> PipelineExecutor::output_hashes() const {
   impl_->require_drained("output_hashes");
-  return per_microbatch_hashes(impl_->out_y, impl_->M, impl_->elems);
+  return per_microbatch_hashes(impl_->out_y, impl_->M, impl_->elems, impl_->cs);
 }
 
 std::vector<double> PipelineExecutor::input_grad_hashes() const {
   impl_->require_drained("input_grad_hashes");
-  return per_microbatch_hashes(impl_->out_dx, impl_->M, impl_->elems);
+  return per_microbatch_hashes(impl_->out_dx, impl_->M, impl_->elems, impl_->cs);
 }
 
 std::vector<double> PipelineExecutor::grad_hashes() const {
@@ -534,7 +514,7 @@ std::vector<double> PipelineExecutor::grad_hashes() const {
   std::vector<double> h(size_t(I.C) * I.lpc, 0.0);
   for (int c = 0; c < I.C; ++c)
     if (I.local_chunk(c))
-      for (int i = 0; i < I.lpc; ++i) h[size_t(c) * I.lpc + i] = hash_grads(I.chunks[c][0][i]->download_grads());
+      for (int i = 0; i < I.lpc; ++i) h[size_t(c) * I.lpc + i] = bench::device_hash52(I.chunks[c][0][i]->grad_buffers(), I.cs);
   return h;
 }
 

@@ -80,6 +80,10 @@ class Layer {
   void init_random_weights(uint64_t seed);
   // This rank's weight gradients in the shard layout (shard_of), as float64.
   LayerWeights download_grads() const;
+  // The device buffers of this rank's weight gradients (shared with the owner under Share::kAll), in a fixed order:
+  // the replicated fp32 ones (norms, router), then dwqkv, dwo, dw13, dw2 (bf16, shard layout): for comparing
+  // gradients bit for bit on the device (bench::device_hash52) instead of downloading them.
+  std::vector<std::pair<const void*, size_t>> grad_buffers() const;
   // Gradient accumulation: every backward adds its weight gradients to the buffers (wgrad GEMMs with
   // beta = 1; the replicated fp32 ones are computed apart, all-reduced, then added) instead of overwriting
   // them. zero_grads() clears them (stream-ordered). Off by default.

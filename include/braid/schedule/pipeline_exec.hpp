@@ -101,10 +101,11 @@ class PipelineExecutor {
   // executor's streams fork from it and join back into it.
   void step(cudaStream_t stream);
 
-  // After a step (each synchronises the device): 52-bit FNV-1a hashes, as doubles, of the bits of the
+  // After a step (each waits for the executor's streams, bounded by the team's timeout, then synchronises the
+  // device): 52-bit hashes computed on the device (bench::device_hash52), as doubles, of the bits of the
   // last chunk's output per micro-batch and of the first chunk's input gradient per micro-batch (0 on a
-  // rank without that chunk), and of each global layer's weight gradients (0 where another rank holds
-  // the layer). Team::allreduce_max of them is the same on every rank and comparable between executors.
+  // rank without that chunk), and of each global layer's weight gradients (Layer::grad_buffers; 0 where another
+  // rank holds the layer). Team::allreduce_max of them is the same on every rank and comparable between executors.
   std::vector<double> output_hashes() const;
   std::vector<double> input_grad_hashes() const;
   std::vector<double> grad_hashes() const;
