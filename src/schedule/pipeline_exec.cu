@@ -486,7 +486,8 @@ void PipelineExecutor::step(cudaStream_t stream) {
 
 namespace {
 // Per micro-batch hashes of a [M][T*H] buffer (zeros where this rank has no such buffer), computed on the device
-// (bench::device_hash52; the host-side hashes of gigabytes of gradients took most of a bench run's time).
+// (bench::device_hash52; the host-side FNV over float64 copies of the gradients — gigabytes a layer pair — was,
+// by estimate, most of a bench run's wall time).
 std::vector<double> per_microbatch_hashes(const void* buf, int M, size_t elems, cudaStream_t s) {
   BRAID_CUDA_CHECK(cudaDeviceSynchronize());  // (the callers drained the executor's streams, bounded)
   std::vector<double> h(M, 0.0);
