@@ -27,10 +27,10 @@ namespace m = braid::model;
 
 namespace {
 
-// Peer channels (a team without NCCL: ranks sharing one GPU). Per channel, every rank holds a symmetric staging
-// buffer [M][T*H] and flags [2][M]: [0][mb] "data of step e arrived" (the sender's kPeerSendBlocks blocks each add 1
-// into the receiver's, so step e is complete at e x kPeerSendBlocks), [1][mb] "step e consumed" (the receiver stores e
-// into the sender's). Ordering: each send block's stores into the receiver's buffer, then bar.sync, then thread 0's
+// Peer-kernel channels (PipeChannel::kPeerKernel; the default of a team without NCCL above two stages). Per channel,
+// its two ranks hold a symmetric staging buffer [M][T*H] and flags [2][M] (SymmetricBuffer on the two ends only):
+// [0][mb] "data of step e arrived" (the sender's kPeerSendBlocks blocks each add 1 into the receiver's, so step e is
+// complete at e x kPeerSendBlocks), [1][mb] "step e consumed" (the receiver stores e into the sender's). Ordering: each send block's stores into the receiver's buffer, then bar.sync, then thread 0's
 // fence.acq_rel.sys and red.release.sys on the flag; the receiver's wait is an acquire (wait_geq), its copy out runs
 // after it in stream order, and its consumed-store follows that copy (fence, st.release.sys), which the sender's next
 // step acquires before it overwrites the buffer. Every wait is bounded by the team's timeout (a TimeoutError from
