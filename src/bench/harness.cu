@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "braid/bench.hpp"
+#include "braid/hash.hpp"
 #include "braid/errors.hpp"
 #include "braid/runtime.hpp"
 
@@ -133,12 +134,6 @@ double device_used_bytes() {
 }
 
 namespace {
-__host__ __device__ inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // acc += Σ_i splitmix64(splitmix64(tag ^ i) ^ word_i) over the buffer's 32-bit words (the last one zero-padded):
 // each block sums its threads' terms (mod 2^64, exact in any order) and adds one atomic.

@@ -13,16 +13,12 @@
 #include <stdexcept>
 
 #include "braid/fusion/pass.hpp"
+#include "braid/hash.hpp"
 
 namespace braid::fusion {
 namespace {
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using braid::splitmix64;
 
 int64_t count(const std::vector<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
@@ -55,7 +51,7 @@ bool contains(const Box& outer, const Box& inner) {
 
 std::vector<double> weight_values(const Weight& w) {
   std::vector<double> v(count(w.shape));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = double(int64_t(splitmix(w.seed ^ (i * 0x100000001b3ull)) % 3) - 1);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double(int64_t(splitmix64(w.seed ^ (i * 0x100000001b3ull)) % 3) - 1);
   return v;  // in {-1, 0, 1}
 }
 
@@ -309,7 +305,7 @@ std::vector<Dense> random_inputs(const Graph& g, uint64_t seed) {
   std::vector<Dense> in;
   for (int t : g.inputs) {
     Dense d{g.tensors[t].shape, std::vector<double>(count(g.tensors[t].shape))};
-    for (size_t i = 0; i < d.v.size(); ++i) d.v[i] = double(int64_t(splitmix((seed * 31 + t) ^ (i << 20)) % 7) - 3);
+    for (size_t i = 0; i < d.v.size(); ++i) d.v[i] = double(int64_t(splitmix64((seed * 31 + t) ^ (i << 20)) % 7) - 3);
     in.push_back(std::move(d));
   }
   return in;

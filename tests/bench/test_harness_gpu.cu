@@ -11,15 +11,11 @@
 #include <vector>
 
 #include "braid/bench.hpp"
+#include "braid/hash.hpp"
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using braid::splitmix64;
 
 // The header's formula over host copies of the buffers.
 double host_hash52(const std::vector<std::vector<uint8_t>>& bufs) {
