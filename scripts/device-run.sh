@@ -279,8 +279,11 @@
 # Sixty-sixth session (2x H200): `build pipeline` (BUILD_TARGET="braid test_pipeline_mpi", PIPE_LPCS=1 PIPE_MS=8
 # PIPE_ROUNDS=2 PIPE_ARGS="--w-si fb" PIPE_RA="-1 0 1") ran past DEADLINE=570 in round 2's last run (build 2.3 min cold,
 # ctest 60 s, ~55 s a run); the same with PIPE_ARGS="--w-si fb --channels nccl,ce" and no PIPE_RA 8.2 min cold (ctest
-# 72 s, ~95 s a two-transport run); PIPE_MS=16 one round 6.1 min cold. Next (4x H200 or 2x H100): `build pipeline`
-# with PIPE_ARGS="--w-si fb,bf --channels nccl,ce" at M = 8 and 16, and PIPE_LPCS=2.
+# 72 s, ~95 s a two-transport run); PIPE_MS=16 one round 6.1 min cold. Next, first: `build test` with
+# CTEST_R='test_runtime_mpi$|test_pipeline_mpi|test_harness_gpu|fusion' (code written after the device time: the
+# member-aware SymmetricBuffer, device hashes, the executor's bounded teardown). Then (4x H200 or 2x H100): `build
+# pipeline` with PIPE_ARGS="--w-si fb,bf --channels nccl,ce" at M = 8 and 16, and PIPE_LPCS=2 (runs should be much
+# shorter now that the hashes are computed on the GPU).
 # Sixty-fourth session (4x H200, then 2x H200): 4x `build test` (CTEST_R='_np4$|test_allreduce_mpi$', six entries,
 # ctest 5 min) 6.8 min cold (build 106 s on 64 cores); warm `test ar-table ar-variant` (CTEST_R='^none$', TABLE_MAX=256M
 # GRAPH_MAX=16M, AR_VARIANTS="nohint:BRAID_AR_CACHE_HINTS=0", VARIANT_ALGOS=nccl,int8,int6,int4, 16M-256M) 2.2 min;
