@@ -30,10 +30,11 @@ namespace {
 // Peer-kernel channels (PipeChannel::kPeerKernel; the default of a team without NCCL above two stages). Per channel,
 // its two ranks hold a symmetric staging buffer [M][T*H] and flags [2][M] (SymmetricBuffer on the two ends only):
 // [0][mb] "data of step e arrived" (the sender's kPeerSendBlocks blocks each add 1 into the receiver's, so step e is
-// complete at e x kPeerSendBlocks), [1][mb] "step e consumed" (the receiver stores e into the sender's). Ordering: each send block's stores into the receiver's buffer, then bar.sync, then thread 0's
-// fence.acq_rel.sys and red.release.sys on the flag; the receiver's wait is an acquire (wait_geq), its copy out runs
-// after it in stream order, and its consumed-store follows that copy (fence, st.release.sys), which the sender's next
-// step acquires before it overwrites the buffer. Every wait is bounded by the team's timeout (a TimeoutError from
+// complete at e x kPeerSendBlocks), [1][mb] "step e consumed" (the receiver stores e into the sender's). Ordering:
+// each send block's stores into the receiver's buffer, then bar.sync, then thread 0's fence.acq_rel.sys and
+// red.release.sys on the flag; the receiver's wait is an acquire (wait_geq), its copy out runs after it in stream
+// order, and its consumed-store follows that copy (fence, st.release.sys), which the sender's next step acquires
+// before it overwrites the buffer. Every wait is bounded by the team's timeout (a TimeoutError from
 // Team::synchronize, not a hang).
 constexpr int kPeerSendBlocks = 32;
 constexpr int kPeerSendThreads = 256;
@@ -614,25 +615,15 @@ PipeArgs parse_pipe(int argc, char** argv) {
     else if (k == "--recv-ahead") a.recv_ahead = std::stoi(val());
     else if (k == "--channels") {
       a.channels.clear();
-      const std::string v = val();
-      for (size_t p = 0; p <= v.size();) {
-        const size_t q = std::min(v.find(',', p), v.size());
-        a.channels.push_back(parse_pipe_channel(v.substr(p, q - p)));
-        p = q + 1;
-      }
+      for (const std::string& w : bench::split_list(val())) a.channels.push_back(parse_pipe_channel(w));
+      if (a.channels.empty()) throw UsageError("bench pipeline: --channels names no transport", __FILE__, __LINE__);
     }
     else if (k == "--w-si") {
-      a.w_si.clear();
-      const std::string v = val();
-      for (size_t p = 0; p <= v.size();) {
-        const size_t q = std::min(v.find(',', p), v.size());
-        const std::string w = v.substr(p, q - p);
+      a.w_si = bench::split_list(val());
+      for (const std::string& w : a.w_si)
         if (w != "corun" && w != "fb" && w != "bf")
           throw UsageError("bench pipeline: --w-si takes corun, fb and bf (comma-separated), not '" + w + "'", __FILE__,
                            __LINE__);
-        a.w_si.push_back(w);
-        p = q + 1;
-      }
     }
     else if (k == "--iters") a.iters = std::stoi(val());
     else if (k == "--warmup") a.warmup = std::stoi(val());
