@@ -471,28 +471,17 @@ std::vector<double> Team::allreduce_max(const std::vector<double>& v) const {
 // ---------------------------------------------------------------------------------------------------
 // SymmetricBuffer
 
-SymmetricBuffer::SymmetricBuffer(Team& team, size_t bytes) : team_(team), bytes_(bytes) {
-  if (!team.peer_ok_) throw UnavailableError("symmetric memory needs peer access: " + team.peer_status_, __FILE__, __LINE__);
-  // Collective agreement on the size: a mismatch would map buffers of different lengths.
-  unsigned long long b = bytes, bmax = 0;
-  BRAID_MPI_CHECK(MPI_Allreduce(&b, &bmax, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, team.comm_));
-  if (bmax != b) throw UsageError("SymmetricBuffer: ranks asked for different sizes", __FILE__, __LINE__);
-  BRAID_CUDA_CHECK(cudaMalloc(&local_, bytes_ == 0 ? 256 : bytes_));
-  cudaIpcMemHandle_t mine;
-  BRAID_CUDA_CHECK(cudaIpcGetMemHandle(&mine, local_));
-  std::vector<cudaIpcMemHandle_t> all(team.size_);
-  BRAID_MPI_CHECK(MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, team.comm_));
-  peers_.assign(team.size_, nullptr);
-  for (int r = 0; r < team.size_; ++r) {
-    if (r == team.rank_) {
-      peers_[r] = local_;
-    } else {
-      BRAID_CUDA_CHECK(cudaIpcOpenMemHandle(&peers_[r], all[r], cudaIpcMemLazyEnablePeerAccess));
-    }
-  }
+namespace {
+std::vector<int> all_ranks(int n) {
+  std::vector<int> v(n);
+  for (int r = 0; r < n; ++r) v[r] = r;
+  return v;
 }
+}  // namespace
 
-// (The whole-team constructor above is the GPU-tested path every other user takes; this one is kept apart.)
+// Every rank a member: one mechanism for both forms.
+SymmetricBuffer::SymmetricBuffer(Team& team, size_t bytes) : SymmetricBuffer(team, bytes, all_ranks(team.size_)) {}
+
 SymmetricBuffer::SymmetricBuffer(Team& team, size_t bytes, const std::vector<int>& members)
     : team_(team), bytes_(bytes) {
   if (!team.peer_ok_) throw UnavailableError("symmetric memory needs peer access: " + team.peer_status_, __FILE__, __LINE__);

@@ -331,14 +331,9 @@ PipelineExecutor::PipelineExecutor(Team& team, const m::ModelConfig& c, const Pi
     for (int dir = 0; dir < 2; ++dir) {
       Impl::Channel ch;
       if (I.peer) {  // collective: every rank, in the same order; memory on the channel's two ends only
-        // (At two ranks the ends are the whole team: the whole-team constructor, the same buffers.)
         const std::vector<int> ends = {I.stage_of(b), I.stage_of(b + 1)};
-        auto sym = [&](size_t bytes) {
-          return team.size() == 2 ? std::make_unique<SymmetricBuffer>(team, bytes)
-                                  : std::make_unique<SymmetricBuffer>(team, bytes, ends);
-        };
-        ch.peer_staging = sym(size_t(I.M) * I.elems * 2);
-        ch.peer_flags = sym(size_t(2) * I.M * sizeof(uint32_t));
+        ch.peer_staging = std::make_unique<SymmetricBuffer>(team, size_t(I.M) * I.elems * 2, ends);
+        ch.peer_flags = std::make_unique<SymmetricBuffer>(team, size_t(2) * I.M * sizeof(uint32_t), ends);
         if (ch.peer_flags->member())  // synchronized below
           BRAID_CUDA_CHECK(cudaMemset(ch.peer_flags->local(), 0, ch.peer_flags->bytes()));
         ch.staging = ch.peer_staging->local();  // (nullptr on the other ranks)
