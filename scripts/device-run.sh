@@ -315,7 +315,8 @@
 # After any acceptance run: name its JSON files under the card in bench/results/acceptance.json and regenerate
 # docs/acceptance.md (python3 scripts/acceptance.py --markdown docs/acceptance.md): the verdicts come from the files.
 # On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
-# two of its cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
+# two of its cards; the DHelix items profile H100 pair tables there (pairs_for, below): commit them under
+# bench/results/h100x2/ for the next H100 call; with two cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
 # fi`): `build test measure-rs` with CTEST_R='test_overlap_mpi$|test_t3_mpi$', MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt
 # OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores
@@ -391,6 +392,24 @@ ngpu=$(nvidia-smi -L | wc -l)
 if [[ -n ${NGPU:-} ]] && (( NGPU < ngpu )); then
   ngpu=$NGPU; export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $(( NGPU - 1 )))
 fi
+# The node's card as bench/results names its folders (h100x2, h200x2, ...). DHelix's committed pair tables are
+# profiled on one card: pairs_for NAME gives "--pairs bench/results/$card/NAME" where this card has NAME, else a table
+# of NAME's stem (NAME without its -<sha>.txt; the last by name) committed for this card, else
+# the table an earlier run of this call profiled, else "--out $out/<stem>-$card.txt" (the run profiles its own
+# pairs and writes the table, bundled below) — never another card's timings (an H100 run with the H200 tables would
+# plan from the wrong operator times).
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed -nE 's/.*(H100|H200).*/\1/p' | tr H h)
+card=${card:-unknown}x$ngpu
+# Issue 8's within-2x shapes of this card (bench/shapes/within2x-<card>.txt; H200's where the card has none).
+within2x=bench/shapes/within2x-$card.txt
+[[ -f $within2x ]] || within2x=bench/shapes/within2x-h200x2.txt
+pairs_for() {
+  local stem=${1%-*} f=$1
+  [[ -f bench/results/$card/$f ]] || f=$(ls "bench/results/$card" 2>/dev/null | grep -E "^${stem}-[0-9a-f]{7}\.txt$" | tail -1)
+  if [[ -n $f ]]; then echo "--pairs bench/results/$card/$f"
+  elif [[ -s $out/$stem-$card.txt ]]; then echo "--pairs $out/$stem-$card.txt"  # profiled earlier in this call
+  else echo "--out $out/$stem-$card.txt"; fi
+}
 # Extra environment for one run: `E="NCCL_MAX_CTAS=16" mpi ...` (each NAME=VALUE is exported to every rank).
 # Every run also stops before DEADLINE (seconds since the script started; the device call's limit).
 t0=$SECONDS
@@ -704,7 +723,7 @@ if has strands-smres; then  # DHelix: GEMMs leaving SMs to the collectives (-smr
   # STRANDS_THROTTLE: NCCL CTAs of the throttled run (1: ~14.5 GB/s busbw; 2 is closer to a PCIe Gen4 x16
   # link). The committed pair table was profiled at 1 CTA; at another throttle the run profiles its own.
   thr=${STRANDS_THROTTLE:-1}; pairs=()
-  [[ $thr == 1 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt)
+  [[ $thr == 1 ]] && read -ra pairs <<< "$(pairs_for strands-pairs-llama3-70b-throttled-e782a52.txt)"
   T=${SMRES_T:-200} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle $thr --iters ${STRANDS_ITERS:-10} \
     --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --no-graph --gemm-sm-reserve ${SMRES_THROTTLED:-4} ${pairs[@]+"${pairs[@]}"} \
     --json "$out/strands-smres-throttled.jsonl" 2>&1 | tee -a "$log"
@@ -729,8 +748,8 @@ if has strands-stack; then  # DHelix over a stack of layers (StrandStack, bench 
         pairs=(--out "$out/strands-pairs-$model-throttle$thr.txt"); res=${SMRES_THROTTLED:-4}
         [[ $thr == 0 ]] && res=${SMRES_NVLINK:-16}
         if [[ $model == llama3-70b ]]; then
-          [[ $thr == 1 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt)
-          [[ $thr == 0 ]] && pairs=(--pairs bench/results/h200x2/strands-pairs-llama3-70b-92f3048.txt)
+          [[ $thr == 1 ]] && read -ra pairs <<< "$(pairs_for strands-pairs-llama3-70b-throttled-e782a52.txt)"
+          [[ $thr == 0 ]] && read -ra pairs <<< "$(pairs_for strands-pairs-llama3-70b-92f3048.txt)"
         fi
         echo "-- $model, stack of $nl layers, NCCL CTAs ${thr/#0/unlimited} ($(date +%T))" | tee -a "$log"
         T=${STACK_T:-240} mpi bench strands --model $model --tp 2 ${ep[@]+"${ep[@]}"} --seq 4096 --throttle $thr --layers $nl \
@@ -1064,7 +1083,7 @@ if has t3-swizzle; then  # T3 GEMM+RS on the within-2x shapes under several envi
     tag=${cfg%%=*}; env=""; [[ $cfg == *=* ]] && env=${cfg#*=}
     echo "== t3-gemm-rs within-2x shapes, config $tag [${env}] ($(date +%T))" | tee -a "$log"
     # shellcheck disable=SC2086
-    E="${env//,/ }" T=200 mpi bench t3-gemm-rs --shapes "${T3_SHAPES:-bench/shapes/within2x-h200x2.txt}" --iters 10 ${T3_ARGS:-} \
+    E="${env//,/ }" T=200 mpi bench t3-gemm-rs --shapes "${T3_SHAPES:-$within2x}" --iters 10 ${T3_ARGS:-} \
       --algo ${T3_ALGOS:-sequential,t3-auto,t3-ring-cublas,t3-ring-dma,t3-direct} \
       --json "$out/t3-w2x-$tag.jsonl" 2>&1 | grep -vE "^#" | tail -30 | tee -a "$log"
   done
@@ -1076,7 +1095,7 @@ if has ncu-t3; then  # DRAM bytes per op (issue 8): one profiler range per algo,
   # t3-swizzle (TAG=NAME=VALUE,...; default one config "base" with NCU_ENV); each config's logs go to
   # ncu-TAG/ and its rows to t3-dram-TAG.jsonl.
   algos=${NCU_ALGOS:-sequential,t3-auto,t3-ring-cublas,t3-ring-dma,t3-direct,flashoverlap}
-  shapes=${NCU_SHAPES:-$(sed -e 's/#.*//' bench/shapes/within2x-h200x2.txt | tr -d ' ' | grep -v '^$')}
+  shapes=${NCU_SHAPES:-$(sed -e 's/#.*//' "$within2x" | tr -d ' ' | grep -v '^$')}
   for cfg in ${NCU_CONFIGS:-base=${NCU_ENV:-}}; do
     tag=${cfg%%=*}; env=""; [[ $cfg == *=* ]] && env=${cfg#*=}; env=${env//,/ }
     mkdir -p "$out/ncu-$tag"
@@ -1308,12 +1327,12 @@ if has strands-open; then  # DHelix with each pass's opening pair in chunks (-op
   echo "== strands-open ($(date +%T))" | tee -a "$log"
   T=${OPEN_T:-240} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --comm nccl-ce --no-graph --gemm-sm-reserve 0 \
     --iters ${OPEN_NVLINK_ITERS:-64} --rounds ${OPEN_NVLINK_ROUNDS:-8} --warmup 2 --op-trace --open-chunks ${OPEN_CHUNKS:-4} \
-    --pairs bench/results/h200x2/strands-pairs-llama3-70b-nvlink-nccl-ce-eb35616.txt \
+    $(pairs_for strands-pairs-llama3-70b-nvlink-nccl-ce-eb35616.txt) \
     --json "$out/strands-open-nvlink.jsonl" > "$out/strands-open-nvlink.log" 2>&1
   echo "nvlink rc=$?" | tee -a "$log"
   T=${OPEN_T:-240} mpi bench strands --model llama3-70b --tp 2 --seq 4096 --throttle 1 --no-graph --gemm-sm-reserve 4 \
     --iters ${STRANDS_ITERS:-40} --rounds ${STRANDS_ROUNDS:-5} --warmup 2 --op-trace --open-chunks ${OPEN_CHUNKS:-4} \
-    --pairs bench/results/h200x2/strands-pairs-llama3-70b-throttled-e782a52.txt \
+    $(pairs_for strands-pairs-llama3-70b-throttled-e782a52.txt) \
     --json "$out/strands-open-throttle1.jsonl" > "$out/strands-open-throttle1.log" 2>&1
   echo "throttle1 rc=$?" | tee -a "$log"
   grep -hE "FAILED|^# noise|^single|^round-robin |-open|corun-moves|arena-io-moves" "$out"/strands-open-*.log | cut -c1-170 | tee -a "$log"
