@@ -314,9 +314,9 @@
 # Mixtral stack and layers at 2 CTAs (weight 0 against 0.4: it lost twice without -smres at 2 CTAs).
 # After any acceptance run: name its JSON files under the card in bench/results/acceptance.json and regenerate
 # docs/acceptance.md (python3 scripts/acceptance.py --markdown docs/acceptance.md): the verdicts come from the files.
-# On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on
-# two of its cards; the DHelix items profile H100 pair tables there (pairs_for, below): commit them under
-# bench/results/h100x2/ for the next H100 call; with two cards: check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
+# On H100 the DHelix items profile their own pair tables (pairs_for, below): commit them under bench/results/h100x2/
+# for the next H100 call. On 2x H100 (ask `nvidia-h100-x2`, and `nvidia-h100-x4` with NGPU=2 on two of its cards:
+# check `nvidia-smi -L` shows H100 and `nvidia-smi topo -m` NV18 between GPU0 and GPU1, e.g. `if
 # nvidia-smi -L | grep -q H100 && nvidia-smi topo -m | awk '$1=="GPU0"{print $3}' | grep -q NV18; then NGPU=2 ...;
 # fi`): `build test measure-rs` with CTEST_R='test_overlap_mpi$|test_t3_mpi$', MEASURE_SHAPES=bench/shapes/within2x-h100x2.txt
 # OVERLAP_TRANSPORT=peer-copy-engine MEASURE_ARGS="--tune-candidates 6 --pce-reserves 16,0 --pce-modes copies,stores
