@@ -392,17 +392,17 @@ ngpu=$(nvidia-smi -L | wc -l)
 if [[ -n ${NGPU:-} ]] && (( NGPU < ngpu )); then
   ngpu=$NGPU; export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $(( NGPU - 1 )))
 fi
-# The node's card as bench/results names its folders (h100x2, h200x2, ...). DHelix's committed pair tables are
-# profiled on one card: pairs_for NAME gives "--pairs bench/results/$card/NAME" where this card has NAME, else a table
-# of NAME's stem (NAME without its -<sha>.txt; the last by name) committed for this card, else
-# the table an earlier run of this call profiled, else "--out $out/<stem>-$card.txt" (the run profiles its own
-# pairs and writes the table, bundled below) — never another card's timings (an H100 run with the H200 tables would
-# plan from the wrong operator times).
+# The node's card as bench/results names its folders (h100x2, h200x2, ...).
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed -nE 's/.*(H100|H200).*/\1/p' | tr H h)
 card=${card:-unknown}x$ngpu
 # Issue 8's within-2x shapes of this card (bench/shapes/within2x-<card>.txt; H200's where the card has none).
 within2x=bench/shapes/within2x-$card.txt
 [[ -f $within2x ]] || within2x=bench/shapes/within2x-h200x2.txt
+# DHelix's committed pair tables are profiled on one card: pairs_for NAME gives "--pairs bench/results/$card/NAME"
+# where this card has NAME, else a table of NAME's stem (NAME without its -<sha>.txt; the last by name) committed for
+# this card, else the table an earlier run of this call profiled, else "--out $out/<stem>-$card.txt" (the run profiles
+# its own pairs and writes the table, bundled below) — never another card's timings (an H100 run with the H200
+# tables would plan from the wrong operator times).
 pairs_for() {
   local stem=${1%-*} f=$1
   [[ -f bench/results/$card/$f ]] || f=$(ls "bench/results/$card" 2>/dev/null | grep -E "^${stem}-[0-9a-f]{7}\.txt$" | tail -1)
